@@ -1,0 +1,99 @@
+/*
+ * backend.h - the table of compute operations the engine runs on: the CPU backend (OpenBLAS
+ * + C loops, cpu.c) now, the CUDA backend (cuBLAS + kernels) behind the same table later.
+ * The model, the optimiser and the trainer call only these; none of them calls BLAS or CUDA.
+ *
+ * Dimension letters: B batch, C channels in, O channels (or features) out, H W input height and
+ * width, P output positions (OH*OW), S spatial positions per channel, K classes, N elements.
+ * All tensors are dense, row-major, NCHW like PyTorch. Pointers are backend memory (host for the
+ * CPU backend; device for CUDA). Every backward function ADDS into weight gradients (the
+ * caller zeroes them once per step) and OVERWRITES the input gradient (which may be NULL when
+ * not needed, for the first layer).
+ *
+ * Optional members may be NULL; the caller checks.
+ */
+#ifndef DDP_BACKEND_H
+#define DDP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ddp_backend {
+    const char *name;
+
+    /* memory */
+    void *(*alloc)(size_t bytes); /* zeroed; dies on failure */
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *src_host, size_t bytes);
+    void (*download)(void *dst_host, const void *src, size_t bytes);
+    void (*set_threads)(int n); /* compute threads; optional */
+    void (*sync)(void);          /* wait for queued work; optional */
+
+    /* elementwise */
+    void (*zero)(float *x, size_t n);
+    void (*scale)(float *x, size_t n, float a);
+
+    /* linear: out (B,O) = inp (B,C) w^T (O,C) + b (O) */
+    void (*linear_fwd)(float *out, const float *inp, const float *w, const float *b, int B, int C,
+                       int O);
+    void (*linear_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int B, int C, int O);
+
+    void (*relu_fwd)(float *out, const float *inp, size_t n);
+    void (*relu_bwd)(float *dinp, const float *dout, const float *out, size_t n);
+
+    /* conv2d: inp (B,C,H,W), w (O,C,k,k), b (O) -> out (B,O,OH,OW); col is scratch of
+     * conv_col_elems() floats. */
+    size_t (*conv_col_elems)(int B, int C, int H, int W, int k, int stride, int pad);
+    void (*conv2d_fwd)(float *out, float *col, const float *inp, const float *w, const float *b,
+                       int B, int C, int H, int W, int O, int k, int stride, int pad);
+    void (*conv2d_bwd)(float *dinp, float *dw, float *db, float *col, const float *dout,
+                       const float *inp, const float *w, int B, int C, int H, int W, int O, int k,
+                       int stride, int pad);
+
+    /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
+    void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,
+                        int k);
+    void (*maxpool_bwd)(float *dinp, const float *dout, const int32_t *argmax, int B, int C, int H,
+                        int W, int k);
+    void (*avgpool_fwd)(float *out, const float *inp, int B, int C, int H, int W, int k);
+    void (*avgpool_bwd)(float *dinp, const float *dout, int B, int C, int H, int W, int k);
+
+    /* batchnorm over (B,C,S): statistics per channel. sums (2C doubles): sum x, sum x^2.
+     * fwd_apply: xhat = (x - mean) * invstd, out = gamma * xhat + beta (xhat saved).
+     * bwd_sums (2C doubles): sum dout, sum dout * xhat.
+     * bwd_apply: dinp = gamma * invstd * (dout - sums0/count - xhat * sums1/count);
+     *            dgamma += sums1_local, dbeta += sums0_local (local sums passed separately). */
+    void (*bn_stats)(double *sums, const float *inp, int B, int C, int S);
+    void (*bn_fwd_apply)(float *out, float *xhat, const float *inp, const float *mean,
+                         const float *invstd, const float *gamma, const float *beta, int B, int C,
+                         int S);
+    void (*bn_bwd_sums)(double *sums, const float *dout, const float *xhat, int B, int C, int S);
+    void (*bn_bwd_apply)(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                         const float *xhat, const float *invstd, const float *gamma,
+                         const double *local_sums, const double *global_sums, double count,
+                         int B, int C, int S);
+
+    /* dropout: keep with probability 1-p from a counter-based hash of (seed, i); mask holds
+     * 0 or 1/(1-p). */
+    void (*dropout_fwd)(float *out, float *mask, const float *inp, size_t n, float p,
+                        uint64_t seed);
+    void (*dropout_bwd)(float *dinp, const float *dout, const float *mask, size_t n);
+
+    /* softmax cross-entropy on logits (B,K), labels (B): returns the SUM of losses over the
+     * batch and the number of correct argmax predictions; dlogits (may be NULL) =
+     * (softmax - onehot) * grad_scale. */
+    double (*xent)(float *dlogits, int64_t *correct, const float *logits, const int32_t *labels,
+                   int B, int K, float grad_scale);
+
+    /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h) */
+    void (*sgd_step)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                     float weight_decay, int nesterov, int first_step);
+    void (*adam_step)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                      float b2, float eps, float weight_decay, int decoupled, int64_t t);
+};
+
+/* The CPU backend (always built). */
+const struct ddp_backend *ddp_backend_cpu(void);
+
+#endif

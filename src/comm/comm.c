@@ -1,0 +1,433 @@
+/*
+ * comm.c - backend dispatch, the request pool, the deadline loop and the one fatal path
+ * shared by every collective backend. See comm.h for the contract, comm_impl.h for what a
+ * backend provides.
+ *
+ * Every blocking collective is its non-blocking form plus ddp_comm_wait, so every wait on a
+ * peer goes through ddp_comm_poll and its deadline. On expiry or a backend error this rank
+ * prints one line, aborts the whole job through the backend (MPI_Abort) and exits
+ * DDP_EXIT_PEER: nothing half-finished is returned to the caller.
+ *
+ * Not thread-safe: one thread (the one that created the handle) makes every call.
+ */
+#include "comm/comm_impl.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch/world.h"
+#include "util.h"
+
+/* Largest element or byte count of one backend operation: MPI counts are int. */
+#define COMM_MAX_COUNT ((size_t)INT_MAX)
+/* Blocking collectives split larger buffers into pieces of this many elements / bytes. */
+#define COMM_CHUNK_ELEMS ((size_t)1 << 28)
+#define COMM_CHUNK_BYTES ((size_t)1 << 30)
+/* Requests allocated at once when the pool runs dry (then reused: no malloc per call). */
+#define COMM_SLAB_REQS 16
+/* Backoff of ddp_comm_poll: spin first (a 1 MiB all-reduce takes ~0.2 ms here), then yield
+ * the core (ranks may share cores), then sleep from a few us up to ~1 ms. */
+#define POLL_SPIN_S 100e-6
+#define POLL_YIELD_S 2e-3
+#define POLL_SLEEP_MIN_NS 4000L
+#define POLL_SLEEP_MAX_NS 1000000L
+/* Upper bound of timeout_s (about 115 days): anything larger is a typo. */
+#define COMM_MAX_TIMEOUT_S 1e7
+
+/* The handle the abort hook tears down (ddp_set_abort_hook takes no context). */
+static ddp_comm *g_hook_comm;
+
+static void comm_abort_hook(int code)
+{
+    if (g_hook_comm)
+        ddp_comm_abort(g_hook_comm, code);
+}
+
+int ddp_comm_poll(double timeout_s, int (*test)(void *arg, char *err, size_t errlen), void *arg,
+                  char *err, size_t errlen)
+{
+    int rc = test(arg, err, errlen);
+    if (rc)
+        return rc;
+    const double t0 = ddp_now();
+    long sleep_ns = POLL_SLEEP_MIN_NS;
+    for (;;) {
+        rc = test(arg, err, errlen);
+        if (rc)
+            return rc;
+        const double waited = ddp_now() - t0;
+        if (waited >= timeout_s)
+            return 0;
+        if (waited < POLL_SPIN_S)
+            continue;
+        if (waited < POLL_YIELD_S) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        sleep_ns = sleep_ns * 2 > POLL_SLEEP_MAX_NS ? POLL_SLEEP_MAX_NS : sleep_ns * 2;
+    }
+}
+
+/* Print the one line that says which collective failed on which rank, then tear the job
+ * down. detail is NULL for a deadline expiry, else the backend's reason. */
+static void __attribute__((noreturn))
+comm_fail(ddp_comm *c, const char *what, const char *detail)
+{
+    char peer[64] = "a peer";
+    if (c->size == 2) /* the only rank we can wait for */
+        snprintf(peer, sizeof peer, "rank %d", 1 - c->rank);
+    if (detail)
+        fprintf(stderr, "ddptrain: collective %s failed (%s); %s may have died (this rank: %s rank %d)\n",
+                what, detail, peer, c->host, c->rank);
+    else
+        fprintf(stderr,
+                "ddptrain: collective %s did not complete within %g s; %s may have died "
+                "(this rank: %s rank %d)\n",
+                what, c->timeout_s, peer, c->host, c->rank);
+    ddp_comm_abort(c, DDP_EXIT_PEER);
+}
+
+/* Take a request from the pool (growing it by a slab when empty) and append it to the
+ * outstanding list. */
+static struct ddp_comm_req *req_get(ddp_comm *c, const char *what)
+{
+    if (!c->free_list) {
+        const size_t unit = sizeof(max_align_t);
+        const size_t head = (sizeof(struct ddp_comm_req) + unit - 1) / unit * unit;
+        const size_t each = head + (c->ops->req_size + unit - 1) / unit * unit;
+        unsigned char *slab = ddp_calloc(COMM_SLAB_REQS, each);
+        c->slabs = ddp_realloc(c->slabs, (c->nslabs + 1) * sizeof *c->slabs);
+        c->slabs[c->nslabs++] = slab;
+        for (size_t i = 0; i < COMM_SLAB_REQS; i++) {
+            struct ddp_comm_req *r = (struct ddp_comm_req *)(slab + i * each);
+            r->priv = c->ops->req_size ? slab + i * each + head : NULL;
+            r->next = c->free_list;
+            c->free_list = r;
+        }
+    }
+    struct ddp_comm_req *r = c->free_list;
+    c->free_list = r->next;
+    r->what = what;
+    r->done = 0;
+    r->active = 1;
+    r->next = NULL;
+    r->prev = c->active_tail;
+    if (c->active_tail)
+        c->active_tail->next = r;
+    else
+        c->active_head = r;
+    c->active_tail = r;
+    return r;
+}
+
+/* Unlink a finished request from the outstanding list and return it to the pool. */
+static void req_put(ddp_comm *c, struct ddp_comm_req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->active_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        c->active_tail = r->prev;
+    r->active = 0;
+    r->prev = NULL;
+    r->next = c->free_list;
+    c->free_list = r;
+}
+
+struct wait_arg {
+    ddp_comm *c;
+    struct ddp_comm_req *r;
+};
+
+static int wait_test(void *arg, char *err, size_t errlen)
+{
+    struct wait_arg *a = arg;
+    return a->c->ops->test(a->c, a->r, err, errlen);
+}
+
+/* A start function failed: the error is fatal like a failed wait. */
+static void start_failed(ddp_comm *c, struct ddp_comm_req *r, const char *msg)
+{
+    comm_fail(c, r->what, msg[0] ? msg : "could not start");
+}
+
+static size_t dtype_size(enum ddp_dtype t)
+{
+    switch (t) {
+    case DDP_F32: return 4;
+    case DDP_F64: return 8;
+    case DDP_I64: return 8;
+    }
+    ddp_die("unknown dtype %d given to a collective", (int)t);
+}
+
+static ddp_comm_req *allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t,
+                                     enum ddp_comm_op op, const char *what)
+{
+    (void)dtype_size(t);
+    if (n > COMM_MAX_COUNT)
+        ddp_die("%s of %zu elements exceeds the limit of %zu per request: use smaller buckets",
+                what, n, COMM_MAX_COUNT);
+    struct ddp_comm_req *r = req_get(c, what);
+    char msg[256] = "";
+    if (c->ops->iallreduce(c, r, buf, n, t, op, msg, sizeof msg) != 0)
+        start_failed(c, r, msg);
+    return r;
+}
+
+/* Map a user-facing world to an error message when MPI is needed but did not launch us. */
+static void no_mpi_launcher(const struct ddp_world *w, char *err, size_t errlen)
+{
+    switch (w->launcher) {
+    case DDP_LAUNCHER_SLURM:
+        ddp_err(err, errlen,
+                "%d tasks were started by srun without an MPI plugin: run CPU jobs with "
+                "`srun --mpi=pmix ...`",
+                w->world_size);
+        return;
+    case DDP_LAUNCHER_TORCHRUN:
+        ddp_err(err, errlen,
+                "%d ranks were started by a torchrun-style launcher (RANK, WORLD_SIZE), but CPU "
+                "ranks talk through MPI: run CPU jobs with `mpirun -n %d ...` or "
+                "`srun --mpi=pmix ...`",
+                w->world_size, w->world_size);
+        return;
+    default:
+        ddp_err(err, errlen,
+                "%d ranks, but MPI did not launch this process: run CPU jobs with `mpirun` or "
+                "`srun --mpi=pmix ...`",
+                w->world_size);
+        return;
+    }
+}
+
+ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double timeout_s,
+                          char *err, size_t errlen)
+{
+    if (!w) {
+        ddp_err(err, errlen, "internal error: no world given to the communicator");
+        return NULL;
+    }
+    if (!backend || !backend[0])
+        backend = "auto";
+    if (!(timeout_s > 0) || timeout_s > COMM_MAX_TIMEOUT_S) {
+        ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
+                COMM_MAX_TIMEOUT_S, timeout_s);
+        return NULL;
+    }
+    if (w->world_size < 1 || w->rank < 0 || w->rank >= w->world_size) {
+        ddp_err(err, errlen, "internal error: rank %d of a world of %d", w->rank, w->world_size);
+        return NULL;
+    }
+
+    int use_mpi;
+    if (strcmp(backend, "none") == 0) {
+        if (w->world_size != 1) {
+            ddp_err(err, errlen,
+                    "backend = none runs a single rank, but this world has %d: use backend = "
+                    "auto or mpi",
+                    w->world_size);
+            return NULL;
+        }
+        use_mpi = 0;
+    } else if (strcmp(backend, "auto") == 0) {
+        use_mpi = w->world_size > 1 || w->mpi_launched;
+    } else if (strcmp(backend, "mpi") == 0) {
+        use_mpi = 1;
+        if (w->world_size == 1 && !w->mpi_launched) {
+            /* MPI_Init outside an MPI launcher may abort (plain srun): one rank needs none. */
+            ddp_warn("backend = mpi, but MPI did not launch this single process: running "
+                     "without MPI");
+            use_mpi = 0;
+        }
+    } else if (strcmp(backend, "nccl") == 0) {
+        ddp_err(err, errlen,
+                "backend = nccl needs a GPU build of ddptrain (CUDA and NCCL); this one has "
+                "none: use backend = auto or mpi");
+        return NULL;
+    } else {
+        ddp_err(err, errlen, "unknown backend '%s' (expected auto, mpi, nccl or none)", backend);
+        return NULL;
+    }
+    if (use_mpi && !w->mpi_launched) {
+        no_mpi_launcher(w, err, errlen);
+        return NULL;
+    }
+#if !HAVE_MPI
+    if (use_mpi) {
+        ddp_err(err, errlen,
+                "%d ranks need MPI, but this ddptrain was built without it: install "
+                "libopenmpi-dev and rebuild",
+                w->world_size);
+        return NULL;
+    }
+#endif
+
+    ddp_comm *c = ddp_calloc(1, sizeof *c);
+    c->rank = w->rank;
+    c->size = w->world_size;
+    c->timeout_s = timeout_s;
+    snprintf(c->host, sizeof c->host, "%s", w->host);
+    if (!c->host[0] && gethostname(c->host, sizeof c->host) != 0)
+        snprintf(c->host, sizeof c->host, "?");
+    c->host[sizeof c->host - 1] = '\0';
+
+    int rc;
+#if HAVE_MPI
+    if (use_mpi)
+        rc = ddp_comm_mpi_init(c, w, err, errlen);
+    else
+#endif
+        rc = ddp_comm_self_init(c, err, errlen);
+    if (rc != 0) {
+        free(c);
+        return NULL;
+    }
+    g_hook_comm = c;
+    ddp_set_abort_hook(comm_abort_hook);
+    return c;
+}
+
+void ddp_comm_destroy(ddp_comm *c)
+{
+    if (!c)
+        return;
+    while (c->active_head)
+        ddp_comm_wait(c, c->active_head);
+    /* Every rank must reach here before MPI_Finalize, whose own rendezvous has no deadline. */
+    if (c->size > 1)
+        ddp_comm_barrier(c);
+    if (g_hook_comm == c) {
+        ddp_set_abort_hook(NULL);
+        g_hook_comm = NULL;
+    }
+    if (c->ops->destroy)
+        c->ops->destroy(c);
+    for (size_t i = 0; i < c->nslabs; i++)
+        free(c->slabs[i]);
+    free(c->slabs);
+    free(c);
+}
+
+const char *ddp_comm_name(const ddp_comm *c) { return c->ops->name; }
+int ddp_comm_rank(const ddp_comm *c) { return c->rank; }
+int ddp_comm_size(const ddp_comm *c) { return c->size; }
+
+ddp_comm_req *ddp_comm_allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t)
+{
+    return allreduce_start(c, buf, n, t, DDP_OP_SUM, "allreduce");
+}
+
+void ddp_comm_wait(ddp_comm *c, ddp_comm_req *r)
+{
+    if (!r)
+        return;
+    if (!r->active)
+        ddp_die("internal error: wait on a request that was already waited for");
+    if (!r->done) {
+        struct wait_arg a = {c, r};
+        char msg[256] = "";
+        const int rc = ddp_comm_poll(c->timeout_s, wait_test, &a, msg, sizeof msg);
+        if (rc != 1)
+            comm_fail(c, r->what, rc == 0 ? NULL : msg[0] ? msg : "unknown error");
+        r->done = 1;
+    }
+    req_put(c, r);
+}
+
+void ddp_comm_progress(ddp_comm *c)
+{
+    for (struct ddp_comm_req *r = c->active_head; r; r = r->next) {
+        if (r->done)
+            continue;
+        char msg[256] = "";
+        const int rc = c->ops->test(c, r, msg, sizeof msg);
+        if (rc < 0)
+            comm_fail(c, r->what, msg[0] ? msg : "unknown error");
+        r->done = rc == 1;
+    }
+}
+
+/* Blocking all-reduce with op, split into pieces that fit one backend request. */
+static void allreduce_blocking(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t,
+                               enum ddp_comm_op op, const char *what)
+{
+    const size_t es = dtype_size(t);
+    size_t off = 0;
+    do {
+        const size_t k = n - off < COMM_CHUNK_ELEMS ? n - off : COMM_CHUNK_ELEMS;
+        ddp_comm_wait(c, allreduce_start(c, (char *)buf + off * es, k, t, op, what));
+        off += k;
+    } while (off < n);
+}
+
+void ddp_comm_allreduce(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t)
+{
+    allreduce_blocking(c, buf, n, t, DDP_OP_SUM, "allreduce");
+}
+
+void ddp_comm_allreduce_max(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t)
+{
+    allreduce_blocking(c, buf, n, t, DDP_OP_MAX, "allreduce_max");
+}
+
+void ddp_comm_broadcast(ddp_comm *c, void *buf, size_t bytes, int root)
+{
+    if (root < 0 || root >= c->size)
+        ddp_die("internal error: broadcast from rank %d in a world of %d", root, c->size);
+    size_t off = 0;
+    do {
+        const size_t k = bytes - off < COMM_CHUNK_BYTES ? bytes - off : COMM_CHUNK_BYTES;
+        struct ddp_comm_req *r = req_get(c, "broadcast");
+        char msg[256] = "";
+        if (c->ops->ibroadcast(c, r, (char *)buf + off, k, root, msg, sizeof msg) != 0)
+            start_failed(c, r, msg);
+        ddp_comm_wait(c, r);
+        off += k;
+    } while (off < bytes);
+}
+
+void ddp_comm_barrier(ddp_comm *c)
+{
+    struct ddp_comm_req *r = req_get(c, "barrier");
+    char msg[256] = "";
+    if (c->ops->ibarrier(c, r, msg, sizeof msg) != 0)
+        start_failed(c, r, msg);
+    ddp_comm_wait(c, r);
+}
+
+void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes)
+{
+    if (bytes > COMM_MAX_COUNT)
+        ddp_die("allgather of %zu bytes per rank exceeds the limit of %zu", bytes,
+                COMM_MAX_COUNT);
+    struct ddp_comm_req *r = req_get(c, "allgather");
+    char msg[256] = "";
+    if (c->ops->iallgather(c, r, send, recv, bytes, msg, sizeof msg) != 0)
+        start_failed(c, r, msg);
+    ddp_comm_wait(c, r);
+}
+
+void ddp_comm_abort(ddp_comm *c, int code)
+{
+    /* Never come back here through ddp_die. */
+    if (g_hook_comm) {
+        g_hook_comm = NULL;
+        ddp_set_abort_hook(NULL);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    if (c && c->ops->abort)
+        c->ops->abort(c, code);
+    exit(code);
+}

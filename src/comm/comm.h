@@ -1,0 +1,58 @@
+/*
+ * comm.h - collectives between the ranks of one job, behind a table of backends:
+ *   self  one process (world size 1): every collective is a copy or a no-op;
+ *   mpi   OpenMPI (CPU ranks), MPI_Init only where MPI really launched the process;
+ *   nccl  (GPU, later) NCCL communicator whose unique id travels through the bootstrap.
+ *
+ * Every wait on a peer has a deadline (timeout_s given at create): a collective that does not
+ * complete in time aborts the communicator on this rank and exits DDP_EXIT_PEER with a message
+ * that names the rank that stopped answering where it can be known. Nothing here returns a
+ * half-finished collective to the caller.
+ *
+ * Buffers are host memory for self and mpi. The caller owns every buffer it passes; a buffer
+ * given to an async all-reduce must stay untouched until ddp_comm_wait returns.
+ */
+#ifndef DDP_COMM_H
+#define DDP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ddp_world;
+
+typedef struct ddp_comm ddp_comm;
+/* Handle of one outstanding non-blocking all-reduce; freed by ddp_comm_wait. */
+typedef struct ddp_comm_req ddp_comm_req;
+
+enum ddp_dtype { DDP_F32, DDP_F64, DDP_I64 };
+
+/* backend: "auto" | "mpi" | "none" (self; only for world size 1).
+ * Returns NULL with a one-line message in err (caller exits DDP_EXIT_LAUNCH) when the backend
+ * cannot serve this world, e.g. several Slurm tasks started without --mpi=pmix. */
+ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double timeout_s,
+                          char *err, size_t errlen);
+void ddp_comm_destroy(ddp_comm *c); /* accepts NULL; finalizes MPI if it initialised it */
+
+const char *ddp_comm_name(const ddp_comm *c); /* "self", "mpi", ... */
+int ddp_comm_rank(const ddp_comm *c);
+int ddp_comm_size(const ddp_comm *c);
+
+/* In-place sum over all ranks of n elements of buf; returns at once, complete with wait. */
+ddp_comm_req *ddp_comm_allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t);
+/* Wait for req under the communicator's deadline, then free it. */
+void ddp_comm_wait(ddp_comm *c, ddp_comm_req *req);
+/* Progress outstanding requests without blocking (lets MPI move data during backward). */
+void ddp_comm_progress(ddp_comm *c);
+
+/* Blocking collectives, all under the deadline. */
+void ddp_comm_allreduce(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t); /* sum */
+void ddp_comm_allreduce_max(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t);
+void ddp_comm_broadcast(ddp_comm *c, void *buf, size_t bytes, int root);
+void ddp_comm_barrier(ddp_comm *c);
+/* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
+void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes);
+
+/* Tear the job down from this rank so no peer waits: MPI_Abort or equivalent, then exit. */
+void ddp_comm_abort(ddp_comm *c, int code) __attribute__((noreturn));
+
+#endif

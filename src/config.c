@@ -1,0 +1,596 @@
+/*
+ * config.c - the job-file schema and its parser (inih underneath). See config.h.
+ *
+ * inih is driven through ini_parse_stream with our own line reader, so that every value is
+ * known with its line number, lines longer than inih's buffer are reported instead of being
+ * cut, and continuation lines (leading blanks) are told apart from a key given twice.
+ */
+#include "config.h"
+
+#include <ini.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
+
+struct key_def {
+    const char *section, *key;
+    enum key_type type;
+    size_t off, size;   /* field in struct ddp_job; size for strings */
+    const char *def;    /* default, as text */
+    double min, max;    /* inclusive range for numbers */
+    const char *choices; /* T_ENUM: "a|b|c", stored as the index */
+    const char *doc;
+};
+
+#define F(field) offsetof(struct ddp_job, field), sizeof(((struct ddp_job *)0)->field)
+#define BIG 9.0e15
+
+static const struct key_def g_keys[] = {
+    {"job", "name", T_STR, F(name), "ddptrain", 0, 0, NULL, "run name, used in logs"},
+    {"job", "seed", T_INT, F(seed), "1234", 0, BIG, NULL,
+     "seeds initialisation, the sampler's shuffle and dropout"},
+    {"job", "output", T_STR, F(output), "runs/ddptrain", 0, 0, NULL,
+     "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes)"},
+
+    {"data", "file", T_STR, F(data_file), "datasets/fashion-mnist.h5", 0, 0, NULL,
+     "HDF5 dataset (docs/data.md); relative paths are taken from the working directory"},
+    {"data", "train", T_STR, F(data_train), "/train", 0, 0, NULL,
+     "group holding the training `images` and `labels`"},
+    {"data", "test", T_STR, F(data_test), "/test", 0, 0, NULL,
+     "group holding the test split; empty to skip evaluation"},
+    {"data", "batch_size", T_INT, F(batch_size), "64", 1, 1 << 20, NULL,
+     "samples per step on each rank (global batch = batch_size x world size)"},
+    {"data", "shuffle", T_BOOL, F(shuffle), "true", 0, 0, NULL,
+     "reshuffle every epoch (seed + epoch), as DistributedSampler with set_epoch"},
+    {"data", "drop_last", T_BOOL, F(drop_last), "false", 0, 0, NULL,
+     "drop the tail that does not fill a whole global batch instead of padding"},
+    {"data", "cache_mb", T_INT, F(cache_mb), "2048", 0, 1 << 24, NULL,
+     "keep a split's images in memory when they need at most this many MiB; else stream"},
+
+    {"model", "layers", T_STR, F(layers), "flatten, linear(10)", 0, 0, NULL,
+     "comma-separated layers: flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), "
+     "maxpool(k), avgpool(k), batchnorm, dropout(p)"},
+    {"model", "init", T_STR, F(init), "pytorch", 0, 0, NULL,
+     "`pytorch` (PyTorch's default initialisation) or an HDF5 file with a /model group"},
+
+    {"optim", "name", T_ENUM, F(optim), "sgd", 0, 0, "sgd|adam|adamw",
+     "optimiser, with PyTorch's update rules"},
+    {"optim", "lr", T_FLOAT, F(lr), "0.1", 0, 1e6, NULL, "learning rate before scaling"},
+    {"optim", "momentum", T_FLOAT, F(momentum), "0", 0, 1, NULL, "SGD momentum"},
+    {"optim", "nesterov", T_BOOL, F(nesterov), "false", 0, 0, NULL,
+     "Nesterov momentum (needs momentum > 0)"},
+    {"optim", "weight_decay", T_FLOAT, F(weight_decay), "0", 0, 1e3, NULL,
+     "L2 penalty (sgd, adam) or decoupled decay (adamw)"},
+    {"optim", "beta1", T_FLOAT, F(beta1), "0.9", 0, 0.999999, NULL, "Adam/AdamW beta1"},
+    {"optim", "beta2", T_FLOAT, F(beta2), "0.999", 0, 0.999999999, NULL, "Adam/AdamW beta2"},
+    {"optim", "eps", T_FLOAT, F(eps), "1e-8", 1e-30, 1, NULL, "Adam/AdamW epsilon"},
+    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0, "none|linear|sqrt",
+     "scale lr by world size (linear) or its square root (sqrt)"},
+    {"optim", "schedule", T_ENUM, F(schedule), "constant", 0, 0, "constant|step|cosine",
+     "per-epoch schedule after warmup"},
+    {"optim", "step_epochs", T_INT, F(step_epochs), "30", 1, 1e9, NULL,
+     "step schedule: multiply lr by gamma every step_epochs epochs"},
+    {"optim", "gamma", T_FLOAT, F(gamma), "0.1", 0, 1, NULL, "step schedule factor"},
+    {"optim", "warmup_epochs", T_FLOAT, F(warmup_epochs), "0", 0, 1e6, NULL,
+     "linear warmup from 0, per step, over this many epochs"},
+
+    {"train", "epochs", T_INT, F(epochs), "5", 1, 1e9, NULL, "passes over the training split"},
+    {"train", "log_every", T_INT, F(log_every), "100", 1, 1e12, NULL,
+     "steps between log lines and train records in metrics.jsonl"},
+    {"train", "eval_every", T_INT, F(eval_every), "1", 0, 1e9, NULL,
+     "epochs between evaluations on the test split (0: only at the end)"},
+    {"train", "threads", T_INT_AUTO, F(threads), "auto", 1, 4096, NULL,
+     "compute threads per rank; auto = SLURM_CPUS_PER_TASK, else cores / local ranks"},
+    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0, "fp32|tf32",
+     "GEMM precision (tf32 only on GPUs)"},
+    {"train", "max_steps", T_INT, F(max_steps), "0", 0, 1e15, NULL,
+     "stop after this many steps in all (0: run every epoch); for tests and smoke runs"},
+
+    {"checkpoint", "every_epochs", T_INT, F(ckpt_every_epochs), "1", 0, 1e9, NULL,
+     "epochs between checkpoints (0: off)"},
+    {"checkpoint", "every_steps", T_INT, F(ckpt_every_steps), "0", 0, 1e15, NULL,
+     "steps between checkpoints (0: off)"},
+    {"checkpoint", "keep", T_INT, F(ckpt_keep), "3", 1, 1e6, NULL, "newest checkpoints kept"},
+    {"checkpoint", "resume", T_STR, F(resume), "auto", 0, 0, NULL,
+     "`auto` (newest checkpoint that verifies), `never`, or a checkpoint path"},
+    {"checkpoint", "signals", T_STR, F(signals), "USR1, TERM", 0, 0, NULL,
+     "signals that save a checkpoint at the next step and exit 75"},
+
+    {"dist", "backend", T_ENUM, F(backend), "auto", 0, 0, "auto|nccl|mpi|none",
+     "collectives: nccl on GPUs, mpi on CPUs, none for one process"},
+    {"dist", "bucket_mb", T_FLOAT, F(bucket_mb), "25", 0.001, 4096, NULL,
+     "gradient bucket size in MiB (the first bucket is at most 1 MiB)"},
+    {"dist", "timeout_s", T_FLOAT, F(timeout_s), "300", 1, 1e7, NULL,
+     "deadline for every collective and bootstrap wait"},
+    {"dist", "port", T_INT, F(port), "0", 0, 65535, NULL,
+     "rendezvous port; 0 derives it from the Slurm job and step ids"},
+    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0, "auto|pmi2|mpi|tcp",
+     "how the NCCL id travels"},
+    {"dist", "sync_bn", T_BOOL, F(sync_bn), "false", 0, 0, NULL,
+     "batchnorm statistics over the global batch (SyncBatchNorm)"},
+    {"dist", "check_every", T_INT, F(check_every), "0", 0, 1e15, NULL,
+     "steps between cross-rank parameter hash checks (0: off)"},
+};
+#define NKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
+_Static_assert(sizeof g_keys / sizeof g_keys[0] <= DDP_JOB_KEYS_MAX, "raise DDP_JOB_KEYS_MAX");
+
+static int find_key(const char *section, const char *key)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(g_keys[i].section, section) == 0 && strcmp(g_keys[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static int section_known(const char *section)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(g_keys[i].section, section) == 0)
+            return 1;
+    return 0;
+}
+
+/* Lowercase copy of s trimmed of blanks, for enum and bool matching. */
+static void lower_trim(const char *s, char *out, size_t len)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = 0;
+    for (; *s && n + 1 < len; s++)
+        out[n++] = (char)((*s >= 'A' && *s <= 'Z') ? *s - 'A' + 'a' : *s);
+    while (n > 0 && (out[n - 1] == ' ' || out[n - 1] == '\t'))
+        n--;
+    out[n] = '\0';
+}
+
+/* Convert value for key k into the job. Returns 0, or -1 with the reason (no location). */
+static int assign(struct ddp_job *job, const struct key_def *k, const char *value, char *why,
+                  size_t whylen)
+{
+    char *field = (char *)job + k->off;
+    char low[256];
+    lower_trim(value, low, sizeof low);
+    switch (k->type) {
+    case T_INT_AUTO:
+        if (strcmp(low, "auto") == 0) {
+            *(int64_t *)field = 0;
+            return 0;
+        }
+        /* fall through */
+    case T_INT: {
+        int64_t v;
+        if (ddp_parse_i64(value, &v) != 0)
+            return ddp_err(why, whylen, "'%s' is not an integer; expected a whole number%s",
+                           value, k->type == T_INT_AUTO ? " or auto" : "");
+        if ((double)v < k->min || (double)v > k->max)
+            return ddp_err(why, whylen, "%lld is out of range; expected %.0f to %.0f",
+                           (long long)v, k->min, k->max);
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case T_FLOAT: {
+        double v;
+        if (ddp_parse_f64(value, &v) != 0)
+            return ddp_err(why, whylen, "'%s' is not a number; expected e.g. 0.01 or 1e-3", value);
+        if (v < k->min || v > k->max)
+            return ddp_err(why, whylen, "%g is out of range; expected %g to %g", v, k->min,
+                           k->max);
+        *(double *)field = v;
+        return 0;
+    }
+    case T_BOOL:
+        if (!strcmp(low, "true") || !strcmp(low, "yes") || !strcmp(low, "on") || !strcmp(low, "1"))
+            *(int *)field = 1;
+        else if (!strcmp(low, "false") || !strcmp(low, "no") || !strcmp(low, "off") ||
+                 !strcmp(low, "0"))
+            *(int *)field = 0;
+        else
+            return ddp_err(why, whylen, "'%s' is not a boolean; expected true or false", value);
+        return 0;
+    case T_ENUM: {
+        const char *c = k->choices;
+        for (int idx = 0; c && *c; idx++) {
+            const char *bar = strchr(c, '|');
+            size_t n = bar ? (size_t)(bar - c) : strlen(c);
+            if (strlen(low) == n && strncmp(low, c, n) == 0) {
+                *(int *)field = idx;
+                return 0;
+            }
+            c = bar ? bar + 1 : NULL;
+        }
+        char alts[128];
+        snprintf(alts, sizeof alts, "%s", k->choices);
+        for (char *p = alts; *p; p++)
+            if (*p == '|')
+                *p = '/';
+        return ddp_err(why, whylen, "'%s' is not a choice; expected one of %s", value, alts);
+    }
+    case T_STR: {
+        size_t n = strlen(value);
+        if (n >= k->size)
+            return ddp_err(why, whylen, "value is %zu characters; at most %zu allowed", n,
+                           k->size - 1);
+        memcpy(field, value, n + 1);
+        return 0;
+    }
+    }
+    return ddp_err(why, whylen, "internal: unknown key type");
+}
+
+/* The text of key k's value in job, for job.ini and logs. */
+static void format_value(const struct ddp_job *job, const struct key_def *k, char *out,
+                         size_t len)
+{
+    const char *field = (const char *)job + k->off;
+    switch (k->type) {
+    case T_INT_AUTO:
+        if (*(const int64_t *)field == 0) {
+            snprintf(out, len, "auto");
+            break;
+        }
+        /* fall through */
+    case T_INT:
+        snprintf(out, len, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case T_FLOAT:
+        snprintf(out, len, "%.17g", *(const double *)field);
+        break;
+    case T_BOOL:
+        snprintf(out, len, "%s", *(const int *)field ? "true" : "false");
+        break;
+    case T_ENUM: {
+        int idx = *(const int *)field;
+        const char *c = k->choices;
+        for (int i = 0; i < idx && c; i++) {
+            c = strchr(c, '|');
+            if (c)
+                c++;
+        }
+        size_t n = c ? strcspn(c, "|") : 0;
+        snprintf(out, len, "%.*s", (int)n, c ? c : "");
+        break;
+    }
+    case T_STR:
+        snprintf(out, len, "%s", field);
+        break;
+    }
+}
+
+void ddp_job_defaults(struct ddp_job *job)
+{
+    memset(job, 0, sizeof *job);
+    for (int i = 0; i < NKEYS; i++) {
+        char why[DDP_ERR_LEN];
+        if (assign(job, &g_keys[i], g_keys[i].def, why, sizeof why) != 0)
+            ddp_die("internal: default of [%s] %s: %s", g_keys[i].section, g_keys[i].key, why);
+    }
+}
+
+/* Parser state shared by the line reader and the inih handler. */
+struct parse_state {
+    struct ddp_job *job;
+    FILE *f;
+    int line;         /* line number of the line inih is handling */
+    int line_too_long;
+    int cont;         /* the current raw line starts with a blank: a continuation */
+    char last_section[64], last_key[64];
+    char *err;
+    size_t errlen;
+    int failed;
+};
+
+/* ini_reader: hands inih one line at a time, counting lines; a line that would not fit
+ * inih's buffer is flagged (inih would otherwise split it silently). */
+static char *read_line(char *str, int num, void *stream)
+{
+    struct parse_state *ps = stream;
+    char buf[8192];
+    if (!fgets(buf, sizeof buf, ps->f))
+        return NULL;
+    ps->line++;
+    size_t n = strlen(buf);
+    if (n == sizeof buf - 1 && buf[n - 1] != '\n') { /* drain an absurdly long line */
+        int c;
+        while ((c = fgetc(ps->f)) != EOF && c != '\n')
+            ;
+    }
+    ps->cont = (buf[0] == ' ' || buf[0] == '\t');
+    if (n >= (size_t)num - 1 && !(n == (size_t)num - 1 && buf[n - 1] == '\n')) {
+        if (!ps->line_too_long)
+            ps->line_too_long = ps->line;
+        n = (size_t)num - 2;
+        buf[n] = '\0';
+    }
+    memcpy(str, buf, n + 1);
+    return str;
+}
+
+static int fail_at(struct parse_state *ps, const char *section, const char *key,
+                   const char *fmt, const char *why)
+{
+    if (!ps->failed) {
+        ps->failed = 1;
+        if (key)
+            snprintf(ps->err, ps->errlen, "%s:%d: [%s] %s: %s", ps->job->path, ps->line,
+                     section, key, why);
+        else
+            snprintf(ps->err, ps->errlen, fmt, ps->job->path, ps->line, section, why);
+    }
+    return 0;
+}
+
+static int on_value(void *user, const char *section, const char *name, const char *value)
+{
+    struct parse_state *ps = user;
+    char why[DDP_ERR_LEN];
+    if (ps->failed)
+        return 0;
+    if (section[0] == '\0')
+        return fail_at(ps, "", name, NULL,
+                       "key outside any section; put it under its [section] header");
+    if (!section_known(section)) {
+        snprintf(why, sizeof why,
+                 "unknown section; expected one of [job] [data] [model] [optim] [train] "
+                 "[checkpoint] [dist]");
+        return fail_at(ps, section, NULL, "%s:%d: [%s]: %s", why);
+    }
+    int k = find_key(section, name);
+    if (k < 0) {
+        char known[512] = "";
+        size_t used = 0;
+        for (int i = 0; i < NKEYS; i++)
+            if (strcmp(g_keys[i].section, section) == 0 && used < sizeof known - 40)
+                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
+                                         used ? ", " : "", g_keys[i].key);
+        snprintf(why, sizeof why, "unknown key; [%s] takes %s", section, known);
+        return fail_at(ps, section, name, NULL, why);
+    }
+    const struct key_def *kd = &g_keys[k];
+    if (ps->cont && strcmp(ps->last_section, section) == 0 && strcmp(ps->last_key, name) == 0) {
+        /* continuation line: append to the value so far */
+        if (kd->type != T_STR)
+            return fail_at(ps, section, name, NULL,
+                           "continuation line for a non-text key; write the value on one line");
+        char *field = (char *)ps->job + kd->off;
+        size_t have = strlen(field), add = strlen(value);
+        if (have + 1 + add >= kd->size)
+            return fail_at(ps, section, name, NULL, "value too long after continuation lines");
+        field[have] = ' ';
+        memcpy(field + have + 1, value, add + 1);
+        return 1;
+    }
+    if (ps->job->key_line[k] > 0) {
+        snprintf(why, sizeof why, "given twice (first on line %d); keep one", ps->job->key_line[k]);
+        return fail_at(ps, section, name, NULL, why);
+    }
+    if (assign(ps->job, kd, value, why, sizeof why) != 0)
+        return fail_at(ps, section, name, NULL, why);
+    ps->job->key_line[k] = ps->line;
+    snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
+    snprintf(ps->last_key, sizeof ps->last_key, "%s", name);
+    return 1;
+}
+
+/* Bytes of a whole file, NUL-terminated; NULL with errno on failure. */
+static char *slurp(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = ddp_malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n > max)
+            break;
+        if (cap - n - 1 == 0)
+            buf = ddp_realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+#define JOB_FILE_MAX (1 << 20) /* a job file is a page of text; refuse anything absurd */
+
+int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen)
+{
+    snprintf(job->path, sizeof job->path, "%s", path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ddp_err(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+    struct parse_state ps = {.job = job, .f = f, .err = err, .errlen = errlen};
+    int rc = ini_parse_stream(read_line, &ps, on_value, &ps);
+    fclose(f);
+    if (ps.line_too_long && (!ps.failed || ps.line_too_long <= ps.line))
+        return ddp_err(err, errlen,
+                       "%s:%d: line longer than %d characters; continue a long value on "
+                       "the next line, indented",
+                       path, ps.line_too_long, 198);
+    if (ps.failed)
+        return -1;
+    if (rc > 0)
+        return ddp_err(err, errlen,
+                       "%s:%d: not INI syntax; expected [section], key = value, or ; comment",
+                       path, rc);
+    if (rc < 0)
+        return ddp_err(err, errlen, "%s: cannot read job file", path);
+    free(job->text);
+    job->text = slurp(path, JOB_FILE_MAX);
+    if (!job->text)
+        return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(errno));
+    if (strlen(job->text) > JOB_FILE_MAX)
+        return ddp_err(err, errlen, "%s: larger than %d bytes; is this a job file?", path,
+                       JOB_FILE_MAX);
+    return 0;
+}
+
+int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t errlen)
+{
+    char buf[DDP_LAYERS_MAX + 128];
+    if (strlen(assignment) >= sizeof buf)
+        return ddp_err(err, errlen, "--set %.40s...: too long", assignment);
+    snprintf(buf, sizeof buf, "%s", assignment);
+    char *eq = strchr(buf, '=');
+    char *dot = strchr(buf, '.');
+    if (!eq || !dot || dot > eq)
+        return ddp_err(err, errlen, "--set %s: expected SECTION.KEY=VALUE, e.g. train.epochs=2",
+                       assignment);
+    *eq = '\0';
+    *dot = '\0';
+    char section[64], key[64];
+    lower_trim(buf, section, sizeof section);
+    lower_trim(dot + 1, key, sizeof key);
+    const char *value = eq + 1;
+    while (*value == ' ')
+        value++;
+    int k = find_key(section, key);
+    if (k < 0)
+        return ddp_err(err, errlen, "--set %s.%s: unknown %s; see docs/job-file.md", section, key,
+                       section_known(section) ? "key" : "section");
+    char why[DDP_ERR_LEN];
+    if (assign(job, &g_keys[k], value, why, sizeof why) != 0)
+        return ddp_err(err, errlen, "--set %s.%s: %s", section, key, why);
+    job->key_line[k] = -1;
+    return 0;
+}
+
+const char *ddp_job_where(const struct ddp_job *job, const char *section, const char *key,
+                          char *buf, size_t len)
+{
+    int k = find_key(section, key);
+    int line = k >= 0 ? job->key_line[k] : 0;
+    if (line > 0)
+        snprintf(buf, len, "%s:%d: [%s] %s", job->path, line, section, key);
+    else if (line < 0)
+        snprintf(buf, len, "--set %s.%s", section, key);
+    else if (job->path[0])
+        snprintf(buf, len, "%s: [%s] %s (default)", job->path, section, key);
+    else
+        snprintf(buf, len, "[%s] %s (default)", section, key);
+    return buf;
+}
+
+int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen)
+{
+    char where[DDP_PATH_MAX + 64];
+    if (job->nesterov && job->momentum <= 0)
+        return ddp_err(err, errlen, "%s: Nesterov momentum needs momentum > 0; set [optim] "
+                       "momentum or nesterov = false",
+                       ddp_job_where(job, "optim", "nesterov", where, sizeof where));
+    if (job->optim != DDP_OPTIM_SGD && job->momentum != 0)
+        return ddp_err(err, errlen, "%s: momentum applies to sgd only; for adam/adamw use "
+                       "beta1",
+                       ddp_job_where(job, "optim", "momentum", where, sizeof where));
+    if (job->output[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected a directory for the run's files",
+                       ddp_job_where(job, "job", "output", where, sizeof where));
+    if (job->data_file[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected an HDF5 dataset path",
+                       ddp_job_where(job, "data", "file", where, sizeof where));
+    if (job->data_train[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected a group such as /train",
+                       ddp_job_where(job, "data", "train", where, sizeof where));
+    return 0;
+}
+
+void ddp_job_write(const struct ddp_job *job, FILE *f)
+{
+    const char *section = "";
+    fprintf(f, "; effective job: %s with defaults and --set overrides applied\n",
+            job->path[0] ? job->path : "(defaults)");
+    for (int i = 0; i < NKEYS; i++) {
+        const struct key_def *k = &g_keys[i];
+        if (strcmp(section, k->section) != 0) {
+            section = k->section;
+            fprintf(f, "%s[%s]\n", i ? "\n" : "", section);
+        }
+        char v[DDP_LAYERS_MAX];
+        format_value(job, k, v, sizeof v);
+        /* Values longer than inih's line buffer are folded into continuation lines. */
+        size_t n = strlen(v), col = strlen(k->key) + 3;
+        fprintf(f, "%s = ", k->key);
+        const char *p = v;
+        while (n > 0) {
+            size_t take = n;
+            if (col + take > 150) {
+                take = 150 - col;
+                while (take > 1 && p[take] != ' ')
+                    take--;
+            }
+            fprintf(f, "%.*s\n", (int)take, p);
+            p += take;
+            n -= take;
+            while (n > 0 && *p == ' ') {
+                p++;
+                n--;
+            }
+            if (n > 0)
+                fprintf(f, "    ");
+            col = 4;
+        }
+        if (v[0] == '\0')
+            fprintf(f, "\n");
+    }
+}
+
+void ddp_job_log_lines(const struct ddp_job *job, void (*emit)(const char *line))
+{
+    char line[DDP_LAYERS_MAX + 1024];
+    size_t used = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        const struct key_def *k = &g_keys[i];
+        if (i == 0 || strcmp(g_keys[i - 1].section, k->section) != 0)
+            used = (size_t)snprintf(line, sizeof line, "  [%s]", k->section);
+        char v[DDP_LAYERS_MAX];
+        format_value(job, k, v, sizeof v);
+        if (used < sizeof line)
+            used += (size_t)snprintf(line + used, sizeof line - used, " %s=%s", k->key, v);
+        if (i == NKEYS - 1 || strcmp(g_keys[i + 1].section, k->section) != 0)
+            emit(line);
+    }
+}
+
+void ddp_job_write_reference(FILE *f)
+{
+    const char *section = "";
+    fprintf(f, "# Job file reference\n\n"
+               "Generated by `ddptrain --job-reference` from the schema in src/config.c.\n"
+               "Every key may also be given on the command line as `--set SECTION.KEY=VALUE`.\n"
+               "Unknown sections or keys, values of the wrong type or out of range, and a key\n"
+               "given twice are errors that name the file, line and key (exit 2). A long value\n"
+               "continues on the next line when that line starts with blanks.\n");
+    for (int i = 0; i < NKEYS; i++) {
+        const struct key_def *k = &g_keys[i];
+        if (strcmp(section, k->section) != 0) {
+            section = k->section;
+            fprintf(f, "\n## [%s]\n\n| key | type | default | range | meaning |\n"
+                       "|---|---|---|---|---|\n", section);
+        }
+        char range[96] = "";
+        static const char *tn[] = {"integer", "number", "boolean", "text", "choice", "integer"};
+        if (k->type == T_INT || k->type == T_INT_AUTO || k->type == T_FLOAT)
+            snprintf(range, sizeof range, "%g to %g%s", k->min, k->max,
+                     k->type == T_INT_AUTO ? ", or auto" : "");
+        else if (k->type == T_ENUM)
+            snprintf(range, sizeof range, "%s", k->choices);
+        for (char *p = range; *p; p++)
+            if (*p == '|')
+                *p = '/';
+        fprintf(f, "| `%s` | %s | `%s` | %s | %s |\n", k->key, tn[k->type], k->def, range,
+                k->doc);
+    }
+}
+
+void ddp_job_free(struct ddp_job *job)
+{
+    if (job)
+        DDP_FREE(job->text);
+}

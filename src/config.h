@@ -1,0 +1,93 @@
+/*
+ * config.h - the job file: one schema table (section, key, type, default, range, doc) drives
+ * parsing, `--set SECTION.KEY=VALUE` overrides, validation, the effective job written to the
+ * output directory, and docs/job-file.md.
+ *
+ * Errors: ddp_job_load and ddp_job_set return -1 with ONE line in err of the form
+ *   "FILE:LINE: [section] key: what was wrong; expected ...". main exits DDP_EXIT_USAGE.
+ * This module does not open datasets or interpret [model] layers (nn/model.c does; it asks
+ * ddp_job_where for the line to blame).
+ */
+#ifndef DDP_CONFIG_H
+#define DDP_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DDP_PATH_MAX 1024
+#define DDP_LAYERS_MAX 4096 /* characters of [model] layers, continuation lines joined */
+#define DDP_JOB_KEYS_MAX 64 /* schema rows; the table in config.c has fewer */
+
+enum ddp_optim_kind { DDP_OPTIM_SGD, DDP_OPTIM_ADAM, DDP_OPTIM_ADAMW };
+enum ddp_schedule { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE };
+enum ddp_lr_scaling { DDP_LR_SCALING_NONE, DDP_LR_SCALING_LINEAR, DDP_LR_SCALING_SQRT };
+enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32 };
+enum ddp_dist_backend { DDP_DIST_AUTO, DDP_DIST_NCCL, DDP_DIST_MPI, DDP_DIST_NONE };
+enum ddp_bootstrap { DDP_BOOTSTRAP_AUTO, DDP_BOOTSTRAP_PMI2, DDP_BOOTSTRAP_MPI, DDP_BOOTSTRAP_TCP };
+
+struct ddp_job {
+    char path[DDP_PATH_MAX]; /* the job file as given */
+    char *text;              /* the job file's bytes (owned; kept for checkpoints) */
+
+    /* [job] */
+    char name[128];
+    int64_t seed;
+    char output[DDP_PATH_MAX];
+    /* [data] */
+    char data_file[DDP_PATH_MAX];
+    char data_train[256];
+    char data_test[256];
+    int64_t batch_size; /* per rank */
+    int shuffle;
+    int drop_last;
+    int64_t cache_mb; /* keep a split in memory when its images need at most this */
+    /* [model] */
+    char layers[DDP_LAYERS_MAX];
+    char init[DDP_PATH_MAX]; /* "pytorch" or a path */
+    /* [optim] */
+    int optim;      /* enum ddp_optim_kind */
+    double lr, momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
+    int nesterov;
+    int lr_scaling; /* enum ddp_lr_scaling */
+    int schedule;   /* enum ddp_schedule */
+    int64_t step_epochs;
+    /* [train] */
+    int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
+    int precision; /* enum ddp_precision */
+    /* [checkpoint] */
+    int64_t ckpt_every_epochs, ckpt_every_steps, ckpt_keep;
+    char resume[DDP_PATH_MAX];
+    char signals[128];
+    /* [dist] */
+    int backend;   /* enum ddp_dist_backend */
+    int bootstrap; /* enum ddp_bootstrap */
+    double bucket_mb, timeout_s;
+    int64_t port, check_every;
+    int sync_bn;
+
+    /* Where each schema key got its value: 0 default, -1 --set, else the file's line. */
+    int key_line[DDP_JOB_KEYS_MAX];
+};
+
+/* Defaults for every key (no file). */
+void ddp_job_defaults(struct ddp_job *job);
+/* Parse path over the defaults. */
+int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen);
+/* Apply one "section.key=value" override (from --set); blamed as "--set". */
+int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t errlen);
+/* Cross-key checks after all overrides (e.g. nesterov needs momentum). */
+int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen);
+/* "FILE:LINE: [section] key" (or "--set section.key", or "[section] key (default)"), for
+ * modules that find a value wrong later. Returns buf. */
+const char *ddp_job_where(const struct ddp_job *job, const char *section, const char *key,
+                          char *buf, size_t len);
+/* Write every key with its effective value, as a loadable INI file. */
+void ddp_job_write(const struct ddp_job *job, FILE *f);
+/* The effective job as one line per section ("  [optim] name=sgd lr=0.1 ..."), for the log. */
+void ddp_job_log_lines(const struct ddp_job *job, void (*emit)(const char *line));
+/* The schema as Markdown (docs/job-file.md is generated from it). */
+void ddp_job_write_reference(FILE *f);
+void ddp_job_free(struct ddp_job *job); /* frees text; accepts a zeroed job */
+
+#endif

@@ -1,0 +1,393 @@
+/*
+ * cmd_data.c - `ddptrain data`: import IDX sets, synthesise datasets, describe a file.
+ * The reference is docs/data.md. This file only parses arguments, maps errors to exit
+ * codes (usage 2, bad input or unwritable output 3) and prints; the work is in idx.c,
+ * synth.c and h5data.c.
+ */
+#include "cli.h"
+#include "data/h5data.h"
+#include "data/idx.h"
+#include "data/synth.h"
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* `info` prints a per-class histogram up to this many classes, a summary beyond. */
+#define INFO_MAX_HIST_CLASSES 1000
+/* Histogram entries per printed line. */
+#define INFO_HIST_PER_LINE 10
+
+static const char usage_text[] =
+    "usage: ddptrain data idx --dir DIR -o OUT.h5 [--classes K] [--source TEXT]\n"
+    "       ddptrain data idx --train-images F --train-labels F --test-images F\n"
+    "                         --test-labels F -o OUT.h5 [--classes K] [--source TEXT]\n"
+    "       ddptrain data synth -o OUT.h5 [--shape 1,28,28 | --shape 784] [--classes 10]\n"
+    "                         [--train 60000] [--test 10000] [--seed 0]\n"
+    "                         [--dtype uint8|float32] [--noise 0.3]\n"
+    "       ddptrain data info FILE.h5\n"
+    "\n"
+    "  idx    import an MNIST-style IDX set (raw or .gz) into the HDF5 layout:\n"
+    "         /train and /test with images (N,1,H,W) uint8 and labels (N,) uint8;\n"
+    "         --dir finds train-images-idx3-ubyte, train-labels-idx1-ubyte,\n"
+    "         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (each raw or .gz);\n"
+    "         --classes defaults to the largest label + 1\n"
+    "  synth  write a learnable synthetic set (prototypes + noise, deterministic for a\n"
+    "         seed, generated in chunks so N may exceed memory)\n"
+    "  info   list groups, shapes, dtypes, classes and the class histogram\n"
+    "\n"
+    "OUT is written as OUT.tmp and renamed when complete.\n"
+    "Exit codes: 0 done, 2 usage error, 3 bad input file or OUT cannot be written.\n"
+    "Reference: docs/data.md\n";
+
+/* Usage error: one line on stderr and a pointer to --help; returns DDP_EXIT_USAGE. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    char msg[2 * DDP_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ddp_warn("data: %s (see `ddptrain data --help`)", msg);
+    return DDP_EXIT_USAGE;
+}
+
+static int is_help(const char *s) { return !strcmp(s, "--help") || !strcmp(s, "-h"); }
+
+/* Match option `name` at argv[*i] as "--name VALUE" or "--name=VALUE"; sets *val and
+ * advances *i past a separate value. Returns 1 matched, 0 not this option, -1 when the
+ * value is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+/* Parse an integer option within [lo, hi]; usage error text into msg on failure. */
+static int parse_range(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                       char *msg, size_t len)
+{
+    if (ddp_parse_i64(s, out) != 0 || *out < lo || *out > hi) {
+        snprintf(msg, len, "%s `%s`: expected an integer in [%lld, %lld]", name, s,
+                 (long long)lo, (long long)hi);
+        return -1;
+    }
+    return 0;
+}
+
+/* "1,28,28", "1x28x28" or "784" into rank/dims. */
+static int parse_shape(const char *s, int *rank, int64_t dims[3])
+{
+    char buf[128];
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    snprintf(buf, sizeof buf, "%s", s);
+    int r = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",x", &save); t; t = strtok_r(NULL, ",x", &save)) {
+        if (r == 3 || ddp_parse_i64(t, &dims[r]) != 0 || dims[r] <= 0)
+            return -1;
+        r++;
+    }
+    if (r != 1 && r != 3)
+        return -1;
+    *rank = r;
+    return 0;
+}
+
+/* Text of the command line, for the `source` attribute. */
+static void command_text(int argc, char **argv, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "ddptrain");
+    for (int i = 0; i < argc && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, " %s", argv[i]);
+}
+
+static int cmd_idx(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL, *source = NULL, *classes_s = NULL;
+    const char *f[4] = {NULL, NULL, NULL, NULL};
+    static const char *const fname[4] = {"--train-images", "--train-labels", "--test-images",
+                                         "--test-labels"};
+    for (int i = 1; i < argc; i++) {
+        int m = 0, k;
+        if (is_help(argv[i])) {
+            fputs(usage_text, stdout);
+            return DDP_EXIT_OK;
+        }
+        if ((m = opt_value(argc, argv, &i, "--dir", &dir)) ||
+            (m = opt_value(argc, argv, &i, "-o", &out)) ||
+            (m = opt_value(argc, argv, &i, "--output", &out)) ||
+            (m = opt_value(argc, argv, &i, "--source", &source)) ||
+            (m = opt_value(argc, argv, &i, "--classes", &classes_s))) {
+            if (m < 0)
+                return usage_error("idx: option %s needs a value", argv[i]);
+            continue;
+        }
+        for (k = 0; k < 4; k++)
+            if ((m = opt_value(argc, argv, &i, fname[k], &f[k])) != 0)
+                break;
+        if (m < 0)
+            return usage_error("idx: option %s needs a value", argv[i]);
+        if (m == 0)
+            return usage_error("idx: unknown argument `%s`", argv[i]);
+    }
+    if (!out)
+        return usage_error("idx: -o OUT.h5 is required");
+    int nf = !!f[0] + !!f[1] + !!f[2] + !!f[3];
+    if (dir && nf)
+        return usage_error("idx: give either --dir or the four file options, not both");
+    if (!dir && nf != 4) {
+        for (int k = 0; k < 4; k++)
+            if (!f[k])
+                return usage_error("idx: %s is missing; give --dir DIR or all four of "
+                                   "--train-images, --train-labels, --test-images, --test-labels",
+                                   fname[k]);
+    }
+    int64_t classes = 0;
+    char msg[DDP_ERR_LEN], err[DDP_ERR_LEN];
+    if (classes_s && parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg,
+                                 sizeof msg) != 0)
+        return usage_error("idx: %s", msg);
+
+    ddp_idx_files files;
+    if (dir) {
+        if (ddp_idx_find(dir, &files, err, sizeof err) != 0) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_DATA;
+        }
+    } else {
+        char *dst[4] = {files.train_images, files.train_labels, files.test_images,
+                        files.test_labels};
+        for (int k = 0; k < 4; k++) {
+            if (strlen(f[k]) >= DDP_IDX_MAX_PATH)
+                return usage_error("idx: %s path is too long", fname[k]);
+            snprintf(dst[k], DDP_IDX_MAX_PATH, "%s", f[k]);
+        }
+    }
+    char src[1024];
+    if (source)
+        snprintf(src, sizeof src, "%s", source);
+    else
+        command_text(argc, argv, src, sizeof src);
+    ddp_idx_summary sum;
+    double t0 = ddp_now();
+    if (ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_DATA;
+    }
+    char shape[96];
+    if (sum.rank == 1)
+        snprintf(shape, sizeof shape, "%lld", (long long)sum.dims[0]);
+    else
+        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)sum.dims[0],
+                 (long long)sum.dims[1], (long long)sum.dims[2]);
+    printf("wrote %s: /train %lld x %s uint8 (labels %d..%d), /test %lld x %s uint8 (labels "
+           "%d..%d), classes %d, %.1f s\n", out, (long long)sum.n_train, shape,
+           sum.label_min[0], sum.label_max[0], (long long)sum.n_test, shape, sum.label_min[1],
+           sum.label_max[1], sum.classes, ddp_now() - t0);
+    return DDP_EXIT_OK;
+}
+
+static int cmd_synth(int argc, char **argv)
+{
+    ddp_synth_spec spec;
+    ddp_synth_defaults(&spec);
+    const char *out = NULL;
+    char msg[DDP_ERR_LEN], err[DDP_ERR_LEN];
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int64_t x;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(usage_text, stdout);
+            return DDP_EXIT_OK;
+        }
+        if ((m = opt_value(argc, argv, &i, "-o", &out)) ||
+            (m = opt_value(argc, argv, &i, "--output", &out))) {
+            if (m < 0)
+                return usage_error("synth: option %s needs a value", argv[i]);
+        } else if ((m = opt_value(argc, argv, &i, "--shape", &v))) {
+            if (m < 0 || parse_shape(v, &spec.rank, spec.dims) != 0)
+                return usage_error("synth: --shape `%s`: expected C,H,W (e.g. 1,28,28) or D "
+                                   "(e.g. 784), positive integers", m < 0 ? "" : v);
+        } else if ((m = opt_value(argc, argv, &i, "--classes", &v))) {
+            if (m < 0 || parse_range("--classes", v, 2, DDP_H5_MAX_CLASSES, &x, msg, sizeof msg))
+                return usage_error("synth: %s", m < 0 ? "--classes needs a value" : msg);
+            spec.classes = (int)x;
+        } else if ((m = opt_value(argc, argv, &i, "--train", &v))) {
+            if (m < 0 || parse_range("--train", v, 1, DDP_H5_MAX_SAMPLES, &x, msg, sizeof msg))
+                return usage_error("synth: %s", m < 0 ? "--train needs a value" : msg);
+            spec.n_train = x;
+        } else if ((m = opt_value(argc, argv, &i, "--test", &v))) {
+            if (m < 0 || parse_range("--test", v, 1, DDP_H5_MAX_SAMPLES, &x, msg, sizeof msg))
+                return usage_error("synth: %s", m < 0 ? "--test needs a value" : msg);
+            spec.n_test = x;
+        } else if ((m = opt_value(argc, argv, &i, "--seed", &v))) {
+            if (m < 0 || parse_range("--seed", v, 0, INT64_MAX, &x, msg, sizeof msg))
+                return usage_error("synth: %s", m < 0 ? "--seed needs a value" : msg);
+            spec.seed = (uint64_t)x;
+        } else if ((m = opt_value(argc, argv, &i, "--dtype", &v))) {
+            if (m > 0 && !strcmp(v, "uint8"))
+                spec.dtype = DDP_H5DTYPE_UINT8;
+            else if (m > 0 && !strcmp(v, "float32"))
+                spec.dtype = DDP_H5DTYPE_FLOAT32;
+            else
+                return usage_error("synth: --dtype `%s`: expected uint8 or float32",
+                                   m > 0 ? v : "");
+        } else if ((m = opt_value(argc, argv, &i, "--noise", &v))) {
+            double d;
+            if (m < 0 || ddp_parse_f64(v, &d) != 0)
+                return usage_error("synth: --noise `%s`: expected a number", m > 0 ? v : "");
+            spec.noise = d;
+        } else {
+            return usage_error("synth: unknown argument `%s`", argv[i]);
+        }
+    }
+    if (!out)
+        return usage_error("synth: -o OUT.h5 is required");
+    if (ddp_synth_check(&spec, err, sizeof err) != 0)
+        return usage_error("synth: %s", err);
+    double t0 = ddp_now();
+    if (ddp_synth_write(&spec, out, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_DATA;
+    }
+    printf("wrote %s: /train %lld, /test %lld samples of %s, %d classes, seed %llu, %.1f s\n",
+           out, (long long)spec.n_train, (long long)spec.n_test, ddp_h5dtype_name(spec.dtype),
+           spec.classes, (unsigned long long)spec.seed, ddp_now() - t0);
+    return DDP_EXIT_OK;
+}
+
+/* Print one split; returns an exit code (3 when it does not validate). */
+static int info_split(const char *path, const char *group)
+{
+    char err[DDP_ERR_LEN];
+    ddp_h5split *s = ddp_h5split_open(path, group, err, sizeof err);
+    if (!s) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_DATA;
+    }
+    int64_t n = ddp_h5split_count(s), dims[3];
+    int rank = ddp_h5split_shape(s, dims);
+    char shape[128];
+    if (rank == 1)
+        snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)n, (long long)dims[0]);
+    else
+        snprintf(shape, sizeof shape, "(%lld, %lld, %lld, %lld)", (long long)n,
+                 (long long)dims[0], (long long)dims[1], (long long)dims[2]);
+    const int32_t *lab = ddp_h5split_labels(s);
+    int32_t lo = lab[0], hi = lab[0];
+    for (int64_t i = 1; i < n; i++) {
+        lo = lab[i] < lo ? lab[i] : lo;
+        hi = lab[i] > hi ? lab[i] : hi;
+    }
+    int classes = ddp_h5split_classes(s);
+    printf("%s: %lld samples, images %s %s, labels (%lld,) %s, classes %s%d, labels %d..%d\n",
+           group, (long long)n, shape, ddp_h5dtype_name(ddp_h5split_dtype(s)), (long long)n,
+           ddp_h5split_labels_type(s), classes > 0 ? "" : "(no attribute) ",
+           classes > 0 ? classes : (int)hi + 1, (int)lo, (int)hi);
+    int hn = classes > 0 ? classes : (int)hi + 1;
+    if (lo >= 0 && hi < DDP_H5_MAX_CLASSES) {
+        int64_t *hist = ddp_calloc((size_t)(hi + 1 > hn ? hi + 1 : hn), sizeof *hist);
+        for (int64_t i = 0; i < n; i++)
+            hist[lab[i]]++;
+        if (hn <= INFO_MAX_HIST_CLASSES) {
+            for (int k = 0; k < hn; k++)
+                printf("%s%d:%lld%s", k % INFO_HIST_PER_LINE ? " " : "  ", k,
+                       (long long)hist[k],
+                       (k % INFO_HIST_PER_LINE == INFO_HIST_PER_LINE - 1 || k == hn - 1) ? "\n"
+                                                                                          : "");
+        } else {
+            int64_t mn = INT64_MAX, mx = 0, present = 0;
+            for (int k = 0; k < hn; k++) {
+                present += hist[k] > 0;
+                mn = hist[k] < mn ? hist[k] : mn;
+                mx = hist[k] > mx ? hist[k] : mx;
+            }
+            printf("  %lld of %d classes present, %lld..%lld samples per class\n",
+                   (long long)present, hn, (long long)mn, (long long)mx);
+        }
+        free(hist);
+    }
+    int rc = DDP_EXIT_OK;
+    if (ddp_h5split_check_labels(s, hn, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        rc = DDP_EXIT_DATA;
+    }
+    ddp_h5split_close(s);
+    return rc;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(usage_text, stdout);
+            return DDP_EXIT_OK;
+        }
+        if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return usage_error("info: unknown option `%s`", argv[i]);
+        if (path)
+            return usage_error("info: one file at a time (`%s` and `%s`)", path, argv[i]);
+        path = argv[i];
+    }
+    if (!path)
+        return usage_error("info: FILE.h5 is required");
+    char err[DDP_ERR_LEN], source[1024];
+    char **groups = NULL;
+    int ng = ddp_h5data_groups(path, &groups, err, sizeof err);
+    if (ng < 0 || ddp_h5data_source(path, source, sizeof source, err, sizeof err) != 0) {
+        ddp_h5data_free_names(groups, ng);
+        ddp_warn("%s", err);
+        return DDP_EXIT_DATA;
+    }
+    if (ng == 0) {
+        ddp_warn("%s: holds no groups; expected /train and /test with images and labels "
+                 "(see docs/data.md)", path);
+        return DDP_EXIT_DATA;
+    }
+    printf("%s: source \"%s\"\n", path, source);
+    int rc = DDP_EXIT_OK;
+    for (int g = 0; g < ng; g++) {
+        int r = info_split(path, groups[g]);
+        if (r != DDP_EXIT_OK)
+            rc = r;
+    }
+    ddp_h5data_free_names(groups, ng);
+    return rc;
+}
+
+int ddp_cmd_data(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("a subcommand is required: idx, synth or info");
+    const char *sub = argv[1];
+    if (is_help(sub)) {
+        fputs(usage_text, stdout);
+        return DDP_EXIT_OK;
+    }
+    if (!strcmp(sub, "idx"))
+        return cmd_idx(argc - 1, argv + 1);
+    if (!strcmp(sub, "synth"))
+        return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(sub, "info"))
+        return cmd_info(argc - 1, argv + 1);
+    return usage_error("unknown subcommand `%s`; expected idx, synth or info", sub);
+}

@@ -1,0 +1,1161 @@
+/*
+ * h5data.c - HDF5 dataset reader (validation, labels, cache, hyperslab row reads) and the
+ * tmp-then-rename writer. See h5data.h for the layout and the contracts.
+ *
+ * Every public function silences HDF5's own error printing for its duration (the setting
+ * is per thread in a thread-safe HDF5, so the prefetch thread needs it too) and reports
+ * one line of its own, with HDF5's innermost message appended where it helps.
+ *
+ * Legend: N samples, D elements per sample (C*H*W for images), n samples per read.
+ */
+#include "data/h5data.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Largest single H5Dread when filling the cache: some POSIX read paths stop at 2 GiB. */
+#define H5_CACHE_READ_BYTES ((size_t)256 << 20)
+/* Labels are converted in pieces of this many values (bounded temporary memory). */
+#define H5_LABEL_CHUNK ((int64_t)1 << 20)
+/* Longest `source` attribute read back; the rest is cut (it is a description). */
+#define H5_MAX_SOURCE_LEN 4096
+
+/* ------------------------------------------------------------------------------------ */
+/* HDF5 error handling                                                                   */
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} h5_quiet;
+
+/* Turn off HDF5's stack printing for this thread; quiet_off restores it. */
+static void quiet_on(h5_quiet *q)
+{
+    q->func = NULL;
+    q->data = NULL;
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void quiet_off(const h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+typedef struct {
+    char *buf;
+    size_t len;
+} h5_msg;
+
+/* Error stack walker: keep the innermost (first, walking upward) description. */
+static herr_t walk_first(unsigned n, const H5E_error2_t *e, void *data)
+{
+    h5_msg *m = data;
+    if (n == 0 && e->desc)
+        snprintf(m->buf, m->len, "%s", e->desc);
+    return 0;
+}
+
+/* HDF5's innermost error description for the current thread ("" when none). */
+static const char *h5_reason(char *buf, size_t len)
+{
+    h5_msg m = {buf, len};
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, &m);
+    for (char *p = buf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return buf;
+}
+
+/* Name of an HDF5 datatype in numpy words ("uint8", "int16", "float64", "string", ...). */
+static void type_name(hid_t t, char *buf, size_t len)
+{
+    H5T_class_t cls = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    switch (cls) {
+    case H5T_INTEGER:
+        snprintf(buf, len, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", 8 * sz);
+        break;
+    case H5T_FLOAT:
+        snprintf(buf, len, "float%zu", 8 * sz);
+        break;
+    case H5T_STRING:
+        snprintf(buf, len, "string");
+        break;
+    case H5T_COMPOUND:
+        snprintf(buf, len, "compound");
+        break;
+    case H5T_ENUM:
+        snprintf(buf, len, "enum");
+        break;
+    case H5T_ARRAY:
+        snprintf(buf, len, "array");
+        break;
+    case H5T_BITFIELD:
+        snprintf(buf, len, "bitfield");
+        break;
+    case H5T_OPAQUE:
+        snprintf(buf, len, "opaque");
+        break;
+    case H5T_REFERENCE:
+        snprintf(buf, len, "reference");
+        break;
+    case H5T_VLEN:
+        snprintf(buf, len, "vlen");
+        break;
+    default:
+        snprintf(buf, len, "unknown type");
+        break;
+    }
+}
+
+/* "60000x28x28" into buf. */
+static void shape_str(const hsize_t *d, int rank, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? "x" : "", (unsigned long long)d[i]);
+    if (rank == 0)
+        snprintf(buf, len, "scalar");
+}
+
+const char *ddp_h5dtype_name(enum ddp_h5dtype t)
+{
+    return t == DDP_H5DTYPE_UINT8 ? "uint8" : t == DDP_H5DTYPE_FLOAT32 ? "float32" : "?";
+}
+
+/* Normalise "train" to "/train" into buf; -1 when empty or too long. */
+static int group_path(const char *group, char *buf, size_t len)
+{
+    if (!group || !group[0])
+        return -1;
+    int k = snprintf(buf, len, "%s%s", group[0] == '/' ? "" : "/", group);
+    return (k < 0 || (size_t)k >= len) ? -1 : 0;
+}
+
+/* 1 if every component of the absolute link path exists as a link under file. */
+static int path_exists(hid_t file, const char *gpath)
+{
+    char tmp[DDP_H5_MAX_GROUP_LEN + 2];
+    snprintf(tmp, sizeof tmp, "%s", gpath);
+    for (char *p = tmp + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (strcmp(tmp, "/") != 0 && H5Lexists(file, tmp, H5P_DEFAULT) <= 0)
+                return 0;
+            *p = c;
+            if (c == '\0')
+                return 1;
+        }
+    }
+}
+
+/* Open path read-only with file locking off; fills err naming the file on failure.
+ * Distinguishes a missing file, a non-HDF5 file and an HDF5 file that will not open. */
+static hid_t open_readonly(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    char why[256];
+    if (stat(path, &st) != 0) {
+        ddp_err(err, errlen, "%s: cannot open: %s; give the path of an HDF5 dataset "
+                "(make one with `ddptrain data idx` or `ddptrain data synth`)",
+                path, strerror(errno));
+        return H5I_INVALID_HID;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ddp_err(err, errlen, "%s: not a regular file; give the path of an HDF5 dataset", path);
+        return H5I_INVALID_HID;
+    }
+    htri_t is = H5Fis_hdf5(path);
+    if (is <= 0) {
+        ddp_err(err, errlen, "%s: not an HDF5 file (no HDF5 signature); convert it with "
+                "`ddptrain data idx` or write it with h5py", path);
+        return H5I_INVALID_HID;
+    }
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) {
+        ddp_err(err, errlen, "%s: HDF5 property list: %s", path, h5_reason(why, sizeof why));
+        return H5I_INVALID_HID;
+    }
+    /* Locking off: readers on shared file systems (Lustre, NFS) must not need flock. */
+    H5Pset_file_locking(fapl, 0, 1);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0)
+        ddp_err(err, errlen, "%s: HDF5 cannot open it (%s); the file may be truncated or "
+                "corrupt, re-create it", path, h5_reason(why, sizeof why));
+    return f;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Reader                                                                                */
+
+/* One requested sample: which row, and where it goes in the output. */
+typedef struct {
+    int64_t row;
+    int64_t pos;
+} row_req;
+
+struct ddp_h5split {
+    char *path;
+    char group[DDP_H5_MAX_GROUP_LEN + 2];
+    hid_t file, images;
+    hid_t fspace;       /* images file space, re-selected by each streamed read */
+    hid_t mspace;       /* (cap_rows * D) memory space of the row buffer */
+    int rank;           /* 1 for (N,D), 3 for (N,C,H,W) */
+    int file_rank;      /* 2 or 4 */
+    int64_t n;          /* N */
+    int64_t dims[3];    /* D, or C,H,W */
+    int64_t elems;      /* D */
+    size_t row_bytes;   /* D * sizeof(stored element) */
+    enum ddp_h5dtype dtype;
+    int classes;        /* `classes` attribute, 0 when absent */
+    char labels_type[32];
+    int32_t *labels;    /* (N) */
+    uint8_t *cache;     /* (N, D) as stored, or NULL */
+    row_req *reqs;      /* (cap_reqs) scratch: requests sorted by row */
+    int cap_reqs;
+    uint8_t *rows;      /* (cap_rows, D) scratch: distinct rows in file order */
+    int cap_rows;
+    float lut[256];     /* v / 255.0f */
+};
+
+/* Read the optional integer attribute `classes` of group g (0 when absent or odd). */
+static int read_classes_attr(hid_t g)
+{
+    int classes = 0;
+    if (H5Aexists(g, "classes") <= 0)
+        return 0;
+    hid_t a = H5Aopen(g, "classes", H5P_DEFAULT);
+    if (a < 0)
+        return 0;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER &&
+        H5Sget_simple_extent_npoints(sp) == 1) {
+        long long v = 0;
+        if (H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0 && v > 0 && v <= DDP_H5_MAX_CLASSES)
+            classes = (int)v;
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    if (sp >= 0)
+        H5Sclose(sp);
+    H5Aclose(a);
+    return classes;
+}
+
+/* Read labels dataset `lab` (rank 1, integer, n values) into s->labels as int32, in pieces,
+ * rejecting values that do not fit int32. */
+static int read_labels(ddp_h5split *s, hid_t lab, char *err, size_t errlen)
+{
+    int rc = -1;
+    char why[256];
+    int64_t chunk = s->n < H5_LABEL_CHUNK ? s->n : H5_LABEL_CHUNK;
+    long long *tmp = ddp_malloc((size_t)chunk * sizeof *tmp);
+    hid_t fsp = H5Dget_space(lab);
+    hid_t msp = H5I_INVALID_HID;
+    if (fsp < 0)
+        goto h5fail;
+    s->labels = ddp_malloc((size_t)s->n * sizeof *s->labels);
+    for (int64_t at = 0; at < s->n; at += chunk) {
+        int64_t k = s->n - at < chunk ? s->n - at : chunk;
+        hsize_t start = (hsize_t)at, count = (hsize_t)k;
+        msp = H5Screate_simple(1, &count, NULL);
+        if (msp < 0 || H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
+            H5Dread(lab, H5T_NATIVE_LLONG, msp, fsp, H5P_DEFAULT, tmp) < 0)
+            goto h5fail;
+        H5Sclose(msp);
+        msp = H5I_INVALID_HID;
+        for (int64_t i = 0; i < k; i++) {
+            if (tmp[i] < INT32_MIN || tmp[i] > INT32_MAX) {
+                ddp_err(err, errlen, "%s: %s/labels: value %lld at index %lld does not fit "
+                        "int32; labels must be class numbers in [0, classes)",
+                        s->path, s->group, tmp[i], (long long)(at + i));
+                goto fail;
+            }
+            s->labels[at + i] = (int32_t)tmp[i];
+        }
+    }
+    rc = 0;
+    goto fail;
+h5fail:
+    ddp_err(err, errlen, "%s: %s/labels: read failed (%s); the file may be truncated or "
+            "corrupt, re-create it", s->path, s->group, h5_reason(why, sizeof why));
+fail:
+    if (msp >= 0)
+        H5Sclose(msp);
+    if (fsp >= 0)
+        H5Sclose(fsp);
+    free(tmp);
+    return rc;
+}
+
+/* Open dataset `name` in group g, or fill err: missing, or not a dataset. */
+static hid_t open_member(hid_t g, const char *path, const char *group, const char *name,
+                         const char *expect, char *err, size_t errlen)
+{
+    if (H5Lexists(g, name, H5P_DEFAULT) <= 0) {
+        ddp_err(err, errlen, "%s: %s has no dataset `%s`; expected %s (see docs/data.md)",
+                path, group, name, expect);
+        return H5I_INVALID_HID;
+    }
+    H5O_info_t oi;
+    if (H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) {
+        ddp_err(err, errlen, "%s: %s/%s is not a dataset; expected %s (see docs/data.md)",
+                path, group, name, expect);
+        return H5I_INVALID_HID;
+    }
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    if (d < 0) {
+        char why[256];
+        ddp_err(err, errlen, "%s: %s/%s: cannot open (%s); the file may be corrupt, re-create it",
+                path, group, name, h5_reason(why, sizeof why));
+    }
+    return d;
+}
+
+ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    ddp_h5split *s = ddp_calloc(1, sizeof *s);
+    hid_t g = H5I_INVALID_HID, lab = H5I_INVALID_HID, ltype = H5I_INVALID_HID;
+    hid_t itype = H5I_INVALID_HID, lspace = H5I_INVALID_HID;
+    s->file = s->images = s->fspace = s->mspace = H5I_INVALID_HID;
+    s->path = ddp_strdup(path ? path : "");
+    for (int v = 0; v < 256; v++)
+        s->lut[v] = (float)v / 255.0f;
+
+    if (!path || !path[0]) {
+        ddp_err(err, errlen, "no dataset file given; set [data] file to an HDF5 dataset");
+        goto fail;
+    }
+    if (group_path(group, s->group, sizeof s->group) != 0) {
+        ddp_err(err, errlen, "%s: group name `%s` is empty or longer than %d characters; "
+                "give a group such as /train", path, group ? group : "", DDP_H5_MAX_GROUP_LEN);
+        goto fail;
+    }
+    s->file = open_readonly(path, err, errlen);
+    if (s->file < 0)
+        goto fail;
+    if (!path_exists(s->file, s->group)) {
+        ddp_err(err, errlen, "%s: no group %s; `ddptrain data info %s` lists the groups, "
+                "set [data] train/test to one of them", path, s->group, path);
+        goto fail;
+    }
+    g = H5Gopen2(s->file, s->group, H5P_DEFAULT);
+    if (g < 0) {
+        ddp_err(err, errlen, "%s: %s is not a group; expected a group holding `images` and "
+                "`labels`", path, s->group);
+        goto fail;
+    }
+
+    /* images: rank 2 or 4, uint8 or float32, each dimension > 0, bounded sample size */
+    s->images = open_member(g, path, s->group, "images",
+                            "images of shape (N, C, H, W) or (N, D)", err, errlen);
+    if (s->images < 0)
+        goto fail;
+    s->fspace = H5Dget_space(s->images);
+    int r = s->fspace >= 0 ? H5Sget_simple_extent_ndims(s->fspace) : -1;
+    hsize_t d[H5S_MAX_RANK];
+    char shp[128], tn[32];
+    if (r < 0 || r > H5S_MAX_RANK || H5Sget_simple_extent_dims(s->fspace, d, NULL) < 0) {
+        ddp_err(err, errlen, "%s: %s/images: cannot read its shape; re-create the file",
+                path, s->group);
+        goto fail;
+    }
+    shape_str(d, r, shp, sizeof shp);
+    if (r != 2 && r != 4) {
+        ddp_err(err, errlen, "%s: %s/images has rank %d (shape %s); expected (N, C, H, W) or "
+                "(N, D), e.g. reshape (N, H, W) to (N, 1, H, W)", path, s->group, r, shp);
+        goto fail;
+    }
+    s->file_rank = r;
+    s->rank = r == 2 ? 1 : 3;
+    s->elems = 1;
+    for (int i = 0; i < r; i++) {
+        if (d[i] == 0 && i > 0) {
+            ddp_err(err, errlen, "%s: %s/images has shape %s; every sample dimension must be "
+                    "> 0", path, s->group, shp);
+            goto fail;
+        }
+        if (i > 0) {
+            if (d[i] > (hsize_t)DDP_H5_MAX_SAMPLE_ELEMS ||
+                (s->elems *= (int64_t)d[i]) > DDP_H5_MAX_SAMPLE_ELEMS) {
+                ddp_err(err, errlen, "%s: %s/images has shape %s; a sample may hold at most "
+                        "%lld elements", path, s->group, shp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
+                goto fail;
+            }
+            s->dims[i - 1] = (int64_t)d[i];
+        }
+    }
+    if (d[0] == 0) {
+        ddp_err(err, errlen, "%s: %s/images is empty (shape %s); a split needs at least one "
+                "sample", path, s->group, shp);
+        goto fail;
+    }
+    if (d[0] > (hsize_t)DDP_H5_MAX_SAMPLES) {
+        ddp_err(err, errlen, "%s: %s/images has %llu samples; at most %lld are supported",
+                path, s->group, (unsigned long long)d[0], (long long)DDP_H5_MAX_SAMPLES);
+        goto fail;
+    }
+    s->n = (int64_t)d[0];
+    itype = H5Dget_type(s->images);
+    if (itype < 0)
+        goto h5fail;
+    if (H5Tget_class(itype) == H5T_INTEGER && H5Tget_size(itype) == 1 &&
+        H5Tget_sign(itype) == H5T_SGN_NONE) {
+        s->dtype = DDP_H5DTYPE_UINT8;
+        s->row_bytes = (size_t)s->elems;
+    } else if (H5Tget_class(itype) == H5T_FLOAT && H5Tget_size(itype) == 4) {
+        s->dtype = DDP_H5DTYPE_FLOAT32;
+        s->row_bytes = (size_t)s->elems * sizeof(float);
+    } else {
+        type_name(itype, tn, sizeof tn);
+        ddp_err(err, errlen, "%s: %s/images has dtype %s; expected uint8 (pixels 0..255) or "
+                "float32, convert it (e.g. numpy .astype('float32'))", path, s->group, tn);
+        goto fail;
+    }
+
+    /* labels: rank 1, integer, same N */
+    lab = open_member(g, path, s->group, "labels", "labels of shape (N,), an integer type",
+                      err, errlen);
+    if (lab < 0)
+        goto fail;
+    ltype = H5Dget_type(lab);
+    lspace = H5Dget_space(lab);
+    if (ltype < 0 || lspace < 0)
+        goto h5fail;
+    type_name(ltype, s->labels_type, sizeof s->labels_type);
+    if (H5Tget_class(ltype) != H5T_INTEGER) {
+        ddp_err(err, errlen, "%s: %s/labels has dtype %s; expected an integer type (class "
+                "numbers), convert it (e.g. numpy .astype('int32'))", path, s->group,
+                s->labels_type);
+        goto fail;
+    }
+    r = H5Sget_simple_extent_ndims(lspace);
+    if (r < 0 || r > H5S_MAX_RANK || H5Sget_simple_extent_dims(lspace, d, NULL) < 0)
+        goto h5fail;
+    shape_str(d, r, shp, sizeof shp);
+    if (r != 1) {
+        ddp_err(err, errlen, "%s: %s/labels has rank %d (shape %s); expected shape (N,), one "
+                "class number per sample", path, s->group, r, shp);
+        goto fail;
+    }
+    if ((int64_t)d[0] != s->n) {
+        ddp_err(err, errlen, "%s: %s: images has %lld samples but labels has %llu; both must "
+                "have the same N", path, s->group, (long long)s->n, (unsigned long long)d[0]);
+        goto fail;
+    }
+    s->classes = read_classes_attr(g);
+    if (read_labels(s, lab, err, errlen) != 0)
+        goto fail;
+
+    H5Tclose(itype);
+    H5Tclose(ltype);
+    H5Sclose(lspace);
+    H5Dclose(lab);
+    H5Gclose(g);
+    quiet_off(&q);
+    return s;
+
+h5fail: {
+    char why[256];
+    ddp_err(err, errlen, "%s: %s: HDF5 error (%s); the file may be truncated or corrupt, "
+            "re-create it", path, s->group, h5_reason(why, sizeof why));
+}
+fail:
+    if (itype >= 0)
+        H5Tclose(itype);
+    if (ltype >= 0)
+        H5Tclose(ltype);
+    if (lspace >= 0)
+        H5Sclose(lspace);
+    if (lab >= 0)
+        H5Dclose(lab);
+    if (g >= 0)
+        H5Gclose(g);
+    ddp_h5split_close(s);
+    quiet_off(&q);
+    return NULL;
+}
+
+void ddp_h5split_close(ddp_h5split *s)
+{
+    if (!s)
+        return;
+    h5_quiet q;
+    quiet_on(&q);
+    if (s->mspace >= 0)
+        H5Sclose(s->mspace);
+    if (s->fspace >= 0)
+        H5Sclose(s->fspace);
+    if (s->images >= 0)
+        H5Dclose(s->images);
+    if (s->file >= 0)
+        H5Fclose(s->file);
+    quiet_off(&q);
+    free(s->path);
+    free(s->labels);
+    free(s->cache);
+    free(s->reqs);
+    free(s->rows);
+    free(s);
+}
+
+int64_t ddp_h5split_count(const ddp_h5split *s) { return s->n; }
+
+int ddp_h5split_shape(const ddp_h5split *s, int64_t dims[3])
+{
+    for (int i = 0; i < 3; i++)
+        dims[i] = i < s->rank ? s->dims[i] : 0;
+    return s->rank;
+}
+
+int64_t ddp_h5split_sample_elems(const ddp_h5split *s) { return s->elems; }
+enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s) { return s->dtype; }
+int ddp_h5split_classes(const ddp_h5split *s) { return s->classes; }
+const char *ddp_h5split_labels_type(const ddp_h5split *s) { return s->labels_type; }
+const int32_t *ddp_h5split_labels(const ddp_h5split *s) { return s->labels; }
+
+int ddp_h5split_check_labels(const ddp_h5split *s, int classes, char *err, size_t errlen)
+{
+    if (classes <= 0)
+        return ddp_err(err, errlen, "%s: %s: number of classes %d must be > 0", s->path,
+                       s->group, classes);
+    for (int64_t i = 0; i < s->n; i++) {
+        if (s->labels[i] < 0 || s->labels[i] >= classes)
+            return ddp_err(err, errlen, "%s: %s/labels: label %d at index %lld is outside "
+                           "[0, %d); fix the labels or raise the model's number of classes",
+                           s->path, s->group, (int)s->labels[i], (long long)i, classes);
+    }
+    return 0;
+}
+
+/* H5 memory type of the stored element. */
+static hid_t mem_type(const ddp_h5split *s)
+{
+    return s->dtype == DDP_H5DTYPE_UINT8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+}
+
+/* Select rows [r0, r0 + k) of the images file space with operation op. */
+static herr_t select_rows(ddp_h5split *s, H5S_seloper_t op, int64_t r0, int64_t k)
+{
+    hsize_t start[4] = {(hsize_t)r0, 0, 0, 0}, count[4] = {1, 1, 1, 1}, block[4];
+    block[0] = (hsize_t)k;
+    for (int i = 1; i < s->file_rank; i++)
+        block[i] = (hsize_t)s->dims[i - 1];
+    return H5Sselect_hyperslab(s->fspace, op, start, NULL, count, block);
+}
+
+int ddp_h5split_cache(ddp_h5split *s, size_t max_bytes, char *err, size_t errlen)
+{
+    if (s->cache)
+        return 1;
+    if ((uint64_t)s->n > (uint64_t)SIZE_MAX / s->row_bytes)
+        return 0;
+    size_t total = (size_t)s->n * s->row_bytes;
+    if (total > max_bytes)
+        return 0;
+    uint8_t *buf = malloc(total); /* not ddp_malloc: failure means stream, not die */
+    if (!buf)
+        return 0;
+    h5_quiet q;
+    quiet_on(&q);
+    int64_t per = (int64_t)(H5_CACHE_READ_BYTES / s->row_bytes);
+    if (per < 1)
+        per = 1;
+    hid_t msp = H5I_INVALID_HID;
+    for (int64_t at = 0; at < s->n; at += per) {
+        int64_t k = s->n - at < per ? s->n - at : per;
+        hsize_t mcount = (hsize_t)k * (hsize_t)s->elems;
+        msp = H5Screate_simple(1, &mcount, NULL);
+        if (msp < 0 || select_rows(s, H5S_SELECT_SET, at, k) < 0 ||
+            H5Dread(s->images, mem_type(s), msp, s->fspace, H5P_DEFAULT,
+                    buf + (size_t)at * s->row_bytes) < 0) {
+            char why[256];
+            ddp_err(err, errlen, "%s: %s/images: read of rows %lld..%lld failed (%s); the file "
+                    "may be truncated or corrupt, re-create it", s->path, s->group,
+                    (long long)at, (long long)(at + k - 1), h5_reason(why, sizeof why));
+            if (msp >= 0)
+                H5Sclose(msp);
+            free(buf);
+            quiet_off(&q);
+            return -1;
+        }
+        H5Sclose(msp);
+    }
+    quiet_off(&q);
+    s->cache = buf;
+    return 1;
+}
+
+/* Convert one stored row to float32 at out. */
+static void convert_row(const ddp_h5split *s, const uint8_t *src, float *out)
+{
+    if (s->dtype == DDP_H5DTYPE_UINT8) {
+        for (int64_t j = 0; j < s->elems; j++)
+            out[j] = s->lut[src[j]];
+    } else {
+        memcpy(out, src, s->row_bytes);
+    }
+}
+
+/* Order of row_req by row, then by position (a total order: qsort is then deterministic). */
+static int cmp_req(const void *a, const void *b)
+{
+    const row_req *x = a, *y = b;
+    if (x->row != y->row)
+        return x->row < y->row ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Grow the scratch for n requests; the memory space is re-made only when it grows. */
+static int ensure_scratch(ddp_h5split *s, int n, char *err, size_t errlen)
+{
+    if (n <= s->cap_reqs)
+        return 0;
+    free(s->reqs);
+    free(s->rows);
+    s->reqs = ddp_malloc((size_t)n * sizeof *s->reqs);
+    s->rows = ddp_malloc((size_t)n * s->row_bytes);
+    s->cap_reqs = s->cap_rows = n;
+    if (s->mspace >= 0)
+        H5Sclose(s->mspace);
+    hsize_t m = (hsize_t)n * (hsize_t)s->elems;
+    s->mspace = H5Screate_simple(1, &m, NULL);
+    if (s->mspace < 0) {
+        s->cap_reqs = s->cap_rows = 0;
+        char why[256];
+        return ddp_err(err, errlen, "%s: %s/images: cannot make a memory space of %d rows (%s)",
+                       s->path, s->group, n, h5_reason(why, sizeof why));
+    }
+    return 0;
+}
+
+int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char *err,
+                     size_t errlen)
+{
+    if (n < 0)
+        return ddp_err(err, errlen, "%s: %s: read of %d samples; the count must be >= 0",
+                       s->path, s->group, n);
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= s->n)
+            return ddp_err(err, errlen, "%s: %s: sample index %lld (position %d of the batch) "
+                           "is outside [0, %lld)", s->path, s->group, (long long)idx[i], i,
+                           (long long)s->n);
+    if (n == 0)
+        return 0;
+    size_t e = (size_t)s->elems;
+    if (s->cache) {
+        for (int i = 0; i < n; i++)
+            convert_row(s, s->cache + (size_t)idx[i] * s->row_bytes, out + (size_t)i * e);
+        return 0;
+    }
+
+    int rc = -1;
+    h5_quiet q;
+    quiet_on(&q);
+    if (ensure_scratch(s, n, err, errlen) != 0)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        s->reqs[i].row = idx[i];
+        s->reqs[i].pos = i;
+    }
+    qsort(s->reqs, (size_t)n, sizeof *s->reqs, cmp_req);
+
+    /* One union of hyperslabs: each run of adjacent distinct rows is one block. */
+    int distinct = 0;
+    if (H5Sselect_none(s->fspace) < 0)
+        goto h5fail;
+    for (int i = 0; i < n;) {
+        int64_t r0 = s->reqs[i].row, r = r0;
+        int j = i + 1;
+        while (j < n && s->reqs[j].row <= r + 1) {
+            if (s->reqs[j].row == r + 1) {
+                r++;
+            }
+            j++;
+        }
+        int64_t k = r - r0 + 1;
+        if (select_rows(s, H5S_SELECT_OR, r0, k) < 0)
+            goto h5fail;
+        distinct += (int)k;
+        i = j;
+    }
+    hsize_t m0 = 0, mcount = (hsize_t)distinct * (hsize_t)e;
+    if (H5Sselect_hyperslab(s->mspace, H5S_SELECT_SET, &m0, NULL, &mcount, NULL) < 0 ||
+        H5Dread(s->images, mem_type(s), s->mspace, s->fspace, H5P_DEFAULT, s->rows) < 0)
+        goto h5fail;
+
+    /* Rows arrived in file order, one per distinct index: scatter to the batch order. */
+    int slot = -1;
+    int64_t prev = -1;
+    for (int i = 0; i < n; i++) {
+        if (s->reqs[i].row != prev) {
+            slot++;
+            prev = s->reqs[i].row;
+        }
+        convert_row(s, s->rows + (size_t)slot * s->row_bytes, out + (size_t)s->reqs[i].pos * e);
+    }
+    rc = 0;
+    goto out;
+h5fail: {
+    char why[256];
+    ddp_err(err, errlen, "%s: %s/images: read of %d samples failed (%s); the file may be "
+            "truncated or corrupt, re-create it", s->path, s->group, n,
+            h5_reason(why, sizeof why));
+}
+out:
+    quiet_off(&q);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Whole-file helpers                                                                    */
+
+typedef struct {
+    char **names;
+    int count, cap;
+} name_list;
+
+/* H5Literate callback: collect the names of groups. */
+static herr_t collect_group(hid_t loc, const char *name, const H5L_info_t *info, void *data)
+{
+    name_list *l = data;
+    H5O_info_t oi;
+    if (info->type != H5L_TYPE_HARD || H5Oget_info_by_name(loc, name, &oi, H5P_DEFAULT) < 0 ||
+        oi.type != H5O_TYPE_GROUP)
+        return 0;
+    if (l->count == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 8;
+        l->names = ddp_realloc(l->names, (size_t)l->cap * sizeof *l->names);
+    }
+    size_t len = strlen(name) + 2;
+    l->names[l->count] = ddp_malloc(len);
+    snprintf(l->names[l->count], len, "/%s", name);
+    l->count++;
+    return 0;
+}
+
+int ddp_h5data_groups(const char *path, char ***names, char *err, size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    name_list l = {0};
+    *names = NULL;
+    hid_t f = open_readonly(path, err, errlen);
+    if (f < 0) {
+        quiet_off(&q);
+        return -1;
+    }
+    hsize_t at = 0;
+    if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &at, collect_group, &l) < 0) {
+        char why[256];
+        ddp_err(err, errlen, "%s: cannot list its groups (%s); the file may be corrupt",
+                path, h5_reason(why, sizeof why));
+        ddp_h5data_free_names(l.names, l.count);
+        H5Fclose(f);
+        quiet_off(&q);
+        return -1;
+    }
+    H5Fclose(f);
+    quiet_off(&q);
+    *names = l.names;
+    return l.count;
+}
+
+void ddp_h5data_free_names(char **names, int count)
+{
+    if (!names)
+        return;
+    for (int i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+int ddp_h5data_source(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    int rc = -1;
+    hid_t a = H5I_INVALID_HID, t = H5I_INVALID_HID, mt = H5I_INVALID_HID;
+    buf[0] = '\0';
+    hid_t f = open_readonly(path, err, errlen);
+    if (f < 0)
+        goto fail;
+    if (H5Aexists(f, "source") <= 0) {
+        rc = 0;
+        goto fail;
+    }
+    a = H5Aopen(f, "source", H5P_DEFAULT);
+    t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    if (t < 0 || H5Tget_class(t) != H5T_STRING) {
+        ddp_err(err, errlen, "%s: attribute `source` is not a string; write it as text", path);
+        goto fail;
+    }
+    mt = H5Tcopy(H5T_C_S1);
+    if (H5Tis_variable_str(t) > 0) {
+        char *v = NULL;
+        H5Tset_size(mt, H5T_VARIABLE);
+        if (H5Aread(a, mt, &v) < 0)
+            goto h5fail;
+        snprintf(buf, len, "%s", v ? v : "");
+        H5free_memory(v);
+    } else {
+        size_t sz = H5Tget_size(t);
+        if (sz > H5_MAX_SOURCE_LEN)
+            sz = H5_MAX_SOURCE_LEN;
+        char *v = ddp_calloc(1, sz + 1);
+        H5Tset_size(mt, sz + 1);
+        if (H5Aread(a, mt, v) < 0) {
+            free(v);
+            goto h5fail;
+        }
+        snprintf(buf, len, "%s", v);
+        free(v);
+    }
+    rc = 0;
+    goto fail;
+h5fail: {
+    char why[256];
+    ddp_err(err, errlen, "%s: attribute `source`: read failed (%s)", path,
+            h5_reason(why, sizeof why));
+}
+fail:
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (t >= 0)
+        H5Tclose(t);
+    if (a >= 0)
+        H5Aclose(a);
+    if (f >= 0)
+        H5Fclose(f);
+    quiet_off(&q);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Writer                                                                                */
+
+struct ddp_h5writer {
+    char *path, *tmp;
+    hid_t file;
+    int committed;
+    /* current group, when begun */
+    char group[DDP_H5_MAX_GROUP_LEN + 2];
+    hid_t g, images, labels;
+    int file_rank;
+    int64_t count, written, elems;
+    int64_t dims[3];
+    size_t row_bytes;
+    enum ddp_h5dtype dtype;
+    int classes;
+    void *lbuf; /* label conversion scratch (uint8 when classes <= 256) */
+    int64_t lcap;
+};
+
+/* Write a scalar int attribute. */
+static herr_t write_int_attr(hid_t loc, const char *name, int v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp >= 0 ? H5Acreate2(loc, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    herr_t r = a >= 0 ? H5Awrite(a, H5T_NATIVE_INT, &v) : -1;
+    if (a >= 0)
+        H5Aclose(a);
+    if (sp >= 0)
+        H5Sclose(sp);
+    return r;
+}
+
+/* Write a variable-length UTF-8 string attribute (h5py reads it as str). */
+static herr_t write_str_attr(hid_t loc, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a >= 0 ? H5Awrite(a, t, &v) : -1;
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return r;
+}
+
+/* Close the current group's handles (if any). */
+static void close_group(ddp_h5writer *w)
+{
+    if (w->images >= 0)
+        H5Dclose(w->images);
+    if (w->labels >= 0)
+        H5Dclose(w->labels);
+    if (w->g >= 0)
+        H5Gclose(w->g);
+    w->images = w->labels = w->g = H5I_INVALID_HID;
+    w->group[0] = '\0';
+}
+
+ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *err,
+                                  size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    ddp_h5writer *w = ddp_calloc(1, sizeof *w);
+    w->file = w->g = w->images = w->labels = H5I_INVALID_HID;
+    w->path = ddp_strdup(path);
+    size_t len = strlen(path) + 5;
+    w->tmp = ddp_malloc(len);
+    snprintf(w->tmp, len, "%s.tmp", path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    /* Lock if the file system can, carry on if it cannot (Lustre without flock). */
+    H5Pset_file_locking(fapl, 1, 1);
+    w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (w->file < 0) {
+        char why[256];
+        ddp_err(err, errlen, "%s: cannot create (%s); check that the directory exists and is "
+                "writable", w->tmp, h5_reason(why, sizeof why));
+        goto fail;
+    }
+    if (write_str_attr(w->file, "source", source ? source : "") < 0) {
+        char why[256];
+        ddp_err(err, errlen, "%s: cannot write attribute `source` (%s)", w->tmp,
+                h5_reason(why, sizeof why));
+        goto fail;
+    }
+    quiet_off(&q);
+    return w;
+fail:
+    quiet_off(&q);
+    ddp_h5writer_destroy(w);
+    return NULL;
+}
+
+int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int rank,
+                       const int64_t dims[3], enum ddp_h5dtype dtype, int classes, char *err,
+                       size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    hid_t sp = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, ft = H5I_INVALID_HID;
+    char gp[DDP_H5_MAX_GROUP_LEN + 2];
+    if (w->g >= 0) {
+        ddp_err(err, errlen, "%s: group %s still open; end it before starting %s", w->tmp,
+                w->group, group);
+        goto fail;
+    }
+    if (group_path(group, gp, sizeof gp) != 0) {
+        ddp_err(err, errlen, "%s: bad group name `%s`", w->tmp, group ? group : "");
+        goto fail;
+    }
+    if (count <= 0 || count > DDP_H5_MAX_SAMPLES || (rank != 1 && rank != 3) ||
+        classes <= 0 || classes > DDP_H5_MAX_CLASSES ||
+        (dtype != DDP_H5DTYPE_UINT8 && dtype != DDP_H5DTYPE_FLOAT32)) {
+        ddp_err(err, errlen, "%s: %s: bad layout (count %lld, rank %d, classes %d); expected "
+                "1..%lld samples, rank 1 or 3, 1..%d classes", w->tmp, gp, (long long)count,
+                rank, classes, (long long)DDP_H5_MAX_SAMPLES, DDP_H5_MAX_CLASSES);
+        goto fail;
+    }
+    hsize_t fd[4];
+    fd[0] = (hsize_t)count;
+    w->elems = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] <= 0 || dims[i] > DDP_H5_MAX_SAMPLE_ELEMS ||
+            (w->elems *= dims[i]) > DDP_H5_MAX_SAMPLE_ELEMS) {
+            ddp_err(err, errlen, "%s: %s: sample shape must have dimensions > 0 and at most "
+                    "%lld elements", w->tmp, gp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
+            goto fail;
+        }
+        fd[i + 1] = (hsize_t)dims[i];
+        w->dims[i] = dims[i];
+    }
+    snprintf(w->group, sizeof w->group, "%s", gp);
+    w->file_rank = rank + 1;
+    w->count = count;
+    w->written = 0;
+    w->dtype = dtype;
+    w->classes = classes;
+    w->row_bytes = (size_t)w->elems * (dtype == DDP_H5DTYPE_UINT8 ? 1 : sizeof(float));
+
+    w->g = H5Gcreate2(w->file, gp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (w->g < 0 || write_int_attr(w->g, "classes", classes) < 0)
+        goto h5fail;
+    /* Contiguous, no fill pass: every row is written exactly once by append. */
+    dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (dcpl < 0 || H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 ||
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+        goto h5fail;
+    sp = H5Screate_simple(w->file_rank, fd, NULL);
+    ft = dtype == DDP_H5DTYPE_UINT8 ? H5T_STD_U8LE : H5T_IEEE_F32LE;
+    w->images = sp >= 0 ? H5Dcreate2(w->g, "images", ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+    if (w->images < 0)
+        goto h5fail;
+    H5Sclose(sp);
+    sp = H5Screate_simple(1, fd, NULL);
+    w->labels = sp >= 0 ? H5Dcreate2(w->g, "labels", classes <= 256 ? H5T_STD_U8LE : H5T_STD_I32LE,
+                                     sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)
+                        : -1;
+    if (w->labels < 0)
+        goto h5fail;
+    H5Sclose(sp);
+    H5Pclose(dcpl);
+    quiet_off(&q);
+    return 0;
+h5fail: {
+    char why[256];
+    ddp_err(err, errlen, "%s: %s: cannot create the group's datasets (%s); check free disk "
+            "space", w->tmp, gp, h5_reason(why, sizeof why));
+}
+    close_group(w);
+fail:
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    quiet_off(&q);
+    return -1;
+}
+
+int ddp_h5writer_append(ddp_h5writer *w, const void *images, const int32_t *labels, int64_t n,
+                        char *err, size_t errlen)
+{
+    if (w->g < 0)
+        return ddp_err(err, errlen, "%s: append with no group begun", w->tmp);
+    if (n < 0 || n > w->count - w->written)
+        return ddp_err(err, errlen, "%s: %s: appending %lld samples to %lld of %lld would "
+                       "overflow the group", w->tmp, w->group, (long long)n,
+                       (long long)w->written, (long long)w->count);
+    if (n == 0)
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= w->classes)
+            return ddp_err(err, errlen, "%s: %s: label %d of sample %lld is outside [0, %d)",
+                           w->tmp, w->group, (int)labels[i], (long long)(w->written + i),
+                           w->classes);
+    if (n > w->lcap) {
+        free(w->lbuf);
+        w->lbuf = ddp_malloc((size_t)n * sizeof(int32_t));
+        w->lcap = n;
+    }
+    const void *lsrc = labels;
+    hid_t lmt = H5T_NATIVE_INT32;
+    if (w->classes <= 256) { /* convert here: HDF5 would allocate a conversion buffer */
+        uint8_t *u = w->lbuf;
+        for (int64_t i = 0; i < n; i++)
+            u[i] = (uint8_t)labels[i];
+        lsrc = u;
+        lmt = H5T_NATIVE_UINT8;
+    }
+
+    h5_quiet q;
+    quiet_on(&q);
+    int rc = -1;
+    hid_t fsp = H5I_INVALID_HID, msp = H5I_INVALID_HID;
+    hsize_t start[4] = {(hsize_t)w->written, 0, 0, 0}, count[4] = {1, 1, 1, 1}, block[4];
+    block[0] = (hsize_t)n;
+    for (int i = 1; i < w->file_rank; i++)
+        block[i] = (hsize_t)w->dims[i - 1];
+    hsize_t m = (hsize_t)n * (hsize_t)w->elems;
+    fsp = H5Dget_space(w->images);
+    msp = H5Screate_simple(1, &m, NULL);
+    if (fsp < 0 || msp < 0 || H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
+        H5Dwrite(w->images, w->dtype == DDP_H5DTYPE_UINT8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT,
+                 msp, fsp, H5P_DEFAULT, images) < 0)
+        goto h5fail;
+    H5Sclose(fsp);
+    H5Sclose(msp);
+    m = (hsize_t)n;
+    fsp = H5Dget_space(w->labels);
+    msp = H5Screate_simple(1, &m, NULL);
+    if (fsp < 0 || msp < 0 || H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
+        H5Dwrite(w->labels, lmt, msp, fsp, H5P_DEFAULT, lsrc) < 0)
+        goto h5fail;
+    w->written += n;
+    rc = 0;
+    goto out;
+h5fail: {
+    char why[256];
+    ddp_err(err, errlen, "%s: %s: write of samples %lld..%lld failed (%s); check free disk "
+            "space", w->tmp, w->group, (long long)w->written, (long long)(w->written + n - 1),
+            h5_reason(why, sizeof why));
+}
+out:
+    if (fsp >= 0)
+        H5Sclose(fsp);
+    if (msp >= 0)
+        H5Sclose(msp);
+    quiet_off(&q);
+    return rc;
+}
+
+int ddp_h5writer_end(ddp_h5writer *w, char *err, size_t errlen)
+{
+    if (w->g < 0)
+        return ddp_err(err, errlen, "%s: end with no group begun", w->tmp);
+    if (w->written != w->count)
+        return ddp_err(err, errlen, "%s: %s: %lld of %lld samples written", w->tmp, w->group,
+                       (long long)w->written, (long long)w->count);
+    h5_quiet q;
+    quiet_on(&q);
+    close_group(w);
+    quiet_off(&q);
+    return 0;
+}
+
+int ddp_h5writer_commit(ddp_h5writer *w, char *err, size_t errlen)
+{
+    if (w->g >= 0)
+        return ddp_err(err, errlen, "%s: group %s not ended", w->tmp, w->group);
+    h5_quiet q;
+    quiet_on(&q);
+    herr_t r = H5Fclose(w->file);
+    w->file = H5I_INVALID_HID;
+    quiet_off(&q);
+    if (r < 0) {
+        char why[256];
+        return ddp_err(err, errlen, "%s: closing failed (%s); check free disk space", w->tmp,
+                       h5_reason(why, sizeof why));
+    }
+    int fd = open(w->tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return ddp_err(err, errlen, "%s: fsync failed: %s", w->tmp, strerror(e));
+    }
+    close(fd);
+    if (rename(w->tmp, w->path) != 0)
+        return ddp_err(err, errlen, "%s: cannot rename to %s: %s", w->tmp, w->path,
+                       strerror(errno));
+    w->committed = 1;
+    return 0;
+}
+
+void ddp_h5writer_destroy(ddp_h5writer *w)
+{
+    if (!w)
+        return;
+    h5_quiet q;
+    quiet_on(&q);
+    close_group(w);
+    if (w->file >= 0)
+        H5Fclose(w->file);
+    quiet_off(&q);
+    if (!w->committed)
+        unlink(w->tmp);
+    free(w->lbuf);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}

@@ -1,0 +1,39 @@
+/*
+ * loader.h - batches for one rank, read ahead by a prefetch thread.
+ *
+ * The loader walks a sampler's batches for one epoch, starting at any step (resume), and keeps
+ * up to DDP_LOADER_SLOTS batches read ahead: the thread reads the images by hyperslab (or from
+ * the in-memory cache, h5data.h), converts uint8 to float, and copies the labels. The trainer
+ * consumes them in order. The prefetch thread is the only thread that reads the split while an
+ * epoch runs. It does no arithmetic beyond the conversion, so it does not compete with the
+ * compute thread pool.
+ *
+ * Buffers returned by ddp_loader_next stay valid until the next call.
+ */
+#ifndef DDP_LOADER_H
+#define DDP_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/h5data.h"
+#include "data/sampler.h"
+
+#define DDP_LOADER_SLOTS 3
+
+typedef struct ddp_loader ddp_loader;
+
+/* The loader borrows split and sampler; both must outlive it. */
+ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch);
+void ddp_loader_destroy(ddp_loader *ld); /* stops the thread; accepts NULL */
+
+/* Start reading epoch `epoch` from step `first_step` (sets the sampler's epoch). */
+void ddp_loader_start(ddp_loader *ld, int64_t epoch, int64_t first_step);
+/* Stop the current epoch early (e.g. max_steps reached). */
+void ddp_loader_stop(ddp_loader *ld);
+
+/* Next batch: returns its size (> 0), 0 at the end of the epoch, -1 on a read error (one line
+ * in err naming the file). x is (n, sample_elems), y is (n). */
+int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,73 @@
+/* sampler.c - DistributedSampler order. See sampler.h. */
+#include "data/sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "util.h"
+
+void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank, uint64_t seed,
+                      int shuffle, int drop_last)
+{
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->world_size = world_size;
+    s->rank = rank;
+    s->seed = seed;
+    s->shuffle = shuffle;
+    s->drop_last = drop_last;
+    int64_t W = world_size;
+    s->total = drop_last ? (n / W) * W : ((n + W - 1) / W) * W;
+    s->per_rank = (s->total - rank + W - 1) / W;
+    s->epoch = -1;
+    s->order = ddp_malloc(sizeof(int64_t) * (size_t)(s->total > n ? s->total : n));
+}
+
+void ddp_sampler_init_eval(struct ddp_sampler *s, int64_t n, int world_size, int rank)
+{
+    ddp_sampler_init(s, n, world_size, rank, 0, 0, 0);
+    s->total = n;
+    s->per_rank = (n - rank + world_size - 1) / world_size;
+    if (s->per_rank < 0)
+        s->per_rank = 0;
+}
+
+void ddp_sampler_free(struct ddp_sampler *s)
+{
+    if (s)
+        DDP_FREE(s->order);
+}
+
+void ddp_sampler_set_epoch(struct ddp_sampler *s, int64_t epoch)
+{
+    int64_t n = s->n;
+    for (int64_t i = 0; i < n; i++)
+        s->order[i] = i;
+    if (s->shuffle) {
+        struct ddp_rng r;
+        ddp_rng_seed(&r, s->seed + (uint64_t)epoch);
+        for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+            int64_t j = (int64_t)ddp_rng_below(&r, (uint64_t)i + 1);
+            int64_t t = s->order[i];
+            s->order[i] = s->order[j];
+            s->order[j] = t;
+        }
+    }
+    for (int64_t i = n; i < s->total; i++) /* padding repeats the head */
+        s->order[i] = s->order[(i - n) % n];
+    s->epoch = epoch;
+}
+
+int64_t ddp_sampler_steps(const struct ddp_sampler *s, int64_t B)
+{
+    return s->drop_last ? s->per_rank / B : (s->per_rank + B - 1) / B;
+}
+
+int ddp_sampler_batch(const struct ddp_sampler *s, int64_t step, int64_t B, int64_t *idx)
+{
+    int64_t first = step * B, count = 0;
+    for (int64_t k = first; k < first + B && k < s->per_rank; k++)
+        idx[count++] = s->order[s->rank + k * s->world_size];
+    return (int)count;
+}

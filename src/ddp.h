@@ -1,0 +1,75 @@
+/*
+ * ddp.h - the "DDP" of ddptrain: gradient buckets, all-reduce overlapped with backward,
+ * averaging, rank-0 broadcast of the initial state and the model fingerprint check.
+ *
+ * Buckets are contiguous slices of the flat gradient buffer (model.h lays parameters out in
+ * reverse layer order). They are built at start from the layers that hold parameters, walking
+ * backward from the last layer: the first bucket closes at min(1 MiB, bucket_mb), the others at
+ * bucket_mb, always at a layer boundary (a layer larger than the cap is a bucket of its own),
+ * as PyTorch's DDP does. During backward, ddp_sync_layer_done is the model's per-layer hook:
+ * when the last layer of a bucket reports, the bucket's non-blocking all-reduce starts at
+ * once, while backward goes on through earlier layers. ddp_sync_finish waits for the buckets
+ * in order and divides by the world size. Every rank starts the buckets in the same order.
+ *
+ * With world size 1 nothing is communicated and nothing is scaled.
+ *
+ * Trace (for tests): when enabled, the order of "layer L done" and "bucket B started" events
+ * of the first step is recorded and can be written out (DDP_TRACE=path in the trainer).
+ */
+#ifndef DDP_DDP_H
+#define DDP_DDP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "nn/model.h"
+
+#define DDP_FIRST_BUCKET_BYTES (1u << 20)
+
+struct ddp_bucket {
+    size_t off, n;        /* slice of grads, floats */
+    int hi, lo;           /* layers covered: from index hi down to lo */
+    int nlayers;          /* layers with parameters in it */
+    int pending;          /* layers still to report this step */
+    ddp_comm_req *req;
+};
+
+enum ddp_trace_kind { DDP_TRACE_LAYER_DONE, DDP_TRACE_BUCKET_START, DDP_TRACE_BUCKET_DONE };
+
+struct ddp_trace_event {
+    enum ddp_trace_kind kind;
+    int id; /* layer index or bucket index */
+};
+
+struct ddp_sync {
+    ddp_comm *comm;
+    struct ddp_model *m;
+    int world_size;
+    int nbuckets;
+    struct ddp_bucket *buckets;
+    int *layer_bucket;    /* layer -> bucket, -1 for layers without parameters */
+    int trace_on;
+    int ntrace;
+    struct ddp_trace_event trace[1024];
+};
+
+void ddp_sync_init(struct ddp_sync *s, ddp_comm *comm, struct ddp_model *m, double bucket_mb);
+void ddp_sync_free(struct ddp_sync *s); /* accepts a zeroed struct */
+
+/* Rank 0's parameters and buffers to every rank. */
+void ddp_sync_broadcast_state(struct ddp_sync *s);
+/* Compare the model fingerprint across ranks; -1 with err naming the first rank that differs. */
+int ddp_sync_check_fingerprint(struct ddp_sync *s, char *err, size_t errlen);
+
+/* Per step: reset pending counts (call before backward). */
+void ddp_sync_begin(struct ddp_sync *s);
+/* Model hook (ctx = struct ddp_sync *). */
+void ddp_sync_layer_done(void *ctx, int layer);
+/* Wait for every bucket, in order, and average. */
+void ddp_sync_finish(struct ddp_sync *s);
+
+/* Write the bucket layout and the recorded trace as text, one event a line. */
+void ddp_sync_write_trace(const struct ddp_sync *s, FILE *f);
+
+#endif

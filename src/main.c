@@ -1,0 +1,90 @@
+/*
+ * main.c - the ddptrain command: subcommand dispatch, --help, --version. Every subcommand
+ * returns an exit code from util.h; nothing below main calls exit() for bad input.
+ */
+#include <cblas.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ddp_build.h"
+#include "cli.h"
+#include "config.h"
+#include "train.h"
+#include "util.h"
+#if HAVE_MPI
+#include <mpi.h>
+#endif
+
+char *openblas_get_config(void);
+
+static void print_help(FILE *f)
+{
+    fprintf(f,
+            "ddptrain %s - data-parallel training for Slurm clusters\n\n"
+            "usage:\n"
+            "  ddptrain JOB.ini [--set SECTION.KEY=VALUE ...]   train (also: ddptrain train ...)\n"
+            "  ddptrain env                                     how each rank sees the world\n"
+            "  ddptrain hostlist EXPR                           expand a Slurm hostlist\n"
+            "  ddptrain data ...                                import or synthesise HDF5 datasets\n"
+            "  ddptrain --version                               version and backends built in\n"
+            "  ddptrain --job-reference                         every job-file key (Markdown)\n\n"
+            "Run several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: README.md, "
+            "docs/.\n",
+            DDP_VERSION);
+}
+
+static int print_version(void)
+{
+    unsigned maj, min, rel;
+    H5get_libversion(&maj, &min, &rel);
+    printf("ddptrain %s\n", DDP_VERSION);
+    printf("compute backends: cpu (%s)\n", openblas_get_config());
+    printf("comm backends: self");
+#if HAVE_MPI
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    char *nl = strchr(lib, ',');
+    if (nl)
+        *nl = '\0';
+    printf(", mpi (%s)", lib);
+#endif
+    printf("\nbootstrap: %s\n", HAVE_PMI2 ? "pmi2, mpi, tcp" : "mpi, tcp");
+    printf("hdf5: %u.%u.%u\n", maj, min, rel);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
+    if (argc < 2) {
+        print_help(stderr);
+        return DDP_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        print_help(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))
+        return print_version();
+    if (!strcmp(cmd, "--job-reference")) {
+        ddp_job_write_reference(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "train"))
+        return ddp_cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "env"))
+        return ddp_cmd_env(argc - 1, argv + 1);
+    if (!strcmp(cmd, "hostlist"))
+        return ddp_cmd_hostlist(argc - 1, argv + 1);
+    if (!strcmp(cmd, "data"))
+        return ddp_cmd_data(argc - 1, argv + 1);
+    if (cmd[0] == '-') {
+        fprintf(stderr, "ddptrain: unknown option '%s'; see ddptrain --help\n", cmd);
+        return DDP_EXIT_USAGE;
+    }
+    /* `ddptrain JOB.ini ...`: train; argv[0] stands in for the subcommand name */
+    return ddp_cmd_train(argc, argv);
+}

@@ -1,0 +1,72 @@
+/* metrics.c - metrics.jsonl writer. See metrics.h. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "util.h"
+
+int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char *err,
+                     size_t errlen)
+{
+    mt->f = fopen(path, append ? "a" : "w");
+    if (!mt->f)
+        return ddp_err(err, errlen, "%s: cannot write metrics: %s", path, strerror(errno));
+    return 0;
+}
+
+void ddp_metrics_close(struct ddp_metrics *mt)
+{
+    if (mt && mt->f) {
+        fclose(mt->f);
+        mt->f = NULL;
+    }
+}
+
+/* JSON has no NaN or Infinity: write null for them. */
+static void num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.9g", v);
+    else
+        fputs("null", f);
+}
+
+void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, double loss,
+                       double lr, double samples_per_s)
+{
+    if (!mt->f)
+        return;
+    fprintf(mt->f, "{\"kind\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":", (long long)epoch,
+            (long long)step);
+    num(mt->f, loss);
+    fputs(",\"lr\":", mt->f);
+    num(mt->f, lr);
+    fputs(",\"samples_per_s\":", mt->f);
+    num(mt->f, samples_per_s);
+    fputs("}\n", mt->f);
+    fflush(mt->f);
+}
+
+void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, double test_loss,
+                      double test_acc)
+{
+    if (!mt->f)
+        return;
+    fprintf(mt->f, "{\"kind\":\"eval\",\"epoch\":%lld,\"step\":%lld,\"test_loss\":",
+            (long long)epoch, (long long)step);
+    num(mt->f, test_loss);
+    fputs(",\"test_acc\":", mt->f);
+    num(mt->f, test_acc);
+    fputs("}\n", mt->f);
+    fflush(mt->f);
+}
+
+void ddp_metrics_summary(struct ddp_metrics *mt, const char *members)
+{
+    if (!mt->f)
+        return;
+    fprintf(mt->f, "{\"kind\":\"summary\",%s}\n", members);
+    fflush(mt->f);
+}

@@ -1,0 +1,126 @@
+/*
+ * model.h - a sequential network described by `[model] layers`, run through a backend.
+ *
+ * Dimension letters: B batch, C H W sample shape, D flat features, K classes.
+ *
+ * Parameters live in ONE flat buffer (params), gradients in another of the same layout
+ * (grads), laid out in reverse layer order: the last layer's weight and bias come first, so the
+ * slices that backward finishes first are the first contiguous slices, and every gradient bucket
+ * (ddp.c) is a single slice. Batchnorm running statistics live in a separate flat buffer
+ * (buffers), never in params: they are not trained and not all-reduced.
+ *
+ * Names follow PyTorch's nn.Sequential: `<index>.weight`, `<index>.bias`, where index counts
+ * every layer, parameterless ones included; batchnorm adds `<index>.running_mean`,
+ * `<index>.running_var` and `<index>.num_batches_tracked`.
+ *
+ * The model owns every buffer it allocates (activations, gradients, scratch); ddp_model_free
+ * releases them. It does not read files (weights.c does) nor talk to other ranks: batchnorm
+ * synchronisation and the per-layer "gradients are final" signal go through the hooks below.
+ */
+#ifndef DDP_MODEL_H
+#define DDP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+enum ddp_layer_kind {
+    DDP_LAYER_FLATTEN,
+    DDP_LAYER_LINEAR,
+    DDP_LAYER_RELU,
+    DDP_LAYER_CONV2D,
+    DDP_LAYER_MAXPOOL,
+    DDP_LAYER_AVGPOOL,
+    DDP_LAYER_DROPOUT,
+    DDP_LAYER_BATCHNORM,
+};
+
+#define DDP_MODEL_LAYERS_MAX 256 /* a spec line longer than this is surely a mistake */
+#define DDP_MODEL_PARAMS_MAX (1LL << 31) /* floats: keeps offsets within int GEMM arguments */
+
+struct ddp_layer_spec {
+    enum ddp_layer_kind kind;
+    int n;               /* linear: out features; conv2d: out channels */
+    int k, stride, pad;  /* conv2d, pools: window */
+    float p;             /* dropout */
+};
+
+/* One named tensor of the model: a parameter (in params/grads) or a buffer (in buffers). */
+struct ddp_tensor_info {
+    char name[48];       /* "3.weight" */
+    int is_buffer;       /* 0: params slice; 1: buffers slice */
+    size_t off, n;       /* floats */
+    int ndim;
+    int64_t dims[4];     /* PyTorch shape */
+};
+
+struct ddp_layer {
+    struct ddp_layer_spec spec;
+    int index;                     /* position in nn.Sequential */
+    int in_ndim, ishape[3];        /* (D) or (C,H,W) per sample */
+    int out_ndim, oshape[3];
+    size_t in_elems, out_elems;    /* per sample */
+    size_t w_off, w_n, b_off, b_n; /* slices of params/grads; w_n == 0 if none */
+    size_t rm_off, rv_off;         /* batchnorm slices of buffers */
+    int64_t num_batches_tracked;
+    float *out;                    /* (B, out_elems); flatten aliases its input */
+    float *dout;                   /* (B, out_elems) gradient of out */
+    float *aux;                    /* batchnorm xhat / dropout mask, (B, out_elems) */
+    int32_t *argmax;               /* maxpool */
+    float *mean, *invstd;          /* batchnorm, (C) */
+    double *sums;                  /* batchnorm, 4C+2: local and global sums */
+};
+
+struct ddp_model {
+    const struct ddp_backend *be;
+    int nlayers;
+    struct ddp_layer *layers;
+    int in_ndim, ishape[3];
+    size_t in_elems;
+    int classes;                   /* K: elements of the last layer's output */
+    int max_batch;
+    size_t nparams, nbuffers;
+    float *params, *grads;         /* (nparams) backend memory */
+    float *buffers;                /* (nbuffers) backend memory */
+    int ntensors;
+    struct ddp_tensor_info *tensors; /* in nn.Sequential order */
+    float *col;                    /* conv scratch */
+    uint64_t fingerprint;          /* hash of the architecture and input shape */
+
+    /* Sum of n doubles over all ranks, in place (SyncBatchNorm); NULL: local statistics. */
+    void (*sync_sums)(void *ctx, double *buf, size_t n);
+    void *sync_ctx;
+};
+
+/* Parse a layer list. Returns the number of layers, or -1 with a one-line reason (naming the
+ * item and its position) in err. */
+int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
+                    size_t errlen);
+
+/* Build the model for input samples of in_dims (ndim 1: D, ndim 3: C,H,W) and batches of at
+ * most max_batch. Fails (-1, err) when the layers do not fit the input shape. */
+int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
+                     int in_ndim, const int64_t *in_dims, int max_batch, char *err,
+                     size_t errlen);
+void ddp_model_free(struct ddp_model *m);
+
+/* PyTorch's default initialisation (kaiming-uniform a=sqrt(5) weights, U(+-1/sqrt(fan_in))
+ * biases, batchnorm weight 1 bias 0, running mean 0 var 1) from a seeded generator. */
+void ddp_model_init(struct ddp_model *m, uint64_t seed);
+
+/* Forward a batch x (B, in_elems) in backend memory; returns the logits (B, K). train selects
+ * batch statistics and dropout; noise_seed makes dropout masks a pure function of the step. */
+const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
+                               uint64_t noise_seed);
+/* The logits' gradient buffer (B, K), to be filled by the loss before backward. */
+float *ddp_model_dlogits(struct ddp_model *m);
+/* Backward after forward (train mode). Adds into grads. After layer i's parameter gradients
+ * are final, calls layer_done(ctx, i) (may be NULL). */
+void ddp_model_backward(struct ddp_model *m, const float *x, int B,
+                        void (*layer_done)(void *ctx, int layer), void *ctx);
+
+/* Human summary "flatten, linear(784->512), ..." into buf. */
+void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);
+
+#endif

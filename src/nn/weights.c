@@ -1,0 +1,226 @@
+/* weights.c - /model tensors in HDF5. See weights.h. */
+#include "nn/weights.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static void dims_str(int ndim, const hsize_t *d, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? ", " : "",
+                                 (unsigned long long)d[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "%s)", ndim == 1 ? "," : "");
+}
+
+int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, size_t errlen)
+{
+    int rc = -1;
+    float *host = NULL, *hbuf = NULL;
+    hid_t g = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        return ddp_err(err, errlen, "cannot create group /model");
+    host = ddp_malloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    hbuf = ddp_malloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
+    m->be->download(host, m->params, sizeof(float) * m->nparams);
+    m->be->download(hbuf, m->buffers, sizeof(float) * m->nbuffers);
+    for (int i = 0; i < m->ntensors; i++) {
+        const struct ddp_tensor_info *t = &m->tensors[i];
+        hsize_t dims[4];
+        for (int d = 0; d < t->ndim; d++)
+            dims[d] = (hsize_t)t->dims[d];
+        hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
+        hid_t ds = H5Dcreate2(g, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                              H5P_DEFAULT);
+        const float *src = (t->is_buffer ? hbuf : host) + t->off;
+        herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+        if (ds >= 0)
+            H5Dclose(ds);
+        H5Sclose(sp);
+        if (st < 0) {
+            ddp_err(err, errlen, "cannot write /model/%s", t->name);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < m->nlayers; i++) { /* batchnorm step counters, scalar int64 */
+        const struct ddp_layer *l = &m->layers[i];
+        if (l->spec.kind != DDP_LAYER_BATCHNORM)
+            continue;
+        char name[48];
+        snprintf(name, sizeof name, "%d.num_batches_tracked", l->index);
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t ds = H5Dcreate2(g, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        herr_t st = ds < 0 ? -1
+                           : H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                      &l->num_batches_tracked);
+        if (ds >= 0)
+            H5Dclose(ds);
+        H5Sclose(sp);
+        if (st < 0) {
+            ddp_err(err, errlen, "cannot write /model/%s", name);
+            goto fail;
+        }
+    }
+    rc = 0;
+fail:
+    free(host);
+    free(hbuf);
+    H5Gclose(g);
+    return rc;
+}
+
+int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, char *err,
+                           size_t errlen)
+{
+    int rc = -1;
+    float *host = ddp_calloc(m->nparams ? m->nparams : 1, sizeof(float));
+    float *hbuf = ddp_calloc(m->nbuffers ? m->nbuffers : 1, sizeof(float));
+    m->be->download(hbuf, m->buffers, sizeof(float) * m->nbuffers);
+    if (H5Lexists(file, "model", H5P_DEFAULT) <= 0) {
+        ddp_err(err, errlen, "%s: no /model group; expected weights written by ddptrain "
+                "(or h5py, one dataset per state_dict entry)", path);
+        goto fail;
+    }
+    for (int i = 0; i < m->ntensors; i++) {
+        const struct ddp_tensor_info *t = &m->tensors[i];
+        char dpath[64], want[96], got[96];
+        snprintf(dpath, sizeof dpath, "model/%s", t->name);
+        hsize_t wd[4];
+        for (int d = 0; d < t->ndim; d++)
+            wd[d] = (hsize_t)t->dims[d];
+        dims_str(t->ndim, wd, want, sizeof want);
+        if (H5Lexists(file, dpath, H5P_DEFAULT) <= 0) {
+            ddp_err(err, errlen, "%s: /%s missing; the model needs it with shape %s", path,
+                    dpath, want);
+            goto fail;
+        }
+        hid_t ds = H5Dopen2(file, dpath, H5P_DEFAULT);
+        if (ds < 0) {
+            ddp_err(err, errlen, "%s: /%s is not a dataset", path, dpath);
+            goto fail;
+        }
+        hid_t sp = H5Dget_space(ds), ty = H5Dget_type(ds);
+        int nd = H5Sget_simple_extent_ndims(sp);
+        hsize_t gd[8] = {0};
+        if (nd >= 0 && nd <= 8)
+            H5Sget_simple_extent_dims(sp, gd, NULL);
+        int ok = nd == t->ndim;
+        for (int d = 0; ok && d < nd; d++)
+            ok = gd[d] == wd[d];
+        int is_float = H5Tget_class(ty) == H5T_FLOAT;
+        herr_t st = -1;
+        if (ok && is_float)
+            st = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         (t->is_buffer ? hbuf : host) + t->off);
+        H5Tclose(ty);
+        H5Sclose(sp);
+        H5Dclose(ds);
+        if (!ok) {
+            dims_str(nd > 0 && nd <= 8 ? nd : 0, gd, got, sizeof got);
+            ddp_err(err, errlen, "%s: /%s has shape %s; the model's [model] layers need %s", path,
+                    dpath, got, want);
+            goto fail;
+        }
+        if (!is_float) {
+            ddp_err(err, errlen, "%s: /%s is not floating point; expected float32", path, dpath);
+            goto fail;
+        }
+        if (st < 0) {
+            ddp_err(err, errlen, "%s: cannot read /%s", path, dpath);
+            goto fail;
+        }
+        const float *v = (t->is_buffer ? hbuf : host) + t->off;
+        for (size_t j = 0; j < t->n; j++)
+            if (!isfinite(v[j])) {
+                ddp_err(err, errlen, "%s: /%s holds a non-finite value at element %zu", path,
+                        dpath, j);
+                goto fail;
+            }
+    }
+    for (int i = 0; i < m->nlayers; i++) { /* optional batchnorm counters */
+        struct ddp_layer *l = &m->layers[i];
+        char dpath[64];
+        snprintf(dpath, sizeof dpath, "model/%d.num_batches_tracked", l->index);
+        if (l->spec.kind != DDP_LAYER_BATCHNORM || H5Lexists(file, dpath, H5P_DEFAULT) <= 0)
+            continue;
+        hid_t ds = H5Dopen2(file, dpath, H5P_DEFAULT);
+        int64_t v = 0;
+        if (ds >= 0 && H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0)
+            l->num_batches_tracked = v;
+        if (ds >= 0)
+            H5Dclose(ds);
+    }
+    m->be->upload(m->params, host, sizeof(float) * m->nparams);
+    m->be->upload(m->buffers, hbuf, sizeof(float) * m->nbuffers);
+    rc = 0;
+fail:
+    free(host);
+    free(hbuf);
+    return rc;
+}
+
+int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen)
+{
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return ddp_err(err, errlen, "%s: cannot sync: %s", tmp, strerror(errno));
+    }
+    close(fd);
+    if (rename(tmp, final) != 0)
+        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    char dir[DDP_ERR_LEN];
+    snprintf(dir, sizeof dir, "%s", final);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, size_t errlen)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0)
+        return ddp_err(err, errlen, "%s: cannot create: check the directory exists and is "
+                       "writable", tmp);
+    int rc = ddp_weights_write_group(f, m, err, errlen);
+    if (H5Fclose(f) < 0 && rc == 0)
+        rc = ddp_err(err, errlen, "%s: cannot close", tmp);
+    if (rc == 0)
+        rc = ddp_file_commit(tmp, path, err, errlen);
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+int ddp_weights_load(const char *path, struct ddp_model *m, char *err, size_t errlen)
+{
+    if (access(path, R_OK) != 0)
+        return ddp_err(err, errlen, "%s: cannot read weights: %s", path, strerror(errno));
+    if (H5Fis_hdf5(path) <= 0)
+        return ddp_err(err, errlen, "%s: not an HDF5 file; expected weights with a /model group",
+                       path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, 0, 1);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0)
+        return ddp_err(err, errlen, "%s: cannot open as HDF5", path);
+    int rc = ddp_weights_read_group(f, path, m, err, errlen);
+    H5Fclose(f);
+    return rc;
+}

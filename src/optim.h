@@ -1,0 +1,46 @@
+/*
+ * optim.h - SGD (momentum, Nesterov, weight decay), Adam and AdamW on the flat parameter
+ * buffer, with PyTorch's update rules (see docs/training.md), and the learning-rate schedule.
+ *
+ * The arithmetic runs in the backend (sgd_step/adam_step); this module owns the optimiser
+ * state buffers (same flat layout as the parameters), the step count and the schedule.
+ *
+ * Schedule, per step: lr_eff = lr * scale(world_size) (lr_scaling none/linear/sqrt). During the
+ * first warmup_epochs * steps_per_epoch steps, lr rises linearly: lr_eff * (g + 1) / warmup
+ * (g = global step from 0). After warmup the per-epoch schedule applies to e = epoch -
+ * warmup_epochs (whole epochs): constant; step: lr_eff * gamma^floor(e / step_epochs);
+ * cosine: lr_eff * (1 + cos(pi * e / E)) / 2 with E = epochs - warmup_epochs.
+ */
+#ifndef DDP_OPTIM_H
+#define DDP_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "config.h"
+
+struct ddp_optim {
+    const struct ddp_backend *be;
+    int kind; /* enum ddp_optim_kind */
+    size_t n;
+    float *state1, *state2; /* sgd: momentum buffer; adam: exp_avg, exp_avg_sq (backend mem) */
+    int64_t t;              /* optimiser steps taken */
+    double lr_eff;          /* lr after world-size scaling */
+    double momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
+    int nesterov, schedule;
+    int64_t step_epochs, epochs;
+};
+
+void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const struct ddp_job *job,
+                    size_t nparams, int world_size);
+void ddp_optim_free(struct ddp_optim *o); /* accepts a zeroed struct */
+
+/* Learning rate for the step at (epoch, step within epoch). */
+double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step_in_epoch,
+                    int64_t steps_per_epoch);
+
+/* One update of params from grads with learning rate lr. */
+void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr);
+
+#endif

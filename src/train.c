@@ -1,0 +1,557 @@
+/*
+ * train.c - the trainer: setup (job, world, comm, data, model), the epoch loop with bucketed
+ * all-reduce, distributed evaluation, logs, metrics and final weights. See train.h.
+ *
+ * Dimension letters: B per-rank batch, G global batch (B x W), W world size, K classes.
+ */
+#include "train.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ddp_build.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "config.h"
+#include "data/h5data.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "ddp.h"
+#include "launch/world.h"
+#include "metrics.h"
+#include "nn/model.h"
+#include "nn/weights.h"
+#include "optim.h"
+#include "util.h"
+
+#define HOST_FIELD DDP_HOST_MAX /* bytes per rank in the gathered host table */
+
+struct trainer {
+    struct ddp_job job;
+    struct ddp_world world;
+    ddp_comm *comm;
+    const struct ddp_backend *be;
+    int threads;
+    char *hosts; /* (W, HOST_FIELD) */
+    ddp_h5split *train, *test;
+    struct ddp_sampler train_sampler, test_sampler;
+    ddp_loader *train_loader, *test_loader;
+    struct ddp_model model;
+    struct ddp_sync sync;
+    struct ddp_optim optim;
+    struct ddp_metrics metrics;
+    int64_t steps_per_epoch;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
+               "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n");
+}
+
+static void log_line(const char *line) { ddp_log("%s", line); }
+
+static const char *host_of(const struct trainer *t, int rank)
+{
+    return t->hosts ? t->hosts + (size_t)rank * HOST_FIELD : "?";
+}
+
+/* Compute threads for this rank: [train] threads, else SLURM_CPUS_PER_TASK, else the cores
+ * this process may run on divided among the ranks of this node (unless the launcher already
+ * bound the process to fewer cores than the node has). */
+static int choose_threads(const struct ddp_job *job, const struct ddp_world *w)
+{
+    if (job->threads > 0)
+        return (int)job->threads;
+    if (w->cpus_per_task > 0)
+        return w->cpus_per_task;
+    cpu_set_t set;
+    int allowed = 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        allowed = CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = w->local_size > 0 ? w->local_size : 1;
+    int n = allowed;
+    if (online > 0 && allowed >= online)
+        n = allowed / local;
+    return n > 0 ? n : 1;
+}
+
+/* All ranks agree on setup: returns 0 if every rank succeeded; else prints who failed and
+ * returns the exit code of the lowest failing rank. */
+static int agree(struct trainer *t, int code, const char *msg)
+{
+    int W = ddp_comm_size(t->comm);
+    int64_t mine = code, *all = ddp_malloc(sizeof(int64_t) * (size_t)W);
+    ddp_comm_allgather(t->comm, &mine, all, sizeof mine);
+    int first = -1;
+    for (int r = 0; r < W && first < 0; r++)
+        if (all[r] != 0)
+            first = r;
+    int rc = first < 0 ? 0 : (int)all[first];
+    free(all);
+    if (code != 0)
+        ddp_warn("%s", msg);
+    else if (first >= 0 && t->world.rank == 0)
+        ddp_warn("stopping: rank %d on %s failed during setup (see its message above)", first,
+                 host_of(t, first));
+    return rc;
+}
+
+static int open_data(struct trainer *t, char *err, size_t errlen)
+{
+    const struct ddp_job *job = &t->job;
+    t->train = ddp_h5split_open(job->data_file, job->data_train, err, errlen);
+    if (!t->train)
+        return DDP_EXIT_DATA;
+    size_t cache = (size_t)job->cache_mb << 20;
+    if (ddp_h5split_cache(t->train, cache, err, errlen) < 0)
+        return DDP_EXIT_DATA;
+    if (job->data_test[0]) {
+        t->test = ddp_h5split_open(job->data_file, job->data_test, err, errlen);
+        if (!t->test)
+            return DDP_EXIT_DATA;
+        if (ddp_h5split_cache(t->test, cache, err, errlen) < 0)
+            return DDP_EXIT_DATA;
+        int64_t a[3], b[3];
+        int na = ddp_h5split_shape(t->train, a), nb = ddp_h5split_shape(t->test, b);
+        if (na != nb || memcmp(a, b, sizeof(int64_t) * (size_t)na) != 0) {
+            ddp_err(err, errlen, "%s: %s and %s hold samples of different shapes", job->data_file,
+                    job->data_train, job->data_test);
+            return DDP_EXIT_DATA;
+        }
+    }
+    return 0;
+}
+
+static int build_model(struct trainer *t, char *err, size_t errlen)
+{
+    const struct ddp_job *job = &t->job;
+    char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN];
+    int64_t dims[3];
+    int nd = ddp_h5split_shape(t->train, dims);
+    if (ddp_model_create(&t->model, t->be, job->layers, nd, dims, (int)job->batch_size, why,
+                         sizeof why) != 0) {
+        char shape[64];
+        if (nd == 1)
+            snprintf(shape, sizeof shape, "(%lld)", (long long)dims[0]);
+        else
+            snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)dims[0],
+                     (long long)dims[1], (long long)dims[2]);
+        ddp_err(err, errlen, "%s: %s (samples of %s are %s)",
+                ddp_job_where(job, "model", "layers", where, sizeof where), why, job->data_file,
+                shape);
+        return DDP_EXIT_USAGE;
+    }
+    int K = t->model.classes;
+    if (ddp_h5split_check_labels(t->train, K, err, errlen) != 0 ||
+        (t->test && ddp_h5split_check_labels(t->test, K, err, errlen) != 0)) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (the model's last layer has %d outputs)", K);
+        return DDP_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int init_weights(struct trainer *t, char *err, size_t errlen)
+{
+    ddp_model_init(&t->model, (uint64_t)t->job.seed);
+    if (strcmp(t->job.init, "pytorch") == 0 || t->world.rank != 0)
+        return 0; /* other ranks receive rank 0's weights */
+    if (ddp_weights_load(t->job.init, &t->model, err, errlen) != 0) {
+        char where[DDP_PATH_MAX + 64];
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (from %s)",
+                 ddp_job_where(&t->job, "model", "init", where, sizeof where));
+        return DDP_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int prepare_output(struct trainer *t, char *err, size_t errlen)
+{
+    if (t->world.rank != 0)
+        return 0;
+    const struct ddp_job *job = &t->job;
+    char where[DDP_PATH_MAX + 64], path[DDP_PATH_MAX + 64];
+    if (ddp_mkdir_p(job->output) != 0) {
+        ddp_err(err, errlen, "%s: cannot create directory %s: %s",
+                ddp_job_where(job, "job", "output", where, sizeof where), job->output,
+                strerror(errno));
+        return DDP_EXIT_USAGE;
+    }
+    snprintf(path, sizeof path, "%s/job.ini", job->output);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        ddp_err(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        return DDP_EXIT_USAGE;
+    }
+    ddp_job_write(job, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+    if (ddp_metrics_open(&t->metrics, path, 0, err, errlen) != 0)
+        return DDP_EXIT_USAGE;
+    return 0;
+}
+
+/* SyncBatchNorm hook: sums over all ranks. */
+static void sync_sums(void *ctx, double *buf, size_t n)
+{
+    ddp_comm_allreduce((ddp_comm *)ctx, buf, n, DDP_F64);
+}
+
+/* Distributed evaluation: each rank takes its share of the test split; sums are reduced. */
+static void evaluate(struct trainer *t, double *loss, double *acc)
+{
+    char err[DDP_ERR_LEN];
+    double sums[3] = {0, 0, 0}; /* loss sum, correct, count */
+    if (t->world.world_size > 1 && !t->job.sync_bn && t->model.nbuffers)
+        ddp_comm_broadcast(t->comm, t->model.buffers, sizeof(float) * t->model.nbuffers, 0);
+    ddp_loader_start(t->test_loader, 0, 0);
+    const float *x;
+    const int32_t *y;
+    int n;
+    while ((n = ddp_loader_next(t->test_loader, &x, &y, err, sizeof err)) > 0) {
+        const float *logits = ddp_model_forward(&t->model, x, n, 0, 0);
+        int64_t correct = 0;
+        sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0);
+        sums[1] += (double)correct;
+        sums[2] += n;
+    }
+    if (n < 0)
+        ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
+    ddp_comm_allreduce(t->comm, sums, 3, DDP_F64);
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+    *acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+}
+
+static void fmt_duration(double s, char *buf, size_t len)
+{
+    if (s < 120)
+        snprintf(buf, len, "%.1fs", s);
+    else if (s < 7200)
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+static int train_loop(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    struct ddp_model *m = &t->model;
+    int W = t->world.world_size, rank = t->world.rank;
+    int64_t G = job->batch_size * W;
+    int64_t spe = t->steps_per_epoch;
+    int64_t total_steps = spe * job->epochs;
+    if (job->max_steps > 0 && job->max_steps < total_steps)
+        total_steps = job->max_steps;
+    const char *trace_path = getenv("DDP_TRACE");
+    if (trace_path && rank == 0)
+        t->sync.trace_on = 1;
+
+    double t0 = ddp_now(), t_log = t0, last_loss = NAN, last_acc = NAN;
+    double loss_acc[2] = {0, 0}; /* local loss sum, local samples since the last log */
+    int64_t step = 0, samples_since_log = 0;
+    int64_t epoch = 0, evals = 0;
+    char err[DDP_ERR_LEN], el[32], left[32];
+    for (epoch = 0; epoch < job->epochs && step < total_steps; epoch++) {
+        ddp_loader_start(t->train_loader, epoch, 0);
+        const float *x;
+        const int32_t *y;
+        int n;
+        for (int64_t s = 0; step < total_steps; s++) {
+            n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
+            if (n < 0)
+                ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
+            if (n == 0)
+                break;
+            double lr = ddp_optim_lr(&t->optim, epoch, s, spe);
+            uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
+                             ((uint64_t)step << 20) ^ (uint64_t)rank;
+            t->be->zero(m->grads, m->nparams);
+            const float *logits = ddp_model_forward(m, x, n, 1, noise);
+            loss_acc[0] += t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
+                                       1.0f / (float)n);
+            loss_acc[1] += n;
+            ddp_sync_begin(&t->sync);
+            ddp_model_backward(m, x, n, ddp_sync_layer_done, &t->sync);
+            ddp_sync_finish(&t->sync);
+            ddp_optim_step(&t->optim, m->params, m->grads, lr);
+            step++;
+            samples_since_log += (int64_t)n * W;
+            if (step == 1 && trace_path && rank == 0) {
+                FILE *f = fopen(trace_path, "w");
+                if (f) {
+                    ddp_sync_write_trace(&t->sync, f);
+                    fclose(f);
+                }
+            }
+            if (step % job->log_every == 0 || step == total_steps) {
+                double red[2] = {loss_acc[0], loss_acc[1]};
+                ddp_comm_allreduce(t->comm, red, 2, DDP_F64);
+                double now = ddp_now();
+                double mean = red[0] / red[1];
+                double sps = (double)samples_since_log / (now - t_log);
+                double per_step = (now - t0) / (double)step;
+                fmt_duration(now - t0, el, sizeof el);
+                fmt_duration(per_step * (double)(total_steps - step), left, sizeof left);
+                ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f "
+                        "elapsed %s left %s",
+                        (long long)epoch + 1, (long long)job->epochs, (long long)step,
+                        (long long)total_steps, mean, lr, sps, el, left);
+                ddp_metrics_train(&t->metrics, epoch + 1, step, mean, lr, sps);
+                loss_acc[0] = loss_acc[1] = 0;
+                samples_since_log = 0;
+                t_log = ddp_now();
+                if (!isfinite(mean))
+                    ddp_die("training diverged: loss is %g at step %lld; lower [optim] lr",
+                            mean, (long long)step);
+            }
+        }
+        ddp_loader_stop(t->train_loader);
+        int last = epoch + 1 == job->epochs || step >= total_steps;
+        if (t->test && (last || (job->eval_every > 0 && (epoch + 1) % job->eval_every == 0))) {
+            evaluate(t, &last_loss, &last_acc);
+            evals++;
+            ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f", (long long)epoch + 1,
+                    (long long)step, last_loss, last_acc);
+            ddp_metrics_eval(&t->metrics, epoch + 1, step, last_loss, last_acc);
+        }
+    }
+    double train_s = ddp_now() - t0;
+
+    /* final weights: rank 0's running statistics are the model's */
+    if (rank == 0) {
+        char path[DDP_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/model.h5", job->output);
+        if (ddp_weights_save(path, m, err, sizeof err) != 0)
+            ddp_die("%s", err);
+        ddp_log("final weights: %s", path);
+    }
+    char members[512];
+    snprintf(members, sizeof members,
+             "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
+             "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s%.6g%s,"
+             "\"test_acc\":%s%.6g%s",
+             (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
+             (double)step * (double)G / train_s, isfinite(last_loss) ? "" : "\"",
+             isfinite(last_loss) ? last_loss : 0, isfinite(last_loss) ? "" : "\"",
+             isfinite(last_acc) ? "" : "\"", isfinite(last_acc) ? last_acc : 0,
+             isfinite(last_acc) ? "" : "\"");
+    if (!isfinite(last_acc)) /* no evaluation ran: keep the JSON valid and honest */
+        snprintf(members, sizeof members,
+                 "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
+                 "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":null,"
+                 "\"test_acc\":null",
+                 (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
+                 (double)step * (double)G / train_s);
+    ddp_metrics_summary(&t->metrics, members);
+    if (isfinite(last_acc))
+        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs", last_acc,
+                last_loss, (long long)step, train_s);
+    else
+        ddp_log("done: %lld steps in %.1fs (no test split evaluated)", (long long)step, train_s);
+    (void)evals;
+    return 0;
+}
+
+static ddp_comm *g_comm; /* for the die hook */
+
+static void abort_hook(int code)
+{
+    if (g_comm && ddp_comm_size(g_comm) > 1)
+        ddp_comm_abort(g_comm, code);
+}
+
+int ddp_cmd_train(int argc, char **argv)
+{
+    static struct trainer tr; /* large; one per process */
+    struct trainer *t = &tr;
+    char err[DDP_ERR_LEN * 2];
+    const char *job_path = NULL;
+    ddp_job_defaults(&t->job);
+
+    /* arguments: JOB.ini and --set overrides (applied after the file) */
+    const char *sets[256];
+    int nsets = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--set") == 0 || strcmp(a, "-s") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ddptrain: --set needs SECTION.KEY=VALUE\n");
+                return DDP_EXIT_USAGE;
+            }
+            a = argv[++i];
+        } else if (strncmp(a, "--set=", 6) == 0) {
+            a += 6;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ddptrain: unknown option '%s'\n", a);
+            usage(stderr);
+            return DDP_EXIT_USAGE;
+        } else {
+            if (job_path) {
+                fprintf(stderr, "ddptrain: two job files given ('%s' and '%s'); give one\n",
+                        job_path, a);
+                return DDP_EXIT_USAGE;
+            }
+            job_path = a;
+            continue;
+        }
+        if (nsets == (int)(sizeof sets / sizeof sets[0])) {
+            fprintf(stderr, "ddptrain: too many --set options\n");
+            return DDP_EXIT_USAGE;
+        }
+        sets[nsets++] = a;
+    }
+    if (!job_path) {
+        fprintf(stderr, "ddptrain: no job file given\n");
+        usage(stderr);
+        return DDP_EXIT_USAGE;
+    }
+    if (ddp_job_load(&t->job, job_path, err, sizeof err) != 0) {
+        fprintf(stderr, "ddptrain: %s\n", err);
+        return DDP_EXIT_USAGE;
+    }
+    for (int i = 0; i < nsets; i++)
+        if (ddp_job_set(&t->job, sets[i], err, sizeof err) != 0) {
+            fprintf(stderr, "ddptrain: %s\n", err);
+            return DDP_EXIT_USAGE;
+        }
+    if (ddp_job_validate(&t->job, err, sizeof err) != 0) {
+        fprintf(stderr, "ddptrain: %s\n", err);
+        return DDP_EXIT_USAGE;
+    }
+    const struct ddp_job *job = &t->job;
+
+    /* world and collectives */
+    if (ddp_world_detect(&t->world, NULL, NULL, (int)job->port, err, sizeof err) != 0) {
+        fprintf(stderr, "ddptrain: %s\n", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    const struct ddp_world *w = &t->world;
+    ddp_log_set_identity(w->host, w->rank, w->world_size);
+    if (w->warning[0] && w->rank == 0)
+        ddp_warn("%s", w->warning);
+    if (job->backend == DDP_DIST_NCCL) {
+        ddp_warn("[dist] backend = nccl, but this ddptrain was built without NCCL; use mpi on "
+                 "CPUs (ddptrain --version lists the backends)");
+        return DDP_EXIT_LAUNCH;
+    }
+    static const char *backends[] = {"auto", "nccl", "mpi", "none"};
+    t->comm = ddp_comm_create(backends[job->backend], w, job->timeout_s, err, sizeof err);
+    if (!t->comm) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    g_comm = t->comm;
+    ddp_set_abort_hook(abort_hook);
+    t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
+    char me[HOST_FIELD];
+    snprintf(me, sizeof me, "%s", w->host);
+    ddp_comm_allgather(t->comm, me, t->hosts, HOST_FIELD);
+
+    t->be = ddp_backend_cpu();
+    t->threads = choose_threads(job, w);
+    if (t->be->set_threads)
+        t->be->set_threads(t->threads);
+
+    /* setup, agreed on by all ranks */
+    double t_setup = ddp_now();
+    int code = prepare_output(t, err, sizeof err);
+    if (!code)
+        code = open_data(t, err, sizeof err);
+    if (!code)
+        code = build_model(t, err, sizeof err);
+    if (!code)
+        code = init_weights(t, err, sizeof err);
+    int rc = agree(t, code, err);
+    if (rc)
+        goto done;
+    struct ddp_model *m = &t->model;
+    ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
+    if (ddp_sync_check_fingerprint(&t->sync, err, sizeof err) != 0) {
+        if (w->rank == 0)
+            ddp_warn("%s", err);
+        rc = DDP_EXIT_USAGE;
+        goto done;
+    }
+    ddp_sync_broadcast_state(&t->sync);
+    if (job->sync_bn && w->world_size > 1) {
+        m->sync_sums = sync_sums;
+        m->sync_ctx = t->comm;
+    }
+    ddp_optim_init(&t->optim, t->be, job, m->nparams, w->world_size);
+    ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
+                     (uint64_t)job->seed, job->shuffle, job->drop_last);
+    t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
+    if (t->steps_per_epoch < 1) {
+        if (w->rank == 0)
+            ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
+                     "with drop_last; lower [data] batch_size or set drop_last = false",
+                     job->data_file, (long long)ddp_h5split_count(t->train),
+                     (long long)job->batch_size, w->world_size);
+        rc = DDP_EXIT_USAGE;
+        goto done;
+    }
+    t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
+    if (t->test) {
+        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
+                              w->rank);
+        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+    }
+
+    /* banner */
+    char desc[2048];
+    ddp_model_describe(m, desc, sizeof desc);
+    int64_t dims[3];
+    int nd = ddp_h5split_shape(t->train, dims);
+    ddp_log("ddptrain %s: job %s (%s), %d rank%s, launcher %s, comm %s, %d thread%s per rank",
+            DDP_VERSION, job->name, job->path, w->world_size, w->world_size > 1 ? "s" : "",
+            ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->threads,
+            t->threads > 1 ? "s" : "");
+    char shape[96];
+    if (nd == 1)
+        snprintf(shape, sizeof shape, "(%lld)", (long long)dims[0]);
+    else
+        snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)dims[0],
+                 (long long)dims[1], (long long)dims[2]);
+    ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",
+            job->data_file, job->data_train, (long long)ddp_h5split_count(t->train), shape,
+            job->data_test[0] ? job->data_test : "-",
+            t->test ? (long long)ddp_h5split_count(t->test) : 0LL, (long long)t->steps_per_epoch,
+            (long long)(job->batch_size * w->world_size));
+    ddp_log("model: %zu parameters in %d bucket%s: %s", m->nparams, t->sync.nbuckets,
+            t->sync.nbuckets > 1 ? "s" : "", desc);
+    ddp_log("effective job (also in %s/job.ini):", job->output);
+    if (w->rank == 0)
+        ddp_job_log_lines(job, log_line);
+    ddp_log("setup took %.3fs", ddp_now() - t_setup);
+    rc = train_loop(t);
+
+done:
+    ddp_loader_destroy(t->train_loader);
+    ddp_loader_destroy(t->test_loader);
+    ddp_sampler_free(&t->train_sampler);
+    ddp_sampler_free(&t->test_sampler);
+    ddp_optim_free(&t->optim);
+    ddp_sync_free(&t->sync);
+    ddp_model_free(&t->model);
+    ddp_h5split_close(t->train);
+    ddp_h5split_close(t->test);
+    ddp_metrics_close(&t->metrics);
+    free(t->hosts);
+    ddp_set_abort_hook(NULL);
+    g_comm = NULL;
+    ddp_comm_destroy(t->comm);
+    ddp_job_free(&t->job);
+    return rc;
+}

@@ -1,0 +1,16 @@
+/*
+ * train.h - the training run: job file + environment -> a trained model, metrics.jsonl and
+ * model.h5 in the job's output directory (rank 0 writes; every rank computes).
+ *
+ * Setup failures on any rank (job, dataset, weights, output directory) are agreed on by all
+ * ranks before training starts, so one rank's bad file never leaves the others waiting: the
+ * failing rank prints its one-line reason, rank 0 names the failing rank, and every rank exits
+ * with that rank's code.
+ */
+#ifndef DDP_TRAIN_H
+#define DDP_TRAIN_H
+
+/* `ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]`; returns the exit code. */
+int ddp_cmd_train(int argc, char **argv);
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * util.h - exit codes, logging, allocation and string helpers shared by every module.
+ *
+ * Two tiers of errors (see docs/design.md):
+ *  - input errors (job file, environment, hostlist, dataset, checkpoint) are returned up to
+ *    main as a status plus a one-line message in a caller-supplied buffer; parsers never exit;
+ *  - fatal runtime errors (out of memory, libc, HDF5, BLAS, MPI) go through ddp_die(), which
+ *    prints host, rank, file:line, aborts the communicator (so no peer hangs) and exits.
+ *
+ * Allocation wrappers never return NULL: they die on failure.
+ */
+#ifndef DDP_UTIL_H
+#define DDP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit codes: the contract of docs/design.md section 8. */
+enum ddp_exit {
+    DDP_EXIT_OK = 0,
+    DDP_EXIT_RUNTIME = 1,  /* runtime failure */
+    DDP_EXIT_USAGE = 2,    /* usage or job-file error */
+    DDP_EXIT_DATA = 3,     /* dataset or checkpoint file error */
+    DDP_EXIT_LAUNCH = 4,   /* launch, binding or bootstrap error */
+    DDP_EXIT_PEER = 5,     /* a peer failed or a collective timed out */
+    DDP_EXIT_REQUEUE = 75, /* stopped by a signal after a checkpoint: requeue me */
+};
+
+/* Size of the message buffers that input parsers fill on error. */
+#define DDP_ERR_LEN 512
+
+/* Identity used to prefix log and error lines ("host rank N: ..."); set once at start. */
+void ddp_log_set_identity(const char *host, int rank, int world_size);
+int ddp_log_rank(void);
+
+/* Rank-0 log line on stdout (other ranks print nothing). */
+void ddp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Warning or error on stderr from any rank, prefixed "ddptrain: host rank N: ". */
+void ddp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Hook run by ddp_die before exiting (the trainer points it at comm abort). */
+void ddp_set_abort_hook(void (*hook)(int code));
+/* Fatal runtime error: message with file:line, abort hook, exit(code). */
+void ddp_die_at(const char *file, int line, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+#define ddp_die(...) ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, __VA_ARGS__)
+
+void *ddp_malloc(size_t n);
+void *ddp_calloc(size_t count, size_t size);
+void *ddp_realloc(void *p, size_t n);
+char *ddp_strdup(const char *s);
+#define DDP_FREE(p) do { free(p); (p) = NULL; } while (0)
+
+/* Cache-line aligned allocation for numeric buffers (free with free()). */
+void *ddp_malloc_aligned(size_t n);
+
+/* snprintf into err (may be NULL); always returns -1 so parsers can `return ddp_err(...)`. */
+int ddp_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Monotonic seconds. */
+double ddp_now(void);
+
+/* Strict integer/float parsing of a whole string (leading/trailing blanks allowed).
+ * Return 0 on success, -1 if the text is not a number or out of range. */
+int ddp_parse_i64(const char *s, int64_t *out);
+int ddp_parse_f64(const char *s, double *out);
+
+/* mkdir -p; returns 0 or -1 with errno set. */
+int ddp_mkdir_p(const char *path);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * bench_allreduce.c - time of one f32 sum all-reduce through src/comm (blocking, and
+ * start + wait) next to a plain MPI_Allreduce loop. A measurement, not a test: run it by hand,
+ *   mpirun -n 2 build/tests/mpi/bench_allreduce [iters]
+ * Rank 0 prints a table (units row) and one JSON line per size.
+ * busbw = algbw * 2 (n - 1) / n, as nccl-tests reports it.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "launch/world.h"
+#include "util.h"
+
+static const size_t k_bytes[] = {4096, 32768, 262144, 1 << 20, 4 << 20, 16 << 20};
+#define NSIZES (sizeof k_bytes / sizeof k_bytes[0])
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+/* Seconds per call of kind (0 ddp blocking, 1 ddp start+wait, 2 MPI_Allreduce), the
+ * slowest rank's view. */
+static double time_kind(ddp_comm *c, int kind, float *buf, size_t n, int iters)
+{
+    const int warm = iters / 10 + 5;
+    double t0 = 0;
+    for (int it = 0; it < warm + iters; it++) {
+        if (it == warm) {
+            ddp_comm_barrier(c);
+            t0 = MPI_Wtime();
+        }
+        if (kind == 0)
+            ddp_comm_allreduce(c, buf, n, DDP_F32);
+        else if (kind == 1)
+            ddp_comm_wait(c, ddp_comm_allreduce_start(c, buf, n, DDP_F32));
+        else
+            MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        /* Keep the values bounded so repeated sums never reach inf. */
+        buf[0] = 1.0f;
+    }
+    double dt = (MPI_Wtime() - t0) / iters;
+    ddp_comm_allreduce_max(c, &dt, 1, DDP_F64);
+    return dt;
+}
+
+int main(int argc, char **argv)
+{
+    struct ddp_world w;
+    memset(&w, 0, sizeof w);
+    w.launcher = DDP_LAUNCHER_OMPI;
+    w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    w.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    w.mpi_launched = 1;
+    gethostname(w.host, sizeof w.host - 1);
+    ddp_log_set_identity(w.host, w.rank, w.world_size);
+    const int iters = argc > 1 ? atoi(argv[1]) : 500;
+    char err[DDP_ERR_LEN];
+    ddp_comm *c = ddp_comm_create("mpi", &w, 60, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "bench_allreduce: %s\n", err);
+        return 4;
+    }
+    const int n_ranks = ddp_comm_size(c);
+    const double busf = n_ranks > 1 ? 2.0 * (n_ranks - 1) / n_ranks : 1.0;
+    float *buf = ddp_malloc_aligned(k_bytes[NSIZES - 1]);
+    memset(buf, 0, k_bytes[NSIZES - 1]);
+    static const char *names[3] = {"ddp_comm_allreduce", "ddp_comm start+wait", "MPI_Allreduce"};
+    if (w.rank == 0) {
+        printf("%-10s %-20s %12s %10s %10s\n", "size", "call", "time", "algbw", "busbw");
+        printf("%-10s %-20s %12s %10s %10s\n", "(bytes)", "", "(us)", "(GB/s)", "(GB/s)");
+    }
+    for (size_t s = 0; s < NSIZES; s++) {
+        const size_t n = k_bytes[s] / sizeof(float);
+        for (int kind = 0; kind < 3; kind++) {
+            const int it = k_bytes[s] > (1 << 20) ? iters / 5 + 1 : iters;
+            const double dt = time_kind(c, kind, buf, n, it);
+            const double algbw = (double)k_bytes[s] / dt / 1e9;
+            if (w.rank == 0) {
+                printf("%-10zu %-20s %12.1f %10.2f %10.2f\n", k_bytes[s], names[kind], dt * 1e6,
+                       algbw, algbw * busf);
+                printf("{\"bench\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,\"call\":\"%s\","
+                       "\"us\":%.2f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f}\n",
+                       n_ranks, k_bytes[s], names[kind], dt * 1e6, algbw, algbw * busf);
+            }
+        }
+    }
+    free(buf);
+    ddp_comm_destroy(c);
+    return 0;
+}

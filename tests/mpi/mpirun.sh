@@ -1,0 +1,53 @@
+#!/bin/sh
+# mpirun.sh [--expect CODE] [--min S] [--max S] [--grep TEXT] NP PROGRAM [ARGS...]
+#
+# Runs PROGRAM under `mpirun -n NP --oversubscribe` (NP = 0: directly, without mpirun) with a
+# hard time limit, then checks its exit code (default 0), its wall time in seconds (at least
+# --min, at most --max) and that its output contains TEXT. Exit 0 pass, 1 fail, 77 skipped
+# (no mpirun).
+expect=0 min=0 max=100 pattern=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --expect) expect=$2; shift 2 ;;
+    --min) min=$2; shift 2 ;;
+    --max) max=$2; shift 2 ;;
+    --grep) pattern=$2; shift 2 ;;
+    *) break ;;
+    esac
+done
+np=$1
+shift
+if [ "$np" -gt 0 ]; then
+    command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
+    set -- mpirun -n "$np" --oversubscribe "$@"
+fi
+if [ "$(id -u)" = 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# Keep the oversubscribed ranks from spinning on each other's cores.
+export OMPI_MCA_mpi_yield_when_idle=1
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+t0=$(date +%s.%N)
+# The limit is generous beyond --max so that a hang shows up as a failure, not a stuck suite.
+timeout -k 5 $((${max%.*} + 30)) "$@" >"$log" 2>&1
+rc=$?
+t1=$(date +%s.%N)
+cat "$log"
+elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+echo "mpirun.sh: exit $rc after $elapsed s (want exit $expect within [$min, $max] s)"
+status=0
+if [ "$rc" -ne "$expect" ]; then
+    echo "FAIL: exit code $rc, want $expect"
+    status=1
+fi
+if awk -v e="$elapsed" -v lo="$min" -v hi="$max" 'BEGIN { exit !(e < lo || e > hi) }'; then
+    echo "FAIL: took $elapsed s, want [$min, $max] s"
+    status=1
+fi
+if [ -n "$pattern" ] && ! grep -qF -- "$pattern" "$log"; then
+    echo "FAIL: output lacks: $pattern"
+    status=1
+fi
+exit $status

@@ -1,0 +1,27 @@
+# shellcheck shell=bash
+# tests/slurm/lib.sh: helpers sourced by every case in cases/ (run by run-suite.sh).
+# Environment from the suite: CLUSTER (tools/slurm-cluster), DDP_SLURM_BASE, DDP_SLURM_MODE
+# (netns | loopback), DDP_SLURM_MASTER_ADDR (address of n1), CASE_DIR (empty, private to the
+# case, also its working directory), DDPTRAIN, DDP_SRC.
+# A case exits 0 (pass), 77 (skip, with a reason) or anything else (fail, with a reason).
+set -euo pipefail
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+
+# Run a Slurm client (srun, sbatch, ...) in the controller's namespaces, bounded in time:
+# a request Slurm cannot meet pends forever.
+sr() { timeout "${SR_TIMEOUT:-60}" "$CLUSTER" run "$@"; }
+
+# expect_eq ACTUAL EXPECTED WHAT
+expect_eq() {
+    [[ $1 == "$2" ]] || fail "$3: expected '$2', got '$1'"
+}
+
+# The name of the node a task runs on: its real hostname in netns mode (which must agree with
+# slurmd's node name), SLURMD_NODENAME on loopback where all nodes share one hostname.
+# shellcheck disable=SC2034,SC2016  # used by the cases, expanded by the task's shell
+node_of_task='if [ "$DDP_SLURM_MODE" = netns ]; then h=$(hostname); else h=$SLURMD_NODENAME; fi'
+
+# addr_of NODE: the address a node's name resolves to, seen from that node.
+addr_of() { sr srun -N 1 -n 1 -w "$1" getent ahostsv4 "$1" | awk 'NR==1 {print $1}'; }
