@@ -238,9 +238,15 @@ static void format_value(const struct ddp_job *job, const struct key_def *k, cha
     case T_INT:
         snprintf(out, len, "%lld", (long long)*(const int64_t *)field);
         break;
-    case T_FLOAT:
-        snprintf(out, len, "%.17g", *(const double *)field);
+    case T_FLOAT: { /* shortest text that reads back to the same double */
+        double v = *(const double *)field;
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(out, len, "%.*g", prec, v);
+            if (strtod(out, NULL) == v)
+                break;
+        }
         break;
+    }
     case T_BOOL:
         snprintf(out, len, "%s", *(const int *)field ? "true" : "false");
         break;

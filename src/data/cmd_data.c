@@ -113,7 +113,7 @@ static int parse_shape(const char *s, int *rank, int64_t dims[3])
 /* Text of the command line, for the `source` attribute. */
 static void command_text(int argc, char **argv, char *buf, size_t len)
 {
-    size_t o = (size_t)snprintf(buf, len, "ddptrain");
+    size_t o = (size_t)snprintf(buf, len, "ddptrain data");
     for (int i = 0; i < argc && o < len; i++)
         o += (size_t)snprintf(buf + o, len - o, " %s", argv[i]);
 }

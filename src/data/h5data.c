@@ -803,6 +803,7 @@ int ddp_h5data_source(const char *path, char *buf, size_t len, char *err, size_t
         goto fail;
     }
     mt = H5Tcopy(H5T_C_S1);
+    H5Tset_cset(mt, H5Tget_cset(t)); /* HDF5 will not convert between ASCII and UTF-8 */
     if (H5Tis_variable_str(t) > 0) {
         char *v = NULL;
         H5Tset_size(mt, H5T_VARIABLE);

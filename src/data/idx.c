@@ -59,14 +59,20 @@ static int64_t gz_read_full(gzFile gz, void *buf, int64_t len)
     return got;
 }
 
-/* zlib's description of the stream's last error ("" when none). */
-static const char *gz_reason(gzFile gz)
+/* zlib's description of the stream's last error ("" when none), without the path that
+ * zlib puts in front (our messages name the file already). */
+static const char *gz_reason(gzFile gz, const char *path)
 {
     int code = Z_OK;
     const char *m = gzerror(gz, &code);
     if (code == Z_ERRNO)
         return strerror(errno);
-    return m ? m : "";
+    if (!m)
+        return "";
+    size_t n = strlen(path);
+    if (strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ')
+        m += n + 2;
+    return m;
 }
 
 /* 1 when the stream's error is corrupt compressed data (not a plain end of data). */
@@ -100,7 +106,7 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
     int64_t got = gz_read_full(f->gz, magic, 4);
     if (got < 0) {
         ddp_err(err, errlen, "%s: corrupt gzip data (zlib: %s); download the file again",
-                path, gz_reason(f->gz));
+                path, gz_reason(f->gz, f->path));
         goto fail;
     }
     if (got < 4) {
@@ -132,7 +138,7 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
     if (got < 0 || got < 4 * f->ndims) {
         ddp_err(err, errlen, "%s: truncated or corrupt header (%d sizes expected%s%s); download "
                 "the file again", path, f->ndims, got < 0 ? ", zlib: " : "",
-                got < 0 ? gz_reason(f->gz) : "");
+                got < 0 ? gz_reason(f->gz, f->path) : "");
         goto fail;
     }
     f->record_bytes = 1;
@@ -213,7 +219,7 @@ int ddp_idx_read(ddp_idx *f, uint8_t *out, int64_t n, char *err, size_t errlen)
     if (got < 0 || (got < want && gz_corrupt(f->gz)))
         return ddp_err(err, errlen, "%s: corrupt gzip data near record %lld (zlib: %s); "
                        "download the file again", f->path, (long long)f->next,
-                       gz_reason(f->gz));
+                       gz_reason(f->gz, f->path));
     if (got < want)
         return ddp_err(err, errlen, "%s: truncated: holds %lld of the %lld records its header "
                        "declares; download the file again", f->path,
@@ -225,7 +231,7 @@ int ddp_idx_read(ddp_idx *f, uint8_t *out, int64_t n, char *err, size_t errlen)
         int r = gzread(f->gz, &extra, 1);
         if (r < 0 || gz_corrupt(f->gz))
             return ddp_err(err, errlen, "%s: corrupt gzip data at the end (zlib: %s); download "
-                           "the file again", f->path, gz_reason(f->gz));
+                           "the file again", f->path, gz_reason(f->gz, f->path));
         if (r > 0)
             return ddp_err(err, errlen, "%s: trailing data after %lld records; the header's "
                            "count is wrong or the file is corrupt", f->path,
@@ -270,6 +276,16 @@ int ddp_idx_find(const char *dir, ddp_idx_files *files, char *err, size_t errlen
                            "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (raw or .gz)",
                            dir, want[i].name);
     return 0;
+}
+
+/* "28x28": the record shape of f (sizes after the count). */
+static void shape_text(const ddp_idx *f, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < f->ndims && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i > 1 ? "x" : "",
+                              (long long)f->dims[i]);
 }
 
 /* Check an images file's dimension count and map its shape to the HDF5 sample shape. */
@@ -367,10 +383,11 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
         check_label_file(tl, ti, err, errlen) != 0 || check_label_file(vl, vi, err, errlen) != 0)
         goto fail;
     if (rank != vrank || memcmp(dims, vdims, sizeof dims) != 0) {
-        ddp_err(err, errlen, "%s: sample shape differs from %s (%lld record bytes vs %lld); "
-                "train and test must come from the same set", files->test_images,
-                files->train_images, (long long)ddp_idx_record_bytes(vi),
-                (long long)ddp_idx_record_bytes(ti));
+        char a[64], b[64];
+        shape_text(vi, a, sizeof a);
+        shape_text(ti, b, sizeof b);
+        ddp_err(err, errlen, "%s: sample shape %s differs from %s in %s; train and test must "
+                "come from the same set", files->test_images, a, b, files->train_images);
         goto fail;
     }
 

@@ -47,11 +47,16 @@ static int is_sep(char c) { return c == ',' || c == ' ' || c == '\t' || c == '\n
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 static int is_name_char(unsigned char c) { return c > 0x20 && c < 0x7f; }
 
-/* Copy s[0..len) into dst as a quoted string for an error line, cut at QUOTE_MAX. */
+/* Copy s[0..len) into dst as a quoted string for an error line, cut at QUOTE_MAX, with
+ * control and non-ASCII bytes shown as '?' so the message stays one printable line. */
 static void quote(char *dst, size_t dstlen, const char *s, size_t len)
 {
+    char clean[QUOTE_MAX + 1];
     size_t n = len > QUOTE_MAX ? QUOTE_MAX : len;
-    snprintf(dst, dstlen, "\"%.*s%s\"", (int)n, s, len > n ? "..." : "");
+    for (size_t i = 0; i < n; i++)
+        clean[i] = is_name_char((unsigned char)s[i]) || s[i] == ' ' ? s[i] : '?';
+    clean[n] = '\0';
+    snprintf(dst, dstlen, "\"%s%s\"", clean, len > n ? "..." : "");
 }
 
 /* Append name (taking ownership) to out. */
@@ -279,18 +284,18 @@ static int expand_token(const char *t, size_t len, struct names *out, char *err,
     for (int k = 0; k < ng; k++) {
         if (g[k].size > left / prod) {
             ddp_err(err, errlen,
-                    "hostlist %s: the expression names more than %d hosts, the limit; split "
-                    "it or check for a typo",
-                    tq, DDP_HOSTLIST_MAX_HOSTS);
+                    "hostlist: the expression names more than %d hosts in all, the limit "
+                    "(reached at %s); split it or check for a typo",
+                    DDP_HOSTLIST_MAX_HOSTS, tq);
             goto fail;
         }
         prod *= g[k].size;
     }
     if (prod > left) {
         ddp_err(err, errlen,
-                "hostlist %s: the expression names more than %d hosts, the limit; split it "
-                "or check for a typo",
-                tq, DDP_HOSTLIST_MAX_HOSTS);
+                "hostlist: the expression names more than %d hosts in all, the limit (reached "
+                "at %s); split it or check for a typo",
+                DDP_HOSTLIST_MAX_HOSTS, tq);
         goto fail;
     }
     for (int k = 0; k < ng; k++)

@@ -22,8 +22,9 @@
 
 /* Largest Slurm job or step id accepted: Slurm keeps both in 32 bits. */
 #define ID_MAX 4294967295LL
-/* How much of a bad value an error line echoes. */
+/* How much of a bad value an error line echoes, and the buffer that holds it. */
 #define VALUE_QUOTE_MAX 40
+#define SHOWN_LEN (VALUE_QUOTE_MAX + 4)
 
 /* The accessor plus the advice for each family of variables. */
 struct envr {
@@ -56,6 +57,19 @@ int ddp_world_derive_port(int64_t job_id, int64_t step_id)
     return DDP_WORLD_PORT_BASE + (int)(job * 10 + step);
 }
 
+/* s cut to VALUE_QUOTE_MAX bytes ("..." appended when cut) with control and non-ASCII bytes
+ * shown as '?', so that an error line quoting an environment value stays one line. */
+static const char *shown(const char *s, char *buf, size_t buflen)
+{
+    size_t n = 0;
+    for (; s[n] && n < VALUE_QUOTE_MAX && n + 4 < buflen; n++)
+        buf[n] = (unsigned char)s[n] >= 0x20 && (unsigned char)s[n] < 0x7f ? s[n] : '?';
+    buf[n] = '\0';
+    if (s[n])
+        snprintf(buf + n, buflen - n, "...");
+    return buf;
+}
+
 /* Value of name, or NULL when unset or empty. */
 static const char *get(const struct envr *e, const char *name)
 {
@@ -68,6 +82,7 @@ static const char *get(const struct envr *e, const char *name)
 static int get_int(const struct envr *e, const char *name, int64_t lo, int64_t hi, int required,
                    int64_t dflt, int64_t *out, const char *fix, char *err, size_t errlen)
 {
+    char sb[SHOWN_LEN];
     const char *v = get(e, name);
     if (!v) {
         if (required)
@@ -78,9 +93,8 @@ static int get_int(const struct envr *e, const char *name, int64_t lo, int64_t h
     }
     int64_t x;
     if (ddp_parse_i64(v, &x) < 0 || x < lo || x > hi)
-        return ddp_err(err, errlen, "%s=\"%.*s%s\" is not an integer in %" PRId64 "..%" PRId64
-                       "; %s", name, VALUE_QUOTE_MAX, v,
-                       strlen(v) > VALUE_QUOTE_MAX ? "..." : "", lo, hi, fix);
+        return ddp_err(err, errlen, "%s=\"%s\" is not an integer in %" PRId64 "..%" PRId64
+                       "; %s", name, shown(v, sb, sizeof sb), lo, hi, fix);
     *out = x;
     return 0;
 }
@@ -145,15 +159,16 @@ static void own_hostname(char *dst, size_t dstlen)
 static int agree(const struct envr *e, const char *name, int mine, const char *my_name,
                  const char *other, char *err, size_t errlen)
 {
+    char sb[SHOWN_LEN];
     const char *v = get(e, name);
     if (!v)
         return 0;
     int64_t x;
     if (ddp_parse_i64(v, &x) < 0 || x != mine)
         return ddp_err(err, errlen,
-                       "mixed launchers: %s=%d but %s=\"%.*s\" (%s); start ddptrain with one "
+                       "mixed launchers: %s=%d but %s=\"%s\" (%s); start ddptrain with one "
                        "launcher, or unset the other launcher's variables",
-                       my_name, mine, name, VALUE_QUOTE_MAX, v, other);
+                       my_name, mine, name, shown(v, sb, sizeof sb), other);
     return 0;
 }
 
@@ -201,13 +216,15 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
     const int64_t M = DDP_WORLD_SIZE_MAX;
     char **hosts = NULL;
     int *tpn = NULL, *gtids = NULL, nhosts = 0, ntpn = 0, rc = -1;
-    char sub[DDP_ERR_LEN];
+    char sub[DDP_ERR_LEN], sb[SHOWN_LEN];
 
     if (get_i(e, "SLURM_PROCID", 0, M - 1, 1, 0, &w->rank, FIX_SLURM, err, errlen) < 0 ||
         get_i(e, "SLURM_LOCALID", 0, M - 1, 1, 0, &w->local_rank, FIX_SLURM, err, errlen) < 0 ||
         get_i(e, "SLURM_NODEID", 0, M - 1, 1, 0, &w->node_id, FIX_SLURM, err, errlen) < 0)
         goto out;
-    const char *ntasks_var = get(e, "SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_STEP_NUM_TASKS";
+    const char *ntasks_var = !get(e, "SLURM_NTASKS") && get(e, "SLURM_STEP_NUM_TASKS")
+                                 ? "SLURM_STEP_NUM_TASKS"
+                                 : "SLURM_NTASKS";
     if (get_i(e, ntasks_var, 1, M, 1, 0, &w->world_size, FIX_SLURM, err, errlen) < 0)
         goto out;
     if (w->rank >= w->world_size) {
@@ -243,8 +260,8 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
         goto out;
     }
     if (ntpn != nhosts) {
-        ddp_err(err, errlen, "%s=\"%.*s\" gives %d nodes but SLURM_STEP_NODELIST names %d; "
-                "expected one count per node; %s", tpn_var, VALUE_QUOTE_MAX, tv, ntpn, nhosts,
+        ddp_err(err, errlen, "%s=\"%s\" gives %d nodes but SLURM_STEP_NODELIST names %d; "
+                "expected one count per node; %s", tpn_var, shown(tv, sb, sizeof sb), ntpn, nhosts,
                 FIX_SLURM);
         goto out;
     }
@@ -252,8 +269,8 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
     for (int i = 0; i < ntpn; i++)
         sum += tpn[i];
     if (sum != w->world_size) {
-        ddp_err(err, errlen, "%s=\"%.*s\" adds up to %" PRId64 " tasks but %s=%d; %s", tpn_var,
-                VALUE_QUOTE_MAX, tv, sum, ntasks_var, w->world_size, FIX_SLURM);
+        ddp_err(err, errlen, "%s=\"%s\" adds up to %" PRId64 " tasks but %s=%d; %s", tpn_var,
+                shown(tv, sb, sizeof sb), sum, ntasks_var, w->world_size, FIX_SLURM);
         goto out;
     }
     if (get_i(e, "SLURM_STEP_NUM_NODES", 1, M, 0, nhosts, &w->num_nodes, FIX_SLURM, err,
@@ -280,8 +297,8 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
     /* This task's own node, as slurmd names it, must be the one SLURM_NODEID points at. */
     const char *nodename = get(e, "SLURMD_NODENAME");
     if (nodename && strcmp(nodename, hosts[w->node_id]) != 0) {
-        ddp_err(err, errlen, "SLURMD_NODENAME=%.*s but SLURM_NODEID=%d is %s in "
-                "SLURM_STEP_NODELIST; %s", VALUE_QUOTE_MAX, nodename, w->node_id,
+        ddp_err(err, errlen, "SLURMD_NODENAME=%s but SLURM_NODEID=%d is %s in "
+                "SLURM_STEP_NODELIST; %s", shown(nodename, sb, sizeof sb), w->node_id,
                 hosts[w->node_id], FIX_SLURM);
         goto out;
     }
@@ -299,8 +316,8 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
             holds_rank0 |= gtids[i] == 0;
         }
         if (ng != w->local_size || !mine) {
-            ddp_err(err, errlen, "SLURM_GTIDS=\"%.*s\" is not a list of the %d task ids on this "
-                    "node including SLURM_PROCID=%d; %s", VALUE_QUOTE_MAX, gv, w->local_size,
+            ddp_err(err, errlen, "SLURM_GTIDS=\"%s\" is not a list of the %d task ids on this "
+                    "node including SLURM_PROCID=%d; %s", shown(gv, sb, sizeof sb), w->local_size,
                     w->rank, FIX_SLURM);
             goto out;
         }
@@ -426,7 +443,7 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
                      size_t errlen)
 {
     struct envr e = {env, ctx};
-    char why[256];
+    char why[256], sb[SHOWN_LEN];
     memset(w, 0, sizeof *w);
     w->job_id = w->step_id = -1;
     w->local_size = w->world_size = w->num_nodes = 1;
@@ -502,8 +519,8 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
                            "host name or address", (int)sizeof w->master_host - 1);
         snprintf(w->master_host, sizeof w->master_host, "%s", ma);
         if (resolve(ma, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
-            return ddp_err(err, errlen, "MASTER_ADDR=%.*s does not resolve (%s); set it to a "
-                           "host name or address every node can reach", VALUE_QUOTE_MAX, ma,
+            return ddp_err(err, errlen, "MASTER_ADDR=%s does not resolve (%s); set it to a "
+                           "host name or address every node can reach", shown(ma, sb, sizeof sb),
                            why);
     } else if (w->launcher == DDP_LAUNCHER_SLURM) {
         if (resolve(w->master_host, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)

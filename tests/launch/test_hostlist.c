@@ -49,6 +49,8 @@ static void table(void)
         char **hosts = (char **)1;
         int n = -1;
         int rc = ddp_hostlist_expand(c->expr, &hosts, &n, err, sizeof err);
+        if (getenv("DDP_TEST_VERBOSE") && rc < 0)
+            printf("%-24s -> %s\n", c->expr, err);
         if (c->want) {
             CHECK(rc == 0, "case %d \"%s\": rejected: %s", i, c->expr, err);
             if (rc == 0) {

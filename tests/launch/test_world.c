@@ -60,6 +60,8 @@ static void bad(const char *what, const struct env *e, int port_override, const 
     char err[DDP_ERR_LEN] = "";
     g_cases++;
     int rc = ddp_world_detect(&w, lookup, (void *)e, port_override, err, sizeof err);
+    if (getenv("DDP_TEST_VERBOSE"))
+        printf("%-36s -> %s\n", what, err);
     CHECK(rc == -1, "%s: accepted, want an error naming %s", what, want1);
     CHECK(err[0] && !strchr(err, '\n'), "%s: error is not one line: \"%s\"", what, err);
     CHECK(strstr(err, want1) != NULL, "%s: error \"%s\" does not name %s", what, err, want1);
@@ -410,6 +412,10 @@ static void slurm_bad(void)
         {"PROCID negative", "SLURM_PROCID", "-1", "SLURM_PROCID", "not an integer"},
         {"PROCID trailing junk", "SLURM_PROCID", "5x", "SLURM_PROCID", "5x"},
         {"PROCID >= NTASKS", "SLURM_PROCID", "8", "SLURM_PROCID", "SLURM_NTASKS=8"},
+        {"PROCID with a newline", "SLURM_PROCID", "5\nrm -rf", "SLURM_PROCID", "5?rm -rf"},
+        {"PROCID very long", "SLURM_PROCID",
+         "1111111111111111111111111111111111111111111111111111111111111111111111111111111",
+         "SLURM_PROCID", "..."},
         {"NTASKS zero", "SLURM_NTASKS", "0", "SLURM_NTASKS", "not an integer"},
         {"NTASKS huge", "SLURM_NTASKS", "99999999999", "SLURM_NTASKS", "not an integer"},
         {"LOCALID >= tasks on node", "SLURM_LOCALID", "4", "SLURM_LOCALID", "not below"},
@@ -491,8 +497,6 @@ static void slurm_bad(void)
     bad("override negative", &e_empty, -1, "[dist] port", "1..65535");
     struct env ep = {{SLURM_STEP_BASE, RANK5, {"MASTER_PORT", "0"}, {NULL, NULL}}};
     bad("MASTER_PORT zero", &ep, 0, "MASTER_PORT", NULL);
-    struct env el = {{SLURM_STEP_BASE, RANK5, {"SLURM_NTASKS", "8"}, {NULL, NULL}}};
-    (void)el;
 }
 
 /* A NULL accessor reads the real environment. */

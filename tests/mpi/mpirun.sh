@@ -1,17 +1,21 @@
 #!/bin/sh
-# mpirun.sh [--expect CODE] [--min S] [--max S] [--grep TEXT] NP PROGRAM [ARGS...]
+# mpirun.sh [--expect CODE] [--min S] [--max S] [--grep TEXT [--within S] [--from MARK]]
+#           NP PROGRAM [ARGS...]
 #
 # Runs PROGRAM under `mpirun -n NP --oversubscribe` (NP = 0: directly, without mpirun) with a
 # hard time limit, then checks its exit code (default 0), its wall time in seconds (at least
-# --min, at most --max) and that its output contains TEXT. Exit 0 pass, 1 fail, 77 skipped
-# (no mpirun).
-expect=0 min=0 max=100 pattern=
+# --min, at most --max), that its output contains TEXT and, with --within, that the first line
+# with TEXT came out at most S seconds after the start, or after the first line with MARK
+# (and not before --min). Exit 0 pass, 1 fail, 77 skipped (no mpirun).
+expect=0 min=0 max=100 pattern= within= mark=
 while [ $# -gt 0 ]; do
     case $1 in
     --expect) expect=$2; shift 2 ;;
     --min) min=$2; shift 2 ;;
     --max) max=$2; shift 2 ;;
     --grep) pattern=$2; shift 2 ;;
+    --within) within=$2; shift 2 ;;
+    --from) mark=$2; shift 2 ;;
     *) break ;;
     esac
 done
@@ -26,13 +30,31 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # Keep the oversubscribed ranks from spinning on each other's cores.
 export OMPI_MCA_mpi_yield_when_idle=1
+# Two ranks aborting at once make the aggregated help messages race in mpirun (seconds late).
+export OMPI_MCA_orte_base_help_aggregate=0
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+rcfile=$(mktemp)
+seen=$(mktemp)
+marked=$(mktemp)
+trap 'rm -f "$log" "$rcfile" "$seen" "$marked"' EXIT
 t0=$(date +%s.%N)
 # The limit is generous beyond --max so that a hang shows up as a failure, not a stuck suite.
-timeout -k 5 $((${max%.*} + 30)) "$@" >"$log" 2>&1
-rc=$?
+# Each line is stamped as it arrives, so the time of the expected message can be checked
+# apart from the launcher's own teardown.
+{
+    timeout -k 5 $((${max%.*} + 30)) "$@" 2>&1
+    echo $? >"$rcfile"
+} | while IFS= read -r line; do
+    printf '%s\n' "$line" >>"$log"
+    if [ -n "$pattern" ] && [ ! -s "$seen" ]; then
+        case $line in *"$pattern"*) date +%s.%N >"$seen" ;; esac
+    fi
+    if [ -n "$mark" ] && [ ! -s "$marked" ]; then
+        case $line in *"$mark"*) date +%s.%N >"$marked" ;; esac
+    fi
+done
+rc=$(cat "$rcfile")
 t1=$(date +%s.%N)
 cat "$log"
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
@@ -46,8 +68,20 @@ if awk -v e="$elapsed" -v lo="$min" -v hi="$max" 'BEGIN { exit !(e < lo || e > h
     echo "FAIL: took $elapsed s, want [$min, $max] s"
     status=1
 fi
-if [ -n "$pattern" ] && ! grep -qF -- "$pattern" "$log"; then
+if [ -n "$pattern" ] && [ ! -s "$seen" ]; then
     echo "FAIL: output lacks: $pattern"
     status=1
+elif [ -n "$mark" ] && [ ! -s "$marked" ]; then
+    echo "FAIL: output lacks the mark: $mark"
+    status=1
+elif [ -n "$pattern" ] && [ -n "$within" ]; then
+    from=$t0
+    [ -n "$mark" ] && from=$(cat "$marked")
+    at=$(awk -v a="$from" -v b="$(cat "$seen")" 'BEGIN { printf "%.2f", b - a }')
+    echo "mpirun.sh: message after $at s (want within [$min, $within] s)"
+    if awk -v e="$at" -v lo="$min" -v hi="$within" 'BEGIN { exit !(e < lo || e > hi) }'; then
+        echo "FAIL: message after $at s, want [$min, $within] s"
+        status=1
+    fi
 fi
 exit $status

@@ -13,7 +13,7 @@ check() {
     local what=$1 want=$2 out
     shift 2
     out=$(sr srun -N 2 -n 4 "$@" sh -c "$node_of_task; $fields" | sort -n)
-    echo "# srun -N 2 -n 4 $*"
+    echo "# srun -N 2 -n 4${*:+ $*}"
     echo "$out"
     expect_eq "$out" "$want" "$what layout (procid nodeid localid node nodelist tasks_per_node ntasks nnodes)"
 }

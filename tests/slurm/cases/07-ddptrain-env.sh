@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # single-quoted commands are expanded by the tasks
 # `ddptrain env` under srun --mpi=pmix on two nodes: every rank names the same master, the
-# address of the host that runs rank 0 (n1; on loopback only "the same everywhere" is checked:
-# node names do not resolve there), and its own rank / local_rank / node_id / world_size.
+# address of the host that runs rank 0 (n1), and its own rank / local_rank / node_id / world_size.
 # Skipped (77) until the binary has the `hostlist` and `env` subcommands.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -16,9 +15,9 @@ field() { tr ' \t' '\n\n' <<<"$2" | sed -n "s/^$1=//p" | head -1; }
 
 # check TITLE "rank:local_rank:node_id:node ..." srun-options...
 check() {
-    local title=$1 want=$2 out line r lr nid node master="" port="" n=0
+    local title=$1 want=$2 out line r lr nid node port="" n=0
     shift 2
-    echo "# srun -N 2 -n 4 --mpi=pmix $* \$DDPTRAIN env"
+    echo "# srun -N 2 -n 4 --mpi=pmix${*:+ $*} \$DDPTRAIN env"
     out=$(SR_TIMEOUT=90 sr srun -N 2 -n 4 --mpi=pmix "$@" "$DDPTRAIN" env) ||
         fail "$title: ddptrain env exited non-zero"
     echo "$out"
@@ -29,20 +28,20 @@ check() {
         expect_eq "$(field local_rank "$line")" "$lr" "$title rank $r local_rank"
         expect_eq "$(field node_id "$line")" "$nid" "$title rank $r node_id"
         expect_eq "$(field world_size "$line")" 4 "$title rank $r world_size"
-        if [[ $DDP_SLURM_MODE == netns ]]; then
-            expect_eq "$(field master_addr "$line")" "$DDP_SLURM_MASTER_ADDR" "$title rank $r master_addr (n1)"
-        fi
-        [[ -z $master ]] && master=$(field master_addr "$line")
-        expect_eq "$(field master_addr "$line")" "$master" "$title rank $r master_addr (same on all ranks)"
+        expect_eq "$(field master_addr "$line")" "$DDP_SLURM_MASTER_ADDR" "$title rank $r master_addr (n1)"
         [[ $DDP_SLURM_MODE != netns ]] || expect_eq "$(field host "$line")" "$node" "$title rank $r host"
         [[ -z $port ]] && port=$(field master_port "$line")
         expect_eq "$(field master_port "$line")" "$port" "$title rank $r master_port (same on all ranks)"
         n=$((n + 1))
     done
-    [[ -n $master ]] || fail "$title: empty master_addr"
     [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) || fail "$title: master_port '$port'"
     expect_eq "$(grep -Ec '(^|[[:space:]])rank=' <<<"$out")" "$n" "$title: lines with rank="
 }
 
+if [[ $DDP_SLURM_MODE != netns ]]; then
+    # All nodes are this machine and their names do not resolve: the documented way out.
+    echo "loopback mode: node names do not resolve; running with MASTER_ADDR=$DDP_SLURM_MASTER_ADDR"
+    export MASTER_ADDR=$DDP_SLURM_MASTER_ADDR
+fi
 check block "0:0:0:n1 1:1:0:n1 2:2:0:n1 3:0:1:n2"
 check cyclic "0:0:0:n1 1:0:1:n2 2:1:0:n1 3:2:0:n1" --distribution=cyclic

@@ -1,0 +1,26 @@
+/*
+ * check.h - the few assertions the C unit tests share. A failed CHECK prints file:line and the
+ * condition, and counts; tests end with `return check_report("name");` which exits 1 on any
+ * failure. Plain C, no framework: meson's exit-code protocol is the contract (77 = skipped).
+ */
+#ifndef DDP_TEST_CHECK_H
+#define DDP_TEST_CHECK_H
+
+#include <stdio.h>
+
+extern int check_failures, check_count;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        check_count++;                                                                         \
+        if (!(cond)) {                                                                         \
+            check_failures++;                                                                  \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+        }                                                                                      \
+    } while (0)
+
+int check_report(const char *name);
+
+#endif

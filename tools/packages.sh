@@ -1,0 +1,27 @@
+# packages.sh - the Debian 12 packages ddptrain needs, and a function that installs the missing
+# ones. Sourced by tools/quickstart and tools/test.
+
+# to build and train
+DDP_PKGS_BUILD="gcc pkg-config meson ninja-build libhdf5-dev libopenblas-dev libinih-dev
+zlib1g-dev libopenmpi-dev openmpi-bin libpmi2-0-dev dataset-fashion-mnist"
+# to run every test suite: a real Slurm, PyTorch for parity, h5py for layout checks
+DDP_PKGS_TEST="slurm-wlm slurmctld slurmd slurm-client munge iproute2 util-linux procps
+python3-torch python3-h5py python3-numpy hdf5-tools valgrind"
+
+# ddp_install_missing PKG... : apt-get install what dpkg does not have (root only).
+ddp_install_missing() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "ddptrain: missing Debian packages: ${missing[*]}" >&2
+        echo "ddptrain: run as root, or: sudo apt-get install ${missing[*]}" >&2
+        return 1
+    fi
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
