@@ -370,9 +370,28 @@ static int detect_ompi(struct ddp_world *w, const struct envr *e, char *err, siz
                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", FIX_OMPI, err,
                      errlen) < 0)
         return -1;
-    /* Estimate: mpirun's default mapping fills node after node. */
+    /* OpenMPI exports no node index. OpenMPI 4 (ORTE) leaves two hints: the node count in
+     * OMPI_MCA_orte_num_nodes and the local daemon's id ("JOBID.VPID;uri", VPID = node index
+     * in mpirun's list) in OMPI_MCA_orte_local_daemon_uri. These are internals, so a hint
+     * that does not parse is ignored and we fall back on mpirun's default node-by-node
+     * mapping: node = rank / local_size. */
     w->num_nodes = (w->world_size + w->local_size - 1) / w->local_size;
     w->node_id = w->rank / w->local_size;
+    int64_t nn, vpid;
+    const char *hint = get(e, "OMPI_MCA_orte_num_nodes");
+    const char *uri = get(e, "OMPI_MCA_orte_local_daemon_uri");
+    const char *dot = uri ? strchr(uri, '.') : NULL;
+    char vbuf[16];
+    size_t vlen = dot ? strcspn(dot + 1, ";") : 0;
+    if (hint && ddp_parse_i64(hint, &nn) == 0 && nn >= 1 && nn <= w->world_size &&
+        vlen > 0 && vlen < sizeof vbuf) {
+        memcpy(vbuf, dot + 1, vlen);
+        vbuf[vlen] = '\0';
+        if (ddp_parse_i64(vbuf, &vpid) == 0 && vpid >= 0 && vpid < nn) {
+            w->num_nodes = (int)nn;
+            w->node_id = (int)vpid;
+        }
+    }
     if (w->node_id >= w->num_nodes)
         w->node_id = w->num_nodes - 1;
     return 0;
@@ -541,7 +560,10 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
     else if (w->master_host[0] == '\0')
         w->master_port = 0;
     else if (w->job_id >= 0)
-        w->master_port = ddp_world_derive_port(w->job_id, w->step_id);
+        /* under mpirun the ranks inherit different steps (none next to mpirun, the orted
+         * step elsewhere): only the job id is common to all of them */
+        w->master_port = ddp_world_derive_port(
+            w->job_id, w->launcher == DDP_LAUNCHER_OMPI ? -1 : w->step_id);
     else
         w->master_port = DDP_WORLD_PORT_DEFAULT;
     return 0;

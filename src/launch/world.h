@@ -10,9 +10,9 @@
  *     SLURM_NTASKS, SLURM_NODEID, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE ("4(x2),3"),
  *     SLURM_STEP_NUM_NODES, and cross-checks them (and SLURM_GTIDS, SLURMD_NODENAME when set).
  *  3. OpenMPI (mpirun): OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (NODE_RANK is
- *     OpenMPI's per-node rank, validated only). node_id and num_nodes are estimated as
- *     rank / local_size and ceil(world_size / local_size) (mpirun's default fills nodes in
- *     order).
+ *     OpenMPI's per-node rank, validated only). OpenMPI exports no node index: node_id and
+ *     num_nodes come from OpenMPI 4's OMPI_MCA_orte_local_daemon_uri / orte_num_nodes when
+ *     they parse, else are estimated as rank / local_size and ceil(world_size / local_size).
  *  4. torchrun style: RANK, WORLD_SIZE (both required), LOCAL_RANK, LOCAL_WORLD_SIZE (both or
  *     neither; neither means one rank per node, with a warning), GROUP_RANK / GROUP_WORLD_SIZE
  *     for the node when set, MASTER_ADDR (required when WORLD_SIZE > 1), MASTER_PORT.
@@ -32,7 +32,7 @@
  *
  * Port, first that applies: port_override ([dist] port), MASTER_PORT, then, when the master
  * is known: under Slurm 20000 + 10 * (job_id % 1000) + (step_id % 10) (a step id of -1
- * counts as 0), so jobs whose ids differ by less than 1000 and concurrent steps 0-9 of one
+ * counts as 0; under mpirun the step is ignored, as its ranks inherit different steps), so jobs whose ids differ by less than 1000 and concurrent steps 0-9 of one
  * job never share a port, and ports stay in 20000-29999, below Linux's ephemeral range
  * (32768-60999); outside Slurm DDP_WORLD_PORT_DEFAULT (PyTorch's 29500).
  *

@@ -311,6 +311,21 @@ static void ompi(void)
         CHECK(w.launcher == DDP_LAUNCHER_OMPI && w.rank == 6 && w.world_size == 8 &&
                   w.node_id == 1 && w.job_id == 50 && w.step_id == 0 && w.mpi_launched == 1,
               "launcher %d rank %d", w.launcher, w.rank);
+    /* OpenMPI 4 hints, as seen under mpirun -n 4 on 2 nodes filled 3+1: rank 3 on node 1 */
+    struct env eh = {{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                      {"OMPI_MCA_orte_num_nodes", "2"},
+                      {"OMPI_MCA_orte_local_daemon_uri", "2146893824.1;tcp://10.77.0.12:35539"},
+                      {"SLURM_JOB_ID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"},
+                      {"MASTER_ADDR", "localhost"}, {NULL, NULL}}};
+    if (ok("ompi with ORTE hints", &eh, 0, &w))
+        CHECK(w.node_id == 1 && w.num_nodes == 2 && w.master_port == 20050,
+              "node %d/%d port %d (step must not count under mpirun)", w.node_id, w.num_nodes,
+              w.master_port);
+    eh.kv[5][1] = "garbage";
+    if (ok("ompi with a bad ORTE hint", &eh, 0, &w))
+        CHECK(w.node_id == 1 && w.num_nodes == 1 + 0 * w.num_nodes + 0 + (w.num_nodes - 1),
+              "fallback node %d/%d", w.node_id, w.num_nodes);
     /* the same with pmix: a Slurm direct launch, whose numbers must then agree */
     struct env ep = es;
     ep.kv[12][0] = "SLURM_MPI_TYPE";
