@@ -61,11 +61,12 @@ static herr_t walk_first(unsigned n, const H5E_error2_t *e, void *data)
     return 0;
 }
 
-/* HDF5's innermost error description for the current thread ("" when none). */
+/* HDF5's innermost error description for the current thread. Call it right after the
+ * failing call: every HDF5 API call clears the stack. */
 static const char *h5_reason(char *buf, size_t len)
 {
     h5_msg m = {buf, len};
-    buf[0] = '\0';
+    snprintf(buf, len, "HDF5 gave no detail");
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, &m);
     for (char *p = buf; *p; p++)
         if (*p == '\n')
@@ -188,10 +189,10 @@ static hid_t open_readonly(const char *path, char *err, size_t errlen)
     /* Locking off: readers on shared file systems (Lustre, NFS) must not need flock. */
     H5Pset_file_locking(fapl, 0, 1);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
-    if (f < 0)
+    if (f < 0) /* before any other H5 call: each one clears the error stack */
         ddp_err(err, errlen, "%s: HDF5 cannot open it (%s); the file may be truncated or "
                 "corrupt, re-create it", path, h5_reason(why, sizeof why));
+    H5Pclose(fapl);
     return f;
 }
 
@@ -920,14 +921,17 @@ ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *er
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     /* Lock if the file system can, carry on if it cannot (Lustre without flock). */
     H5Pset_file_locking(fapl, 1, 1);
+    errno = 0;
     w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
-    if (w->file < 0) {
+    if (w->file < 0) { /* errno from open(2) when that is what failed, else HDF5's reason */
         char why[256];
-        ddp_err(err, errlen, "%s: cannot create (%s); check that the directory exists and is "
-                "writable", w->tmp, h5_reason(why, sizeof why));
-        goto fail;
+        int e = errno;
+        ddp_err(err, errlen, "%s: cannot create: %s; check that the directory exists and is "
+                "writable", w->tmp, e ? strerror(e) : h5_reason(why, sizeof why));
     }
+    H5Pclose(fapl);
+    if (w->file < 0)
+        goto fail;
     if (write_str_attr(w->file, "source", source ? source : "") < 0) {
         char why[256];
         ddp_err(err, errlen, "%s: cannot write attribute `source` (%s)", w->tmp,

@@ -412,7 +412,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
             if (l->spec.kind == DDP_LAYER_BATCHNORM) {
                 l->mean = be->alloc(sizeof(float) * l->b_n);
                 l->invstd = be->alloc(sizeof(float) * l->b_n);
-                l->sums = ddp_calloc(4 * l->b_n + 2, sizeof(double));
+                l->sums = ddp_calloc(6 * l->b_n + 2, sizeof(double));
             }
             break;
         default:

@@ -69,7 +69,7 @@ struct ddp_layer {
     float *aux;                    /* batchnorm xhat / dropout mask, (B, out_elems) */
     int32_t *argmax;               /* maxpool */
     float *mean, *invstd;          /* batchnorm, (C) */
-    double *sums;                  /* batchnorm, 4C+2: local and global sums */
+    double *sums;                  /* batchnorm, 6C+2: forward sums+count, backward local, global+count */
 };
 
 struct ddp_model {

@@ -104,7 +104,7 @@ expect 3 "nope: cannot open" "$O" -- idx --train-images "$T/nope" --train-labels
     --test-images "$T/nope" --test-labels "$T/nope" -o "$O"
 
 # --- unwritable output: exit 3 ----------------------------------------------------------
-expect 3 "no/such/dir/x.h5.tmp: cannot create" "$T/no/such/dir/x.h5" -- synth -o "$T/no/such/dir/x.h5" --train 10 --test 10
+expect 3 "no/such/dir/x.h5.tmp: cannot create: No such file or directory" "$T/no/such/dir/x.h5" -- synth -o "$T/no/such/dir/x.h5" --train 10 --test 10
 
 # --- things that work: exit 0 -----------------------------------------------------------
 expect 0 "" - -- --help

@@ -324,8 +324,8 @@ static void ompi(void)
               w.master_port);
     eh.kv[5][1] = "garbage";
     if (ok("ompi with a bad ORTE hint", &eh, 0, &w))
-        CHECK(w.node_id == 1 && w.num_nodes == 1 + 0 * w.num_nodes + 0 + (w.num_nodes - 1),
-              "fallback node %d/%d", w.node_id, w.num_nodes);
+        CHECK(w.node_id == 3 && w.num_nodes == 4, "fallback node %d/%d (rank / local_size)",
+              w.node_id, w.num_nodes);
     /* the same with pmix: a Slurm direct launch, whose numbers must then agree */
     struct env ep = es;
     ep.kv[12][0] = "SLURM_MPI_TYPE";

@@ -1,0 +1,61 @@
+#!/bin/bash
+# equivalence.sh - W ranks with per-rank batch G/W train exactly what 1 rank with batch G
+# trains: same seed and initial weights, a dataset size not divisible by W, 30 steps; final
+# parameters agree within 1e-5 (relative to each tensor's scale). For W = 2, 3, 4, with plain
+# layers and with SyncBatchNorm (running statistics compared too).
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
+command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
+/usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+# 2003 samples: not divisible by 2, 3 or 4; 30 steps of 48 stay inside the first epoch
+"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
+    >/dev/null || exit 1
+G=48
+cat > plain.ini <<INI
+[job]
+seed = 77
+[data]
+file = d.h5
+test =
+[model]
+layers = flatten, linear(32), relu, linear(16), relu, linear(10)
+[optim]
+name = sgd
+lr = 0.05
+momentum = 0.9
+weight_decay = 0.0001
+[train]
+epochs = 1
+max_steps = 30
+log_every = 10
+INI
+sed 's/^layers = .*/layers = conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu, linear(10)/' plain.ini > syncbn.ini
+printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+
+fail=0
+for model in plain syncbn; do
+    "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-w1 >/dev/null ||
+        { echo "FAIL $model: 1-rank run"; fail=1; continue; }
+    for W in 2 3 4; do
+        if ! timeout 300 mpirun -n $W "$DDPTRAIN" $model.ini --set data.batch_size=$((G / W)) \
+                --set job.output=$model-w$W --set train.threads=1 > $model-w$W.log 2>&1; then
+            echo "FAIL $model W=$W: run failed"; tail -5 $model-w$W.log; fail=1; continue
+        fi
+        if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" $model-w$W/model.h5 \
+                $model-w1/model.h5 1e-5 > cmp.txt; then
+            echo "ok   $model W=$W vs W=1: $(head -1 cmp.txt)"
+        else
+            echo "FAIL $model W=$W vs W=1:"; cat cmp.txt; fail=1
+        fi
+    done
+done
+# the check can fail: a different seed must not agree
+"$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
+if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-w1/model.h5 1e-5 >/dev/null; then
+    echo "FAIL: runs with different seeds compared equal"; fail=1
+fi
+exit $fail
