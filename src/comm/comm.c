@@ -84,7 +84,8 @@ comm_fail(ddp_comm *c, const char *what, const char *detail)
     if (c->size == 2) /* the only rank we can wait for */
         snprintf(peer, sizeof peer, "rank %d", 1 - c->rank);
     if (detail)
-        fprintf(stderr, "ddptrain: collective %s failed (%s); %s may have died (this rank: %s rank %d)\n",
+        fprintf(stderr,
+                "ddptrain: collective %s failed (%s); %s may have died (this rank: %s rank %d)\n",
                 what, detail, peer, c->host, c->rank);
     else
         fprintf(stderr,

@@ -146,10 +146,10 @@ int ddp_comm_mpi_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t 
     st->comm = MPI_COMM_NULL;
     if (!initialized) {
 #ifdef OPEN_MPI
-        /* Open MPI's libnbc runs every in-place MPI_Iallreduce on fewer than 4 ranks as a
-         * binomial reduce + broadcast, half the bandwidth of MPI_Allreduce; its ring is
-         * bandwidth-optimal for gradient buckets (1 MiB f32 on 2 ranks here: ~105 us against
-         * ~190 us, docs/comm.md). A setting of the user's own wins. */
+        /* Open MPI's libnbc runs every in-place MPI_Iallreduce (ours all are) as a binomial
+         * reduce + broadcast, at a third of the bandwidth of MPI_Allreduce; its ring is
+         * bandwidth-optimal for gradient buckets (1 MiB f32 on 2 ranks here: ~95 us against
+         * ~290 us, docs/comm.md). A setting of the user's own wins. */
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
 #endif
         int provided = 0;
