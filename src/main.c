@@ -24,6 +24,7 @@ static void print_help(FILE *f)
             "ddptrain %s - data-parallel training for Slurm clusters\n\n"
             "usage:\n"
             "  ddptrain JOB.ini [--set SECTION.KEY=VALUE ...]   train (also: ddptrain train ...)\n"
+            "  ddptrain eval JOB.ini --checkpoint PATH          test loss/accuracy of a checkpoint\n"
             "  ddptrain env                                     how each rank sees the world\n"
             "  ddptrain hostlist EXPR                           expand a Slurm hostlist\n"
             "  ddptrain data ...                                import or synthesise HDF5 datasets\n"
@@ -73,7 +74,7 @@ int main(int argc, char **argv)
         ddp_job_write_reference(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train"))
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "eval"))
         return ddp_cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "env"))
         return ddp_cmd_env(argc - 1, argv + 1);

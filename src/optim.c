@@ -50,11 +50,11 @@ void ddp_optim_free(struct ddp_optim *o)
     memset(o, 0, sizeof *o);
 }
 
-double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step_in_epoch,
+double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
                     int64_t steps_per_epoch)
 {
     double warm = o->warmup_epochs * (double)steps_per_epoch;
-    double g = (double)epoch * (double)steps_per_epoch + (double)step_in_epoch;
+    double g = (double)step;
     if (warm > 0 && g < warm)
         return o->lr_eff * (g + 1) / warm;
     double e = floor((double)epoch - o->warmup_epochs);

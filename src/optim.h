@@ -36,8 +36,8 @@ void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const str
                     size_t nparams, int world_size);
 void ddp_optim_free(struct ddp_optim *o); /* accepts a zeroed struct */
 
-/* Learning rate for the step at (epoch, step within epoch). */
-double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step_in_epoch,
+/* Learning rate for global step `step` (0-based) in `epoch`. */
+double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
                     int64_t steps_per_epoch);
 
 /* One update of params from grads with learning rate lr. */

@@ -10,6 +10,8 @@
 #include <hdf5.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "ddp_build.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "ckpt.h"
 #include "config.h"
 #include "data/h5data.h"
 #include "data/loader.h"
@@ -47,12 +50,16 @@ struct trainer {
     struct ddp_optim optim;
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
+    const char *eval_only; /* `ddptrain eval`: the checkpoint or weights file to evaluate */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
-               "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n");
+               "       ddptrain eval JOB.ini --checkpoint PATH [--set ...]\n"
+               "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n"
+               "  PATH     a checkpoint or model.h5: its /model weights are evaluated on the\n"
+               "           job's test split, on any number of ranks\n");
 }
 
 static void log_line(const char *line) { ddp_log("%s", line); }
@@ -176,7 +183,7 @@ static int init_weights(struct trainer *t, char *err, size_t errlen)
 
 static int prepare_output(struct trainer *t, char *err, size_t errlen)
 {
-    if (t->world.rank != 0)
+    if (t->world.rank != 0 || t->eval_only)
         return 0;
     const struct ddp_job *job = &t->job;
     char where[DDP_PATH_MAX + 64], path[DDP_PATH_MAX + 64];
@@ -194,9 +201,6 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
     }
     ddp_job_write(job, f);
     fclose(f);
-    snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
-    if (ddp_metrics_open(&t->metrics, path, 0, err, errlen) != 0)
-        return DDP_EXIT_USAGE;
     return 0;
 }
 
@@ -241,7 +245,124 @@ static void fmt_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-static int train_loop(struct trainer *t)
+/* ---- signals: a flag read at step boundaries --------------------------------------------- */
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/* Parse "[checkpoint] signals" ("USR1, TERM") and install the handlers. */
+static int install_signals(const struct ddp_job *job, char *err, size_t errlen)
+{
+    static const struct { const char *name; int sig; } known[] = {
+        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
+        {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
+    };
+    char buf[sizeof job->signals], where[DDP_PATH_MAX + 64], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", job->signals);
+    for (char *tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+        if (!strcasecmp(tok, "none"))
+            continue;
+        const char *name = strncasecmp(tok, "SIG", 3) == 0 ? tok + 3 : tok;
+        int sig = 0;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+            if (!strcasecmp(name, known[i].name))
+                sig = known[i].sig;
+        if (!sig)
+            return ddp_err(err, errlen, "%s: unknown signal '%s'; expected names such as USR1, "
+                           "USR2, TERM, INT, HUP, XCPU, or none",
+                           ddp_job_where(job, "checkpoint", "signals", where, sizeof where), tok);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, NULL);
+    }
+    return 0;
+}
+
+/* Rank 0 writes a checkpoint at position pos; every rank learns that it is done. */
+static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
+{
+    char err[DDP_ERR_LEN], dir[DDP_PATH_MAX + 32], path[DDP_PATH_MAX + 64];
+    int64_t ok = 1;
+    if (t->world.rank == 0) {
+        snprintf(dir, sizeof dir, "%s/checkpoints", t->job.output);
+        double t0 = ddp_now();
+        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job.text, (int)t->job.ckpt_keep,
+                          path, sizeof path, err, sizeof err) != 0) {
+            ddp_warn("%s", err);
+            ok = 0;
+        } else {
+            ddp_log("checkpoint %s at step %lld (%s%lld, %lld samples in; %.2fs)", path,
+                    (long long)pos->step, pos->cursor ? "in epoch " : "before epoch ",
+                    (long long)pos->epoch + 1, (long long)pos->cursor, ddp_now() - t0);
+        }
+    }
+    ddp_comm_broadcast(t->comm, &ok, sizeof ok, 0);
+    if (!ok)
+        ddp_die("cannot write a checkpoint; stopping before any training is lost");
+}
+
+/* Resume per [checkpoint] resume: rank 0 loads, everybody receives the state. Returns an exit
+ * code (0 also when there is nothing to resume). */
+static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t errlen)
+{
+    const struct ddp_job *job = &t->job;
+    memset(pos, 0, sizeof *pos);
+    int64_t found = 0;
+    int code = 0;
+    if (t->world.rank == 0 && strcmp(job->resume, "never") != 0) {
+        if (strcmp(job->resume, "auto") == 0) {
+            char dir[DDP_PATH_MAX + 32], **list;
+            snprintf(dir, sizeof dir, "%s/checkpoints", job->output);
+            int n = ddp_ckpt_list(dir, &list);
+            for (int i = 0; i < n && !found; i++) {
+                if (ddp_ckpt_load(list[i], &t->model, &t->optim, pos, err, errlen) == 0) {
+                    found = 1;
+                    ddp_log("resuming from %s: epoch %lld, step %lld, %lld samples into the "
+                            "epoch (saved by %lld rank%s)", list[i], (long long)pos->epoch + 1,
+                            (long long)pos->step, (long long)pos->cursor,
+                            (long long)pos->world_size, pos->world_size == 1 ? "" : "s");
+                } else {
+                    ddp_warn("skipping checkpoint: %s", err);
+                }
+            }
+            ddp_ckpt_free_list(list, n);
+        } else if (ddp_ckpt_load(job->resume, &t->model, &t->optim, pos, err, errlen) == 0) {
+            found = 1;
+            ddp_log("resuming from %s: epoch %lld, step %lld", job->resume,
+                    (long long)pos->epoch + 1, (long long)pos->step);
+        } else {
+            char where[DDP_PATH_MAX + 64];
+            size_t n = strlen(err);
+            snprintf(err + n, errlen - n, " (from %s)",
+                     ddp_job_where(job, "checkpoint", "resume", where, sizeof where));
+            code = DDP_EXIT_DATA;
+        }
+    }
+    int rc = agree(t, code, err);
+    if (rc)
+        return rc;
+    int64_t head[6] = {found, pos->epoch, pos->step, pos->cursor, t->optim.t, 0};
+    ddp_comm_broadcast(t->comm, head, sizeof head, 0);
+    if (!head[0])
+        return 0;
+    pos->epoch = head[1];
+    pos->step = head[2];
+    pos->cursor = head[3];
+    t->optim.t = head[4];
+    ddp_sync_broadcast_state(&t->sync);
+    if (t->world.world_size > 1) {
+        if (t->optim.state1)
+            ddp_comm_broadcast(t->comm, t->optim.state1, sizeof(float) * t->optim.n, 0);
+        if (t->optim.state2)
+            ddp_comm_broadcast(t->comm, t->optim.state2, sizeof(float) * t->optim.n, 0);
+    }
+    return 0;
+}
+
+static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 {
     const struct ddp_job *job = &t->job;
     struct ddp_model *m = &t->model;
@@ -254,24 +375,44 @@ static int train_loop(struct trainer *t)
     const char *trace_path = getenv("DDP_TRACE");
     if (trace_path && rank == 0)
         t->sync.trace_on = 1;
+    FILE *sample_log = NULL; /* test mode: every sample index this rank trained on */
+    const char *sample_prefix = getenv("DDP_SAMPLE_LOG");
+    if (sample_prefix) {
+        char p[DDP_PATH_MAX];
+        snprintf(p, sizeof p, "%s.%d", sample_prefix, rank);
+        sample_log = fopen(p, "a");
+    }
 
     double t0 = ddp_now(), t_log = t0, last_loss = NAN, last_acc = NAN;
     double loss_acc[2] = {0, 0}; /* local loss sum, local samples since the last log */
-    int64_t step = 0, samples_since_log = 0;
-    int64_t epoch = 0, evals = 0;
+    int64_t step = start->step, first_step = start->step, samples_since_log = 0;
+    int64_t epoch = start->epoch, cursor = start->cursor;
+    int64_t last_saved = -1;
+    int stopped = 0;
     char err[DDP_ERR_LEN], el[32], left[32];
-    for (epoch = 0; epoch < job->epochs && step < total_steps; epoch++) {
+    if (epoch >= job->epochs || step >= total_steps)
+        ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
+                "or max_steps to continue)", (long long)step, (long long)total_steps);
+    for (; epoch < job->epochs && step < total_steps && !stopped; epoch++, cursor = 0) {
+        ddp_sampler_set_epoch(&t->train_sampler, epoch);
+        ddp_sampler_set_cursor(&t->train_sampler, cursor);
         ddp_loader_start(t->train_loader, epoch, 0);
         const float *x;
         const int32_t *y;
         int n;
-        for (int64_t s = 0; step < total_steps; s++) {
+        int64_t epoch_end = t->train_sampler.total;
+        while (step < total_steps) {
             n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
             if (n < 0)
                 ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
             if (n == 0)
                 break;
-            double lr = ddp_optim_lr(&t->optim, epoch, s, spe);
+            if (sample_log) {
+                const int64_t *idx = ddp_loader_indices(t->train_loader);
+                for (int i = 0; i < n; i++)
+                    fprintf(sample_log, "%lld %lld\n", (long long)epoch, (long long)idx[i]);
+            }
+            double lr = ddp_optim_lr(&t->optim, epoch, step, spe);
             uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
                              ((uint64_t)step << 20) ^ (uint64_t)rank;
             t->be->zero(m->grads, m->nparams);
@@ -284,8 +425,9 @@ static int train_loop(struct trainer *t)
             ddp_sync_finish(&t->sync);
             ddp_optim_step(&t->optim, m->params, m->grads, lr);
             step++;
+            cursor += G;
             samples_since_log += (int64_t)n * W;
-            if (step == 1 && trace_path && rank == 0) {
+            if (step == first_step + 1 && trace_path && rank == 0) {
                 FILE *f = fopen(trace_path, "w");
                 if (f) {
                     ddp_sync_write_trace(&t->sync, f);
@@ -298,7 +440,7 @@ static int train_loop(struct trainer *t)
                 double now = ddp_now();
                 double mean = red[0] / red[1];
                 double sps = (double)samples_since_log / (now - t_log);
-                double per_step = (now - t0) / (double)step;
+                double per_step = (now - t0) / (double)(step - first_step);
                 fmt_duration(now - t0, el, sizeof el);
                 fmt_duration(per_step * (double)(total_steps - step), left, sizeof left);
                 ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f "
@@ -313,16 +455,46 @@ static int train_loop(struct trainer *t)
                     ddp_die("training diverged: loss is %g at step %lld; lower [optim] lr",
                             mean, (long long)step);
             }
+            /* stop request: every rank agrees at this step boundary */
+            int64_t stop = g_stop_signal;
+            if (W > 1)
+                ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
+            int at_end = cursor >= epoch_end;
+            if (stop || (job->ckpt_every_steps > 0 && step % job->ckpt_every_steps == 0)) {
+                struct ddp_ckpt_pos pos = {at_end ? epoch + 1 : epoch, step, at_end ? 0 : cursor,
+                                           W, G, job->seed};
+                save_checkpoint(t, &pos);
+                last_saved = step;
+            }
+            if (stop) {
+                ddp_log("stopped by signal %d at step %lld after saving a checkpoint; exit 75 "
+                        "(requeue the job to resume)", (int)stop, (long long)step);
+                stopped = 1;
+                break;
+            }
         }
         ddp_loader_stop(t->train_loader);
+        if (stopped)
+            break;
         int last = epoch + 1 == job->epochs || step >= total_steps;
         if (t->test && (last || (job->eval_every > 0 && (epoch + 1) % job->eval_every == 0))) {
             evaluate(t, &last_loss, &last_acc);
-            evals++;
             ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f", (long long)epoch + 1,
                     (long long)step, last_loss, last_acc);
             ddp_metrics_eval(&t->metrics, epoch + 1, step, last_loss, last_acc);
         }
+        if (job->ckpt_every_epochs > 0 && (epoch + 1) % job->ckpt_every_epochs == 0 &&
+            last_saved != step && cursor >= epoch_end) {
+            struct ddp_ckpt_pos pos = {epoch + 1, step, 0, W, G, job->seed};
+            save_checkpoint(t, &pos);
+            last_saved = step;
+        }
+    }
+    if (sample_log)
+        fclose(sample_log);
+    if (stopped) {
+        ddp_comm_barrier(t->comm);
+        return DDP_EXIT_REQUEUE;
     }
     double train_s = ddp_now() - t0;
 
@@ -334,30 +506,23 @@ static int train_loop(struct trainer *t)
             ddp_die("%s", err);
         ddp_log("final weights: %s", path);
     }
-    char members[512];
+    char members[512], l[32] = "null", a[32] = "null";
+    if (isfinite(last_loss))
+        snprintf(l, sizeof l, "%.6g", last_loss);
+    if (isfinite(last_acc))
+        snprintf(a, sizeof a, "%.6g", last_acc);
     snprintf(members, sizeof members,
              "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
-             "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s%.6g%s,"
-             "\"test_acc\":%s%.6g%s",
+             "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s,"
+             "\"test_acc\":%s",
              (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
-             (double)step * (double)G / train_s, isfinite(last_loss) ? "" : "\"",
-             isfinite(last_loss) ? last_loss : 0, isfinite(last_loss) ? "" : "\"",
-             isfinite(last_acc) ? "" : "\"", isfinite(last_acc) ? last_acc : 0,
-             isfinite(last_acc) ? "" : "\"");
-    if (!isfinite(last_acc)) /* no evaluation ran: keep the JSON valid and honest */
-        snprintf(members, sizeof members,
-                 "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
-                 "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":null,"
-                 "\"test_acc\":null",
-                 (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
-                 (double)step * (double)G / train_s);
+             (double)(step - first_step) * (double)G / train_s, l, a);
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(last_acc))
         ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs", last_acc,
                 last_loss, (long long)step, train_s);
     else
         ddp_log("done: %lld steps in %.1fs (no test split evaluated)", (long long)step, train_s);
-    (void)evals;
     return 0;
 }
 
@@ -390,6 +555,13 @@ int ddp_cmd_train(int argc, char **argv)
             a = argv[++i];
         } else if (strncmp(a, "--set=", 6) == 0) {
             a += 6;
+        } else if (strcmp(a, "--checkpoint") == 0 && strcmp(argv[0], "eval") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ddptrain: --checkpoint needs a path\n");
+                return DDP_EXIT_USAGE;
+            }
+            t->eval_only = argv[++i];
+            continue;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -412,6 +584,11 @@ int ddp_cmd_train(int argc, char **argv)
         }
         sets[nsets++] = a;
     }
+    if (strcmp(argv[0], "eval") == 0 && !t->eval_only) {
+        fprintf(stderr, "ddptrain: eval needs --checkpoint PATH\n");
+        usage(stderr);
+        return DDP_EXIT_USAGE;
+    }
     if (!job_path) {
         fprintf(stderr, "ddptrain: no job file given\n");
         usage(stderr);
@@ -426,8 +603,13 @@ int ddp_cmd_train(int argc, char **argv)
             fprintf(stderr, "ddptrain: %s\n", err);
             return DDP_EXIT_USAGE;
         }
-    if (ddp_job_validate(&t->job, err, sizeof err) != 0) {
+    if (ddp_job_validate(&t->job, err, sizeof err) != 0 ||
+        install_signals(&t->job, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: %s\n", err);
+        return DDP_EXIT_USAGE;
+    }
+    if (t->eval_only && !t->job.data_test[0]) {
+        fprintf(stderr, "ddptrain: eval: [data] test is empty; name the test split to evaluate\n");
         return DDP_EXIT_USAGE;
     }
     const struct ddp_job *job = &t->job;
@@ -473,6 +655,9 @@ int ddp_cmd_train(int argc, char **argv)
         code = build_model(t, err, sizeof err);
     if (!code)
         code = init_weights(t, err, sizeof err);
+    if (!code && t->eval_only && t->world.rank == 0 &&
+        ddp_weights_load(t->eval_only, &t->model, err, sizeof err) != 0)
+        code = DDP_EXIT_DATA;
     int rc = agree(t, code, err);
     if (rc)
         goto done;
@@ -489,7 +674,30 @@ int ddp_cmd_train(int argc, char **argv)
         m->sync_sums = sync_sums;
         m->sync_ctx = t->comm;
     }
+    if (t->eval_only) {
+        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
+                              w->rank);
+        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+        double loss, acc;
+        evaluate(t, &loss, &acc);
+        ddp_log("%s on %s %s: test loss %.4f accuracy %.4f (%lld samples, %d rank%s)",
+                t->eval_only, job->data_file, job->data_test, loss, acc,
+                (long long)ddp_h5split_count(t->test), w->world_size,
+                w->world_size > 1 ? "s" : "");
+        rc = 0;
+        goto done;
+    }
     ddp_optim_init(&t->optim, t->be, job, m->nparams, w->world_size);
+    struct ddp_ckpt_pos start;
+    rc = resume(t, &start, err, sizeof err);
+    if (rc)
+        goto done;
+    if (w->rank == 0) {
+        char path[DDP_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+        if (ddp_metrics_open(&t->metrics, path, start.step > 0, err, sizeof err) != 0)
+            ddp_die("%s", err);
+    }
     ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
                      (uint64_t)job->seed, job->shuffle, job->drop_last);
     t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
@@ -535,7 +743,7 @@ int ddp_cmd_train(int argc, char **argv)
     if (w->rank == 0)
         ddp_job_log_lines(job, log_line);
     ddp_log("setup took %.3fs", ddp_now() - t_setup);
-    rc = train_loop(t);
+    rc = train_loop(t, &start);
 
 done:
     ddp_loader_destroy(t->train_loader);

@@ -10,6 +10,7 @@
 struct slot {
     float *x;
     int32_t *y;
+    int64_t *idx; /* sample indices of the batch */
     int n;        /* samples; 0 = end of epoch; -1 = error */
     int64_t step;
     int ready;
@@ -19,7 +20,7 @@ struct ddp_loader {
     ddp_h5split *split;
     struct ddp_sampler *sampler;
     int64_t batch, elems;
-    int64_t *idx;
+    const int64_t *current; /* indices of the batch last returned */
     struct slot slots[DDP_LOADER_SLOTS];
     pthread_t thread;
     int running;
@@ -49,12 +50,12 @@ static void *prefetch(void *arg)
 
         int n = 0;
         if (step < ld->steps) {
-            n = ddp_sampler_batch(ld->sampler, step, ld->batch, ld->idx);
-            if (ddp_h5split_read(ld->split, ld->idx, n, sl->x, ld->err, sizeof ld->err) != 0)
+            n = ddp_sampler_batch(ld->sampler, step, ld->batch, sl->idx);
+            if (ddp_h5split_read(ld->split, sl->idx, n, sl->x, ld->err, sizeof ld->err) != 0)
                 n = -1;
             else
                 for (int i = 0; i < n; i++)
-                    sl->y[i] = labels[ld->idx[i]];
+                    sl->y[i] = labels[sl->idx[i]];
         }
         pthread_mutex_lock(&ld->mu);
         sl->n = n;
@@ -75,10 +76,10 @@ ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, i
     ld->sampler = sampler;
     ld->batch = batch;
     ld->elems = ddp_h5split_sample_elems(split);
-    ld->idx = ddp_malloc(sizeof(int64_t) * (size_t)batch);
     for (int i = 0; i < DDP_LOADER_SLOTS; i++) {
         ld->slots[i].x = ddp_malloc_aligned(sizeof(float) * (size_t)(batch * ld->elems));
         ld->slots[i].y = ddp_malloc(sizeof(int32_t) * (size_t)batch);
+        ld->slots[i].idx = ddp_malloc(sizeof(int64_t) * (size_t)batch);
     }
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
@@ -138,8 +139,11 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
     ld->next_take++;
     *x = sl->x;
     *y = sl->y;
+    ld->current = sl->idx;
     return n;
 }
+
+const int64_t *ddp_loader_indices(const ddp_loader *ld) { return ld->current; }
 
 void ddp_loader_destroy(ddp_loader *ld)
 {
@@ -149,8 +153,8 @@ void ddp_loader_destroy(ddp_loader *ld)
     for (int i = 0; i < DDP_LOADER_SLOTS; i++) {
         free(ld->slots[i].x);
         free(ld->slots[i].y);
+        free(ld->slots[i].idx);
     }
-    free(ld->idx);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);
     free(ld);

@@ -36,4 +36,7 @@ void ddp_loader_stop(ddp_loader *ld);
  * in err naming the file). x is (n, sample_elems), y is (n). */
 int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *err, size_t errlen);
 
+/* Sample indices of the batch last returned by ddp_loader_next. */
+const int64_t *ddp_loader_indices(const ddp_loader *ld);
+
 #endif

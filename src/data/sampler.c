@@ -17,17 +17,26 @@ void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank
     s->seed = seed;
     s->shuffle = shuffle;
     s->drop_last = drop_last;
-    int64_t W = world_size;
-    s->total = drop_last ? (n / W) * W : ((n + W - 1) / W) * W;
-    s->per_rank = (s->total - rank + W - 1) / W;
     s->epoch = -1;
-    s->order = ddp_malloc(sizeof(int64_t) * (size_t)(s->total > n ? s->total : n));
+    s->order = ddp_malloc(sizeof(int64_t) * (size_t)(n + world_size));
+    ddp_sampler_set_cursor(s, 0);
+}
+
+void ddp_sampler_set_cursor(struct ddp_sampler *s, int64_t cursor)
+{
+    int64_t W = s->world_size, rest = s->n - cursor;
+    if (rest < 0)
+        rest = 0;
+    s->cursor = cursor;
+    s->total = cursor + (s->drop_last ? (rest / W) * W : ((rest + W - 1) / W) * W);
+    s->per_rank = (s->total - cursor) / W;
 }
 
 void ddp_sampler_init_eval(struct ddp_sampler *s, int64_t n, int world_size, int rank)
 {
     ddp_sampler_init(s, n, world_size, rank, 0, 0, 0);
     s->total = n;
+    s->cursor = 0;
     s->per_rank = (n - rank + world_size - 1) / world_size;
     if (s->per_rank < 0)
         s->per_rank = 0;
@@ -54,7 +63,7 @@ void ddp_sampler_set_epoch(struct ddp_sampler *s, int64_t epoch)
             s->order[j] = t;
         }
     }
-    for (int64_t i = n; i < s->total; i++) /* padding repeats the head */
+    for (int64_t i = n; i < n + s->world_size; i++) /* padding repeats the head */
         s->order[i] = s->order[(i - n) % n];
     s->epoch = epoch;
 }
@@ -68,6 +77,6 @@ int ddp_sampler_batch(const struct ddp_sampler *s, int64_t step, int64_t B, int6
 {
     int64_t first = step * B, count = 0;
     for (int64_t k = first; k < first + B && k < s->per_rank; k++)
-        idx[count++] = s->order[s->rank + k * s->world_size];
+        idx[count++] = s->order[s->cursor + s->rank + k * s->world_size];
     return (int)count;
 }

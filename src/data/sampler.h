@@ -7,8 +7,9 @@
  *   drop_last = true:  cut to T = floor(N / W) * W;
  *   rank r takes positions r, r + W, r + 2W, ... (T / W samples).
  *
- * Batch b of size B on rank r holds positions b*B*W + r + k*W, k < B: the global step b covers
- * positions [b*G, (b+1)*G) of the padded order, G = B*W. So one rank with batch G and W ranks
+ * Batch b of size B on rank r holds positions c + b*B*W + r + k*W, k < B (c the cursor, 0 at the
+ * start of an epoch): the global step b covers
+ * positions c + [b*G, (b+1)*G) of the padded order, G = B*W. So one rank with batch G and W ranks
  * with batch G/W see the same samples at every step, and a position in the epoch is a single
  * global sample count (the cursor) that any world size can resume from.
  *
@@ -25,6 +26,7 @@ struct ddp_sampler {
     int world_size, rank;
     uint64_t seed;
     int shuffle, drop_last;
+    int64_t cursor;     /* positions already consumed in this epoch (resume), 0 normally */
     int64_t total;      /* T: padded or cut length of the epoch's order */
     int64_t per_rank;   /* this rank's share: T / W (eval: positions r + kW < N) */
     int64_t epoch;      /* epoch of the current order, -1 before set_epoch */
@@ -33,6 +35,11 @@ struct ddp_sampler {
 
 void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank, uint64_t seed,
                       int shuffle, int drop_last);
+/* Continue the epoch after `cursor` positions (a global sample count, from a checkpoint made
+ * with any world size): the remaining positions cursor.. are padded (or cut, with drop_last)
+ * to a multiple of W and dealt out as above, so no sample of the epoch is skipped or repeated
+ * and every rank gets the same number of steps. */
+void ddp_sampler_set_cursor(struct ddp_sampler *s, int64_t cursor);
 /* Evaluation order: no shuffle and no padding, rank r takes r, r + W, ... < N, so every test
  * sample is counted exactly once over the ranks. */
 void ddp_sampler_init_eval(struct ddp_sampler *s, int64_t n, int world_size, int rank);

@@ -3,8 +3,8 @@
  *
  * Randomness is counter based: splitmix64 keyed by (seed, stream, index), so any sample
  * can be made alone and the output never depends on chunking. Noise is a sum of four
- * 16-bit uniforms (Irwin-Hall, scaled to unit variance): integer arithmetic, no libm, so
- * the same seed gives the same bytes on every machine.
+ * 16-bit uniforms (Irwin-Hall, scaled to unit variance): integer arithmetic, no libm. Only
+ * the prototypes use libm (exp, sqrt), once per run.
  *
  * Legend: K classes, D elements per sample (C*H*W), n samples per chunk.
  */

@@ -10,12 +10,14 @@
  * max(1, sqrt(784 / D)). The A part is visible to a linear model, which therefore does
  * well above chance; the Q part appears with a random sign, so its class mean is zero and
  * only a non-linear model (an MLP: |<x, Q_k>|) can use it, which it does, scoring much
- * higher. With the defaults at 784 features: softmax regression about 50-80%, a one-hidden-
- * layer MLP above 95% test accuracy. A larger --noise makes both harder.
+ * higher. With the defaults (20000 samples, 5 epochs of SGD, numpy): softmax regression
+ * 48-73% test accuracy across (784), (1,28,28), (3,32,32), (64); a one-hidden-layer MLP of
+ * 256 units 99-100%. A larger --noise makes both harder.
  *
  * Determinism: sample i of a split depends only on (seed, split, i), never on the chunk
- * size, the order of generation or the machine's threads; train and test share the
- * prototypes but not the samples. Memory: the prototypes (2 * classes * D floats, bounded
+ * size or the order of generation: the same arguments give the same bytes with the same
+ * build (the prototypes use libm's exp, which another C library may round differently in
+ * the last bit). Train and test share the prototypes but not the samples. Memory: the prototypes (2 * classes * D floats, bounded
  * by DDP_SYNTH_MAX_PROTO_BYTES) plus one chunk, whatever N is.
  *
  * Not here: augmentation, class imbalance, regression targets.

@@ -126,11 +126,14 @@ static void free_ref(ref_split *r)
     free(r->labels);
 }
 
-/* Write r as group g; labels stored as int64 to exercise type conversion. */
-static void write_ref(hid_t f, const char *g, const ref_split *r, hsize_t chunk_rows)
+/* Write r as group g; labels stored as int64 to exercise type conversion; float32
+ * big-endian when big_endian (HDF5 converts: not the pread fast path). */
+static void write_ref(hid_t f, const char *g, const ref_split *r, hsize_t chunk_rows,
+                      int big_endian)
 {
     hid_t grp = new_group(f, g);
-    put(grp, "images", r->is_float ? H5T_IEEE_F32LE : H5T_STD_U8LE,
+    put(grp, "images",
+        r->is_float ? (big_endian ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : H5T_STD_U8LE,
         r->is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8, r->rank, r->dims,
         r->is_float ? (const void *)r->f32 : (const void *)r->u8, chunk_rows);
     hsize_t n = (hsize_t)r->n;
@@ -185,7 +188,7 @@ static void check_split(const char *path, const char *group, const ref_split *r)
           "labels differ");
     CHECK(ddp_h5split_check_labels(s, 10, err, sizeof err) == 0, "labels in range: %s", err);
 
-    enum { MAXB = 300 };
+    enum { MAXB = 700 };
     int64_t idx[MAXB];
     float *out = malloc((size_t)MAXB * (size_t)r->elems * sizeof(float));
     for (int mode = 0; mode < 2; mode++) {
@@ -194,7 +197,7 @@ static void check_split(const char *path, const char *group, const ref_split *r)
             CHECK(ddp_h5split_cache(s, SIZE_MAX, err, sizeof err) == 1, "cache: %s", err);
         }
         for (int t = 0; t < 40; t++) {
-            int n = 1 + (int)(rnd() % MAXB);
+            int n = 1 + (int)(rnd() % 300);
             for (int i = 0; i < n; i++) {
                 uint64_t kind = rnd() % 8;
                 if (i > 0 && kind == 0)
@@ -214,6 +217,11 @@ static void check_split(const char *path, const char *group, const ref_split *r)
         for (int i = 0; i < n; i++)
             idx[i] = r->n - 1 - i;
         check_read(s, r, idx, n, out, mode ? "cached reverse" : "streamed reverse");
+        /* every other row, backwards: N/2 runs, more than one HDF5 union of 256 runs */
+        n = 0;
+        for (int64_t i = r->n - 1; i >= 0 && n < MAXB; i -= 2)
+            idx[n++] = i;
+        check_read(s, r, idx, n, out, mode ? "cached every other" : "streamed every other");
         CHECK(ddp_h5split_read(s, idx, 0, out, err, sizeof err) == 0, "empty read");
         idx[0] = r->n;
         CHECK(ddp_h5split_read(s, idx, 1, out, err, sizeof err) == -1 && strstr(err, "outside"),
@@ -228,23 +236,27 @@ static void check_split(const char *path, const char *group, const ref_split *r)
 static void good_files(const char *dir)
 {
     char path[1024];
-    ref_split a, b, c, d;
-    hsize_t da[4] = {1000, 2, 3, 5}, db[2] = {777, 13}, dc[4] = {500, 1, 7, 9}, dd[2] = {300, 40};
+    ref_split a, b, c, d, e;
+    hsize_t da[4] = {1000, 2, 3, 5}, db[2] = {777, 13}, dc[4] = {600, 1, 7, 9}, dd[2] = {300, 40};
+    hsize_t de[2] = {700, 6};
     make_ref(&a, 0, 4, da);
     make_ref(&b, 1, 2, db);
     make_ref(&c, 1, 4, dc);
     make_ref(&d, 0, 2, dd);
+    make_ref(&e, 1, 2, de);
     snprintf(path, sizeof path, "%s/good.h5", dir);
     hid_t f = new_file(path);
-    write_ref(f, "/u8_nchw", &a, 0);
-    write_ref(f, "/f32_nd", &b, 0);
-    write_ref(f, "/f32_nchw_chunked", &c, 64);
-    write_ref(f, "/u8_nd_chunked", &d, 7);
+    write_ref(f, "/u8_nchw", &a, 0, 0);            /* pread fast path */
+    write_ref(f, "/f32_nd", &b, 0, 0);             /* pread fast path */
+    write_ref(f, "/f32_nchw_chunked", &c, 64, 0);  /* HDF5 path, gzip chunks */
+    write_ref(f, "/u8_nd_chunked", &d, 7, 0);      /* HDF5 path */
+    write_ref(f, "/f32be_nd", &e, 0, 1);           /* HDF5 path, byte-order conversion */
     H5Fclose(f);
     check_split(path, "/u8_nchw", &a);
     check_split(path, "f32_nd", &b); /* no leading slash */
     check_split(path, "/f32_nchw_chunked", &c);
     check_split(path, "/u8_nd_chunked", &d);
+    check_split(path, "/f32be_nd", &e);
 
     /* check_labels: a label out of range names the index and value */
     char err[DDP_ERR_LEN] = "";
@@ -265,6 +277,7 @@ static void good_files(const char *dir)
     free_ref(&b);
     free_ref(&c);
     free_ref(&d);
+    free_ref(&e);
 }
 
 /* The bad files: name, group to open, substring the message must hold. */

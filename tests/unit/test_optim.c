@@ -107,8 +107,8 @@ static void check_schedule(void)
     job.warmup_epochs = 2;
     ddp_optim_init(&o, be, &job, 4, 1);
     CHECK(fabs(ddp_optim_lr(&o, 0, 0, 100) - 0.1 / 200) < 1e-15, "warmup first step");
-    CHECK(fabs(ddp_optim_lr(&o, 1, 49, 100) - 0.1 * 150 / 200) < 1e-15, "warmup mid");
-    CHECK(fabs(ddp_optim_lr(&o, 2, 0, 100) - 0.1) < 1e-15, "after warmup");
+    CHECK(fabs(ddp_optim_lr(&o, 1, 149, 100) - 0.1 * 150 / 200) < 1e-15, "warmup mid");
+    CHECK(fabs(ddp_optim_lr(&o, 2, 200, 100) - 0.1) < 1e-15, "after warmup");
     ddp_optim_free(&o);
 }
 

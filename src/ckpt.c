@@ -1,0 +1,345 @@
+/* ckpt.c - checkpoint files. See ckpt.h. */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nn/weights.h"
+#include "util.h"
+
+#define CKPT_FORMAT "ddptrain-checkpoint"
+#define CKPT_JOB_MAX (1 << 20)
+
+static int attr_i64(hid_t loc, const char *name, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t st = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(sp);
+    return st < 0 ? -1 : 0;
+}
+
+static int attr_str(hid_t loc, const char *name, const char *v)
+{
+    hid_t ty = H5Tcopy(H5T_C_S1);
+    H5Tset_size(ty, strlen(v) + 1);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t st = a < 0 ? -1 : H5Awrite(a, ty, v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(ty);
+    return st < 0 ? -1 : 0;
+}
+
+static int read_attr_i64(hid_t loc, const char *name, int64_t *v)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, v);
+    if (a >= 0)
+        H5Aclose(a);
+    return st < 0 ? -1 : 0;
+}
+
+static int read_attr_str(hid_t loc, const char *name, char *buf, size_t len)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0)
+        return -1;
+    hid_t ty = H5Aget_type(a);
+    int rc = -1;
+    if (H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty)) {
+        size_t n = H5Tget_size(ty);
+        if (n < len) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, n);
+            if (H5Aread(a, mt, buf) >= 0) {
+                buf[n] = '\0';
+                rc = 0;
+            }
+            H5Tclose(mt);
+        }
+    }
+    H5Tclose(ty);
+    H5Aclose(a);
+    return rc;
+}
+
+static int write_f32(hid_t loc, const char *name, const float *v, size_t n)
+{
+    hsize_t d = n;
+    hid_t sp = H5Screate_simple(1, &d, NULL);
+    hid_t ds = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    if (ds >= 0)
+        H5Dclose(ds);
+    H5Sclose(sp);
+    return st < 0 ? -1 : 0;
+}
+
+/* CRC-32 over the host copies of params, buffers, optimiser state and the position. */
+static uint32_t checksum(const float *p, size_t np, const float *b, size_t nb, const float *s1,
+                         const float *s2, size_t ns, const struct ddp_ckpt_pos *pos, int64_t t)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    c = crc32_z(c, (const Bytef *)p, np * sizeof(float));
+    c = crc32_z(c, (const Bytef *)b, nb * sizeof(float));
+    if (s1)
+        c = crc32_z(c, (const Bytef *)s1, ns * sizeof(float));
+    if (s2)
+        c = crc32_z(c, (const Bytef *)s2, ns * sizeof(float));
+    int64_t f[4] = {pos->epoch, pos->step, pos->cursor, t};
+    c = crc32_z(c, (const Bytef *)f, sizeof f);
+    return (uint32_t)c;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    const char *px = strrchr(x, '-'), *py = strrchr(y, '-');
+    long long sx = px ? atoll(px + 1) : 0, sy = py ? atoll(py + 1) : 0;
+    return sx < sy ? 1 : sx > sy ? -1 : strcmp(y, x);
+}
+
+int ddp_ckpt_list(const char *dir, char ***paths)
+{
+    *paths = NULL;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0, cap = 0;
+    char **list = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "ckpt-", 5) != 0 || len < 9 ||
+            strcmp(e->d_name + len - 3, ".h5") != 0)
+            continue;
+        if (n == cap)
+            list = ddp_realloc(list, sizeof(char *) * (size_t)(cap = cap ? cap * 2 : 16));
+        size_t need = strlen(dir) + len + 2;
+        list[n] = ddp_malloc(need);
+        snprintf(list[n], need, "%s/%s", dir, e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(list, (size_t)n, sizeof(char *), cmp_desc);
+    *paths = list;
+    return n;
+}
+
+void ddp_ckpt_free_list(char **paths, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_optim *o,
+                  const struct ddp_ckpt_pos *pos, const char *job_text, int keep, char *path_out,
+                  size_t path_len, char *err, size_t errlen)
+{
+    if (ddp_mkdir_p(dir) != 0)
+        return ddp_err(err, errlen, "%s: cannot create checkpoint directory: %s", dir,
+                       strerror(errno));
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/ckpt-%08lld.h5", dir, (long long)pos->step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const struct ddp_backend *be = m->be;
+    float *hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    float *hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
+    float *s1 = o->state1 ? ddp_malloc(sizeof(float) * (o->n + 1)) : NULL;
+    float *s2 = o->state2 ? ddp_malloc(sizeof(float) * (o->n + 1)) : NULL;
+    be->download(hp, m->params, sizeof(float) * m->nparams);
+    be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
+    if (s1)
+        be->download(s1, o->state1, sizeof(float) * o->n);
+    if (s2)
+        be->download(s2, o->state2, sizeof(float) * o->n);
+    int rc = -1;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        ddp_err(err, errlen, "%s: cannot create checkpoint", tmp);
+        goto out;
+    }
+    static const char *optim_names[] = {"sgd", "adam", "adamw"};
+    int ok = ddp_weights_write_group(f, m, err, errlen) == 0;
+    hid_t g = ok ? H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    ok = ok && g >= 0;
+    if (ok && s1)
+        ok = write_f32(g, "state1", s1, o->n) == 0;
+    if (ok && s2)
+        ok = write_f32(g, "state2", s2, o->n) == 0;
+    if (g >= 0)
+        H5Gclose(g);
+    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, o->n, pos, o->t);
+    ok = ok && attr_str(f, "format", CKPT_FORMAT) == 0 &&
+         attr_i64(f, "version", DDP_CKPT_VERSION) == 0 && attr_i64(f, "epoch", pos->epoch) == 0 &&
+         attr_i64(f, "step", pos->step) == 0 && attr_i64(f, "cursor", pos->cursor) == 0 &&
+         attr_i64(f, "optim_t", o->t) == 0 && attr_str(f, "optimizer", optim_names[o->kind]) == 0 &&
+         attr_i64(f, "world_size", pos->world_size) == 0 &&
+         attr_i64(f, "global_batch", pos->global_batch) == 0 &&
+         attr_i64(f, "seed", pos->seed) == 0 && attr_str(f, "job", job_text ? job_text : "") == 0 &&
+         attr_i64(f, "checksum", crc) == 0;
+    if (H5Fclose(f) < 0)
+        ok = 0;
+    if (!ok) {
+        if (!err || !err[0] || strstr(err, "cannot write") == NULL)
+            ddp_err(err, errlen, "%s: cannot write checkpoint (disk full?)", tmp);
+        unlink(tmp);
+        goto out;
+    }
+    if (ddp_file_commit(tmp, path, err, errlen) != 0) {
+        unlink(tmp);
+        goto out;
+    }
+    if (path_out)
+        snprintf(path_out, path_len, "%s", path);
+    /* prune: keep the newest `keep` */
+    char **list;
+    int n = ddp_ckpt_list(dir, &list);
+    for (int i = keep; i < n; i++)
+        unlink(list[i]);
+    ddp_ckpt_free_list(list, n);
+    rc = 0;
+out:
+    free(hp);
+    free(hb);
+    free(s1);
+    free(s2);
+    return rc;
+}
+
+static int read_f32(hid_t f, const char *name, float *v, size_t n)
+{
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0)
+        return -1;
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    if (ds < 0)
+        return -1;
+    hid_t sp = H5Dget_space(ds);
+    hssize_t cnt = H5Sget_simple_extent_npoints(sp);
+    herr_t st = cnt == (hssize_t)n ? H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)
+                                   : -1;
+    H5Sclose(sp);
+    H5Dclose(ds);
+    return st < 0 ? -1 : 0;
+}
+
+int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
+                  struct ddp_ckpt_pos *pos, char *err, size_t errlen)
+{
+    if (access(path, R_OK) != 0)
+        return ddp_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));
+    if (H5Fis_hdf5(path) <= 0)
+        return ddp_err(err, errlen, "%s: not an HDF5 file (truncated or overwritten checkpoint)",
+                       path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, 0, 1);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0)
+        return ddp_err(err, errlen, "%s: cannot open: damaged checkpoint", path);
+    int rc = -1;
+    float *s1 = NULL, *s2 = NULL, *hp = NULL, *hb = NULL;
+    /* a failed load leaves the model as it was (resume = auto then tries an older file) */
+    float *keep_p = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    float *keep_b = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
+    m->be->download(keep_p, m->params, sizeof(float) * m->nparams);
+    m->be->download(keep_b, m->buffers, sizeof(float) * m->nbuffers);
+    char fmt[64], oname[16];
+    int64_t version = 0, crc_file = -1, t = 0;
+    memset(pos, 0, sizeof *pos);
+    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0) {
+        ddp_err(err, errlen, "%s: not a ddptrain checkpoint (no format attribute)", path);
+        goto out;
+    }
+    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION) {
+        ddp_err(err, errlen, "%s: checkpoint format version %lld; this ddptrain reads version %d",
+                path, (long long)version, DDP_CKPT_VERSION);
+        goto out;
+    }
+    if (read_attr_i64(f, "epoch", &pos->epoch) || read_attr_i64(f, "step", &pos->step) ||
+        read_attr_i64(f, "cursor", &pos->cursor) || read_attr_i64(f, "optim_t", &t) ||
+        read_attr_i64(f, "checksum", &crc_file) ||
+        read_attr_str(f, "optimizer", oname, sizeof oname)) {
+        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
+                path);
+        goto out;
+    }
+    read_attr_i64(f, "world_size", &pos->world_size);
+    read_attr_i64(f, "global_batch", &pos->global_batch);
+    read_attr_i64(f, "seed", &pos->seed);
+    static const char *optim_names[] = {"sgd", "adam", "adamw"};
+    if (strcmp(oname, optim_names[o->kind]) != 0) {
+        ddp_err(err, errlen, "%s: saved with optimizer %s, but the job uses %s; resume with the "
+                "same [optim] name or set [checkpoint] resume = never", path, oname,
+                optim_names[o->kind]);
+        goto out;
+    }
+    if (pos->epoch < 0 || pos->step < 0 || pos->cursor < 0 || t < 0) {
+        ddp_err(err, errlen, "%s: negative training position: damaged checkpoint", path);
+        goto out;
+    }
+    if (ddp_weights_read_group(f, path, m, err, errlen) != 0)
+        goto out;
+    if (o->state1) {
+        s1 = ddp_malloc(sizeof(float) * (o->n + 1));
+        if (read_f32(f, "optim/state1", s1, o->n) != 0) {
+            ddp_err(err, errlen, "%s: /optim/state1 missing or of the wrong size (%zu expected)",
+                    path, o->n);
+            goto out;
+        }
+    }
+    if (o->state2) {
+        s2 = ddp_malloc(sizeof(float) * (o->n + 1));
+        if (read_f32(f, "optim/state2", s2, o->n) != 0) {
+            ddp_err(err, errlen, "%s: /optim/state2 missing or of the wrong size (%zu expected)",
+                    path, o->n);
+            goto out;
+        }
+    }
+    hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
+    m->be->download(hp, m->params, sizeof(float) * m->nparams);
+    m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
+    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, o->n, pos, t);
+    if ((int64_t)crc != crc_file) {
+        ddp_err(err, errlen, "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
+                "damaged", path, (unsigned long long)crc_file, crc);
+        goto out;
+    }
+    if (s1)
+        m->be->upload(o->state1, s1, sizeof(float) * o->n);
+    if (s2)
+        m->be->upload(o->state2, s2, sizeof(float) * o->n);
+    o->t = t;
+    rc = 0;
+out:
+    if (rc != 0) {
+        m->be->upload(m->params, keep_p, sizeof(float) * m->nparams);
+        m->be->upload(m->buffers, keep_b, sizeof(float) * m->nbuffers);
+    }
+    free(keep_p);
+    free(keep_b);
+    free(s1);
+    free(s2);
+    free(hp);
+    free(hb);
+    H5Fclose(f);
+    return rc;
+}

@@ -1,0 +1,54 @@
+/*
+ * ckpt.h - checkpoints: `<output>/checkpoints/ckpt-<step>.h5`, written by rank 0.
+ *
+ * Layout (HDF5): `/model` as in weights.h (PyTorch names), `/optim/state1`, `/optim/state2`
+ * (flat float32 optimiser state in the parameter layout, absent when the optimiser keeps none),
+ * and root attributes: `format` = "ddptrain-checkpoint", `version` = 1, `epoch`, `step`,
+ * `cursor` (global samples consumed in `epoch`), `optim_t`, `optimizer`, `world_size`,
+ * `global_batch`, `seed`, `job` (the job file's text) and `checksum`: CRC-32 over every tensor's
+ * bytes and the position, checked on load, so a torn or bit-flipped file is never trusted.
+ *
+ * The training position is all that resuming needs: the sampler's order is a function of
+ * (seed, epoch), dropout masks of (seed, step, rank, layer), so no generator state is stored.
+ *
+ * Writes go to a temporary name, are fsynced and renamed, and the directory fsynced; the
+ * newest `keep` checkpoints are kept. A crash at any moment leaves every older checkpoint
+ * intact and at most a stray `*.tmp`, which loading ignores.
+ */
+#ifndef DDP_CKPT_H
+#define DDP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/model.h"
+#include "optim.h"
+
+#define DDP_CKPT_VERSION 1
+
+struct ddp_ckpt_pos {
+    int64_t epoch;      /* epoch to continue (0-based) */
+    int64_t step;       /* global optimiser steps done */
+    int64_t cursor;     /* global samples of `epoch` already consumed */
+    int64_t world_size; /* of the run that saved (informative) */
+    int64_t global_batch;
+    int64_t seed;
+};
+
+/* Write a checkpoint of m, o and pos into dir (created if needed); path_out gets its name.
+ * Then delete all but the newest keep. */
+int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_optim *o,
+                  const struct ddp_ckpt_pos *pos, const char *job_text, int keep, char *path_out,
+                  size_t path_len, char *err, size_t errlen);
+
+/* Load path into m, o (both built for the current job) and pos, after verifying format,
+ * version, shapes and checksum. -1 with one line naming the file and what is wrong. */
+int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
+                  struct ddp_ckpt_pos *pos, char *err, size_t errlen);
+
+/* Checkpoints in dir, newest (highest step) first. Returns the count (0 if none or no dir);
+ * *paths is an array of malloc'd strings, freed with ddp_ckpt_free_list. */
+int ddp_ckpt_list(const char *dir, char ***paths);
+void ddp_ckpt_free_list(char **paths, int n);
+
+#endif

@@ -1,0 +1,170 @@
+#!/bin/bash
+# resume.sh - checkpoints and resume on real runs:
+#  1. bitwise: a run of 3 epochs, and the same run stopped by SIGUSR1 mid-epoch (exit 75) and
+#     resumed, end with identical parameter bytes; for 1 rank and for 3 MPI ranks;
+#  2. resume on another world size mid-epoch (4 ranks -> 2 ranks): the samples of that epoch are
+#     exactly the uninterrupted epoch's samples (per-sample log, DDP_SAMPLE_LOG);
+#  3. damaged checkpoints (truncated, flipped byte, wrong model shape, wrong format version,
+#     missing dataset): resume = auto skips them with a message, resume = PATH stops with one
+#     line and exit 3, never a crash;
+#  4. `ddptrain eval` of a checkpoint on 1 and 2 ranks gives the run's own test accuracy.
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
+PY=/usr/bin/python3
+$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+"$DDPTRAIN" data synth -o d.h5 --shape 1,12,12 --classes 10 --train 12000 --test 300 --seed 2 \
+    >/dev/null || exit 1
+cat > j.ini <<INI
+[data]
+file = d.h5
+batch_size = 24
+[model]
+layers = conv2d(4, 3), batchnorm, relu, maxpool(2), flatten, linear(32), relu, dropout(0.2), linear(10)
+[optim]
+name = sgd
+lr = 0.05
+momentum = 0.9
+schedule = cosine
+[train]
+epochs = 3
+log_every = 1
+threads = 1
+[checkpoint]
+every_epochs = 1
+INI
+
+same_params() { $PY - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1])["model"], h5py.File(sys.argv[2])["model"]
+same = sorted(a) == sorted(b) and all(np.array_equal(a[k][()], b[k][()]) for k in a)
+print(f"{len(a)} tensors {'bit-identical' if same else 'DIFFER'}")
+sys.exit(0 if same else 1)
+PY
+}
+
+# run_until_signal OUT MIN_LINES CMD... : start CMD, send SIGUSR1 once metrics has MIN_LINES
+run_until_signal() {
+    local out=$1 lines=$2
+    shift 2
+    "$@" > "$out.log1" 2>&1 &
+    local pid=$! t=0
+    while [ "$(cat "$out/metrics.jsonl" 2>/dev/null | wc -l)" -lt "$lines" ] && kill -0 $pid 2>/dev/null; do
+        sleep 0.02; t=$((t + 1)); [ $t -gt 3000 ] && break
+    done
+    kill -USR1 $pid 2>/dev/null
+    wait $pid
+}
+
+# ---- 1. bitwise resume, 1 rank and 3 ranks ------------------------------------------------
+for W in 1 3; do
+    launch=()
+    [ $W -gt 1 ] && launch=(mpirun -n $W)
+    B=$((24 / W))
+    "${launch[@]}" "$DDPTRAIN" j.ini --set data.batch_size=$B --set job.output=full$W > full$W.log 2>&1 ||
+        { bad "W=$W uninterrupted run"; continue; }
+    run_until_signal int$W 600 "${launch[@]}" "$DDPTRAIN" j.ini --set data.batch_size=$B --set job.output=int$W
+    rc=$?
+    grep -q "stopped by signal" int$W.log1 && [ $rc -eq 75 ] ||
+        { bad "W=$W: signal did not stop the run with 75 (rc $rc)"; tail -3 int$W.log1; continue; }
+    at=$(sed -n 's/.*stopped by signal .* at step \([0-9]*\).*/\1/p' int$W.log1)
+    "${launch[@]}" "$DDPTRAIN" j.ini --set data.batch_size=$B --set job.output=int$W > int$W.log2 2>&1 ||
+        { bad "W=$W resumed run failed"; tail -3 int$W.log2; continue; }
+    grep -q "resuming from" int$W.log2 || bad "W=$W: did not resume"
+    if r=$(same_params full$W/model.h5 int$W/model.h5); then
+        ok "bitwise resume, $W rank(s), stopped at step $at of 1500 by SIGUSR1: $r"
+    else
+        bad "W=$W resume: $r"
+    fi
+done
+
+# ---- 2. 4 ranks -> 2 ranks mid-epoch: the epoch's samples --------------------------------
+"$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 --set data.test= \
+    --set job.output=ref > /dev/null 2>&1
+DDP_SAMPLE_LOG=$work/ref.samples "$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 \
+    --set data.test= --set job.output=ref2 > /dev/null 2>&1
+DDP_SAMPLE_LOG=$work/w4.samples mpirun -n 4 "$DDPTRAIN" j.ini --set data.batch_size=8 \
+    --set train.epochs=1 --set data.test= --set train.max_steps=137 --set checkpoint.every_steps=137 \
+    --set job.output=ws > ws.log1 2>&1
+DDP_SAMPLE_LOG=$work/w2.samples mpirun -n 2 "$DDPTRAIN" j.ini --set data.batch_size=16 \
+    --set train.epochs=1 --set data.test= --set job.output=ws > ws.log2 2>&1
+if grep -q "137 \* 32\|4384 samples into the epoch" ws.log2 || grep -q "resuming from" ws.log2; then
+    if cmp -s <(cat ref.samples.* | awk '{print $2}' | sort -n) \
+              <(cat w4.samples.* w2.samples.* | awk '{print $2}' | sort -n); then
+        ok "resume 4 -> 2 ranks at step 137 (4384 samples in): the epoch's 12000 samples, each once"
+    else
+        bad "resume 4 -> 2 ranks: sample multiset differs from the uninterrupted epoch"
+    fi
+else
+    bad "resume 4 -> 2 ranks did not resume"; tail -3 ws.log2
+fi
+
+# ---- 3. damaged checkpoints ----------------------------------------------------------------
+ck=full1/checkpoints
+newest=$(ls $ck/ckpt-*.h5 | sort | tail -1)
+mkdir -p dmg
+damage() { # NAME how
+    rm -rf dmg/$1; mkdir -p dmg/$1/checkpoints
+    cp $ck/*.h5 dmg/$1/checkpoints/
+    local f=dmg/$1/checkpoints/$(basename "$newest")
+    case $2 in
+    truncate) truncate -s $(( $(stat -c %s "$f") / 2 )) "$f" ;;
+    flip) $PY - "$f" <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+ds = f["model/1.weight"]; off = ds.id.get_offset(); f.close()
+with open(sys.argv[1], "r+b") as g:
+    g.seek(off + 5); b = g.read(1); g.seek(off + 5); g.write(bytes([b[0] ^ 0x10]))
+PY
+    ;;
+    shape) $PY -c "
+import h5py, numpy as np
+f = h5py.File('$f', 'r+'); del f['model/5.weight']; f['model/5.weight'] = np.zeros((32, 99), np.float32)" ;;
+    version) $PY -c "
+import h5py; f = h5py.File('$f', 'r+'); f.attrs['version'] = 99" ;;
+    missing) $PY -c "
+import h5py; f = h5py.File('$f', 'r+'); del f['optim/state1']" ;;
+    esac
+    echo "$f"
+}
+for kind in truncate:"not an HDF5 file\|cannot open\|damaged" flip:"checksum mismatch" \
+            shape:"5.weight has shape (32, 99)" version:"format version 99" missing:"optim/state1"; do
+    name=${kind%%:*} pat=${kind#*:}
+    f=$(damage $name $name)
+    "$DDPTRAIN" j.ini --set job.output=dmg/$name --set train.epochs=4 --set data.test= > d.out 2> d.err
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "skipping checkpoint: .*$(basename "$f")" d.err && grep -q -- "$pat" d.err &&
+       grep -q "resuming from .*ckpt" d.out; then
+        ok "auto skips a $name checkpoint: $(grep skipping d.err | head -c 150)"
+    else
+        bad "auto with a $name checkpoint: rc $rc"; cat d.err | head -3
+    fi
+    f=$(damage $name $name)
+    "$DDPTRAIN" j.ini --set job.output=dmg/$name --set checkpoint.resume="$f" > d.out 2> d.err
+    rc=$?
+    if [ $rc -eq 3 ] && [ "$(grep -c . d.err)" -eq 1 ] && grep -q -- "$pat" d.err; then
+        ok "resume = PATH of a $name checkpoint: exit 3, one line"
+    else
+        bad "resume = PATH of a $name checkpoint: rc $rc"; head -3 d.err
+    fi
+done
+
+# ---- 4. eval of a checkpoint on any world size -----------------------------------------------
+acc=$(sed -n 's/.*"kind":"summary".*"test_acc":\([0-9.]*\).*/\1/p' full1/metrics.jsonl)
+e1=$("$DDPTRAIN" eval j.ini --checkpoint "$newest" 2>&1 | sed -n 's/.*accuracy \([0-9.]*\).*/\1/p')
+e2=$(mpirun -n 2 "$DDPTRAIN" eval j.ini --checkpoint "$newest" 2>&1 | sed -n 's/.*accuracy \([0-9.]*\).*/\1/p')
+if [ -n "$acc" ] && awk -v a="$acc" -v b="$e1" -v c="$e2" 'BEGIN{exit !(a-b<0.00006 && b-a<0.00006 && b==c)}'; then
+    ok "eval of the final checkpoint: 1 rank $e1, 2 ranks $e2, the run reported $acc"
+else
+    bad "eval: run $acc, 1 rank '$e1', 2 ranks '$e2'"
+fi
+echo
+[ $fail -eq 0 ] && echo "resume: all passed" || echo "resume: failures"
+exit $fail
