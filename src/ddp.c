@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "util.h"
 
@@ -131,4 +132,48 @@ void ddp_sync_write_trace(const struct ddp_sync *s, FILE *f)
     static const char *names[] = {"layer_done", "bucket_start", "bucket_done"};
     for (int i = 0; i < s->ntrace; i++)
         fprintf(f, "%s %d\n", names[s->trace[i].kind], s->trace[i].id);
+}
+
+int ddp_sync_check_replicas(struct ddp_sync *s, const char *hosts, size_t host_len, char *err,
+                            size_t errlen)
+{
+    struct ddp_model *m = s->m;
+    int W = s->world_size, T = m->ntensors;
+    if (W == 1)
+        return 0;
+    float *host = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    m->be->download(host, m->params, sizeof(float) * m->nparams);
+    int64_t *mine = ddp_calloc((size_t)T, sizeof(int64_t));
+    int64_t *all = ddp_malloc(sizeof(int64_t) * (size_t)T * (size_t)W);
+    for (int i = 0; i < T; i++)
+        if (!m->tensors[i].is_buffer)
+            mine[i] = (int64_t)crc32_z(crc32(0L, Z_NULL, 0),
+                                       (const Bytef *)(host + m->tensors[i].off),
+                                       m->tensors[i].n * sizeof(float));
+    ddp_comm_allgather(s->comm, mine, all, sizeof(int64_t) * (size_t)T);
+    int rc = 0;
+    for (int i = 0; i < T && rc == 0; i++) {
+        /* the value most ranks hold is the reference; the first rank without it is named */
+        int best = 0, best_count = 0;
+        for (int r = 0; r < W; r++) {
+            int c = 0;
+            for (int q = 0; q < W; q++)
+                c += all[(size_t)q * T + i] == all[(size_t)r * T + i];
+            if (c > best_count) {
+                best_count = c;
+                best = r;
+            }
+        }
+        for (int r = 0; r < W && rc == 0; r++)
+            if (all[(size_t)r * T + i] != all[(size_t)best * T + i])
+                rc = ddp_err(err, errlen,
+                             "replica check failed: rank %d on %s holds different parameters in "
+                             "tensor %s than %d of %d ranks (silent data corruption or a bad "
+                             "node); stopping before a checkpoint is saved",
+                             r, hosts + (size_t)r * host_len, m->tensors[i].name, best_count, W);
+    }
+    free(host);
+    free(mine);
+    free(all);
+    return rc;
 }

@@ -69,6 +69,12 @@ void ddp_sync_layer_done(void *ctx, int layer);
 /* Wait for every bucket, in order, and average. */
 void ddp_sync_finish(struct ddp_sync *s);
 
+/* Replica check: hash every parameter tensor on each rank and compare across ranks. Returns 0
+ * when all agree; else -1 with one line naming the first rank that disagrees with the majority,
+ * its host (hosts: W names of host_len bytes each) and the tensor. */
+int ddp_sync_check_replicas(struct ddp_sync *s, const char *hosts, size_t host_len, char *err,
+                            size_t errlen);
+
 /* Write the bucket layout and the recorded trace as text, one event a line. */
 void ddp_sync_write_trace(const struct ddp_sync *s, FILE *f);
 

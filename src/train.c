@@ -389,6 +389,11 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     int64_t epoch = start->epoch, cursor = start->cursor;
     int64_t last_saved = -1;
     int stopped = 0;
+    /* test hook DDP_TEST_FLIP_BIT=RANK:STEP flips a bit of one parameter on RANK after STEP */
+    int64_t flip_rank = -1, flip_step = -1;
+    const char *flip = getenv("DDP_TEST_FLIP_BIT");
+    if (flip && sscanf(flip, "%lld:%lld", (long long *)&flip_rank, (long long *)&flip_step) != 2)
+        flip_rank = flip_step = -1;
     char err[DDP_ERR_LEN], el[32], left[32];
     if (epoch >= job->epochs || step >= total_steps)
         ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
@@ -454,6 +459,22 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 if (!isfinite(mean))
                     ddp_die("training diverged: loss is %g at step %lld; lower [optim] lr",
                             mean, (long long)step);
+            }
+            if (flip_step == step && flip_rank == rank) { /* test hook: corrupt one bit */
+                float v;
+                t->be->download(&v, m->params, sizeof v);
+                uint32_t bits;
+                memcpy(&bits, &v, sizeof bits);
+                bits ^= 1u << 3;
+                memcpy(&v, &bits, sizeof v);
+                t->be->upload(m->params, &v, sizeof v);
+            }
+            if (job->check_every > 0 && step % job->check_every == 0 &&
+                ddp_sync_check_replicas(&t->sync, t->hosts, HOST_FIELD, err, sizeof err) != 0) {
+                if (rank == 0)
+                    ddp_warn("%s", err);
+                ddp_comm_barrier(t->comm);
+                return DDP_EXIT_RUNTIME;
             }
             /* stop request: every rank agrees at this step boundary */
             int64_t stop = g_stop_signal;
