@@ -517,6 +517,10 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
         ddp_comm_barrier(t->comm);
         return DDP_EXIT_REQUEUE;
     }
+    if (t->test && !isfinite(last_acc)) { /* e.g. resumed a finished run: still report */
+        evaluate(t, &last_loss, &last_acc);
+        ddp_metrics_eval(&t->metrics, epoch, step, last_loss, last_acc);
+    }
     double train_s = ddp_now() - t0;
 
     /* final weights: rank 0's running statistics are the model's */
