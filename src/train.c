@@ -20,6 +20,7 @@
 #include "ddp_build.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "comm/liveness.h"
 #include "ckpt.h"
 #include "config.h"
 #include "data/h5data.h"
@@ -51,6 +52,7 @@ struct trainer {
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
     const char *eval_only; /* `ddptrain eval`: the checkpoint or weights file to evaluate */
+    ddp_liveness *liveness; /* names dead peers when a collective fails */
 };
 
 static void usage(FILE *f)
@@ -665,6 +667,10 @@ int ddp_cmd_train(int argc, char **argv)
     char me[HOST_FIELD];
     snprintf(me, sizeof me, "%s", w->host);
     ddp_comm_allgather(t->comm, me, t->hosts, HOST_FIELD);
+    if (w->world_size > 1) {
+        t->liveness = ddp_liveness_create(t->comm, w->host);
+        ddp_comm_set_peer_probe(t->comm, ddp_liveness_probe, t->liveness);
+    }
 
     t->be = ddp_backend_cpu();
     t->threads = choose_threads(job, w);
@@ -785,6 +791,7 @@ done:
     ddp_set_abort_hook(NULL);
     g_comm = NULL;
     ddp_comm_destroy(t->comm);
+    ddp_liveness_destroy(t->liveness);
     ddp_job_free(&t->job);
     return rc;
 }

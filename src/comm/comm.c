@@ -80,9 +80,21 @@ int ddp_comm_poll(double timeout_s, int (*test)(void *arg, char *err, size_t err
 static void __attribute__((noreturn))
 comm_fail(ddp_comm *c, const char *what, const char *detail)
 {
-    char peer[64] = "a peer";
+    char peer[512] = "a peer";
     if (c->size == 2) /* the only rank we can wait for */
         snprintf(peer, sizeof peer, "rank %d", 1 - c->rank);
+    if (c->peer_probe) {
+        char who[448] = "";
+        c->peer_probe(c->peer_probe_ctx, who, sizeof who);
+        if (who[0]) {
+            /* A peer is known dead: say so and leave. No MPI_Abort, so that every surviving
+             * rank reaches its own deadline and says the same; the launcher cleans up. */
+            fprintf(stderr, "ddptrain: collective %s %s: peer gone: %s (this rank: %s rank %d)\n",
+                    what, detail ? "failed" : "did not complete", who, c->host, c->rank);
+            fflush(stderr);
+            _exit(DDP_EXIT_PEER);
+        }
+    }
     if (detail)
         fprintf(stderr,
                 "ddptrain: collective %s failed (%s); %s may have died (this rank: %s rank %d)\n",
@@ -93,6 +105,13 @@ comm_fail(ddp_comm *c, const char *what, const char *detail)
                 "(this rank: %s rank %d)\n",
                 what, c->timeout_s, peer, c->host, c->rank);
     ddp_comm_abort(c, DDP_EXIT_PEER);
+}
+
+void ddp_comm_set_peer_probe(ddp_comm *c, void (*probe)(void *ctx, char *buf, size_t len),
+                             void *ctx)
+{
+    c->peer_probe = probe;
+    c->peer_probe_ctx = ctx;
 }
 
 /* Take a request from the pool (growing it by a slab when empty) and append it to the

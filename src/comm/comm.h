@@ -52,6 +52,11 @@ void ddp_comm_barrier(ddp_comm *c);
 /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
 void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes);
 
+/* Optional: a probe that names the peers that are gone (e.g. liveness.h), consulted when a
+ * collective fails or times out so the message says which rank died. */
+void ddp_comm_set_peer_probe(ddp_comm *c, void (*probe)(void *ctx, char *buf, size_t len),
+                             void *ctx);
+
 /* Tear the job down from this rank so no peer waits: MPI_Abort or equivalent, then exit. */
 void ddp_comm_abort(ddp_comm *c, int code) __attribute__((noreturn));
 

@@ -60,6 +60,9 @@ struct ddp_comm {
     struct ddp_comm_req *free_list;
     void **slabs; /* request pool storage, freed at destroy */
     size_t nslabs;
+    /* optional: names the peers that are gone, for the failure message (liveness.h) */
+    void (*peer_probe)(void *ctx, char *buf, size_t len);
+    void *peer_probe_ctx;
 };
 
 /* Deadline loop shared by every wait: calls test(arg) until it returns non-zero, with a

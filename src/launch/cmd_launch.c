@@ -1,16 +1,31 @@
 /*
- * cmd_launch.c - the `ddptrain hostlist` and `ddptrain env` subcommands (cli.h): thin
- * wrappers that print what hostlist.c and world.c compute. Argument handling only; the rules
+ * cmd_launch.c - the `ddptrain hostlist`, `ddptrain env` (cli.h) and hidden
+ * `ddptrain bootstrap-test` (launcher.h) subcommands: thin wrappers that print what
+ * hostlist.c, world.c, binding.c and bootstrap.c compute. Argument handling only; the rules
  * live in those modules.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "cli.h"
+#include "ddp_build.h"
+#include "launch/binding.h"
+#include "launch/bootstrap.h"
 #include "launch/hostlist.h"
+#include "launch/launcher.h"
 #include "launch/world.h"
 #include "util.h"
+
+/* Most fake GPUs DDP_FAKE_GPUS may claim (tests only): the binding module's own bound. */
+#define FAKE_GPUS_MAX DDP_BINDING_MAX_DEVICES
+/* Defaults and bounds of bootstrap-test: an NCCL id is 128 bytes. */
+#define BT_DEFAULT_LEN 128
+#define BT_DEFAULT_TIMEOUT_S 60.0
+#define BT_MAX_DELAY_S 3600.0
 
 static const char HOSTLIST_USAGE[] =
     "usage: ddptrain hostlist [--] EXPR\n"
@@ -21,9 +36,18 @@ static const char ENV_USAGE[] =
     "usage: ddptrain env\n"
     "Print how this process sees the job, one line of key=value fields:\n"
     "rank local_rank world_size local_size node_id num_nodes host master_host master_addr\n"
-    "master_port device launcher job_id step_id mpi cpus_per_task.\n"
+    "master_port device gpus_visible launcher job_id step_id mpi cpus_per_task.\n"
+    "device is the GPU this rank would bind (cuda:N) or cpu; gpus_visible lists what\n"
+    "CUDA_VISIBLE_DEVICES (or SLURM_STEP_GPUS) shows it, or none.\n"
     "Run it under the launcher (srun ddptrain env, mpirun ddptrain env). Exit 0, or 4 with\n"
-    "the reason on stderr.\n";
+    "the reason on stderr (a bad launch environment, or GPUs that cannot be bound).\n";
+
+static const char BT_USAGE[] =
+    "usage: ddptrain bootstrap-test [--via auto|pmi2|mpi|tcp] [--len N] [--timeout S]\n"
+    "                               [--delay S]\n"
+    "Rank 0 publishes N random bytes (default 128, an NCCL id) through the bootstrap; every\n"
+    "rank prints rank=R world_size=W via=KIND len=N hash=H ms=T. All hashes must agree.\n"
+    "--delay S: ranks other than 0 wait S seconds before joining. Exit 0, 2 or 4.\n";
 
 static int is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
@@ -79,15 +103,135 @@ int ddp_cmd_env(int argc, char **argv)
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     if (w.warning[0])
         ddp_warn("warning: %s", w.warning);
+
+    /* GPU binding: the driver's device count comes from a GPU backend, or from
+     * DDP_FAKE_GPUS=N (tests: N devices on this node) where none is built. Without either
+     * the rank runs on the CPU and only the visible list is shown. */
+    int driver = -1;
+    const char *fake = getenv("DDP_FAKE_GPUS");
+    if (fake && *fake) {
+        int64_t nf;
+        if (ddp_parse_i64(fake, &nf) < 0 || nf < 0 || nf > FAKE_GPUS_MAX) {
+            ddp_warn("DDP_FAKE_GPUS=\"%.20s\" is not a device count in 0..%d; unset it (it "
+                     "is for tests)", fake, FAKE_GPUS_MAX);
+            return DDP_EXIT_LAUNCH;
+        }
+        driver = ddp_binding_fake_driver_count((int)nf, getenv("CUDA_VISIBLE_DEVICES"));
+    }
+    struct ddp_binding b;
+    char device[32] = "cpu";
+    int brc = ddp_binding_compute(w.local_rank, w.local_size, driver, 0, NULL, NULL, &b, err,
+                                  sizeof err);
+    if (driver >= 0) {
+        if (brc < 0) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_LAUNCH;
+        }
+        if (b.note[0])
+            ddp_warn("warning: %s", b.note);
+        if (b.device >= 0)
+            snprintf(device, sizeof device, "cuda:%d", b.device);
+    }
     printf("rank=%d local_rank=%d world_size=%d local_size=%d node_id=%d num_nodes=%d host=%s "
-           "master_host=%s master_addr=%s master_port=%d device=cpu launcher=%s job_id=%" PRId64
-           " step_id=%" PRId64 " mpi=%d cpus_per_task=%d\n",
+           "master_host=%s master_addr=%s master_port=%d device=%s gpus_visible=%s launcher=%s "
+           "job_id=%" PRId64 " step_id=%" PRId64 " mpi=%d cpus_per_task=%d\n",
            w.rank, w.local_rank, w.world_size, w.local_size, w.node_id, w.num_nodes, w.host,
-           w.master_host, w.master_addr, w.master_port, ddp_launcher_name(w.launcher), w.job_id,
-           w.step_id, w.mpi_launched, w.cpus_per_task);
+           w.master_host, w.master_addr, w.master_port, device, b.visible_list,
+           ddp_launcher_name(w.launcher), w.job_id, w.step_id, w.mpi_launched, w.cpus_per_task);
     if (fflush(stdout) != 0) {
         ddp_warn("env: cannot write to standard output");
         return DDP_EXIT_RUNTIME;
     }
     return DDP_EXIT_OK;
+}
+
+/* FNV-1a, 64 bits: a short fingerprint of the received blob for tests to compare. */
+static uint64_t fnv1a64(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+int ddp_cmd_bootstrap_test(int argc, char **argv)
+{
+    enum ddp_bootstrap_kind kind = DDP_BOOTSTRAP_AUTO;
+    double timeout_s = BT_DEFAULT_TIMEOUT_S, delay_s = 0;
+    int64_t len = BT_DEFAULT_LEN;
+    char err[DDP_ERR_LEN];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            fputs(BT_USAGE, stdout);
+            return DDP_EXIT_OK;
+        }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = !v;
+        if (!bad && strcmp(a, "--via") == 0)
+            bad = ddp_bootstrap_parse(v, &kind, err, sizeof err) < 0;
+        else if (!bad && strcmp(a, "--len") == 0)
+            bad = ddp_parse_i64(v, &len) < 0 || len < 1 || len > DDP_BOOTSTRAP_MAX_LEN;
+        else if (!bad && strcmp(a, "--timeout") == 0)
+            bad = ddp_parse_f64(v, &timeout_s) < 0 || !(timeout_s > 0) || timeout_s > 1e6;
+        else if (!bad && strcmp(a, "--delay") == 0)
+            bad = ddp_parse_f64(v, &delay_s) < 0 || !(delay_s >= 0) || delay_s > BT_MAX_DELAY_S;
+        else
+            bad = 1;
+        if (bad) {
+            ddp_warn("bootstrap-test: bad argument '%.40s%s%.40s' (--len 1..%d, --timeout and "
+                     "--delay in seconds)", a, v ? " " : "", v ? v : "", DDP_BOOTSTRAP_MAX_LEN);
+            fputs(BT_USAGE, stderr);
+            return DDP_EXIT_USAGE;
+        }
+        i++;
+    }
+
+    struct ddp_world w;
+    if (ddp_world_detect(&w, NULL, NULL, 0, err, sizeof err) < 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    ddp_log_set_identity(w.host, w.rank, w.world_size);
+    if (w.warning[0])
+        ddp_warn("warning: %s", w.warning);
+
+    /* The MPI way needs the communicator; auto uses it when MPI launched us (as training
+     * would have one by then) and PMI2 is not live. */
+    ddp_comm *comm = NULL;
+    if (kind == DDP_BOOTSTRAP_MPI ||
+        (kind == DDP_BOOTSTRAP_AUTO && w.mpi_launched && !ddp_bootstrap_pmi2_live())) {
+        comm = ddp_comm_create("mpi", &w, timeout_s, err, sizeof err);
+        if (!comm) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_LAUNCH;
+        }
+    }
+
+    unsigned char *blob = ddp_calloc((size_t)len, 1);
+    if (w.rank == 0 && getrandom(blob, (size_t)len, 0) != (ssize_t)len)
+        for (int64_t i = 0; i < len; i++) /* never expected: getrandom of <= 64 KiB */
+            blob[i] = (unsigned char)(rand() ^ i);
+    if (w.rank != 0 && delay_s > 0) {
+        struct timespec ts = {(time_t)delay_s, (long)((delay_s - (double)(time_t)delay_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    enum ddp_bootstrap_kind used = ddp_bootstrap_choose(kind, comm);
+    double t0 = ddp_now();
+    if (ddp_bootstrap_share(&w, kind, comm, blob, (size_t)len, timeout_s, err, sizeof err) < 0) {
+        ddp_warn("%s", err);
+        free(blob);
+        if (comm)
+            ddp_comm_abort(comm, DDP_EXIT_LAUNCH);
+        return DDP_EXIT_LAUNCH;
+    }
+    double ms = (ddp_now() - t0) * 1e3;
+    printf("rank=%d world_size=%d host=%s via=%s len=%" PRId64 " hash=%016" PRIx64 " ms=%.1f\n",
+           w.rank, w.world_size, w.host, ddp_bootstrap_name(used), len,
+           fnv1a64(blob, (size_t)len), ms);
+    free(blob);
+    int rc = fflush(stdout) != 0 ? DDP_EXIT_RUNTIME : DDP_EXIT_OK;
+    ddp_comm_destroy(comm);
+    ddp_bootstrap_finalize();
+    return rc;
 }

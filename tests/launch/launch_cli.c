@@ -1,19 +1,145 @@
 /*
- * launch_cli.c - test driver: `launch_cli hostlist ...` and `launch_cli env ...` call the
- * same ddp_cmd_hostlist / ddp_cmd_env that `ddptrain hostlist|env` dispatch to, so the
- * command-line behaviour is tested whatever state src/main.c is in.
+ * launch_cli.c - test driver: `launch_cli hostlist|env|launch|bootstrap-test ...` call the
+ * same functions that `ddptrain hostlist|env|launch|bootstrap-test` dispatch to, so the
+ * command-line behaviour is tested whatever state src/main.c is in. `launch` re-runs this
+ * driver (/proc/self/exe) as its children, so two helpers exist for them:
+ *   launch_cli probe [--fail RANK:CODE] [--ignore-term] [--sleep S]
+ *       prints "probe rank=R local_rank=L world_size=W pid=P pgid=G", then waits up to S
+ *       seconds (default 20) for SIGINT/SIGTERM/SIGUSR1/SIGUSR2: prints "probe rank=R
+ *       signal=N" and exits 75 (a checkpoint-and-requeue stand-in). Rank RANK instead exits
+ *       CODE after 0.3 s (CODE < 0: dies of signal -CODE). --ignore-term: SIGTERM is noted
+ *       but the probe keeps waiting.
+ *   launch_cli free-port            prints a TCP port that was free a moment ago.
+ *   launch_cli hold-port PORT S     listens on PORT (all addresses) for S seconds.
  */
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "launch/launcher.h"
+
+static volatile sig_atomic_t g_sig;
+
+static void on_signal(int s) { g_sig = s; }
+
+static int env_int(const char *a, const char *b)
+{
+    const char *v = getenv(a);
+    if (!v || !*v)
+        v = getenv(b);
+    return v && *v ? atoi(v) : -1;
+}
+
+static int probe(int argc, char **argv)
+{
+    int fail_rank = -1, fail_code = 0, ignore_term = 0;
+    double sleep_s = 20;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--fail") == 0 && i + 1 < argc &&
+            sscanf(argv[i + 1], "%d:%d", &fail_rank, &fail_code) == 2)
+            i++;
+        else if (strcmp(argv[i], "--ignore-term") == 0)
+            ignore_term = 1;
+        else if (strcmp(argv[i], "--sleep") == 0 && i + 1 < argc)
+            sleep_s = atof(argv[++i]);
+        else {
+            fprintf(stderr, "probe: bad argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    int rank = env_int("RANK", "OMPI_COMM_WORLD_RANK");
+    int lrank = env_int("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK");
+    int world = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+    printf("probe rank=%d local_rank=%d world_size=%d pid=%d pgid=%d\n", rank, lrank, world,
+           (int)getpid(), (int)getpgrp());
+    fflush(stdout);
+    if (rank == fail_rank) {
+        usleep(300000);
+        if (fail_code < 0) {
+            signal(-fail_code, SIG_DFL);
+            raise(-fail_code);
+        }
+        return fail_code;
+    }
+    for (double t = 0; t < sleep_s; t += 0.01) {
+        if (g_sig && !(ignore_term && g_sig == SIGTERM)) {
+            printf("probe rank=%d signal=%d\n", rank, (int)g_sig);
+            fflush(stdout);
+            return 75;
+        }
+        if (g_sig == SIGTERM) {
+            printf("probe rank=%d ignored=%d\n", rank, SIGTERM);
+            fflush(stdout);
+            g_sig = 0;
+        }
+        usleep(10000);
+    }
+    return 0;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    socklen_t sl = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &sl) != 0)
+        return 1;
+    printf("%d\n", ntohs(a.sin_port));
+    close(fd);
+    return 0;
+}
+
+static int hold_port(int port, double s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((unsigned short)port);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0) {
+        perror("hold-port");
+        return 1;
+    }
+    printf("holding %d\n", port);
+    fflush(stdout);
+    usleep((useconds_t)(s * 1e6));
+    close(fd);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "hostlist") == 0)
+    const char *c = argc >= 2 ? argv[1] : "";
+    if (strcmp(c, "hostlist") == 0)
         return ddp_cmd_hostlist(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "env") == 0)
+    if (strcmp(c, "env") == 0)
         return ddp_cmd_env(argc - 1, argv + 1);
-    fprintf(stderr, "usage: launch_cli hostlist|env ...\n");
+    if (strcmp(c, "launch") == 0)
+        return ddp_cmd_launch(argc - 1, argv + 1);
+    if (strcmp(c, "bootstrap-test") == 0)
+        return ddp_cmd_bootstrap_test(argc - 1, argv + 1);
+    if (strcmp(c, "probe") == 0)
+        return probe(argc - 1, argv + 1);
+    if (strcmp(c, "free-port") == 0)
+        return free_port();
+    if (strcmp(c, "hold-port") == 0 && argc == 4)
+        return hold_port(atoi(argv[2]), atof(argv[3]));
+    fprintf(stderr, "usage: launch_cli hostlist|env|launch|bootstrap-test|probe|free-port|hold-port ...\n");
     return 2;
 }

@@ -25,3 +25,28 @@ node_of_task='if [ "$DDP_SLURM_MODE" = netns ]; then h=$(hostname); else h=$SLUR
 
 # addr_of NODE: the address a node's name resolves to, seen from that node.
 addr_of() { sr srun -N 1 -n 1 -w "$1" getent ahostsv4 "$1" | awk 'NR==1 {print $1}'; }
+
+# --- for the training cases (10-19) -------------------------------------------------------
+
+# Skip unless $DDPTRAIN is an executable.
+need_ddptrain() {
+    [[ -n ${DDPTRAIN:-} && -x $DDPTRAIN ]] || skip "no ddptrain binary (DDPTRAIN=${DDPTRAIN:-unset})"
+}
+
+# compare_h5 A.h5 B.h5 TOL: tests/ddp/compare_h5.py with the system python3 (it has h5py).
+compare_h5() { /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
+need_h5py() { /usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null || skip "/usr/bin/python3 has no h5py"; }
+
+# fashion_h5: print the path of Fashion-MNIST in ddptrain's HDF5 layout, imported once per suite
+# run into the suite's work directory (a parent of every CASE_DIR, visible from every node).
+# Use as data=$(fashion_h5): a skip or failure inside still ends the case (set -e).
+fashion_h5() {
+    local src=${DDP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+    local dst=${DDP_SLURM_SHARED:-$(dirname "$CASE_DIR")}/fashion-mnist.h5
+    [[ -d $src ]] || skip "no Fashion-MNIST in $src (DDP_FASHION_DIR)" >&2   # called in $(...)
+    (
+        flock 8
+        [[ -s $dst ]] || "$DDPTRAIN" data idx --dir "$src" -o "$dst" >&2
+    ) 8>"$dst.lock" || fail "could not import Fashion-MNIST from $src"
+    echo "$dst"
+}

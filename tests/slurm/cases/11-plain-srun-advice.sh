@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A CPU job under plain `srun -N 2 -n 4` (no --mpi: OpenMPI cannot start there) stops within
+# seconds on every rank with the advice to use `srun --mpi=pmix`, and srun exits 4 (the highest
+# task exit code): no hang, no crash inside MPI_Init.
+# shellcheck source=tests/slurm/lib.sh
+. "$(dirname "$0")/../lib.sh"
+
+need_ddptrain
+data=$(fashion_h5)
+cat >cpu-job.ini <<INI
+[job]
+name = cpu-job
+output = $CASE_DIR/out
+[data]
+file = $data
+test =
+batch_size = 64
+[model]
+layers = flatten, linear(64), relu, linear(10)
+[train]
+max_steps = 20
+INI
+
+s=$SECONDS
+rc=0
+SR_TIMEOUT=60 sr srun -N 2 -n 4 "$DDPTRAIN" cpu-job.ini >out.log 2>&1 || rc=$?
+dt=$((SECONDS - s))
+cat out.log
+expect_eq "$rc" 4 "srun exit code"
+((dt <= 20)) || fail "took ${dt} s to stop"
+n=$(grep -c 'srun --mpi=pmix' out.log || true)
+expect_eq "$n" 4 "ranks printing the --mpi=pmix advice"
+grep -q 'rank 0:' out.log || fail "the advice names no host and rank"
+[[ ! -e out/model.h5 ]] || fail "a model was written"
+echo "stopped after ${dt} s with exit 4"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# slurm/validate-nodes.sbatch with the real `ddptrain validate --quick` on both nodes: every
+# node passes alone and together, the job exits 0 and the JSON reports are written and parse.
+# Skipped (77) until ddptrain has the subcommand (`ddptrain validate --help` exits 0 and
+# describes validate; 14-validate-template.sh covers the script's logic meanwhile).
+# shellcheck source=tests/slurm/lib.sh
+. "$(dirname "$0")/../lib.sh"
+
+need_ddptrain
+if ! help=$("$DDPTRAIN" validate --help 2>&1) || ! grep -qw validate <<<"$help"; then
+    skip "ddptrain validate not built yet (slurm/validate-nodes.sbatch is tested with a stub in 14)"
+fi
+
+rc=0
+DDP_VALIDATE_DIR=$CASE_DIR/reports SR_TIMEOUT=240 sr sbatch --wait -o "$CASE_DIR/validate.out" \
+    "$DDP_SRC/slurm/validate-nodes.sbatch" --quick || rc=$?
+cat validate.out
+for f in reports/*.log; do echo "== $f"; tail -n 5 "$f"; done
+expect_eq "$rc" 0 "sbatch --wait exit code"
+grep -qx 'PASS n1 (alone)' validate.out || fail "n1 did not pass alone"
+grep -qx 'PASS n2 (alone)' validate.out || fail "n2 did not pass alone"
+grep -qx 'PASS together: n1 n2' validate.out || fail "n1 and n2 did not pass together"
+for f in node-n1 node-n2 all; do
+    /usr/bin/python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "reports/$f.json" ||
+        fail "reports/$f.json missing or not JSON"
+done
