@@ -55,6 +55,10 @@ sr scancel --signal=USR1 "$J"
 echo "sent USR1 to job $J after: $(tail -n 1 pre/metrics.jsonl)"
 wait_for 60 "job $J to be requeued (PENDING)" \
     bash -c '[[ $("$0" run squeue -h -j "$1" -o %T) == PENDING ]]' "$CLUSTER" "$J"
+# Not at once: slurmd refuses to start a job again in the same second as its previous run was
+# killed ("already killed, do not launch batch job": credential revoked up to that second, and
+# the job fails); Slurm's own two-minute hold exists partly for this.
+sleep 2
 sr scontrol update jobid="$J" StartTime=now
 echo "job $J pending again: released"
 wait

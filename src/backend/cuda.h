@@ -1,0 +1,65 @@
+/*
+ * cuda.h - the CUDA backend: the ops table of backend.h on one GPU, with cuBLAS for the GEMMs
+ * and kernels for everything else (cuda.cu). Plain C declarations: the trainer includes this
+ * header, never a CUDA one. Only built where ddp_build.h says HAVE_CUDA.
+ *
+ * Semantics are the CPU backend's (backend.h, cpu_kernels.inc), in fp32, to within rounding:
+ * dropout masks are bit-identical (the same hash, ddp_cpu_uniform, on the device); batchnorm
+ * and cross-entropy sums are accumulated in double like the CPU's. GEMMs run in plain fp32
+ * unless tf32 was asked for ([train] precision = tf32).
+ *
+ * Memory: every pointer given to an op is device memory (cudaMalloc, from the table's alloc),
+ * except the batchnorm `sums` arrays (host doubles, as backend.h says) and the results of xent
+ * (host). upload/download copy between host and device; either also accepts two device
+ * pointers (model.c copies activations with upload). Ops are queued on ONE compute stream and
+ * return before the GPU is done, except download, xent, bn_stats and bn_bwd_sums, which
+ * return host results and so wait for the stream; sync waits for everything queued.
+ *
+ * Errors: any failed CUDA or cuBLAS call is fatal: one line with the call, file:line and the
+ * CUDA error string, through ddp_die (which aborts the communicator so no peer hangs).
+ *
+ * What it does not do: choose the device (launch/binding.h does; pass its device here), talk
+ * to other GPUs (comm_nccl.c), or free its state before exit (one backend per process).
+ */
+#ifndef DDP_BACKEND_CUDA_H
+#define DDP_BACKEND_CUDA_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA backend on CUDA device ordinal `device` (after CUDA_VISIBLE_DEVICES), TF32 GEMMs
+ * when tf32 != 0. Makes `device` current for the calling thread, creates the compute stream
+ * and the cuBLAS handle. One backend per process: a second call with the same device returns
+ * the same table; with another device it fails. Returns NULL with one line in err when there
+ * is no driver, no such device, or the device cannot be used (caller exits DDP_EXIT_LAUNCH). */
+const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char *err, size_t errlen);
+
+/* Devices the driver reports (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES), or -1 when
+ * there is no usable driver: the driver_count of ddp_binding_compute. Needs no device. */
+int ddp_cuda_device_count(void);
+
+/* "CUDA runtime 13.0, cuBLAS 13.1.0, driver 13.0" ("driver none" without one). Static
+ * storage; needs no device. For `ddptrain --version`. */
+const char *ddp_cuda_version_string(void);
+
+/* Name and memory of the backend's device, e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)";
+ * "" before ddp_backend_cuda succeeded. Static storage. For the trainer's banner. */
+const char *ddp_cuda_device_string(void);
+
+/* The compute stream (a cudaStream_t) every op is queued on; NULL before ddp_backend_cuda
+ * succeeded. The NCCL communicator orders its collectives after the work queued here. */
+void *ddp_cuda_stream(void);
+
+/* The device ddp_backend_cuda bound, or -1 before. */
+int ddp_cuda_device(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
