@@ -243,17 +243,9 @@ static int read_f32(hid_t f, const char *name, float *v, size_t n)
 int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
                   struct ddp_ckpt_pos *pos, char *err, size_t errlen)
 {
-    if (access(path, R_OK) != 0)
-        return ddp_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));
-    if (H5Fis_hdf5(path) <= 0)
-        return ddp_err(err, errlen, "%s: not an HDF5 file (truncated or overwritten checkpoint)",
-                       path);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = ddp_h5_open_read(path, "checkpoint", err, errlen);
     if (f < 0)
-        return ddp_err(err, errlen, "%s: cannot open: damaged checkpoint", path);
+        return -1;
     int rc = -1;
     float *s1 = NULL, *s2 = NULL, *hp = NULL, *hb = NULL;
     /* a failed load leaves the model as it was (resume = auto then tries an older file) */

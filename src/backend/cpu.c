@@ -1,16 +1,47 @@
 /*
- * cpu.c - the CPU backend: OpenBLAS for GEMMs, plain C loops for everything else, one thread
- * pool (OpenBLAS's), sized by set_threads. The kernels live in cpu_kernels.inc, compiled here
+ * cpu.c - the CPU backend: OpenBLAS for GEMMs, plain C loops for everything else, and one
+ * thread pool, ours, sized by set_threads. The kernels live in cpu_kernels.inc, compiled here
  * once as float (the table below) and once as double (the reference for tests, cpu_ref.h).
+ *
+ * Threads. set_threads(n) pins OpenBLAS to one thread and starts n - 1 pool workers; a kernel
+ * splits its work (GEMM rows or columns, samples of a convolution, elements of a loop) over
+ * the caller and the workers, and each worker calls single-threaded OpenBLAS on its part. So
+ * exactly one pool runs at a time: OpenBLAS's own workers (which busy-wait in sched_yield
+ * between calls) never start, and the C loops around the GEMMs (im2col, pooling, ReLU, the
+ * optimiser) run on every core too. Workers spin for a short while after a job, then sleep.
+ * Without set_threads (tests), the pool is the caller alone and OpenBLAS keeps its default.
+ *
+ * Determinism. Every split is a pure function of the shapes and the thread count, every output
+ * element is computed by one thread, and the only cross-thread sums (convolution weight
+ * gradients) are added in thread order: results are bitwise reproducible for a fixed thread
+ * count (they may differ between thread counts, as OpenBLAS's own threading does).
+ *
+ * Scratch. Convolutions work on blocks of samples in per-thread scratch that the backend owns,
+ * grown on the first step and kept for the life of the process (no allocation per step); the
+ * `col` buffer of the table is not needed and conv_col_elems asks for none.
+ *
+ * Not here: vector intrinsics. The loops are written so that the compiler vectorises them
+ * (without FMA contraction: -std=c11 implies -ffp-contract=off), so elementwise results do not
+ * depend on the vector width of the machine.
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
 #include "util.h"
+
+/* Loops here are simple enough to vectorise; -O2's very cheap cost model skips any loop whose
+ * trip count is not a known multiple of the vector width, i.e. all of them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")
+#endif
 
 /* OpenBLAS's own control, declared by its cblas.h on Debian; kept explicit for other cblas. */
 void openblas_set_num_threads(int num_threads);
@@ -23,6 +54,196 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i)
     z ^= z >> 31;
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
+
+/* ---- the thread pool --------------------------------------------------------------------- */
+
+#define POOL_MAX 64         /* threads per process; more cores than this get no more threads */
+#define POOL_SPIN_NS 200000 /* a worker spins this long after a job before it sleeps: longer
+                             * than the serial gaps inside a step, far shorter than a pause */
+
+typedef void (*pool_fn)(void *ctx, int tid, int nt);
+
+static struct {
+    int n; /* threads including the caller; workers are tids 1..n-1 */
+    pthread_t th[POOL_MAX];
+    atomic_uint gen;   /* bumped once per job */
+    atomic_int busy;   /* workers still inside the current job */
+    atomic_int asleep; /* workers blocked on cv */
+    atomic_int quit;
+    pool_fn fn; /* the job: written before gen is bumped */
+    void *ctx;
+    int nt; /* threads taking part in the job (tids >= nt return at once) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} g_pool = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Worker body: wait for a new generation (spin, then sleep), run the job, report. */
+static void *pool_main(void *arg)
+{
+    int tid = (int)(intptr_t)arg;
+    unsigned seen = atomic_load(&g_pool.gen);
+    for (;;) {
+        unsigned g;
+        int64_t t0 = 0;
+        for (int spin = 0; (g = atomic_load_explicit(&g_pool.gen, memory_order_acquire)) == seen;
+             spin++) {
+            cpu_relax();
+            if ((spin & 255) != 255)
+                continue;
+            if (!t0)
+                t0 = now_ns();
+            else if (now_ns() - t0 > POOL_SPIN_NS) {
+                pthread_mutex_lock(&g_pool.mu);
+                atomic_fetch_add(&g_pool.asleep, 1);
+                while (atomic_load(&g_pool.gen) == seen)
+                    pthread_cond_wait(&g_pool.cv, &g_pool.mu);
+                atomic_fetch_sub(&g_pool.asleep, 1);
+                pthread_mutex_unlock(&g_pool.mu);
+                t0 = 0;
+            }
+        }
+        seen = g;
+        if (atomic_load(&g_pool.quit))
+            return NULL;
+        if (tid < g_pool.nt)
+            g_pool.fn(g_pool.ctx, tid, g_pool.nt);
+        atomic_fetch_sub_explicit(&g_pool.busy, 1, memory_order_release);
+    }
+}
+
+/* Wake every worker for the job already published (or for quit). */
+static void pool_kick(void)
+{
+    atomic_fetch_add(&g_pool.gen, 1); /* seq_cst: pairs with the asleep count of a worker */
+    if (atomic_load(&g_pool.asleep) > 0) {
+        pthread_mutex_lock(&g_pool.mu);
+        pthread_cond_broadcast(&g_pool.cv);
+        pthread_mutex_unlock(&g_pool.mu);
+    }
+}
+
+/* Run fn(ctx, tid, nt) for tid in [0, nt) on the caller and nt - 1 workers; returns when all
+ * are done. nt is clamped to the pool; 1 runs inline. */
+static void par_run(pool_fn fn, void *ctx, int nt)
+{
+    if (nt > g_pool.n)
+        nt = g_pool.n;
+    if (nt <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    g_pool.fn = fn;
+    g_pool.ctx = ctx;
+    g_pool.nt = nt;
+    atomic_store(&g_pool.busy, g_pool.n - 1);
+    pool_kick();
+    fn(ctx, 0, nt);
+    for (int spin = 0; atomic_load_explicit(&g_pool.busy, memory_order_acquire) > 0; spin++) {
+        cpu_relax();
+        if (spin > 4096) /* a worker was preempted: let it have this core */
+            sched_yield();
+    }
+}
+
+static void pool_stop(void)
+{
+    if (g_pool.n <= 1)
+        return;
+    atomic_store(&g_pool.quit, 1);
+    atomic_store(&g_pool.busy, g_pool.n - 1);
+    pool_kick();
+    for (int i = 1; i < g_pool.n; i++)
+        pthread_join(g_pool.th[i], NULL);
+    atomic_store(&g_pool.quit, 0);
+    g_pool.n = 1;
+}
+
+/* A forked child has no workers: it runs alone until it calls set_threads itself. */
+static void pool_after_fork(void) { g_pool.n = 1; }
+
+static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+static void pool_start(int n)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pool_register_fork);
+    if (n > POOL_MAX)
+        n = POOL_MAX;
+    if (n == g_pool.n)
+        return;
+    pool_stop();
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&g_pool.th[i], NULL, pool_main, (void *)(intptr_t)i) != 0)
+            ddp_die("cannot start compute thread %d of %d", i + 1, n);
+        g_pool.n = i + 1; /* pool_stop joins what started */
+    }
+}
+
+/* Threads worth using for `work` units when each thread should get at least `min_each`. */
+static int par_width(double work, double min_each)
+{
+    double k = work / min_each;
+    if (k < 2)
+        return 1;
+    return k < g_pool.n ? (int)k : g_pool.n;
+}
+
+/* Part [lo, hi) of n items for thread tid of nt: even shares with boundaries rounded to
+ * multiples of align (64-byte lines of floats: threads never write the same line). */
+static void par_range(size_t n, int tid, int nt, size_t align, size_t *lo, size_t *hi)
+{
+    size_t units = (n + align - 1) / align;
+    size_t a = units * (size_t)tid / (size_t)nt, b = units * (size_t)(tid + 1) / (size_t)nt;
+    *lo = a * align < n ? a * align : n;
+    *hi = b * align < n ? b * align : n;
+}
+
+/* Rows [m0, m1) and columns [n0, n1) of an (M, N) GEMM output that thread tid of nt computes:
+ * the larger dimension is split, so the smaller operand is the one every thread packs whole. */
+static void gemm_slice(int M, int N, int tid, int nt, int *m0, int *m1, int *n0, int *n1)
+{
+    size_t lo, hi;
+    if (N >= M) {
+        par_range((size_t)N, tid, nt, 16, &lo, &hi);
+        *m0 = 0, *m1 = M, *n0 = (int)lo, *n1 = (int)hi;
+    } else {
+        par_range((size_t)M, tid, nt, 16, &lo, &hi);
+        *m0 = (int)lo, *m1 = (int)hi, *n0 = 0, *n1 = N;
+    }
+}
+
+/* Per-thread scratch, grown on demand and kept; both precisions share it. */
+static struct {
+    void *p;
+    size_t bytes;
+    char pad[48]; /* one line per thread */
+} g_scratch[POOL_MAX];
+
+static void *cpu_scratch(int tid, size_t bytes)
+{
+    if (g_scratch[tid].bytes < bytes) {
+        free(g_scratch[tid].p);
+        g_scratch[tid].p = ddp_malloc_aligned(bytes);
+        g_scratch[tid].bytes = bytes;
+    }
+    return g_scratch[tid].p;
+}
+
+/* ---- the kernels, in both precisions ----------------------------------------------------- */
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -47,6 +268,8 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i)
 #undef GEMM
 #undef SQRT
 
+/* ---- the table ---------------------------------------------------------------------------- */
+
 static void *cpu_alloc(size_t bytes)
 {
     void *p = ddp_malloc_aligned(bytes);
@@ -56,20 +279,56 @@ static void *cpu_alloc(size_t bytes)
 
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
-static void cpu_set_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }
-static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof *x); }
+
+static void cpu_set_threads(int n)
+{
+    openblas_set_num_threads(1);
+    pool_start(n > 0 ? n : 1);
+}
+
+#define ELEMS_EACH 65536.0 /* elementwise work per thread worth a dispatch (~10 us) */
+
+struct vec_job {
+    float *x;
+    size_t n;
+    float a;
+};
+
+static void zero_job(void *arg, int tid, int nt)
+{
+    struct vec_job *j = arg;
+    size_t lo, hi;
+    par_range(j->n, tid, nt, 16, &lo, &hi);
+    if (hi > lo)
+        memset(j->x + lo, 0, (hi - lo) * sizeof *j->x);
+}
+
+static void scale_job(void *arg, int tid, int nt)
+{
+    struct vec_job *j = arg;
+    size_t lo, hi;
+    par_range(j->n, tid, nt, 16, &lo, &hi);
+    float *x = j->x, a = j->a;
+    for (size_t i = lo; i < hi; i++)
+        x[i] *= a;
+}
+
+static void cpu_zero(float *x, size_t n)
+{
+    struct vec_job j = {x, n, 0};
+    par_run(zero_job, &j, par_width((double)n, 4 * ELEMS_EACH));
+}
 
 static void cpu_scale(float *x, size_t n, float a)
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] *= a;
+    struct vec_job j = {x, n, a};
+    par_run(scale_job, &j, par_width((double)n, ELEMS_EACH));
 }
 
 static size_t cpu_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)
 {
-    (void)B;
-    size_t OH = (size_t)((H + 2 * pad - k) / stride + 1), OW = (size_t)((W + 2 * pad - k) / stride + 1);
-    return 2 * (size_t)C * k * k * OH * OW; /* col and dcol of one sample */
+    (void)B, (void)C, (void)H, (void)W, (void)k, (void)stride, (void)pad;
+    return 0; /* the kernels use their own per-thread scratch (above) */
 }
 
 static const struct ddp_backend g_cpu = {

@@ -46,7 +46,8 @@ static const char BT_USAGE[] =
     "usage: ddptrain bootstrap-test [--via auto|pmi2|mpi|tcp] [--len N] [--timeout S]\n"
     "                               [--delay S]\n"
     "Rank 0 publishes N random bytes (default 128, an NCCL id) through the bootstrap; every\n"
-    "rank prints rank=R world_size=W via=KIND len=N hash=H ms=T. All hashes must agree.\n"
+    "rank prints rank=R world_size=W host=H master=ADDR:PORT via=KIND len=N hash=X ms=T;\n"
+    "all hashes must agree.\n"
     "--delay S: ranks other than 0 wait S seconds before joining. Exit 0, 2 or 4.\n";
 
 static int is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
@@ -226,9 +227,10 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
         return DDP_EXIT_LAUNCH;
     }
     double ms = (ddp_now() - t0) * 1e3;
-    printf("rank=%d world_size=%d host=%s via=%s len=%" PRId64 " hash=%016" PRIx64 " ms=%.1f\n",
-           w.rank, w.world_size, w.host, ddp_bootstrap_name(used), len,
-           fnv1a64(blob, (size_t)len), ms);
+    printf("rank=%d world_size=%d host=%s master=%s:%d via=%s len=%" PRId64 " hash=%016" PRIx64
+           " ms=%.1f\n",
+           w.rank, w.world_size, w.host, w.master_addr, w.master_port, ddp_bootstrap_name(used),
+           len, fnv1a64(blob, (size_t)len), ms);
     free(blob);
     int rc = fflush(stdout) != 0 ? DDP_EXIT_RUNTIME : DDP_EXIT_OK;
     ddp_comm_destroy(comm);

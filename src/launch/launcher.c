@@ -574,10 +574,9 @@ int ddp_cmd_launch(int argc, char **argv)
     int nargs = argc - o.first_arg;
     char **cargv = ddp_calloc((size_t)nargs + 32, sizeof *cargv);
     int k = 0;
-    char np[16], grace[32];
+    char np[16];
     if (use_mpirun) {
         snprintf(np, sizeof np, "%d", o.nproc_per_node);
-        snprintf(grace, sizeof grace, "%d", (int)(o.grace_s + 0.999));
         cargv[k++] = mpirun;
         cargv[k++] = "-n";
         cargv[k++] = np;
@@ -593,10 +592,6 @@ int ddp_cmd_launch(int argc, char **argv)
         cargv[k++] = "--mca";
         cargv[k++] = "ras";
         cargv[k++] = "^slurm";
-        /* time the ranks get between mpirun's SIGTERM and SIGKILL when it ends the job */
-        cargv[k++] = "--mca";
-        cargv[k++] = "odls_base_sigkill_timeout";
-        cargv[k++] = grace;
         cargv[k++] = "-x";
         cargv[k++] = "MASTER_ADDR";
         cargv[k++] = "-x";

@@ -22,7 +22,9 @@
  *           environment: CPU ranks need MPI for their collectives. SIGUSR1/SIGUSR2 go to
  *           mpirun, which forwards them; SIGINT/SIGTERM go straight to the ranks (mpirun
  *           itself would abort the job at once, before a checkpoint). mpirun names a failing
- *           rank itself and ends the others; its exit code is the launcher's.
+ *           rank itself and ends the others (SIGTERM, SIGKILL 1 s later: --grace does not
+ *           apply) as soon as any rank exits non-zero, 75 included; its exit code is the
+ *           launcher's.
  *   auto    mpirun when this build has no GPU collective backend (no NCCL), --nnodes is 1 and
  *           N > 1; env otherwise.
  * The children's environment drops what belongs to an outer launcher (SLURM_PROCID,
@@ -77,7 +79,8 @@ int ddp_cmd_launch(int argc, char **argv);
 /* `ddptrain bootstrap-test [--via auto|pmi2|mpi|tcp] [--len N] [--timeout S] [--delay S]`
  * (cmd_launch.c, hidden from --help): rank 0 publishes len random bytes (default 128, the
  * size of an NCCL id) through the bootstrap, and every rank prints one line
- * "rank=R world_size=W via=KIND len=N hash=FNV1A64" for tests to compare. --delay makes the
+ * "rank=R world_size=W host=H master=ADDR:PORT via=KIND len=N hash=FNV1A64 ms=T" for tests to
+ * compare. --delay makes the
  * ranks other than 0 wait S seconds first. Exit 0, 2 (usage) or 4 (bootstrap failed). */
 int ddp_cmd_bootstrap_test(int argc, char **argv);
 

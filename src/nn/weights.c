@@ -207,19 +207,27 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
     return rc;
 }
 
-int ddp_weights_load(const char *path, struct ddp_model *m, char *err, size_t errlen)
+hid_t ddp_h5_open_read(const char *path, const char *what, char *err, size_t errlen)
 {
     if (access(path, R_OK) != 0)
-        return ddp_err(err, errlen, "%s: cannot read weights: %s", path, strerror(errno));
+        return ddp_err(err, errlen, "%s: cannot read %s: %s", path, what, strerror(errno));
     if (H5Fis_hdf5(path) <= 0)
-        return ddp_err(err, errlen, "%s: not an HDF5 file; expected weights with a /model group",
-                       path);
+        return ddp_err(err, errlen, "%s: not an HDF5 file (truncated or overwritten %s?)", path,
+                       what);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
+    H5Pset_file_locking(fapl, 0, 1); /* shared file systems: no locks for readers */
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (f < 0)
-        return ddp_err(err, errlen, "%s: cannot open as HDF5", path);
+        return ddp_err(err, errlen, "%s: cannot open: damaged %s", path, what);
+    return f;
+}
+
+int ddp_weights_load(const char *path, struct ddp_model *m, char *err, size_t errlen)
+{
+    hid_t f = ddp_h5_open_read(path, "weights", err, errlen);
+    if (f < 0)
+        return -1;
     int rc = ddp_weights_read_group(f, path, m, err, errlen);
     H5Fclose(f);
     return rc;

@@ -30,6 +30,10 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
 int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, size_t errlen);
 int ddp_weights_load(const char *path, struct ddp_model *m, char *err, size_t errlen);
 
+/* Open an HDF5 file read-only with file locking off; -1 with one line naming path and `what`
+ * ("weights", "checkpoint") when it is missing, not HDF5 or damaged. */
+hid_t ddp_h5_open_read(const char *path, const char *what, char *err, size_t errlen);
+
 /* Durable replace: fsync path's data, rename it to final, fsync the directory. */
 int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen);
 

@@ -1,0 +1,1150 @@
+/*
+ * cuda.cu - the CUDA backend (see cuda.h): cuBLAS for the GEMMs of linear and conv2d, one
+ * kernel per remaining op, everything queued on one compute stream. Correctness first: the
+ * kernels follow cpu_kernels.inc line by line (same first-maximum rule in maxpool and xent,
+ * same dropout hash, double accumulation where the CPU accumulates in double); they are
+ * simple grid-stride loops, not tuned.
+ *
+ * Dimension letters as in backend.h: B batch, C in channels, O out channels or features,
+ * H W input height and width, OH OW output, P = OH*OW, S positions per channel, K classes,
+ * CKK = C*k*k, nb samples in one conv chunk, Q = nb*P columns of a chunk's im2col matrix.
+ *
+ * Row-major on column-major cuBLAS: a row-major (r, c) matrix is a column-major (c, r) one, so
+ * each row-major product Y = A B is issued as Y^T = B^T A^T with the operands swapped.
+ *
+ * Scratch: conv keeps its im2col matrix (CKK, Q) and its gradient in the caller's col buffer
+ * (conv_col_elems); everything else an op needs on the device (conv's transposed output
+ * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
+ * grown on demand (after a stream sync) and kept until exit.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda.h"
+
+extern "C" {
+#include "util.h"
+}
+
+/* ---- checks ------------------------------------------------------------------------------ */
+
+#define CUDA_CHECK(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: CUDA error %s: %s", #call,   \
+                       cudaGetErrorName(e_), cudaGetErrorString(e_));                          \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuBLAS error %s: %s", #call, \
+                       cublasGetStatusName(s_), cublasGetStatusString(s_));                    \
+    } while (0)
+
+/* After every kernel launch: a bad configuration is reported here, at its launch site. */
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+/* ---- state ------------------------------------------------------------------------------- */
+
+/* Threads per block of every kernel (a multiple of 32, as block_sum needs). */
+#define THREADS 256
+/* Most blocks of a grid-stride launch: enough to fill any current GPU several times over. */
+#define MAX_BLOCKS 65535u
+/* Floats of one conv chunk's im2col matrix: the batch is cut into chunks of nb samples with
+ * nb*CKK*P at most this (64 MiB), so col stays bounded for any batch size. */
+#define COL_CHUNK_FLOATS ((size_t)1 << 24)
+/* Most partial sums per channel in the batchnorm reductions. */
+#define BN_MAX_SPLITS 64
+/* Elements one batchnorm reduction block should cover before another split is worth it. */
+#define BN_ELEMS_PER_SPLIT 8192
+
+static struct {
+    int device; /* -1 until ddp_backend_cuda succeeds */
+    int tf32;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *ws; /* workspace, ws_bytes bytes of device memory */
+    size_t ws_bytes;
+    char devname[320];
+} g = {-1, 0, NULL, NULL, NULL, 0, ""};
+
+static struct ddp_backend g_table;
+
+/* The workspace, at least `bytes` large. Growing waits for the stream first, so no queued
+ * kernel still reads the old buffer when it is freed. */
+static void *ws_get(size_t bytes)
+{
+    if (bytes <= g.ws_bytes)
+        return g.ws;
+    size_t want = g.ws_bytes * 2 > bytes ? g.ws_bytes * 2 : bytes;
+    want = (want + 255) / 256 * 256;
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    if (g.ws)
+        CUDA_CHECK(cudaFree(g.ws));
+    g.ws = NULL;
+    g.ws_bytes = 0;
+    CUDA_CHECK(cudaMalloc(&g.ws, want));
+    g.ws_bytes = want;
+    return g.ws;
+}
+
+static size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/* Blocks for a grid-stride loop over n items. */
+static unsigned blocks_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)(b ? b : 1);
+}
+
+#define GRID_STRIDE(i, n)                                                                      \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                   \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+template <typename T> __device__ T warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32); the result is valid in thread 0.
+ * May be called several times in one kernel. */
+template <typename T> __device__ T block_sum(T v)
+{
+    __shared__ T sh[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* a previous call may still read sh */
+    if (lane == 0)
+        sh[wid] = v;
+    __syncthreads();
+    const int nw = blockDim.x >> 5;
+    v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : T(0);
+    if (wid == 0)
+        v = warp_sum(v);
+    return v;
+}
+
+/* ddp_cpu_uniform (cpu.c), bit for bit: dropout masks match the CPU backend's. */
+__device__ __forceinline__ double dev_uniform(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- elementwise kernels ------------------------------------------------------------------ */
+
+__global__ void k_scale(float *x, size_t n, float a)
+{
+    GRID_STRIDE(i, n) x[i] *= a;
+}
+
+/* out (rows, O*inner): every element of feature o = (idx / inner) % O gets b[o]. */
+__global__ void k_fill_bias(float *out, const float *b, size_t n, int O, int inner)
+{
+    GRID_STRIDE(i, n) out[i] = b[(i / (size_t)inner) % (size_t)O];
+}
+
+__global__ void k_relu_fwd(float *out, const float *inp, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = inp[i] > 0 ? inp[i] : 0;
+}
+
+__global__ void k_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
+{
+    GRID_STRIDE(i, n) dinp[i] = out[i] > 0 ? dout[i] : 0;
+}
+
+__global__ void k_dropout_fwd(float *out, float *mask, const float *inp, size_t n, double p,
+                              float keep, uint64_t seed)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float m = dev_uniform(seed, i) >= p ? keep : 0.0f;
+        mask[i] = m;
+        out[i] = inp[i] * m;
+    }
+}
+
+__global__ void k_mul(float *dinp, const float *dout, const float *mask, size_t n)
+{
+    GRID_STRIDE(i, n) dinp[i] = dout[i] * mask[i];
+}
+
+__global__ void k_sgd(float *p, const float *g_, float *buf, size_t n, float lr, float momentum,
+                      float weight_decay, int nesterov, int first_step)
+{
+    GRID_STRIDE(i, n)
+    {
+        float d = g_[i];
+        if (weight_decay != 0)
+            d += weight_decay * p[i];
+        if (momentum != 0) {
+            buf[i] = first_step ? d : momentum * buf[i] + d;
+            d = nesterov ? d + momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+    }
+}
+
+__global__ void k_adam(float *p, const float *g_, float *m, float *v, size_t n, float b1, float b2,
+                       float eps, float weight_decay, int decoupled, float step_size,
+                       float bc2_sqrt, float decay)
+{
+    GRID_STRIDE(i, n)
+    {
+        float d = g_[i];
+        if (decoupled)
+            p[i] *= decay;
+        else if (weight_decay != 0)
+            d += weight_decay * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * d;
+        v[i] = b2 * v[i] + (1 - b2) * d * d;
+        const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] -= step_size * m[i] / denom;
+    }
+}
+
+/* ---- linear ------------------------------------------------------------------------------ */
+
+/* db (O) += column sums of dout (B,O): one thread per feature, rows in order. */
+__global__ void k_colsum_add(float *db, const float *dout, int B, int O)
+{
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= O)
+        return;
+    float s = 0;
+    for (int b = 0; b < B; b++)
+        s += dout[(size_t)b * O + o];
+    db[o] += s;
+}
+
+static void cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int B,
+                            int C, int O)
+{
+    /* out (B,O) = inp (B,C) w^T + b. Column-major: out^T (O,B) = w (O,C) inp^T (C,B), where w
+     * is stored as a column-major (C,O) matrix (op T) and inp as a column-major (C,B) one. */
+    const size_t n = (size_t)B * O;
+    if (n == 0)
+        return;
+    if (b) {
+        k_fill_bias<<<blocks_for(n), THREADS, 0, g.stream>>>(out, b, n, O, 1);
+        LAUNCH_CHECK();
+    }
+    const float one = 1, beta = b ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
+                             out, O));
+}
+
+static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int B, int C, int O)
+{
+    if (B == 0)
+        return;
+    const float one = 1, zero = 0;
+    /* dinp (B,C) = dout (B,O) w (O,C): column-major dinp^T (C,B) = w^T (C,O) dout^T (O,B) */
+    if (dinp)
+        CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one, w, C, dout, O,
+                                 &zero, dinp, C));
+    /* dw (O,C) += dout^T (O,B) inp (B,C): column-major dw^T (C,O) += inp^T (C,B) dout (B,O) */
+    CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
+                             &one, dw, C));
+    if (db) {
+        k_colsum_add<<<(O + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(db, dout, B, O);
+        LAUNCH_CHECK();
+    }
+}
+
+static void cuda_relu_fwd(float *out, const float *inp, size_t n)
+{
+    if (!n)
+        return;
+    k_relu_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, inp, n);
+    LAUNCH_CHECK();
+}
+
+static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
+{
+    if (!n)
+        return;
+    k_relu_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, out, n);
+    LAUNCH_CHECK();
+}
+
+/* ---- conv2d: im2col per chunk of nb samples + GEMMs ---------------------------------------- */
+
+struct conv_geom {
+    int C, H, W, O, k, stride, pad, OH, OW, P, CKK;
+};
+
+static struct conv_geom conv_geom_of(int C, int H, int W, int O, int k, int stride, int pad)
+{
+    struct conv_geom q;
+    q.C = C;
+    q.H = H;
+    q.W = W;
+    q.O = O;
+    q.k = k;
+    q.stride = stride;
+    q.pad = pad;
+    q.OH = (H + 2 * pad - k) / stride + 1;
+    q.OW = (W + 2 * pad - k) / stride + 1;
+    q.P = q.OH * q.OW;
+    q.CKK = C * k * k;
+    return q;
+}
+
+/* Samples per chunk for a batch of B: as many as keep one im2col matrix within
+ * COL_CHUNK_FLOATS, at least 1. Monotone in B, so the chunk of any B <= max_batch fits the
+ * col buffer sized for max_batch. */
+static int conv_chunk(int B, int CKK, int P)
+{
+    const size_t per = (size_t)CKK * (size_t)P;
+    size_t nb = per ? COL_CHUNK_FLOATS / per : (size_t)B;
+    if (nb < 1)
+        nb = 1;
+    if (nb > (size_t)B)
+        nb = (size_t)B;
+    return (int)nb;
+}
+
+/* col (CKK, nb*P), column i*P + p = sample i0+i, output position p; zero outside the image. */
+__global__ void k_im2col(float *col, const float *inp, int i0, int nb, struct conv_geom q)
+{
+    const size_t n = (size_t)q.CKK * nb * q.P;
+    GRID_STRIDE(idx, n)
+    {
+        const int p = (int)(idx % q.P);
+        const size_t t = idx / q.P;
+        const int i = (int)(t % nb);
+        const int ckk = (int)(t / nb);
+        const int c = ckk / (q.k * q.k), r = ckk % (q.k * q.k);
+        const int ki = r / q.k, kj = r % q.k;
+        const int oh = p / q.OW, ow = p % q.OW;
+        const int ih = oh * q.stride - q.pad + ki, iw = ow * q.stride - q.pad + kj;
+        float v = 0;
+        if (ih >= 0 && ih < q.H && iw >= 0 && iw < q.W)
+            v = inp[(((size_t)(i0 + i) * q.C + c) * q.H + ih) * q.W + iw];
+        col[idx] = v;
+    }
+}
+
+/* dyT (O, nb*P) from dout (B, O, P), samples i0 .. i0+nb-1. */
+__global__ void k_conv_dout_t(float *dyT, const float *dout, int i0, int nb, int O, int P)
+{
+    const size_t n = (size_t)O * nb * P;
+    GRID_STRIDE(idx, n)
+    {
+        const int p = (int)(idx % P);
+        const size_t t = idx / P;
+        const int i = (int)(t % nb);
+        const int o = (int)(t / nb);
+        dyT[idx] = dout[((size_t)(i0 + i) * O + o) * P + p];
+    }
+}
+
+/* db[o] += sum of row o of dyT (O, Q): one block per feature. */
+__global__ void k_rowsum_add(float *db, const float *dyT, size_t Q)
+{
+    const float *row = dyT + (size_t)blockIdx.x * Q;
+    double s = 0;
+    for (size_t j = threadIdx.x; j < Q; j += blockDim.x)
+        s += row[j];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        db[blockIdx.x] += (float)s;
+}
+
+/* dinp of samples i0.. (overwritten) gathered from dcol (CKK, nb*P): each input pixel sums the
+ * columns whose window covers it, in (ki, kj) order as the CPU's col2im adds them. */
+__global__ void k_col2im(float *dinp, const float *dcol, int i0, int nb, struct conv_geom q)
+{
+    const size_t n = (size_t)nb * q.C * q.H * q.W;
+    const size_t Q = (size_t)nb * q.P;
+    GRID_STRIDE(idx, n)
+    {
+        const int w = (int)(idx % q.W);
+        size_t t = idx / q.W;
+        const int h = (int)(t % q.H);
+        t /= q.H;
+        const int c = (int)(t % q.C);
+        const int i = (int)(t / q.C);
+        float s = 0;
+        for (int ki = 0; ki < q.k; ki++) {
+            const int hn = h + q.pad - ki;
+            if (hn < 0 || hn % q.stride)
+                continue;
+            const int oh = hn / q.stride;
+            if (oh >= q.OH)
+                continue;
+            for (int kj = 0; kj < q.k; kj++) {
+                const int wn = w + q.pad - kj;
+                if (wn < 0 || wn % q.stride)
+                    continue;
+                const int ow = wn / q.stride;
+                if (ow >= q.OW)
+                    continue;
+                const size_t row = ((size_t)c * q.k + ki) * q.k + kj;
+                s += dcol[row * Q + (size_t)i * q.P + (size_t)oh * q.OW + ow];
+            }
+        }
+        dinp[(size_t)i0 * q.C * q.H * q.W + idx] = s;
+    }
+}
+
+static size_t cuda_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)
+{
+    struct conv_geom q = conv_geom_of(C, H, W, 1, k, stride, pad);
+    const int nb = conv_chunk(B > 0 ? B : 1, q.CKK, q.P);
+    return 2 * (size_t)q.CKK * (size_t)nb * (size_t)q.P; /* col and dcol of one chunk */
+}
+
+static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const float *w,
+                            const float *b, int B, int C, int H, int W, int O, int k, int stride,
+                            int pad)
+{
+    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+    const size_t n_out = (size_t)B * O * q.P;
+    if (n_out == 0)
+        return;
+    if (b) {
+        k_fill_bias<<<blocks_for(n_out), THREADS, 0, g.stream>>>(out, b, n_out, O, q.P);
+        LAUNCH_CHECK();
+    } else {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * n_out, g.stream));
+    }
+    const int nbmax = conv_chunk(B, q.CKK, q.P);
+    const float one = 1;
+    for (int i0 = 0; i0 < B; i0 += nbmax) {
+        const int nb = B - i0 < nbmax ? B - i0 : nbmax;
+        const size_t ncol = (size_t)q.CKK * nb * q.P;
+        k_im2col<<<blocks_for(ncol), THREADS, 0, g.stream>>>(col, inp, i0, nb, q);
+        LAUNCH_CHECK();
+        /* per sample i: y_i (O,P) += w (O,CKK) col_i (CKK,P), col_i = columns i*P.. of col.
+         * Column-major: y_i^T (P,O) += col_i^T (P,CKK) w^T (CKK,O). */
+        const int Q = nb * q.P;
+        CUBLAS_CHECK(cublasSgemmStridedBatched(
+            g.blas, CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, &one, col, Q, (long long)q.P, w,
+            q.CKK, 0LL, &one, out + (size_t)i0 * O * q.P, q.P, (long long)O * q.P, nb));
+    }
+}
+
+static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                            const float *inp, const float *w, int B, int C, int H, int W, int O,
+                            int k, int stride, int pad)
+{
+    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+    if (B == 0 || q.P == 0)
+        return;
+    const int nbmax = conv_chunk(B, q.CKK, q.P);
+    float *dcol = col + (size_t)q.CKK * nbmax * q.P;
+    float *dyT = (float *)ws_get(sizeof(float) * (size_t)O * nbmax * q.P);
+    const float one = 1, zero = 0;
+    for (int i0 = 0; i0 < B; i0 += nbmax) {
+        const int nb = B - i0 < nbmax ? B - i0 : nbmax;
+        const int Q = nb * q.P;
+        const size_t ncol = (size_t)q.CKK * Q, ndy = (size_t)O * Q;
+        k_im2col<<<blocks_for(ncol), THREADS, 0, g.stream>>>(col, inp, i0, nb, q);
+        LAUNCH_CHECK();
+        k_conv_dout_t<<<blocks_for(ndy), THREADS, 0, g.stream>>>(dyT, dout, i0, nb, O, q.P);
+        LAUNCH_CHECK();
+        /* dw (O,CKK) += dyT (O,Q) col^T (Q,CKK). Column-major: dw^T (CKK,O) += col (CKK,Q)
+         * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
+        CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
+                                 Q, &one, dw, q.CKK));
+        if (db) {
+            k_rowsum_add<<<O, THREADS, 0, g.stream>>>(db, dyT, (size_t)Q);
+            LAUNCH_CHECK();
+        }
+        if (dinp) {
+            /* dcol (CKK,Q) = w^T (CKK,O) dyT (O,Q). Column-major: dcol^T (Q,CKK) =
+             * dyT^T (Q,O) w (O,CKK), w stored as column-major (CKK,O): op T. */
+            CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, O, &one, dyT, Q,
+                                     w, q.CKK, &zero, dcol, Q));
+            const size_t nin = (size_t)nb * C * H * W;
+            k_col2im<<<blocks_for(nin), THREADS, 0, g.stream>>>(dinp, dcol, i0, nb, q);
+            LAUNCH_CHECK();
+        }
+    }
+}
+
+/* ---- pools ------------------------------------------------------------------------------- */
+
+__global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, size_t BC, int H,
+                              int W, int k)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * OH * OW;
+    GRID_STRIDE(o, n)
+    {
+        const size_t bc = o / ((size_t)OH * OW);
+        const int r = (int)(o % ((size_t)OH * OW));
+        const int oh = r / OW, ow = r % OW;
+        const float *x = inp + bc * H * W;
+        int best = (oh * k) * W + ow * k;
+        float m = x[best];
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                const int idx = (oh * k + i) * W + ow * k + j;
+                if (x[idx] > m) { /* strict: the first maximum wins, as PyTorch */
+                    m = x[idx];
+                    best = idx;
+                }
+            }
+        out[o] = m;
+        argmax[o] = best;
+    }
+}
+
+/* Windows do not overlap (stride k): each input pixel has at most one window, so the
+ * gradient is gathered, not scattered, and needs no atomics. */
+__global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, size_t BC,
+                              int H, int W, int k)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * H * W;
+    GRID_STRIDE(idx, n)
+    {
+        const size_t bc = idx / ((size_t)H * W);
+        const int hw = (int)(idx % ((size_t)H * W));
+        const int oh = (hw / W) / k, ow = (hw % W) / k;
+        float v = 0;
+        if (oh < OH && ow < OW) {
+            const size_t o = bc * OH * OW + (size_t)oh * OW + ow;
+            if (argmax[o] == hw)
+                v = dout[o];
+        }
+        dinp[idx] = v;
+    }
+}
+
+__global__ void k_avgpool_fwd(float *out, const float *inp, size_t BC, int H, int W, int k,
+                              float inv)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * OH * OW;
+    GRID_STRIDE(o, n)
+    {
+        const size_t bc = o / ((size_t)OH * OW);
+        const int r = (int)(o % ((size_t)OH * OW));
+        const int oh = r / OW, ow = r % OW;
+        const float *x = inp + bc * H * W;
+        float s = 0;
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++)
+                s += x[(oh * k + i) * W + ow * k + j];
+        out[o] = s * inv;
+    }
+}
+
+__global__ void k_avgpool_bwd(float *dinp, const float *dout, size_t BC, int H, int W, int k,
+                              float inv)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * H * W;
+    GRID_STRIDE(idx, n)
+    {
+        const size_t bc = idx / ((size_t)H * W);
+        const int hw = (int)(idx % ((size_t)H * W));
+        const int oh = (hw / W) / k, ow = (hw % W) / k;
+        dinp[idx] = (oh < OH && ow < OW) ? dout[bc * OH * OW + (size_t)oh * OW + ow] * inv : 0.0f;
+    }
+}
+
+static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H,
+                             int W, int k)
+{
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
+    if (!n)
+        return;
+    k_maxpool_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, argmax, inp, (size_t)B * C, H, W,
+                                                           k);
+    LAUNCH_CHECK();
+}
+
+static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
+                             int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * H * W;
+    if (!n)
+        return;
+    k_maxpool_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, argmax, (size_t)B * C, H,
+                                                           W, k);
+    LAUNCH_CHECK();
+}
+
+static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
+    if (!n)
+        return;
+    const float inv = 1.0f / (float)(k * k);
+    k_avgpool_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, inp, (size_t)B * C, H, W, k, inv);
+    LAUNCH_CHECK();
+}
+
+static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * H * W;
+    if (!n)
+        return;
+    const float inv = 1.0f / (float)(k * k);
+    k_avgpool_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, (size_t)B * C, H, W, k,
+                                                           inv);
+    LAUNCH_CHECK();
+}
+
+/* ---- batchnorm --------------------------------------------------------------------------- */
+
+/* Partial per-channel sums over (B, S): block (c, y) covers elements y, y + splits, ... (in
+ * blocks of THREADS) of channel c and writes part[(c * splits + y) * 2 + {0, 1}]:
+ * with b == NULL, sum a and sum a^2; else sum a and sum a*b. In double, as the CPU. */
+__global__ void k_bn_partial(double *part, const float *a, const float *b, int B, int C, int S)
+{
+    const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
+    const size_t n = (size_t)B * S;
+    double s = 0, s2 = 0;
+    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
+        const size_t bi = j / S, si = j % S;
+        const size_t off = (bi * C + c) * S + si;
+        const double v = a[off];
+        s += v;
+        s2 += b ? v * (double)b[off] : v * v;
+    }
+    s = block_sum(s);
+    s2 = block_sum(s2);
+    if (threadIdx.x == 0) {
+        part[((size_t)c * splits + y) * 2] = s;
+        part[((size_t)c * splits + y) * 2 + 1] = s2;
+    }
+}
+
+/* sums (2C): sums[c] = sum of the splits' first sums, sums[C + c] of the second, in order. */
+__global__ void k_bn_finish(double *sums, const double *part, int C, int splits)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    double s = 0, s2 = 0;
+    for (int y = 0; y < splits; y++) {
+        s += part[((size_t)c * splits + y) * 2];
+        s2 += part[((size_t)c * splits + y) * 2 + 1];
+    }
+    sums[c] = s;
+    sums[C + c] = s2;
+}
+
+/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) into the HOST array sums (2C). */
+static void bn_reduce(double *sums_host, const float *a, const float *b, int B, int C, int S)
+{
+    if (C <= 0)
+        return;
+    const size_t n = (size_t)B * S;
+    if (n == 0) {
+        memset(sums_host, 0, sizeof(double) * 2 * (size_t)C);
+        return;
+    }
+    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
+    if (splits > BN_MAX_SPLITS)
+        splits = BN_MAX_SPLITS;
+    const size_t part_bytes = align256(sizeof(double) * 2 * (size_t)C * splits);
+    char *ws = (char *)ws_get(part_bytes + sizeof(double) * 2 * (size_t)C);
+    double *part = (double *)ws, *sums = (double *)(ws + part_bytes);
+    dim3 grid((unsigned)C, (unsigned)splits);
+    k_bn_partial<<<grid, THREADS, 0, g.stream>>>(part, a, b, B, C, S);
+    LAUNCH_CHECK();
+    k_bn_finish<<<(C + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(sums, part, C, (int)splits);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(sums_host, sums, sizeof(double) * 2 * (size_t)C,
+                               cudaMemcpyDeviceToHost, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+static void cuda_bn_stats(double *sums, const float *inp, int B, int C, int S)
+{
+    bn_reduce(sums, inp, NULL, B, C, S);
+}
+
+static void cuda_bn_bwd_sums(double *sums, const float *dout, const float *xhat, int B, int C,
+                             int S)
+{
+    bn_reduce(sums, dout, xhat, B, C, S);
+}
+
+__global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+                               const float *invstd, const float *gamma, const float *beta,
+                               size_t n, int C, int S)
+{
+    GRID_STRIDE(i, n)
+    {
+        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const float xh = (inp[i] - mean[c]) * invstd[c];
+        if (xhat)
+            xhat[i] = xh;
+        out[i] = gamma[c] * xh + beta[c];
+    }
+}
+
+static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+                              const float *invstd, const float *gamma, const float *beta, int B,
+                              int C, int S)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    k_bn_fwd_apply<<<blocks_for(n), THREADS, 0, g.stream>>>(out, xhat, inp, mean, invstd, gamma,
+                                                            beta, n, C, S);
+    LAUNCH_CHECK();
+}
+
+/* dbeta[c] += local[c], dgamma[c] += local[C + c] (rounded to float, as the CPU). */
+__global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *local, int C)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    dbeta[c] += (float)local[c];
+    dgamma[c] += (float)local[C + c];
+}
+
+__global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat,
+                               const float *invstd, const float *gamma, const double *global,
+                               double count, size_t n, int C, int S)
+{
+    GRID_STRIDE(i, n)
+    {
+        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
+        const float f = gamma[c] * invstd[c];
+        dinp[i] = f * (dout[i] - mdy - xhat[i] * mdyx);
+    }
+}
+
+static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                              const float *xhat, const float *invstd, const float *gamma,
+                              const double *local_sums, const double *global_sums, double count,
+                              int B, int C, int S)
+{
+    if (C <= 0)
+        return;
+    /* The host sums go to the device first (pageable copies: the host arrays may be reused as
+     * soon as this returns). */
+    double *d = (double *)ws_get(sizeof(double) * 4 * (size_t)C);
+    CUDA_CHECK(cudaMemcpyAsync(d, local_sums, sizeof(double) * 2 * (size_t)C,
+                               cudaMemcpyHostToDevice, g.stream));
+    CUDA_CHECK(cudaMemcpyAsync(d + 2 * (size_t)C, global_sums, sizeof(double) * 2 * (size_t)C,
+                               cudaMemcpyHostToDevice, g.stream));
+    k_bn_param_grads<<<(C + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(dgamma, dbeta, d, C);
+    LAUNCH_CHECK();
+    const size_t n = (size_t)B * C * S;
+    if (!dinp || !n)
+        return;
+    k_bn_bwd_apply<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, xhat, invstd, gamma,
+                                                            d + 2 * (size_t)C, count, n, C, S);
+    LAUNCH_CHECK();
+}
+
+/* ---- dropout ----------------------------------------------------------------------------- */
+
+static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n, float p,
+                             uint64_t seed)
+{
+    if (!n)
+        return;
+    const float keep = p < 1 ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU: in float */
+    k_dropout_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, mask, inp, n, (double)p, keep,
+                                                           seed);
+    LAUNCH_CHECK();
+}
+
+static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, size_t n)
+{
+    if (!n)
+        return;
+    k_mul<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, mask, n);
+    LAUNCH_CHECK();
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------- */
+
+#define XENT_ROWS_PER_BLOCK (THREADS / 32)
+
+/* One warp per row i of logits (B,K): row_loss[i] = logsumexp - z[label], row_ok[i] = argmax
+ * (first maximum) == label, and dlogits as the CPU computes them. A label outside [0, K)
+ * gives a NaN loss (the trainer validates labels; this only keeps the kernel in bounds). */
+__global__ void k_xent_rows(double *row_loss, int *row_ok, float *dlogits, const float *logits,
+                            const int32_t *labels, int B, int K, float grad_scale)
+{
+    const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x * XENT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (i >= B)
+        return; /* whole warps leave together: every shuffle below has all 32 lanes */
+    const float *z = logits + (size_t)i * K;
+    float best = -INFINITY;
+    int arg = K; /* K: none yet */
+    for (int j = lane; j < K; j += 32)
+        if (arg == K || z[j] > best) {
+            best = z[j];
+            arg = j;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_down_sync(0xffffffffu, best, o);
+        const int oa = __shfl_down_sync(0xffffffffu, arg, o);
+        if (oa < K && (arg == K || ob > best || (ob == best && oa < arg))) {
+            best = ob;
+            arg = oa;
+        }
+    }
+    arg = __shfl_sync(0xffffffffu, arg, 0);
+    if (arg >= K)
+        arg = 0;
+    const double m = z[arg];
+    double se = 0;
+    for (int j = lane; j < K; j += 32)
+        se += exp((double)z[j] - m);
+    se = warp_sum(se);
+    se = __shfl_sync(0xffffffffu, se, 0);
+    const double lse = log(se) + m;
+    const int label = labels[i];
+    const int valid = label >= 0 && label < K;
+    if (dlogits) {
+        float *d = dlogits + (size_t)i * K;
+        for (int j = lane; j < K; j += 32) {
+            float v = (float)exp((double)z[j] - lse) * grad_scale;
+            if (j == label)
+                v -= grad_scale;
+            d[j] = v;
+        }
+    }
+    if (lane == 0) {
+        row_loss[i] = valid ? lse - (double)z[label] : (double)NAN;
+        row_ok[i] = valid && arg == label;
+    }
+}
+
+struct xent_result {
+    double loss;
+    long long correct;
+};
+
+/* One block: the batch's sums in a fixed order (deterministic). */
+__global__ void k_xent_total(struct xent_result *res, const double *row_loss, const int *row_ok,
+                             int B)
+{
+    double s = 0;
+    long long c = 0;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        s += row_loss[i];
+        c += row_ok[i];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        res->loss = s;
+        res->correct = c;
+    }
+}
+
+static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
+                        const int32_t *labels, int B, int K, float grad_scale)
+{
+    if (B <= 0 || K <= 0) {
+        if (correct)
+            *correct = 0;
+        return 0;
+    }
+    const size_t loss_bytes = align256(sizeof(double) * (size_t)B);
+    const size_t ok_bytes = align256(sizeof(int) * (size_t)B);
+    char *ws = (char *)ws_get(loss_bytes + ok_bytes + sizeof(struct xent_result));
+    double *row_loss = (double *)ws;
+    int *row_ok = (int *)(ws + loss_bytes);
+    struct xent_result *dres = (struct xent_result *)(ws + loss_bytes + ok_bytes);
+    const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
+    k_xent_rows<<<blocks, THREADS, 0, g.stream>>>(row_loss, row_ok, dlogits, logits, labels, B, K,
+                                                  grad_scale);
+    LAUNCH_CHECK();
+    k_xent_total<<<1, 1024, 0, g.stream>>>(dres, row_loss, row_ok, B);
+    LAUNCH_CHECK();
+    struct xent_result res;
+    CUDA_CHECK(cudaMemcpyAsync(&res, dres, sizeof res, cudaMemcpyDeviceToHost, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    if (correct)
+        *correct = (int64_t)res.correct;
+    return res.loss;
+}
+
+/* ---- optimisers -------------------------------------------------------------------------- */
+
+static void cuda_sgd_step(float *p, const float *grad, float *buf, size_t n, float lr,
+                          float momentum, float weight_decay, int nesterov, int first_step)
+{
+    if (!n)
+        return;
+    k_sgd<<<blocks_for(n), THREADS, 0, g.stream>>>(p, grad, buf, n, lr, momentum, weight_decay,
+                                                   nesterov, first_step);
+    LAUNCH_CHECK();
+}
+
+static void cuda_adam_step(float *p, const float *grad, float *m, float *v, size_t n, float lr,
+                           float b1, float b2, float eps, float weight_decay, int decoupled,
+                           int64_t t)
+{
+    if (!n)
+        return;
+    /* The scalar factors exactly as cpu_kernels.inc computes them. */
+    const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
+    const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
+    k_adam<<<blocks_for(n), THREADS, 0, g.stream>>>(p, grad, m, v, n, b1, b2, eps, weight_decay,
+                                                    decoupled, step_size, bc2_sqrt, decay);
+    LAUNCH_CHECK();
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static void *cuda_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 1;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        ddp_die("cudaMalloc of %zu bytes on GPU %d failed: %s (%zu MiB free of %zu MiB); "
+                "lower [data] batch_size or use a smaller model",
+                bytes, g.device, cudaGetErrorString(e), free_b >> 20, total_b >> 20);
+    }
+    /* zeroed, and complete before any other stream (NCCL's) can touch it */
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    return p;
+}
+
+static void cuda_free(void *p)
+{
+    if (p)
+        CUDA_CHECK(cudaFree(p));
+}
+
+/* Host -> device, or device -> device (model.c copies activations with upload). Queued on the
+ * compute stream. A pageable source is staged by CUDA before cudaMemcpyAsync returns; a
+ * page-locked one is read later by the DMA engine, so then this waits: either way the caller
+ * may reuse src as soon as this returns. */
+static void cuda_upload(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    cudaPointerAttributes a;
+    CUDA_CHECK(cudaPointerGetAttributes(&a, src));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g.stream));
+    if (a.type == cudaMemoryTypeHost)
+        CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+static void cuda_download(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+static void cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
+
+static void cuda_zero(float *x, size_t n)
+{
+    if (n)
+        CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * n, g.stream));
+}
+
+static void cuda_scale(float *x, size_t n, float a)
+{
+    if (!n)
+        return;
+    k_scale<<<blocks_for(n), THREADS, 0, g.stream>>>(x, n, a);
+    LAUNCH_CHECK();
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+static void fill_table(void)
+{
+    struct ddp_backend *t = &g_table;
+    memset(t, 0, sizeof *t);
+    t->name = "cuda";
+    t->alloc = cuda_alloc;
+    t->free = cuda_free;
+    t->upload = cuda_upload;
+    t->download = cuda_download;
+    t->set_threads = NULL;
+    t->sync = cuda_sync;
+    t->zero = cuda_zero;
+    t->scale = cuda_scale;
+    t->linear_fwd = cuda_linear_fwd;
+    t->linear_bwd = cuda_linear_bwd;
+    t->relu_fwd = cuda_relu_fwd;
+    t->relu_bwd = cuda_relu_bwd;
+    t->conv_col_elems = cuda_conv_col_elems;
+    t->conv2d_fwd = cuda_conv2d_fwd;
+    t->conv2d_bwd = cuda_conv2d_bwd;
+    t->maxpool_fwd = cuda_maxpool_fwd;
+    t->maxpool_bwd = cuda_maxpool_bwd;
+    t->avgpool_fwd = cuda_avgpool_fwd;
+    t->avgpool_bwd = cuda_avgpool_bwd;
+    t->bn_stats = cuda_bn_stats;
+    t->bn_fwd_apply = cuda_bn_fwd_apply;
+    t->bn_bwd_sums = cuda_bn_bwd_sums;
+    t->bn_bwd_apply = cuda_bn_bwd_apply;
+    t->dropout_fwd = cuda_dropout_fwd;
+    t->dropout_bwd = cuda_dropout_bwd;
+    t->xent = cuda_xent;
+    t->sgd_step = cuda_sgd_step;
+    t->adam_step = cuda_adam_step;
+}
+
+/* One line for a failed setup call; clears CUDA's last error. Returns NULL. */
+static const struct ddp_backend *setup_fail(char *err, size_t errlen, int device, const char *what,
+                                            cudaError_t e)
+{
+    cudaGetLastError();
+    ddp_err(err, errlen, "GPU %d: %s failed: %s (%s)", device, what, cudaGetErrorString(e),
+            cudaGetErrorName(e));
+    return NULL;
+}
+
+extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char *err,
+                                                      size_t errlen)
+{
+    if (g.device >= 0) {
+        if (device != g.device) {
+            ddp_err(err, errlen,
+                    "the CUDA backend is already bound to GPU %d; one process drives one GPU",
+                    g.device);
+            return NULL;
+        }
+        if (tf32 != g.tf32) {
+            CUBLAS_CHECK(cublasSetMathMode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_DEFAULT_MATH));
+            g.tf32 = tf32;
+        }
+        return &g_table;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        ddp_err(err, errlen, "no usable CUDA driver or GPU: %s (is this a GPU node? "
+                "nvidia-smi should list the GPUs)", cudaGetErrorString(e));
+        return NULL;
+    }
+    if (count == 0) {
+        ddp_err(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES may hide them)");
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        ddp_err(err, errlen, "GPU %d does not exist: %d visible (CUDA ordinals 0..%d)", device,
+                count, count - 1);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return setup_fail(err, errlen, device, "cudaGetDeviceProperties", e);
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return setup_fail(err, errlen, device, "cudaSetDevice", e);
+    if ((e = cudaFree(0)) != cudaSuccess) /* creates the context: busy/prohibited shows here */
+        return setup_fail(err, errlen, device, "creating a CUDA context", e);
+    /* Is there code for this GPU in the binary (sm_80, sm_90, PTX for newer)? */
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, k_scale)) != cudaSuccess) {
+        cudaGetLastError();
+        ddp_err(err, errlen,
+                "GPU %d (%s, sm_%d%d) cannot run this build's kernels (%s): built for sm_80 and "
+                "sm_90; rebuild with a matching -gencode in src/backend/meson.build",
+                device, prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+        return NULL;
+    }
+    cudaStream_t stream;
+    if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return setup_fail(err, errlen, device, "cudaStreamCreate", e);
+    cublasHandle_t blas;
+    cublasStatus_t s = cublasCreate(&blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(stream);
+        ddp_err(err, errlen, "GPU %d: cublasCreate failed: %s", device, cublasGetStatusString(s));
+        return NULL;
+    }
+    if ((s = cublasSetStream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
+        (s = cublasSetMathMode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) !=
+            CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(blas);
+        cudaStreamDestroy(stream);
+        ddp_err(err, errlen, "GPU %d: cuBLAS setup failed: %s", device, cublasGetStatusString(s));
+        return NULL;
+    }
+    g.stream = stream;
+    g.blas = blas;
+    g.tf32 = tf32;
+    g.device = device;
+    snprintf(g.devname, sizeof g.devname, "%s (sm_%d%d, %zu GiB)", prop.name, prop.major,
+             prop.minor, (size_t)(prop.totalGlobalMem >> 30));
+    fill_table();
+    return &g_table;
+}
+
+extern "C" int ddp_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return count;
+}
+
+extern "C" const char *ddp_cuda_version_string(void)
+{
+    static char buf[160];
+    int rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
+        rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess)
+        drv = 0;
+    cudaGetLastError();
+    if (cublasGetProperty(MAJOR_VERSION, &maj) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &min) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &pat) != CUBLAS_STATUS_SUCCESS) {
+        maj = CUBLAS_VER_MAJOR;
+        min = CUBLAS_VER_MINOR;
+        pat = CUBLAS_VER_PATCH;
+    }
+    char driver[32];
+    if (drv > 0)
+        snprintf(driver, sizeof driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    else
+        snprintf(driver, sizeof driver, "none");
+    snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuBLAS %d.%d.%d, driver %s", rt / 1000,
+             (rt % 1000) / 10, maj, min, pat, driver);
+    return buf;
+}
+
+extern "C" const char *ddp_cuda_device_string(void) { return g.devname; }
+
+extern "C" void *ddp_cuda_stream(void) { return g.device >= 0 ? (void *)g.stream : NULL; }
+
+extern "C" int ddp_cuda_device(void) { return g.device; }

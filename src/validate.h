@@ -1,0 +1,200 @@
+/*
+ * validate.h - `ddptrain validate`: node validation for admins (docs/validate.md), run like
+ * training (srun, mpirun, or one process). Every rank measures itself; rank 0 judges, prints
+ * the tables and writes the JSON report; every rank exits with the same code (0: all passed,
+ * 1: a check failed, 2 usage, 4 launch, 5 a peer stopped answering).
+ *
+ * Checks, in order:
+ *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
+ *              the CPU backend.
+ *  gemm        square f32 GEMM (N x N x N) through the backend's linear_fwd (cblas_sgemm on
+ *              the CPU backend) with the rank's threads, best of reps, in GFLOP/s = 2N^3/t.
+ *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, best of
+ *              reps, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as STREAM).
+ *              gemm and triad are compared with the median over all ranks: below
+ *              min_fraction (0.9) of it fails. Ranks of one machine (same kernel boot id) whose
+ *              threads exceed its CPUs take turns, so that they do not measure each other.
+ *  allreduce   in-place f32 sum through the comm layer over a sweep of sizes (8 B .. 256 MiB,
+ *              factor 2; --quick up to 16 MiB). Rank r sends w_r * (i % 7 + 1) with integer
+ *              weights w_r small enough that every partial sum is exact in float; every
+ *              element of the result is checked on every rank, and each rank also checks the
+ *              input it really passed (which tells a bad contribution from a bad transport).
+ *              Timing as nccl-tests: median over blocks of the slowest rank's time per call;
+ *              algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
+ *  golden      a fixed training run: synthetic data (ddp_synth), a fixed small CNN, SGD with
+ *              momentum, fixed seed and per-rank batch, through the real model / ddp buckets /
+ *              optimizer path. Each step records the global loss, each rank's local loss and
+ *              local gradient norm (before the all-reduce) and a hash of the parameters; the
+ *              parameters are re-hashed before the next step (a change at rest = corruption on
+ *              that rank). The final hashes must agree on every rank, and the trajectory must
+ *              match a reference for the backend and world size within golden.rtol (a missing
+ *              reference is a warning, not a failure).
+ *
+ * Fault injection (test hooks, DDP_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
+ *   slow_gemm:R      rank R sleeps as long as each timed GEMM took (half the rate)
+ *   slow_triad:R     the same for the triad
+ *   bad_allreduce:R  rank R flips a bit of one element of every all-reduce input it builds
+ *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
+ *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
+ *
+ * Not here: GPU checks (a CUDA backend will add its own inventory and memory test), draining
+ * nodes (slurm/validate-nodes.sbatch prints the commands), reading the job file.
+ */
+#ifndef DDP_VALIDATE_H
+#define DDP_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+
+/* `ddptrain validate ...`; argv[0] is "validate". Returns the exit code. */
+int ddp_cmd_validate(int argc, char **argv);
+
+/* ---- settings (configs/validate.ini; every key has a built-in default) ------------------ */
+
+/* Sizes of the sweep: at most this many (8 B .. 256 MiB by factor 2 is 26). */
+#define DDP_VALIDATE_MAX_SIZES 64
+/* Largest all-reduce of the sweep: 1 GiB of floats keeps element counts far below INT_MAX. */
+#define DDP_VALIDATE_MAX_BYTES ((int64_t)1 << 30)
+/* Largest GEMM side: 3 matrices of 16384^2 floats are 3 GiB. */
+#define DDP_VALIDATE_MAX_GEMM_N 16384
+/* Largest golden run: the trajectory stays small enough to gather and store. */
+#define DDP_VALIDATE_MAX_STEPS 10000
+
+struct ddp_validate_config {
+    /* [validate] */
+    double min_fraction; /* a rank below this fraction of the median rate fails */
+    int threads;         /* compute threads per rank, 0 = as training chooses them */
+    double timeout_s;    /* deadline of every collective */
+    /* [gemm] */
+    int gemm_n, gemm_n_quick, gemm_reps, gemm_reps_quick;
+    /* [triad] */
+    int64_t triad_mib, triad_mib_quick; /* MiB per array (three arrays) */
+    int triad_reps, triad_reps_quick;
+    /* [allreduce] */
+    int64_t ar_min_bytes, ar_max_bytes, ar_max_bytes_quick;
+    int ar_blocks, ar_blocks_quick; /* timed blocks per size (median reported) */
+    double ar_block_ms;             /* target length of one block */
+    /* [golden] */
+    int golden_steps, golden_steps_quick;
+    double golden_rtol;             /* relative tolerance of losses and gradient norms */
+    char reference[1024];           /* file or directory; "" = the shipped references */
+};
+
+void ddp_validate_config_defaults(struct ddp_validate_config *c);
+/* Read an INI file over the defaults. -1 with "FILE:LINE: [section] key: ..." in err. */
+int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, char *err,
+                             size_t errlen);
+
+/* ---- fault injection (test hooks) ------------------------------------------------------- */
+
+enum ddp_validate_fault_kind {
+    DDP_VALIDATE_FAULT_SLOW_GEMM,
+    DDP_VALIDATE_FAULT_SLOW_TRIAD,
+    DDP_VALIDATE_FAULT_BAD_ALLREDUCE,
+    DDP_VALIDATE_FAULT_FLIP_PARAM,
+    DDP_VALIDATE_FAULT_BAD_GRAD,
+    DDP_VALIDATE_FAULT_KINDS
+};
+
+/* rank[k] = the rank that injects fault k, or -1. */
+struct ddp_validate_faults {
+    int rank[DDP_VALIDATE_FAULT_KINDS];
+};
+
+/* Parse "KIND:RANK[,KIND:RANK...]" (NULL or "" = none). -1 with a reason in err. */
+int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
+                              size_t errlen);
+/* Whether this rank injects fault k. */
+int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_validate_fault_kind k,
+                            int rank);
+
+/* ---- measurements (validate_bench.c) ------------------------------------------------------ */
+
+/* GFLOP/s of the best of reps square N GEMMs through be->linear_fwd (after one warm-up).
+ * slow: sleep as long as each timed call took (fault injection). */
+double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, int slow);
+/* GB/s of the best of reps triads over three arrays of mib MiB each, on threads threads;
+ * -1 when an element of the result is wrong (memory that does not hold what was written). */
+double ddp_validate_triad(int64_t mib, int reps, int threads, int slow);
+
+/* ---- the all-reduce sweep (validate_allreduce.c) ------------------------------------------ */
+
+struct ddp_validate_ar_row {
+    int64_t bytes, count;  /* count f32 elements */
+    double time_s;         /* median over blocks of the slowest rank's time per call */
+    double algbw, busbw;   /* GB/s (1e9 bytes) */
+    int iters, blocks;     /* calls per block, blocks */
+    int64_t bad_elems;     /* elements of this rank's result that were wrong (all checks) */
+    int64_t first_bad;     /* first wrong element index on this rank, -1 if none */
+    double got, want;      /* its value and the exact value */
+    int input_bad;         /* this rank's own input did not hold the pattern */
+};
+
+struct ddp_validate_ar_opts {
+    int64_t min_bytes, max_bytes; /* powers of two from min to max */
+    int blocks;
+    double block_s;
+    int corrupt; /* fault: flip a bit of one element of this rank's input */
+};
+
+/* Run the sweep (collective: every rank calls it with the same options). rows holds
+ * DDP_VALIDATE_MAX_SIZES entries; returns the number of sizes. Timings are the same on every
+ * rank; the check fields are this rank's own. */
+int ddp_validate_allreduce_sweep(ddp_comm *c, const struct ddp_validate_ar_opts *o,
+                                 struct ddp_validate_ar_row *rows);
+
+/* ---- the golden run (validate_golden.c) --------------------------------------------------- */
+
+/* What the golden run is; written into references, which must match it. */
+#define DDP_VALIDATE_GOLDEN_SPEC                                                             \
+    "synth(1x12x12,4 classes,seed 7) conv2d(6,3,pad=1),relu,maxpool(2),flatten,linear(32),"  \
+    "relu,linear(4) init 1234 sgd(lr 0.05,momentum 0.9,wd 1e-4) batch 16/rank bucket 0.004MB"
+
+/* Per-rank trajectory of one golden run of `steps` steps. */
+struct ddp_validate_golden {
+    int steps, world_size;
+    double *loss;         /* (steps) global mean loss, the same on every rank */
+    double *local;        /* (steps, W, 2) every rank's local loss and local gradient norm */
+    uint64_t *hash;       /* (steps, W) every rank's parameter hash after each step */
+    int *at_rest;         /* (W) first step before which a rank's parameters changed at rest,
+                             -1 if never */
+    uint64_t *final_hash; /* (W) */
+};
+
+/* Run it (collective; the backend's threads are the caller's to set). faults: flip_param and
+ * bad_grad apply on their ranks. Returns 0 or -1 with err (a setup failure). */
+int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
+                            const struct ddp_validate_faults *faults,
+                            struct ddp_validate_golden *g, char *err, size_t errlen);
+void ddp_validate_golden_free(struct ddp_validate_golden *g); /* accepts a zeroed struct */
+
+/* A recorded trajectory (configs/validate-ref/<backend>-w<W>.ref). */
+struct ddp_validate_ref {
+    char backend[32];
+    char spec[512];
+    int world_size, steps;
+    double *loss;  /* (steps) */
+    double *local; /* (steps, W, 2) */
+};
+
+/* Write g as a reference for backend to path (via path.tmp and rename). */
+int ddp_validate_ref_write(const struct ddp_validate_golden *g, const char *backend,
+                           const char *path, char *err, size_t errlen);
+/* Read a reference; -1 with err naming the file and line when it is malformed. */
+int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *err, size_t errlen);
+void ddp_validate_ref_free(struct ddp_validate_ref *r); /* accepts a zeroed struct */
+
+/* Compare g with r over the steps both have. Returns the worst relative difference of the
+ * global loss, and in *first_step / *ranks (W flags) the first step where any value (the
+ * global loss, or a rank's local loss or gradient norm) differs by more than rtol, and the
+ * ranks whose local values do there (none flagged: only the global loss does). *first_step
+ * is -1 when everything is within rtol. */
+double ddp_validate_ref_compare(const struct ddp_validate_golden *g,
+                                const struct ddp_validate_ref *r, double rtol, int *first_step,
+                                int *ranks);
+
+#endif

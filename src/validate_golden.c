@@ -1,0 +1,439 @@
+/*
+ * validate_golden.c - the golden training run of `ddptrain validate` and its reference files.
+ * See validate.h for what is checked; docs/validate.md for the file format.
+ *
+ * Dimension letters: B per-rank batch, W world size, S steps, K classes, D = C*H*W features.
+ * The run goes through the same code as training: ddp_model forward/backward on the backend,
+ * ddp_sync buckets all-reduced during backward (a bucket cap of a few KB gives several
+ * buckets even on this small model), ddp_optim's SGD. Only the data is in memory
+ * (ddp_synth_generate, no HDF5 file) and the step loop is this file's own, so that it can
+ * watch each rank's local values before they are averaged.
+ * What it leaves to others: judging the trajectory (validate.c), deadlines (comm).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "data/synth.h"
+#include "ddp.h"
+#include "nn/model.h"
+#include "optim.h"
+#include "util.h"
+#include "validate.h"
+
+/* The golden run; DDP_VALIDATE_GOLDEN_SPEC says the same in words (keep them together). */
+#define G_LAYERS "conv2d(6, 3, pad=1), relu, maxpool(2), flatten, linear(32), relu, linear(4)"
+#define G_C 1
+#define G_H 12
+#define G_W 12
+#define G_CLASSES 4
+#define G_DATA_SEED 7
+#define G_INIT_SEED 1234
+#define G_LR 0.05
+#define G_MOMENTUM 0.9
+#define G_WD 1e-4
+#define G_BATCH 16
+#define G_BUCKET_MB 0.004
+
+/* Reference files: longest line, largest world size stored (the line holds 2 W numbers). */
+#define REF_LINE_MAX (1 << 20)
+#define REF_MAX_WORLD 4096
+
+/* FNV-1a over bytes. */
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static uint64_t hash_params(const struct ddp_model *m, float *host)
+{
+    m->be->download(host, m->params, sizeof(float) * m->nparams);
+    return hash_bytes(host, sizeof(float) * m->nparams);
+}
+
+/* The backward hook: adds the layer's local gradient to the norm (and, as a fault, scales it)
+ * before ddp starts the bucket's all-reduce on it. */
+struct hook_ctx {
+    struct ddp_sync *sync;
+    struct ddp_model *m;
+    float *host;   /* scratch of nparams floats */
+    double sumsq;  /* local gradient, squared norm so far this step */
+    int scale_now; /* fault bad_grad at this step */
+};
+
+static void layer_done(void *ctx, int layer)
+{
+    struct hook_ctx *h = ctx;
+    const struct ddp_layer *l = &h->m->layers[layer];
+    const size_t off[2] = {l->w_off, l->b_off}, n[2] = {l->w_n, l->b_n};
+    for (int k = 0; k < 2; k++) {
+        if (!n[k])
+            continue;
+        if (h->scale_now)
+            h->m->be->scale(h->m->grads + off[k], n[k], 1.01f);
+        h->m->be->download(h->host, h->m->grads + off[k], sizeof(float) * n[k]);
+        for (size_t i = 0; i < n[k]; i++)
+            h->sumsq += (double)h->host[i] * h->host[i];
+    }
+    ddp_sync_layer_done(h->sync, layer);
+}
+
+void ddp_validate_golden_free(struct ddp_validate_golden *g)
+{
+    if (!g)
+        return;
+    DDP_FREE(g->loss);
+    DDP_FREE(g->local);
+    DDP_FREE(g->hash);
+    DDP_FREE(g->at_rest);
+    DDP_FREE(g->final_hash);
+}
+
+int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
+                            const struct ddp_validate_faults *faults,
+                            struct ddp_validate_golden *g, char *err, size_t errlen)
+{
+    const int W = ddp_comm_size(c), rank = ddp_comm_rank(c);
+    memset(g, 0, sizeof *g);
+    if (steps < 1 || steps > DDP_VALIDATE_MAX_STEPS)
+        return ddp_err(err, errlen, "golden run: %d steps; expected 1 to %d", steps,
+                       DDP_VALIDATE_MAX_STEPS);
+    const int flip = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_FLIP_PARAM, rank);
+    const int badg = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_BAD_GRAD, rank);
+
+    ddp_synth_spec spec;
+    ddp_synth_defaults(&spec);
+    spec.rank = 3;
+    spec.dims[0] = G_C;
+    spec.dims[1] = G_H;
+    spec.dims[2] = G_W;
+    spec.classes = G_CLASSES;
+    spec.n_train = (int64_t)steps * G_BATCH * W;
+    spec.n_test = 1;
+    spec.seed = G_DATA_SEED;
+    spec.dtype = DDP_H5DTYPE_FLOAT32;
+    ddp_synth *gen = ddp_synth_create(&spec, err, errlen);
+    if (!gen)
+        return -1;
+    struct ddp_model m;
+    memset(&m, 0, sizeof m);
+    const int64_t dims[3] = {G_C, G_H, G_W};
+    if (ddp_model_create(&m, be, G_LAYERS, 3, dims, G_BATCH, err, errlen) != 0) {
+        ddp_synth_destroy(gen);
+        return -1;
+    }
+    ddp_model_init(&m, G_INIT_SEED);
+    struct ddp_sync sync;
+    ddp_sync_init(&sync, c, &m, G_BUCKET_MB);
+    if (ddp_sync_check_fingerprint(&sync, err, errlen) != 0) {
+        ddp_sync_free(&sync);
+        ddp_model_free(&m);
+        ddp_synth_destroy(gen);
+        return -1;
+    }
+    ddp_sync_broadcast_state(&sync);
+    struct ddp_job job;
+    ddp_job_defaults(&job);
+    job.optim = DDP_OPTIM_SGD;
+    job.lr = G_LR;
+    job.momentum = G_MOMENTUM;
+    job.nesterov = 0;
+    job.weight_decay = G_WD;
+    job.lr_scaling = DDP_LR_SCALING_NONE;
+    job.schedule = DDP_SCHEDULE_CONSTANT;
+    job.warmup_epochs = 0;
+    struct ddp_optim opt;
+    ddp_optim_init(&opt, be, &job, m.nparams, W);
+    ddp_job_free(&job);
+
+    const size_t D = (size_t)G_C * G_H * G_W;
+    float *xh = ddp_malloc(sizeof(float) * D * G_BATCH); /* (B, D) host */
+    int32_t *y = ddp_malloc(sizeof(int32_t) * G_BATCH);  /* (B) */
+    float *x = be->alloc(sizeof(float) * D * G_BATCH);   /* (B, D) backend */
+    float *host = ddp_malloc(sizeof(float) * (m.nparams + 1));
+    double *loss = ddp_calloc((size_t)steps, sizeof(double));
+    double *mine = ddp_calloc((size_t)steps * 2, sizeof(double)); /* (S, 2) */
+    uint64_t *hmine = ddp_calloc((size_t)steps, sizeof(uint64_t)); /* (S) */
+    int64_t at_rest = -1;
+    struct hook_ctx hc = {&sync, &m, host, 0, 0};
+
+    for (int s = 0; s < steps; s++) {
+        if (s > 0 && at_rest < 0 && hash_params(&m, host) != hmine[s - 1])
+            at_rest = s;
+        ddp_synth_generate(gen, 0, ((int64_t)s * W + rank) * G_BATCH, G_BATCH, xh, y);
+        be->upload(x, xh, sizeof(float) * D * G_BATCH);
+        be->zero(m.grads, m.nparams);
+        const float *logits = ddp_model_forward(&m, x, G_BATCH, 1, 0);
+        double lsum = be->xent(ddp_model_dlogits(&m), NULL, logits, y, G_BATCH, m.classes,
+                               1.0f / G_BATCH);
+        hc.sumsq = 0;
+        hc.scale_now = badg && s == steps / 3;
+        ddp_sync_begin(&sync);
+        ddp_model_backward(&m, x, G_BATCH, layer_done, &hc);
+        ddp_sync_finish(&sync);
+        ddp_optim_step(&opt, m.params, m.grads, G_LR);
+        double red[2] = {lsum, G_BATCH};
+        ddp_comm_allreduce(c, red, 2, DDP_F64);
+        loss[s] = red[0] / red[1];
+        mine[2 * s] = lsum / G_BATCH;
+        mine[2 * s + 1] = sqrt(hc.sumsq);
+        hmine[s] = hash_params(&m, host);
+        if (flip && s == steps / 2) { /* fault: one bit of one parameter, at rest */
+            float v;
+            be->download(&v, m.params, sizeof v);
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            bits ^= 1u << 3;
+            memcpy(&v, &bits, sizeof v);
+            be->upload(m.params, &v, sizeof v);
+        }
+    }
+    uint64_t fin = hash_params(&m, host);
+    if (at_rest < 0 && fin != hmine[steps - 1])
+        at_rest = steps;
+
+    /* everybody's trajectory, on every rank */
+    g->steps = steps;
+    g->world_size = W;
+    g->loss = loss;
+    double *lall = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W); /* (W, S, 2) */
+    ddp_comm_allgather(c, mine, lall, sizeof(double) * (size_t)steps * 2);
+    uint64_t *hall = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W); /* (W, S) */
+    ddp_comm_allgather(c, hmine, hall, sizeof(uint64_t) * (size_t)steps);
+    int64_t tail[2] = {at_rest, (int64_t)fin}, *tails = ddp_malloc(sizeof tail * (size_t)W);
+    ddp_comm_allgather(c, tail, tails, sizeof tail);
+    g->local = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W);
+    g->hash = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W);
+    g->at_rest = ddp_malloc(sizeof(int) * (size_t)W);
+    g->final_hash = ddp_malloc(sizeof(uint64_t) * (size_t)W);
+    for (int r = 0; r < W; r++) {
+        for (int s = 0; s < steps; s++) {
+            const size_t to = (size_t)s * W + (size_t)r, from = (size_t)r * steps + (size_t)s;
+            g->local[2 * to] = lall[2 * from];
+            g->local[2 * to + 1] = lall[2 * from + 1];
+            g->hash[to] = hall[from];
+        }
+        g->at_rest[r] = (int)tails[2 * r];
+        g->final_hash[r] = (uint64_t)tails[2 * r + 1];
+    }
+    free(lall);
+    free(hall);
+    free(tails);
+    free(mine);
+    free(hmine);
+    free(host);
+    free(xh);
+    free(y);
+    be->free(x);
+    ddp_optim_free(&opt);
+    ddp_sync_free(&sync);
+    ddp_model_free(&m);
+    ddp_synth_destroy(gen);
+    return 0;
+}
+
+/* ---- reference files ------------------------------------------------------------------- */
+
+int ddp_validate_ref_write(const struct ddp_validate_golden *g, const char *backend,
+                           const char *path, char *err, size_t errlen)
+{
+    char tmp[DDP_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return ddp_err(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+    const int W = g->world_size;
+    fprintf(f, "# ddptrain validate reference (docs/validate.md): the golden run's trajectory.\n"
+               "# step S: the global mean loss, then per rank its local loss and the norm of\n"
+               "# its local gradient (before the all-reduce).\n");
+    fprintf(f, "format 1\nbackend %s\nworld_size %d\nsteps %d\nspec %s\n", backend, W, g->steps,
+            DDP_VALIDATE_GOLDEN_SPEC);
+    for (int s = 0; s < g->steps; s++) {
+        fprintf(f, "step %d %.9g", s, g->loss[s]);
+        for (int r = 0; r < W; r++)
+            fprintf(f, " %.9g %.9g", g->local[((size_t)s * W + r) * 2],
+                    g->local[((size_t)s * W + r) * 2 + 1]);
+        fputc('\n', f);
+    }
+    if (fflush(f) != 0 || ferror(f)) {
+        fclose(f);
+        remove(tmp);
+        return ddp_err(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    }
+    return 0;
+}
+
+void ddp_validate_ref_free(struct ddp_validate_ref *r)
+{
+    if (!r)
+        return;
+    DDP_FREE(r->loss);
+    DDP_FREE(r->local);
+}
+
+/* Parse a double token; advances *p. */
+static int next_double(char **p, double *out)
+{
+    char *end;
+    while (**p == ' ' || **p == '\t')
+        (*p)++;
+    if (!**p || **p == '\n')
+        return -1;
+    errno = 0;
+    *out = strtod(*p, &end);
+    if (end == *p || errno == ERANGE || !isfinite(*out))
+        return -1;
+    *p = end;
+    return 0;
+}
+
+int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ddp_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    char *line = ddp_malloc(REF_LINE_MAX);
+    int lineno = 0, format = 0, seen = 0, rc = -1;
+    while (fgets(line, REF_LINE_MAX, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == REF_LINE_MAX - 1 && line[len - 1] != '\n') {
+            ddp_err(err, errlen, "%s:%d: line too long", path, lineno);
+            goto done;
+        }
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (!len || line[0] == '#')
+            continue;
+        char *sp = strchr(line, ' ');
+        const char *val = sp ? sp + 1 : "";
+        if (sp)
+            *sp = '\0';
+        if (!strcmp(line, "format")) {
+            format = atoi(val);
+            if (format != 1) {
+                ddp_err(err, errlen, "%s:%d: format %s; this ddptrain reads format 1", path,
+                        lineno, val);
+                goto done;
+            }
+        } else if (!strcmp(line, "backend")) {
+            snprintf(r->backend, sizeof r->backend, "%s", val);
+        } else if (!strcmp(line, "spec")) {
+            snprintf(r->spec, sizeof r->spec, "%s", val);
+        } else if (!strcmp(line, "world_size") || !strcmp(line, "steps")) {
+            int64_t v;
+            const int is_w = line[0] == 'w';
+            const int64_t max = is_w ? REF_MAX_WORLD : DDP_VALIDATE_MAX_STEPS;
+            if (ddp_parse_i64(val, &v) != 0 || v < 1 || v > max || (is_w ? r->world_size : r->steps)) {
+                ddp_err(err, errlen, "%s:%d: %s '%s': expected one value from 1 to %lld", path,
+                        lineno, line, val, (long long)max);
+                goto done;
+            }
+            if (is_w)
+                r->world_size = (int)v;
+            else
+                r->steps = (int)v;
+        } else if (!strcmp(line, "step")) {
+            if (!format || !r->world_size || !r->steps) {
+                ddp_err(err, errlen, "%s:%d: step before the format, world_size and steps lines",
+                        path, lineno);
+                goto done;
+            }
+            if (!r->loss) {
+                r->loss = ddp_calloc((size_t)r->steps, sizeof(double));
+                r->local = ddp_calloc((size_t)r->steps * 2 * (size_t)r->world_size, sizeof(double));
+            }
+            char *p = (char *)val, *end;
+            long s = strtol(p, &end, 10);
+            if (end == p || s != seen || s >= r->steps) {
+                ddp_err(err, errlen, "%s:%d: expected 'step %d ...'", path, lineno, seen);
+                goto done;
+            }
+            p = end;
+            if (next_double(&p, &r->loss[s]) != 0)
+                goto bad_numbers;
+            for (int k = 0; k < 2 * r->world_size; k++)
+                if (next_double(&p, &r->local[(size_t)s * 2 * r->world_size + k]) != 0)
+                    goto bad_numbers;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (*p)
+                goto bad_numbers;
+            seen++;
+            continue;
+        bad_numbers:
+            ddp_err(err, errlen, "%s:%d: expected 1 + 2 x %d finite numbers after the step index",
+                    path, lineno, r->world_size);
+            goto done;
+        } else {
+            ddp_err(err, errlen, "%s:%d: unknown line '%s'", path, lineno, line);
+            goto done;
+        }
+    }
+    if (ferror(f)) {
+        ddp_err(err, errlen, "%s: read error", path);
+        goto done;
+    }
+    if (!format || !r->backend[0] || !r->spec[0] || !r->world_size || seen != r->steps ||
+        !r->steps) {
+        ddp_err(err, errlen, "%s: incomplete reference (needs format, backend, world_size, steps, "
+                "spec and every step; %d of %d steps found)", path, seen, r->steps);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(line);
+    fclose(f);
+    if (rc != 0)
+        ddp_validate_ref_free(r);
+    return rc;
+}
+
+static double rel_diff(double a, double ref)
+{
+    double d = fabs(a - ref), s = fabs(ref);
+    return d / (s > 1e-3 ? s : 1e-3);
+}
+
+double ddp_validate_ref_compare(const struct ddp_validate_golden *g,
+                                const struct ddp_validate_ref *r, double rtol, int *first_step,
+                                int *ranks)
+{
+    const int W = g->world_size, S = g->steps < r->steps ? g->steps : r->steps;
+    double worst = 0;
+    *first_step = -1;
+    for (int q = 0; q < W; q++)
+        ranks[q] = 0;
+    for (int s = 0; s < S; s++) {
+        double d = rel_diff(g->loss[s], r->loss[s]);
+        if (d > worst)
+            worst = d;
+        if (*first_step >= 0)
+            continue;
+        int any = d > rtol;
+        for (int q = 0; q < W && W == r->world_size; q++) {
+            const size_t k = ((size_t)s * W + q) * 2;
+            if (rel_diff(g->local[k], r->local[k]) > rtol ||
+                rel_diff(g->local[k + 1], r->local[k + 1]) > rtol)
+                ranks[q] = any = 1;
+        }
+        if (any)
+            *first_step = s;
+    }
+    return worst;
+}
