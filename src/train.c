@@ -649,7 +649,7 @@ int ddp_cmd_train(int argc, char **argv)
     const struct ddp_world *w = &t->world;
     ddp_log_set_identity(w->host, w->rank, w->world_size);
     if (w->warning[0] && w->rank == 0)
-        ddp_warn("%s", w->warning);
+        ddp_warn("warning: %s", w->warning);
     if (job->backend == DDP_DIST_NCCL) {
         ddp_warn("[dist] backend = nccl, but this ddptrain was built without NCCL; use mpi on "
                  "CPUs (ddptrain --version lists the backends)");
