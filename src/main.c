@@ -59,6 +59,9 @@ static int print_version(void)
 int main(int argc, char **argv)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
+    if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
+        strcmp(argv[1], "data") && argv[1][0] != '-')
+        ddp_train_catch_early_signals();
     if (argc < 2) {
         print_help(stderr);
         return DDP_EXIT_USAGE;

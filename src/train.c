@@ -253,8 +253,19 @@ static volatile sig_atomic_t g_stop_signal;
 
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-/* Parse "[checkpoint] signals" ("USR1, TERM") and install the handlers. */
-static int install_signals(const struct ddp_job *job, char *err, size_t errlen)
+void ddp_train_catch_early_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Parse "[checkpoint] signals" ("USR1, TERM"); with install, set the handlers (again after
+ * MPI_Init, which may have replaced them). Other signals get their default action back. */
+static int install_signals(const struct ddp_job *job, int install, char *err, size_t errlen)
 {
     static const struct { const char *name; int sig; } known[] = {
         {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
@@ -274,6 +285,8 @@ static int install_signals(const struct ddp_job *job, char *err, size_t errlen)
             return ddp_err(err, errlen, "%s: unknown signal '%s'; expected names such as USR1, "
                            "USR2, TERM, INT, HUP, XCPU, or none",
                            ddp_job_where(job, "checkpoint", "signals", where, sizeof where), tok);
+        if (!install)
+            continue;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_stop_signal;
@@ -631,7 +644,7 @@ int ddp_cmd_train(int argc, char **argv)
             return DDP_EXIT_USAGE;
         }
     if (ddp_job_validate(&t->job, err, sizeof err) != 0 ||
-        install_signals(&t->job, err, sizeof err) != 0) {
+        install_signals(&t->job, 0, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_USAGE;
     }
@@ -663,6 +676,9 @@ int ddp_cmd_train(int argc, char **argv)
     }
     g_comm = t->comm;
     ddp_set_abort_hook(abort_hook);
+    signal(SIGUSR1, SIG_DFL); /* main's early catch-all gives way to the job's list */
+    signal(SIGTERM, SIG_DFL);
+    install_signals(job, 1, err, sizeof err);
     t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
     char me[HOST_FIELD];
     snprintf(me, sizeof me, "%s", w->host);

@@ -13,4 +13,9 @@
 /* `ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]`; returns the exit code. */
 int ddp_cmd_train(int argc, char **argv);
 
+/* Catch the default preemption signals (USR1, TERM) from the first moment of main, so one
+ * that arrives while the job is still starting is not lost: it stops the run at its first step
+ * boundary with a checkpoint. */
+void ddp_train_catch_early_signals(void);
+
 #endif
