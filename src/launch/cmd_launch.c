@@ -19,6 +19,9 @@
 #include "launch/launcher.h"
 #include "launch/world.h"
 #include "util.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
 
 /* Most fake GPUs DDP_FAKE_GPUS may claim (tests only): the binding module's own bound. */
 #define FAKE_GPUS_MAX DDP_BINDING_MAX_DEVICES
@@ -105,9 +108,9 @@ int ddp_cmd_env(int argc, char **argv)
     if (w.warning[0])
         ddp_warn("warning: %s", w.warning);
 
-    /* GPU binding: the driver's device count comes from a GPU backend, or from
-     * DDP_FAKE_GPUS=N (tests: N devices on this node) where none is built. Without either
-     * the rank runs on the CPU and only the visible list is shown. */
+    /* GPU binding: the driver's device count comes from DDP_FAKE_GPUS=N (tests: N devices
+     * on this node), else from the CUDA backend where one is built (-1 without a usable
+     * driver). Without either the rank runs on the CPU and only the visible list is shown. */
     int driver = -1;
     const char *fake = getenv("DDP_FAKE_GPUS");
     if (fake && *fake) {
@@ -119,6 +122,11 @@ int ddp_cmd_env(int argc, char **argv)
         }
         driver = ddp_binding_fake_driver_count((int)nf, getenv("CUDA_VISIBLE_DEVICES"));
     }
+#if HAVE_CUDA
+    else {
+        driver = ddp_cuda_device_count();
+    }
+#endif
     struct ddp_binding b;
     char device[32] = "cpu";
     int brc = ddp_binding_compute(w.local_rank, w.local_size, driver, 0, NULL, NULL, &b, err,

@@ -30,6 +30,9 @@
 #include "ddp_build.h"
 #include "launch/bootstrap.h"
 #include "util.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
 
 extern char **environ;
 
@@ -314,6 +317,22 @@ static void make_token(const struct ddp_launch_opts *o, char *tok, size_t toklen
              r[5], r[6], r[7]);
 }
 
+/* 1 when the ranks of this node will run on GPUs: a build with NCCL whose CUDA driver reports
+ * a device (after CUDA_VISIBLE_DEVICES), or DDP_FAKE_GPUS=N > 0 standing in for it in tests.
+ * Otherwise they are CPU ranks, which need MPI for their collectives. */
+static int gpu_ranks(void)
+{
+#if HAVE_NCCL && HAVE_CUDA
+    const char *fake = getenv("DDP_FAKE_GPUS");
+    int64_t n;
+    if (fake && *fake)
+        return ddp_parse_i64(fake, &n) == 0 && n > 0;
+    return ddp_cuda_device_count() > 0;
+#else
+    return 0;
+#endif
+}
+
 /* Exit code of a wait status: the code, or 128 + signal. */
 static int status_code(int st)
 {
@@ -546,8 +565,8 @@ int ddp_cmd_launch(int argc, char **argv)
     }
 
     int use_mpirun = o.spawn == DDP_SPAWN_MPIRUN ||
-                     (o.spawn == DDP_SPAWN_AUTO && !HAVE_NCCL && o.nnodes == 1 &&
-                      o.nproc_per_node > 1);
+                     (o.spawn == DDP_SPAWN_AUTO && o.nnodes == 1 && o.nproc_per_node > 1 &&
+                      !gpu_ranks());
     char mpirun[4096];
     if (use_mpirun) {
         if (!HAVE_MPI || find_in_path("mpirun", mpirun, sizeof mpirun) < 0) {

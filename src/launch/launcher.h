@@ -25,8 +25,9 @@
  *           rank itself and ends the others (SIGTERM, SIGKILL 1 s later: --grace does not
  *           apply) as soon as any rank exits non-zero, 75 included; its exit code is the
  *           launcher's.
- *   auto    mpirun when this build has no GPU collective backend (no NCCL), --nnodes is 1 and
- *           N > 1; env otherwise.
+ *   auto    mpirun when --nnodes is 1, N > 1 and the ranks run on the CPU (no NCCL in this
+ *           build, or its CUDA driver reports no device; DDP_FAKE_GPUS=N stands in for the
+ *           driver in tests); env otherwise.
  * The children's environment drops what belongs to an outer launcher (SLURM_PROCID,
  * SLURM_LOCALID, SLURM_NODEID, SLURM_GTIDS, SLURM_STEP_ID, PMI_*, PMIX_*, OMPI_COMM_WORLD_*,
  * torchrun's variables), so `srun ... ddptrain launch` works: the children see only the

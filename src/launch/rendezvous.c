@@ -291,9 +291,12 @@ static void check_master_is_here(const struct ddp_world *w)
     int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd >= 0) {
         if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRNOTAVAIL)
-            ddp_warn("warning: master address %s (%s) is not an address of this host (%s), "
+            ddp_warn("warning: master address %s%s%s%s is not an address of this host (%s), "
                      "where rank 0 runs: the other ranks will look for the rendezvous there; "
-                     "set MASTER_ADDR to this host", w->master_addr, w->master_host, w->host);
+                     "set MASTER_ADDR to this host", w->master_addr,
+                     strcmp(w->master_host, w->master_addr) ? " (" : "",
+                     strcmp(w->master_host, w->master_addr) ? w->master_host : "",
+                     strcmp(w->master_host, w->master_addr) ? ")" : "", w->host);
         close(fd);
     }
     freeaddrinfo(res);

@@ -140,6 +140,7 @@ int main(int argc, char **argv)
         return free_port();
     if (strcmp(c, "hold-port") == 0 && argc == 4)
         return hold_port(atoi(argv[2]), atof(argv[3]));
-    fprintf(stderr, "usage: launch_cli hostlist|env|launch|bootstrap-test|probe|free-port|hold-port ...\n");
+    fprintf(stderr, "usage: launch_cli hostlist|env|launch|bootstrap-test|probe|free-port|"
+                    "hold-port ...\n");
     return 2;
 }

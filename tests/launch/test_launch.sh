@@ -12,10 +12,11 @@ fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # run ARGS...: stdout in $T/out, stderr in $T/err, exit code in $rc, wall seconds in $dt;
-# clean environment, bounded in time
+# clean environment (no GPU visible, so that `env` lines are the same on GPU hosts), bounded
+# in time
 run() {
     t0=$(date +%s.%N)
-    env -i PATH="$PATH" timeout -k 5 60 "$@" >"$T/out" 2>"$T/err"
+    env -i PATH="$PATH" CUDA_VISIBLE_DEVICES= timeout -k 5 60 "$@" >"$T/out" 2>"$T/err"
     rc=$?
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 }
@@ -191,8 +192,9 @@ run "$BIN" launch --help
 [ $rc -eq 0 ] && grep -q "usage: ddptrain launch" "$T/out" || fail "launch --help: $rc"
 run "$BIN" launch --nproc-per-node 2 --bogus job.ini
 [ $rc -eq 2 ] && grep -q "unknown option '--bogus'" "$T/err" || fail "bogus option: $rc $(cat "$T/err")"
-# CPU ranks on one node need mpirun: without it in PATH the launcher refuses (exit 4)
-env -i PATH=/nonexistent "$BIN" launch --nproc-per-node 2 env >"$T/out" 2>"$T/err"
+# CPU ranks on one node need mpirun: without it in PATH the launcher refuses (exit 4).
+# DDP_FAKE_GPUS=0: no GPU for the ranks, also in a GPU build on a GPU machine.
+env -i PATH=/nonexistent DDP_FAKE_GPUS=0 "$BIN" launch --nproc-per-node 2 env >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc -eq 4 ] && grep -q "talk through MPI" "$T/err" && grep -q -- "--spawn env" "$T/err" ||
     fail "no mpirun: $rc $(cat "$T/err")"
