@@ -5,6 +5,7 @@
 # `scontrol update jobid=J StartTime=now` instead of Slurm's two-minute hold), resumes from the
 # checkpoint on its second start (SLURM_RESTART_COUNT=1) and ends with exit 0 and the same
 # parameters as the same run left alone (submitted at the same time, on the other node).
+# Slurm's own record of the interrupted job must say COMPLETED, exit 0:0, one restart.
 # Skipped (77) where ddptrain writes no checkpoints.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -25,17 +26,18 @@ compgen -G "probe/checkpoints/*.h5" >/dev/null ||
 steps=200
 set+=(--set "train.max_steps=$steps")
 T=$DDP_SRC/slurm/preemptible.sbatch
-# submit NAME: sbatch --wait in the background (it waits through requeues); exit code in NAME.rc
-submit() {
-    (
-        rc=0
-        SR_TIMEOUT=200 sr sbatch --wait -J "p-$1" "$T" "$job" "${set[@]}" \
-            --set "job.output=$CASE_DIR/$1" >"$1.sbatch.txt" 2>&1 || rc=$?
-        echo "$rc" >"$1.rc"
-    ) &
-}
-submit ref
-submit pre
+# The run left alone: sbatch --wait in the background, exit code in ref.rc.
+(
+    rc=0
+    SR_TIMEOUT=200 sr sbatch --wait -J p-ref "$T" "$job" "${set[@]}" \
+        --set "job.output=$CASE_DIR/ref" >ref.sbatch.txt 2>&1 || rc=$?
+    echo "$rc" >ref.rc
+) &
+# The run to interrupt: followed through its requeue with scontrol (below), which also shows
+# Slurm's own view of it (state, exit code, restarts).
+J=$(sr sbatch --parsable -J p-pre "$T" "$job" "${set[@]}" --set "job.output=$CASE_DIR/pre")
+J=${J%%;*}
+[[ $J =~ ^[0-9]+$ ]] || fail "sbatch --parsable gave '$J'"
 
 # wait_for SECONDS WHAT COMMAND...: poll until COMMAND succeeds
 wait_for() {
@@ -46,8 +48,6 @@ wait_for() {
         sleep 0.2
     done
 }
-wait_for 30 "the job id" grep -q '^Submitted batch job' pre.sbatch.txt
-J=$(sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' pre.sbatch.txt)
 # mid-run: after step 20 of 200 is logged
 wait_for 90 "step 20 of job $J" grep -q '"kind":"train".*"step":[2-9][0-9],' pre/metrics.jsonl
 ! grep -q '"kind":"summary"' pre/metrics.jsonl || fail "job $J finished before it could be stopped"
@@ -61,6 +61,18 @@ wait_for 60 "job $J to be requeued (PENDING)" \
 sleep 2
 sr scontrol update jobid="$J" StartTime=now
 echo "job $J pending again: released"
+# until it has ended for good (its record stays MinJobAge = 10 s after that)
+end=$((SECONDS + 120))
+while :; do
+    info=$(sr scontrol show job -o "$J" 2>/dev/null) || info=
+    state=$(sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p' <<<"$info")
+    case $state in
+    "" | PENDING | CONFIGURING | RUNNING | COMPLETING | REQUEUED | REQUEUE_FED | SUSPENDED) ;;
+    *) break ;;
+    esac
+    ((SECONDS < end)) || fail "job $J did not end within 120 s after the release ($state)"
+    sleep 0.3
+done
 wait
 
 out=$(cat ./p-pre-"$J".out)
@@ -69,7 +81,10 @@ grep -v '^  \[' <<<"$out"
 echo "=== uninterrupted run"
 grep -E '^(job|done|ddptrain exited)' ./p-ref-*.out
 expect_eq "$(cat ref.rc)" 0 "uninterrupted: sbatch --wait exit code"
-expect_eq "$(cat pre.rc)" 0 "interrupted: sbatch --wait exit code (after the requeue)"
+echo "job $J at the end: $(grep -oE '(JobState|Restarts|ExitCode)=[^ ]*' <<<"$info" | tr '\n' ' ')"
+expect_eq "$state" COMPLETED "interrupted: final state of job $J"
+grep -q ' Restarts=1 ' <<<"$info" || fail "interrupted: job $J does not show Restarts=1"
+grep -q ' ExitCode=0:0 ' <<<"$info" || fail "interrupted: job $J does not show ExitCode=0:0"
 grep -q "^job $J start 1 (restart count 0)" <<<"$out" || fail "no first start"
 grep -q '^stopped by signal 10 at step' <<<"$out" || fail "ddptrain did not stop on USR1"
 grep -q '^ddptrain exited 75;' <<<"$out" || fail "first start: srun did not exit 75"
