@@ -616,11 +616,17 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
                         void (*layer_done)(void *ctx, int layer), void *ctx)
 {
     const struct ddp_backend *be = m->be;
-    for (int i = m->nlayers - 1; i >= 0; i--) {
+    /* below the first layer with parameters no gradient is needed (flatten, linear: the
+     * first linear's input gradient would be pure waste) */
+    int first = m->nlayers;
+    for (int i = 0; i < m->nlayers && first == m->nlayers; i++)
+        if (m->layers[i].w_n)
+            first = i;
+    for (int i = m->nlayers - 1; i >= first; i--) {
         struct ddp_layer *l = &m->layers[i];
         const struct ddp_layer_spec *s = &l->spec;
         const float *inp = i ? m->layers[i - 1].out : x;
-        float *dinp = i ? m->layers[i - 1].dout : NULL;
+        float *dinp = i > first ? m->layers[i - 1].dout : NULL;
         float *w = m->params + l->w_off;
         float *dw = m->grads + l->w_off, *db = m->grads + l->b_off;
         size_t n = (size_t)B * l->out_elems;
