@@ -89,6 +89,9 @@ static const struct key_def g_keys[] = {
      "compute threads per rank; auto = SLURM_CPUS_PER_TASK, else cores / local ranks"},
     {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0, "fp32|tf32",
      "GEMM precision (tf32 only on GPUs)"},
+    {"train", "device", T_ENUM, F(device), "auto", 0, 0, "auto|cpu|cuda",
+     "where each rank computes: auto takes its bound GPU when this build has CUDA and the node "
+     "has GPUs, else the CPU"},
     {"train", "max_steps", T_INT, F(max_steps), "0", 0, 1e15, NULL,
      "stop after this many steps in all (0: run every epoch); for tests and smoke runs"},
 

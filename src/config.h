@@ -23,8 +23,9 @@ enum ddp_optim_kind { DDP_OPTIM_SGD, DDP_OPTIM_ADAM, DDP_OPTIM_ADAMW };
 enum ddp_schedule { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE };
 enum ddp_lr_scaling { DDP_LR_SCALING_NONE, DDP_LR_SCALING_LINEAR, DDP_LR_SCALING_SQRT };
 enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32 };
+enum ddp_device { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_CUDA };
 enum ddp_dist_backend { DDP_DIST_AUTO, DDP_DIST_NCCL, DDP_DIST_MPI, DDP_DIST_NONE };
-enum ddp_bootstrap { DDP_BOOTSTRAP_AUTO, DDP_BOOTSTRAP_PMI2, DDP_BOOTSTRAP_MPI, DDP_BOOTSTRAP_TCP };
+/* [dist] bootstrap is stored as enum ddp_bootstrap_kind of launch/bootstrap.h (same order). */
 
 struct ddp_job {
     char path[DDP_PATH_MAX]; /* the job file as given */
@@ -55,13 +56,14 @@ struct ddp_job {
     /* [train] */
     int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
     int precision; /* enum ddp_precision */
+    int device;    /* enum ddp_device */
     /* [checkpoint] */
     int64_t ckpt_every_epochs, ckpt_every_steps, ckpt_keep;
     char resume[DDP_PATH_MAX];
     char signals[128];
     /* [dist] */
     int backend;   /* enum ddp_dist_backend */
-    int bootstrap; /* enum ddp_bootstrap */
+    int bootstrap; /* enum ddp_bootstrap_kind (launch/bootstrap.h): auto, pmi2, mpi, tcp */
     double bucket_mb, timeout_s;
     int64_t port, check_every;
     int sync_bn;

@@ -16,6 +16,12 @@
 #if HAVE_MPI
 #include <mpi.h>
 #endif
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+#if HAVE_NCCL
+#include "comm/comm_nccl.h"
+#endif
 
 char *openblas_get_config(void);
 
@@ -42,7 +48,11 @@ static int print_version(void)
     unsigned maj, min, rel;
     H5get_libversion(&maj, &min, &rel);
     printf("ddptrain %s\n", DDP_VERSION);
-    printf("compute backends: cpu (%s)\n", openblas_get_config());
+    printf("compute backends: cpu (%s)", openblas_get_config());
+#if HAVE_CUDA
+    printf(", cuda (%s)", ddp_cuda_version_string());
+#endif
+    printf("\n");
     printf("comm backends: self");
 #if HAVE_MPI
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -52,6 +62,9 @@ static int print_version(void)
     if (nl)
         *nl = '\0';
     printf(", mpi (%s)", lib);
+#endif
+#if HAVE_NCCL
+    printf(", nccl (%s)", ddp_nccl_version_string());
 #endif
     printf("\nbootstrap: %s\n", HAVE_PMI2 ? "pmi2, mpi, tcp" : "mpi, tcp");
     printf("hdf5: %u.%u.%u\n", maj, min, rel);

@@ -27,12 +27,20 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "ddp.h"
+#include "launch/binding.h"
+#include "launch/bootstrap.h"
 #include "launch/world.h"
 #include "metrics.h"
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "optim.h"
 #include "util.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+#if HAVE_NCCL
+#include "comm/comm_nccl.h"
+#endif
 
 #define HOST_FIELD DDP_HOST_MAX /* bytes per rank in the gathered host table */
 
@@ -53,6 +61,10 @@ struct trainer {
     int64_t steps_per_epoch;
     const char *eval_only; /* `ddptrain eval`: the checkpoint or weights file to evaluate */
     ddp_liveness *liveness; /* names dead peers when a collective fails */
+    ddp_comm *boot_comm;    /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
+    char device[160];       /* "cpu" or "cuda:N (name)" */
+    float *dev_x;           /* (B, in_elems) batch in device memory; NULL on the CPU */
+    int32_t *dev_y;         /* (B) labels in device memory */
 };
 
 static void usage(FILE *f)
@@ -212,6 +224,17 @@ static void sync_sums(void *ctx, double *buf, size_t n)
     ddp_comm_allreduce((ddp_comm *)ctx, buf, n, DDP_F64);
 }
 
+/* On a GPU, copy the loader's host batch into device memory and point x, y at it. */
+static void to_device(struct trainer *t, const float **x, const int32_t **y, int n)
+{
+    if (!t->dev_x)
+        return;
+    t->be->upload(t->dev_x, *x, sizeof(float) * (size_t)n * t->model.in_elems);
+    t->be->upload(t->dev_y, *y, sizeof(int32_t) * (size_t)n);
+    *x = t->dev_x;
+    *y = t->dev_y;
+}
+
 /* Distributed evaluation: each rank takes its share of the test split; sums are reduced. */
 static void evaluate(struct trainer *t, double *loss, double *acc)
 {
@@ -224,6 +247,7 @@ static void evaluate(struct trainer *t, double *loss, double *acc)
     const int32_t *y;
     int n;
     while ((n = ddp_loader_next(t->test_loader, &x, &y, err, sizeof err)) > 0) {
+        to_device(t, &x, &y, n);
         const float *logits = ddp_model_forward(&t->model, x, n, 0, 0);
         int64_t correct = 0;
         sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0);
@@ -272,6 +296,7 @@ static int install_signals(const struct ddp_job *job, int install, char *err, si
         {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
     };
     char buf[sizeof job->signals], where[DDP_PATH_MAX + 64], *save = NULL;
+    int usr1 = 0, term = 0;
     snprintf(buf, sizeof buf, "%s", job->signals);
     for (char *tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
         if (!strcasecmp(tok, "none"))
@@ -285,6 +310,8 @@ static int install_signals(const struct ddp_job *job, int install, char *err, si
             return ddp_err(err, errlen, "%s: unknown signal '%s'; expected names such as USR1, "
                            "USR2, TERM, INT, HUP, XCPU, or none",
                            ddp_job_where(job, "checkpoint", "signals", where, sizeof where), tok);
+        usr1 |= sig == SIGUSR1;
+        term |= sig == SIGTERM;
         if (!install)
             continue;
         struct sigaction sa;
@@ -293,6 +320,10 @@ static int install_signals(const struct ddp_job *job, int install, char *err, si
         sigemptyset(&sa.sa_mask);
         sigaction(sig, &sa, NULL);
     }
+    if (install && !usr1) /* main caught these early; the job did not ask for them */
+        signal(SIGUSR1, SIG_DFL);
+    if (install && !term)
+        signal(SIGTERM, SIG_DFL);
     return 0;
 }
 
@@ -432,6 +463,7 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 for (int i = 0; i < n; i++)
                     fprintf(sample_log, "%lld %lld\n", (long long)epoch, (long long)idx[i]);
             }
+            to_device(t, &x, &y, n);
             double lr = ddp_optim_lr(&t->optim, epoch, step, spe);
             uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
                              ((uint64_t)step << 20) ^ (uint64_t)rank;
@@ -663,22 +695,74 @@ int ddp_cmd_train(int argc, char **argv)
     ddp_log_set_identity(w->host, w->rank, w->world_size);
     if (w->warning[0] && w->rank == 0)
         ddp_warn("warning: %s", w->warning);
-    if (job->backend == DDP_DIST_NCCL) {
-        ddp_warn("[dist] backend = nccl, but this ddptrain was built without NCCL; use mpi on "
-                 "CPUs (ddptrain --version lists the backends)");
+    /* device: the rank's bound GPU (binding doctor) or the CPU */
+    int use_cuda = 0;
+    struct ddp_binding bind = {.device = -1};
+#if HAVE_CUDA
+    int ndev = ddp_cuda_device_count();
+    if (job->device == DDP_DEVICE_CUDA ||
+        (job->device == DDP_DEVICE_AUTO && (ndev > 0 || job->backend == DDP_DIST_NCCL))) {
+        if (ddp_binding_compute(w->local_rank, w->local_size, ndev, 1, NULL, NULL, &bind, err,
+                                sizeof err) != 0) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_LAUNCH;
+        }
+        t->be = ddp_backend_cuda(bind.device, job->precision == DDP_PRECISION_TF32, err,
+                                 sizeof err);
+        if (!t->be) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_LAUNCH;
+        }
+        use_cuda = 1;
+    }
+#else
+    if (job->device == DDP_DEVICE_CUDA || job->backend == DDP_DIST_NCCL) {
+        ddp_warn("[train] device = cuda or [dist] backend = nccl, but this ddptrain was built "
+                 "without CUDA/NCCL; use the CPU (ddptrain --version lists the backends)");
         return DDP_EXIT_LAUNCH;
     }
+#endif
+    if (!use_cuda)
+        t->be = ddp_backend_cpu();
+    if (use_cuda && job->backend == DDP_DIST_MPI && w->world_size > 1) {
+        ddp_warn("[dist] backend = mpi cannot reduce GPU gradients; use backend = nccl (or auto), "
+                 "or [train] device = cpu");
+        return DDP_EXIT_USAGE;
+    }
     static const char *backends[] = {"auto", "nccl", "mpi", "none"};
-    t->comm = ddp_comm_create(backends[job->backend], w, job->timeout_s, err, sizeof err);
+    const char *comm_kind = backends[job->backend];
+#if HAVE_NCCL
+    if (use_cuda && (job->backend == DDP_DIST_NCCL ||
+                     (job->backend == DDP_DIST_AUTO && w->world_size > 1))) {
+        if (job->bootstrap == DDP_BOOTSTRAP_MPI) { /* the NCCL id travels by MPI_Bcast */
+            t->boot_comm = ddp_comm_create("mpi", w, job->timeout_s, err, sizeof err);
+            if (!t->boot_comm) {
+                ddp_warn("%s", err);
+                return DDP_EXIT_LAUNCH;
+            }
+        }
+        ddp_comm_nccl_configure(bind.device, (enum ddp_bootstrap_kind)job->bootstrap,
+                                t->boot_comm);
+        comm_kind = "nccl";
+    }
+#endif
+    t->comm = ddp_comm_create(comm_kind, w, job->timeout_s, err, sizeof err);
     if (!t->comm) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
+    if (use_cuda) {
+        snprintf(t->device, sizeof t->device, "cuda:%d", bind.device);
+#if HAVE_CUDA
+        snprintf(t->device, sizeof t->device, "cuda:%d (%s)", bind.device,
+                 ddp_cuda_device_string());
+#endif
+    } else {
+        snprintf(t->device, sizeof t->device, "cpu");
+    }
     g_comm = t->comm;
     ddp_set_abort_hook(abort_hook);
-    signal(SIGUSR1, SIG_DFL); /* main's early catch-all gives way to the job's list */
-    signal(SIGTERM, SIG_DFL);
-    install_signals(job, 1, err, sizeof err);
+    install_signals(job, 1, err, sizeof err); /* after MPI_Init; replaces main's catch-all */
     t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
     char me[HOST_FIELD];
     snprintf(me, sizeof me, "%s", w->host);
@@ -688,7 +772,6 @@ int ddp_cmd_train(int argc, char **argv)
         ddp_comm_set_peer_probe(t->comm, ddp_liveness_probe, t->liveness);
     }
 
-    t->be = ddp_backend_cpu();
     t->threads = choose_threads(job, w);
     if (t->be->set_threads)
         t->be->set_threads(t->threads);
@@ -709,6 +792,10 @@ int ddp_cmd_train(int argc, char **argv)
     if (rc)
         goto done;
     struct ddp_model *m = &t->model;
+    if (t->be != ddp_backend_cpu()) {
+        t->dev_x = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
+        t->dev_y = t->be->alloc(sizeof(int32_t) * (size_t)job->batch_size);
+    }
     ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
     if (ddp_sync_check_fingerprint(&t->sync, err, sizeof err) != 0) {
         if (w->rank == 0)
@@ -769,9 +856,10 @@ int ddp_cmd_train(int argc, char **argv)
     ddp_model_describe(m, desc, sizeof desc);
     int64_t dims[3];
     int nd = ddp_h5split_shape(t->train, dims);
-    ddp_log("ddptrain %s: job %s (%s), %d rank%s, launcher %s, comm %s, %d thread%s per rank",
+    ddp_log("ddptrain %s: job %s (%s), %d rank%s, launcher %s, comm %s, device %s, %d "
+            "thread%s per rank",
             DDP_VERSION, job->name, job->path, w->world_size, w->world_size > 1 ? "s" : "",
-            ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->threads,
+            ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->device, t->threads,
             t->threads > 1 ? "s" : "");
     char shape[96];
     if (nd == 1)
@@ -799,6 +887,10 @@ done:
     ddp_sampler_free(&t->test_sampler);
     ddp_optim_free(&t->optim);
     ddp_sync_free(&t->sync);
+    if (t->dev_x) {
+        t->be->free(t->dev_x);
+        t->be->free(t->dev_y);
+    }
     ddp_model_free(&t->model);
     ddp_h5split_close(t->train);
     ddp_h5split_close(t->test);
@@ -807,6 +899,8 @@ done:
     ddp_set_abort_hook(NULL);
     g_comm = NULL;
     ddp_comm_destroy(t->comm);
+    ddp_comm_destroy(t->boot_comm);
+    ddp_bootstrap_finalize();
     ddp_liveness_destroy(t->liveness);
     ddp_job_free(&t->job);
     return rc;

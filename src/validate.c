@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ddp_build.h"
@@ -33,6 +36,9 @@
 #define BOOT_ID_LEN 48
 #define CPUSET_BYTES 128 /* 1024 CPUs: as much as glibc's cpu_set_t holds */
 #define REASON_LEN 512
+/* Measurement rounds at most: a rank below the threshold after the first is measured again
+ * with all the others, twice; its best round counts. */
+#define RATE_ROUNDS 3
 
 static void usage(FILE *f)
 {
@@ -66,10 +72,14 @@ void ddp_validate_config_defaults(struct ddp_validate_config *c)
     c->gemm_n_quick = 1024;
     c->gemm_reps = 5;
     c->gemm_reps_quick = 3;
+    c->gemm_s = 3;
+    c->gemm_s_quick = 1;
     c->triad_mib = 256;
     c->triad_mib_quick = 64;
     c->triad_reps = 10;
     c->triad_reps_quick = 5;
+    c->triad_s = 2;
+    c->triad_s_quick = 0.5;
     c->ar_min_bytes = 8;
     c->ar_max_bytes = (int64_t)256 << 20;
     c->ar_max_bytes_quick = (int64_t)16 << 20;
@@ -100,10 +110,14 @@ static const struct key g_keys[] = {
     K("gemm", "n_quick", KEY_INT, gemm_n_quick, 16, DDP_VALIDATE_MAX_GEMM_N),
     K("gemm", "reps", KEY_INT, gemm_reps, 1, 1000),
     K("gemm", "reps_quick", KEY_INT, gemm_reps_quick, 1, 1000),
+    K("gemm", "seconds", KEY_F64, gemm_s, 0, 3600),
+    K("gemm", "seconds_quick", KEY_F64, gemm_s_quick, 0, 3600),
     K("triad", "mib", KEY_I64, triad_mib, 1, 1 << 16),
     K("triad", "mib_quick", KEY_I64, triad_mib_quick, 1, 1 << 16),
     K("triad", "reps", KEY_INT, triad_reps, 1, 1000),
     K("triad", "reps_quick", KEY_INT, triad_reps_quick, 1, 1000),
+    K("triad", "seconds", KEY_F64, triad_s, 0, 3600),
+    K("triad", "seconds_quick", KEY_F64, triad_s_quick, 0, 3600),
     K("allreduce", "min_bytes", KEY_I64, ar_min_bytes, 4, (double)DDP_VALIDATE_MAX_BYTES),
     K("allreduce", "max_bytes", KEY_I64, ar_max_bytes, 4, (double)DDP_VALIDATE_MAX_BYTES),
     K("allreduce", "max_bytes_quick", KEY_I64, ar_max_bytes_quick, 4,
@@ -167,8 +181,7 @@ static int on_ini(void *user, const char *section, const char *name, const char 
                                     : ddp_parse_i64(value, &iv) == 0;
         if (k->type != KEY_F64)
             v = (double)iv;
-        if (!ok || !(v >= k->lo && v <= k->hi) ||
-            (k->type == KEY_F64 && k->lo == 0 && !strcmp(name, "min_fraction") && v <= 0)) {
+        if (!ok || !(v >= k->lo && v <= k->hi)) {
             ddp_err(x->err, x->errlen, "%s:%d: [%s] %s: '%s'; expected %s from %g to %g",
                     x->path, lineno, section, name, value,
                     k->type == KEY_F64 ? "a number" : "an integer", k->lo, k->hi);
@@ -183,8 +196,12 @@ static int on_ini(void *user, const char *section, const char *name, const char 
             *(double *)field = v;
         return 1;
     }
-    ddp_err(x->err, x->errlen, "%s:%d: unknown key [%s] %s (configs/validate.ini lists them)",
-            x->path, lineno, section, name);
+    if (!section[0])
+        ddp_err(x->err, x->errlen, "%s:%d: key %s before any [section]", x->path, lineno, name);
+    else
+        ddp_err(x->err, x->errlen,
+                "%s:%d: unknown key [%s] %s (configs/validate.ini lists them)", x->path, lineno,
+                section, name);
     x->failed = 1;
     return 0;
 }
@@ -351,11 +368,13 @@ static int choose_threads(const struct ddp_validate_config *cfg, const struct dd
 
 /* Turns for the rate measurements: ranks of one machine (same boot id) whose threads exceed
  * the CPUs they may use between them would measure each other, so they take turns, one rank
- * of each such machine at a time. Returns the number of turns; *mine is this rank's. */
-static int measurement_turns(const struct rank_info *all, int W, int me, int *mine)
+ * of each such machine at a time. Returns the number of turns; *mine is this rank's, *shared
+ * whether this rank's machine is one of those. */
+static int measurement_turns(const struct rank_info *all, int W, int me, int *mine, int *shared)
 {
     int turns = 1;
     *mine = 0;
+    *shared = 0;
     for (int r = 0; r < W; r++) {
         int first = 1, count = 0, threads = 0, pos_me = -1;
         for (int q = 0; q < r && first; q++)
@@ -383,10 +402,53 @@ static int measurement_turns(const struct rank_info *all, int W, int me, int *mi
             continue;
         if (count > turns)
             turns = count;
-        if (pos_me >= 0)
+        if (pos_me >= 0) {
             *mine = pos_me;
+            *shared = 1;
+        }
     }
     return turns;
+}
+
+/* Machine-wide lock of a run whose ranks take turns (a machine with more threads than CPUs),
+ * taken by the first rank there before the first turn and held to the end of the run, so that
+ * another such run on the machine (a job step in parallel: the nodes of a test cluster share
+ * one machine) neither measures while this one does nor loads the machine with its all-reduce
+ * sweep while this one measures. Returns the descriptor (closed at exit, which releases it),
+ * or -1: no lock (/tmp not writable, or held by another process for MACHINE_LOCK_WAIT_S, after
+ * which this run just measures alongside, as two runs without the lock would). */
+#define MACHINE_LOCK_PATH "/tmp/ddptrain-validate.lock"
+#define MACHINE_LOCK_WAIT_S 60.0
+static int machine_lock(void)
+{
+    int fd = open(MACHINE_LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return -1;
+    fchmod(fd, 0666); /* umask: let other users' runs take it too */
+    const double t0 = ddp_now();
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+        if (ddp_now() - t0 > MACHINE_LOCK_WAIT_S) {
+            ddp_warn("validate: %s held for over %.0f s by another process; measuring anyway",
+                     MACHINE_LOCK_PATH, MACHINE_LOCK_WAIT_S);
+            close(fd);
+            return -1;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return fd;
+}
+
+static void machine_unlock(int fd)
+{
+    if (fd >= 0) {
+        flock(fd, LOCK_UN);
+        close(fd);
+    }
 }
 
 /* ---- judging (rank 0) -------------------------------------------------------------------- */
@@ -468,6 +530,16 @@ static double median_of(const struct rank_info *ri, int W, int triad)
     }
     free(v);
     return m;
+}
+
+/* Whether a rank's GEMM or triad rate is below frac x the median (every rank decides alike). */
+static int rates_below(const struct rank_info *ri, int W, double frac)
+{
+    double mg = median_of(ri, W, 0), mt = median_of(ri, W, 1);
+    for (int r = 0; r < W; r++)
+        if (ri[r].gemm < frac * mg || (ri[r].triad >= 0 && ri[r].triad < frac * mt))
+            return 1;
+    return 0;
 }
 
 static void judge_rates(struct report *rep, double frac, double med_gemm, double med_triad)
@@ -568,7 +640,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
             add_failure(rep, r, "golden",
                         "rank %d on %s: golden run parameters changed in memory between steps "
                         "%d and %d while nothing wrote them (silent data corruption)",
-                        r, rep->ri[r].host, g->at_rest[r], g->at_rest[r] + 1);
+                        r, rep->ri[r].host, g->at_rest[r] - 1, g->at_rest[r]);
         }
     /* 2. final hashes: the value a strict majority holds is right */
     int best = 0, best_count = 0;
@@ -897,11 +969,11 @@ static int write_json(const char *path, const struct report *rep, const struct r
         const struct ddp_validate_ar_row *x = &ar[s];
         fprintf(f, "%s\n    {\"bytes\": %lld, \"count\": %lld, \"time_us\": ", s ? "," : "",
                 (long long)x->bytes, (long long)x->count);
-        json_num(f, x->time_s * 1e6, "%.3f");
+        json_num(f, x->time_s * 1e6, "%.6g");
         fprintf(f, ", \"algbw_gbs\": ");
-        json_num(f, x->algbw, "%.4f");
+        json_num(f, x->algbw, "%.6g");
         fprintf(f, ", \"busbw_gbs\": ");
-        json_num(f, x->busbw, "%.4f");
+        json_num(f, x->busbw, "%.6g");
         fprintf(f, ", \"iters\": %d, \"blocks\": %d, \"wrong_elements\": %lld}", x->iters,
                 x->blocks, (long long)wrong);
     }
@@ -1028,6 +1100,8 @@ static int find_reference(const char *given, const char *backend, int W, char *p
 
 static ddp_comm *g_comm; /* for the die hook */
 
+static void barrier_cb(void *c) { ddp_comm_barrier(c); }
+
 static void abort_hook(int code)
 {
     if (g_comm && ddp_comm_size(g_comm) > 1)
@@ -1137,8 +1211,9 @@ int ddp_cmd_validate(int argc, char **argv)
     /* rank 0 finds and reads the reference now: a bad file is a usage error before any work */
     struct ddp_validate_ref ref;
     memset(&ref, 0, sizeof ref);
-    int have_ref = 0, code = 0;
-    char ref_path[DDP_PATH_MAX + 64] = "", no_ref[DDP_ERR_LEN] = "", rec_path[DDP_PATH_MAX + 64] = "";
+    int have_ref = 0, code = 0, lock = -1;
+    char ref_path[DDP_PATH_MAX + 64] = "", rec_path[DDP_PATH_MAX + 64] = "";
+    char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX] = "";
     const char *given = reference ? reference : cfg.reference[0] ? cfg.reference : NULL;
     if (me == 0 && !record) {
         if (find_reference(given, be->name, W, ref_path, sizeof ref_path, no_ref,
@@ -1178,7 +1253,7 @@ int ddp_cmd_validate(int argc, char **argv)
     struct rank_info mine, *all = ddp_calloc((size_t)W, sizeof *all);
     inventory(&mine, &w, threads);
     ddp_comm_allgather(c, &mine, all, sizeof mine);
-    int my_turn, turns = measurement_turns(all, W, me, &my_turn);
+    int my_turn, shared, turns = measurement_turns(all, W, me, &my_turn, &shared);
     const int gemm_n = quick ? cfg.gemm_n_quick : cfg.gemm_n;
     const int64_t triad_mib = quick ? cfg.triad_mib_quick : cfg.triad_mib;
     ddp_log("ddptrain %s validate%s: %d rank%s, launcher %s, comm %s, backend %s, %d thread%s "
@@ -1187,19 +1262,44 @@ int ddp_cmd_validate(int argc, char **argv)
             ddp_launcher_name(w.launcher), ddp_comm_name(c), be->name, threads,
             threads == 1 ? "" : "s",
             turns > 1 ? "; ranks sharing CPUs measure their rates in turns" : "");
-    for (int t = 0; t < turns; t++) {
-        ddp_comm_barrier(c);
-        if (t != my_turn)
-            continue;
-        mine.gemm = ddp_validate_gemm(be, gemm_n, quick ? cfg.gemm_reps_quick : cfg.gemm_reps,
-                                      ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_GEMM,
-                                                              me));
-        mine.triad = ddp_validate_triad(
-            triad_mib, quick ? cfg.triad_reps_quick : cfg.triad_reps, threads,
-            ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, me));
+    if (shared && my_turn == 0)
+        lock = machine_lock();
+    /* rounds: when a rank falls below the threshold, everybody measures again under the same
+     * conditions (a passing cloud of noise clears; a slow rank stays slow), best round counts */
+    int rounds = 0;
+    mine.gemm = 0;
+    mine.triad = 0;
+    for (int round = 0; round < RATE_ROUNDS; round++) {
+        for (int t = 0; t < turns; t++) {
+            /* the measuring ranks line up in the kernels' sync; the others meet them there */
+            double g = 0, tr = 0;
+            if (t != my_turn) {
+                ddp_comm_barrier(c);
+                ddp_comm_barrier(c);
+                continue;
+            }
+            g = ddp_validate_gemm(
+                be, gemm_n, quick ? cfg.gemm_reps_quick : cfg.gemm_reps,
+                quick ? cfg.gemm_s_quick : cfg.gemm_s,
+                ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_GEMM, me), barrier_cb, c);
+            tr = ddp_validate_triad(
+                triad_mib, quick ? cfg.triad_reps_quick : cfg.triad_reps,
+                quick ? cfg.triad_s_quick : cfg.triad_s, threads,
+                ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, me), barrier_cb, c);
+            if (g > mine.gemm)
+                mine.gemm = g;
+            if (tr < 0 || mine.triad < 0) /* wrong values once: wrong */
+                mine.triad = -1;
+            else if (tr > mine.triad)
+                mine.triad = tr;
+        }
+        ddp_comm_allgather(c, &mine, all, sizeof mine);
+        rounds++;
+        if (!rates_below(all, W, cfg.min_fraction))
+            break;
     }
-    ddp_comm_allgather(c, &mine, all, sizeof mine);
-    ddp_log("rates measured (%.1f s); all-reduce sweep", ddp_now() - t_start);
+    ddp_log("rates measured in %d round%s (%.1f s); all-reduce sweep", rounds,
+            rounds == 1 ? "" : "s", ddp_now() - t_start);
 
     /* the all-reduce sweep; every rank's checks to everybody */
     struct ddp_validate_ar_opts ao = {
@@ -1271,6 +1371,7 @@ done_run:
     free(ar_all);
     free(all);
 done:
+    machine_unlock(lock);
     ddp_validate_ref_free(&ref);
     ddp_set_abort_hook(NULL);
     g_comm = NULL;

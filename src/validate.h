@@ -8,12 +8,18 @@
  *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
  *              the CPU backend.
  *  gemm        square f32 GEMM (N x N x N) through the backend's linear_fwd (cblas_sgemm on
- *              the CPU backend) with the rank's threads, best of reps, in GFLOP/s = 2N^3/t.
- *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, best of
- *              reps, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as STREAM).
+ *              the CPU backend) with the rank's threads, in GFLOP/s = 2N^3/t, the best call
+ *              of a window of a few seconds that all ranks measuring together share.
+ *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, the
+ *              best pass, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as STREAM).
  *              gemm and triad are compared with the median over all ranks: below
- *              min_fraction (0.9) of it fails. Ranks of one machine (same kernel boot id) whose
- *              threads exceed its CPUs take turns, so that they do not measure each other.
+ *              min_fraction (0.9) of it fails, after two more rounds of measurements of
+ *              every rank (only when one is below it), each rank's best round counting.
+ *              Ranks of one machine (same kernel boot id) whose threads exceed its CPUs
+ *              take turns, so that they do not measure each other;
+ *              such a run holds a machine-wide lock (/tmp/ddptrain-validate.lock) from its
+ *              first turn to its end, so that two of them on one machine (job steps in
+ *              parallel) do not disturb each other's measurements either.
  *  allreduce   in-place f32 sum through the comm layer over a sweep of sizes (8 B .. 256 MiB,
  *              factor 2; --quick up to 16 MiB). Rank r sends w_r * (i % 7 + 1) with integer
  *              weights w_r small enough that every partial sum is exact in float; every
@@ -31,7 +37,8 @@
  *              reference is a warning, not a failure).
  *
  * Fault injection (test hooks, DDP_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
- *   slow_gemm:R      rank R sleeps as long as each timed GEMM took (half the rate)
+ *   slow_gemm:R      rank R sleeps 9 times as long as each timed GEMM took (a tenth of
+ *                    the rate)
  *   slow_triad:R     the same for the triad
  *   bad_allreduce:R  rank R flips a bit of one element of every all-reduce input it builds
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
@@ -71,9 +78,11 @@ struct ddp_validate_config {
     double timeout_s;    /* deadline of every collective */
     /* [gemm] */
     int gemm_n, gemm_n_quick, gemm_reps, gemm_reps_quick;
+    double gemm_s, gemm_s_quick; /* repeat for at least this long (the best call counts) */
     /* [triad] */
     int64_t triad_mib, triad_mib_quick; /* MiB per array (three arrays) */
     int triad_reps, triad_reps_quick;
+    double triad_s, triad_s_quick;
     /* [allreduce] */
     int64_t ar_min_bytes, ar_max_bytes, ar_max_bytes_quick;
     int ar_blocks, ar_blocks_quick; /* timed blocks per size (median reported) */
@@ -114,12 +123,16 @@ int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_valida
 
 /* ---- measurements (validate_bench.c) ------------------------------------------------------ */
 
-/* GFLOP/s of the best of reps square N GEMMs through be->linear_fwd (after one warm-up).
- * slow: sleep as long as each timed call took (fault injection). */
-double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, int slow);
-/* GB/s of the best of reps triads over three arrays of mib MiB each, on threads threads;
- * -1 when an element of the result is wrong (memory that does not hold what was written). */
-double ddp_validate_triad(int64_t mib, int reps, int threads, int slow);
+/* GFLOP/s of a square N GEMM through be->linear_fwd; GB/s of the triad over three arrays of
+ * mib MiB each on threads threads (-1 when an element of the result is wrong: memory that
+ * does not hold what was written). After the warm-up each calls sync(sync_ctx) (NULL: none;
+ * validate passes a barrier, which every rank not measuring calls as well), then times calls
+ * for `seconds` between guard bands of two calls (at least reps counted) and returns the best.
+ * slow: sleep 9 times as long as each call took (fault injection). */
+double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
+                         void (*sync)(void *), void *sync_ctx);
+double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
+                          void (*sync)(void *), void *sync_ctx);
 
 /* ---- the all-reduce sweep (validate_allreduce.c) ------------------------------------------ */
 

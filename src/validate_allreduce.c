@@ -110,13 +110,18 @@ int ddp_validate_allreduce_sweep(ddp_comm *c, const struct ddp_validate_ar_opts 
         int64_t in_first = -1;
         double in_got, in_want;
         row->input_bad = check(buf, n, w, &in_first, &in_got, &in_want) != 0;
+        double chk = ddp_now();
         ddp_comm_allreduce(c, buf, (size_t)n, DDP_F32);
+        chk = ddp_now() - chk;
         row->bad_elems = check(buf, n, S, &row->first_bad, &row->got, &row->want);
 
-        /* timing on zeros: warm-up, one call to size the blocks, then the blocks */
+        /* timing on zeros: warm-up, a short block to size the blocks (a quarter of one, by
+         * the checked call's time), then the blocks */
         memset(buf, 0, (size_t)row->bytes);
         ddp_comm_allreduce(c, buf, (size_t)n, DDP_F32);
-        double one = time_block(c, buf, n, 1);
+        ddp_comm_allreduce_max(c, &chk, 1, DDP_F64);
+        double k = chk > 0 ? 0.25 * o->block_s / chk : 100;
+        double one = time_block(c, buf, n, k < 1 ? 1 : k > 100 ? 100 : (int)k);
         int iters = one > 0 ? (int)(o->block_s / one) : AR_MAX_ITERS;
         iters = iters < 1 ? 1 : iters > AR_MAX_ITERS ? AR_MAX_ITERS : iters;
         for (int b = 0; b < blocks; b++)

@@ -3,8 +3,14 @@
  * backend (cblas_sgemm on the CPU) and STREAM's triad on the rank's threads. See validate.h.
  *
  * Dimension letters: N the GEMM side, n the elements of one triad array, T threads.
- * Both report the best of their repetitions: the rate the node can reach, which is what a
- * comparison with the other ranks needs; noise only ever makes a repetition slower.
+ *
+ * Timing: after a warm-up, the caller's sync (a barrier) lines the ranks up; then each rank
+ * repeats its kernel for a window of `seconds` plus a guard band of two calls at each end,
+ * and counts only the calls that lie inside the window. Ranks that measure at the same time
+ * (they share memory bandwidth, caches and power) thus all compete over every counted call:
+ * none gets a quiet moment because another started late or finished early. The best counted
+ * call is reported: the rate the node can reach under that load; noise (another process, a
+ * page fault, a timer tick) only ever makes a call slower.
  * What they leave to others: comparing ranks, taking turns on a shared machine (validate.c).
  */
 #include <pthread.h>
@@ -14,6 +20,12 @@
 
 #include "util.h"
 #include "validate.h"
+
+/* Most calls however short they are (a bound on a tiny N under a long window). */
+#define MAX_REPS 100000
+/* Fault injection: a slow rank sleeps this many times as long as the work took (a tenth of
+ * the rate: far outside any noise, so the test that injects it is not flaky). */
+#define SLOW_FACTOR 9.0
 
 /* Sleep for s seconds (fault injection: a slow rank). */
 static void sleep_s(double s)
@@ -25,7 +37,55 @@ static void sleep_s(double s)
     }
 }
 
-double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, int slow)
+/* Run pass(ctx) (work units per call) in the window described above; returns the best rate
+ * in units per second of the counted calls. At least reps calls are counted: a window too
+ * short for them is extended. */
+static double windowed_best(void (*pass)(void *), void *ctx, double work, int reps,
+                            double seconds, int slow)
+{
+    const double t0 = ddp_now();
+    double guard = -1, best = 0;
+    int counted = 0;
+    if (reps < 1)
+        reps = 1;
+    for (int r = 0; r < MAX_REPS; r++) {
+        const double a = ddp_now();
+        pass(ctx);
+        if (slow)
+            sleep_s(SLOW_FACTOR * (ddp_now() - a));
+        const double b = ddp_now();
+        if (guard < 0) { /* the first call sizes the guard band and is never counted */
+            guard = 2 * (b - a);
+            continue;
+        }
+        const double lo = t0 + guard, hi = t0 + guard + seconds;
+        if ((a >= lo && b <= hi) || (b > hi && counted < reps)) {
+            counted++;
+            if (work / (b - a) > best)
+                best = work / (b - a);
+        }
+        if (b >= hi + guard && counted >= reps)
+            break;
+    }
+    return best;
+}
+
+struct gemm_ctx {
+    const struct ddp_backend *be;
+    float *a, *w, *out;
+    int n;
+};
+
+static void gemm_pass(void *arg)
+{
+    struct gemm_ctx *g = arg;
+    g->be->linear_fwd(g->out, g->a, g->w, NULL, g->n, g->n, g->n);
+    if (g->be->sync)
+        g->be->sync();
+}
+
+double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
+                         void (*sync)(void *), void *sync_ctx)
 {
     const size_t elems = (size_t)n * (size_t)n;
     float *host = ddp_malloc(sizeof(float) * elems);
@@ -35,31 +95,20 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, int slow
         s = s * 1664525u + 1013904223u;
         host[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
     }
-    float *a = be->alloc(sizeof(float) * elems); /* (N, N) */
-    float *w = be->alloc(sizeof(float) * elems); /* (N, N) */
-    float *out = be->alloc(sizeof(float) * elems); /* (N, N) */
-    be->upload(a, host, sizeof(float) * elems);
-    be->upload(w, host, sizeof(float) * elems);
+    struct gemm_ctx g = {be, be->alloc(sizeof(float) * elems) /* (N, N) */,
+                         be->alloc(sizeof(float) * elems) /* (N, N) */,
+                         be->alloc(sizeof(float) * elems) /* (N, N) */, n};
+    be->upload(g.a, host, sizeof(float) * elems);
+    be->upload(g.w, host, sizeof(float) * elems);
     free(host);
-    be->linear_fwd(out, a, w, NULL, n, n, n); /* warm-up: thread pool, pages, caches */
-    if (be->sync)
-        be->sync();
-    double best = 0;
-    for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
-        double t0 = ddp_now();
-        be->linear_fwd(out, a, w, NULL, n, n, n);
-        if (be->sync)
-            be->sync();
-        if (slow)
-            sleep_s(ddp_now() - t0);
-        double dt = ddp_now() - t0;
-        double rate = 2.0 * (double)n * (double)n * (double)n / dt / 1e9;
-        if (rate > best)
-            best = rate;
-    }
-    be->free(a);
-    be->free(w);
-    be->free(out);
+    gemm_pass(&g); /* warm-up: thread pool, pages, caches */
+    if (sync)
+        sync(sync_ctx);
+    double best = windowed_best(gemm_pass, &g, 2.0 * (double)n * (double)n * (double)n / 1e9,
+                                reps, seconds, slow);
+    be->free(g.a);
+    be->free(g.w);
+    be->free(g.out);
     return best;
 }
 
@@ -88,58 +137,59 @@ static void *triad_part_run(void *arg)
     return NULL;
 }
 
+struct triad_ctx {
+    struct triad_part *parts;
+    int T;
+};
+
 /* Run every thread's part once (the calling thread takes part 0). */
-static void triad_pass(struct triad_part *parts, int T, int init)
+static void triad_run(struct triad_ctx *t, int init)
 {
-    pthread_t tid[T > 1 ? T : 1];
-    int started[T > 1 ? T : 1];
-    for (int t = 0; t < T; t++) {
-        parts[t].init = init;
-        started[t] = 0;
+    pthread_t tid[t->T];
+    int started[t->T];
+    for (int i = 0; i < t->T; i++) {
+        t->parts[i].init = init;
+        started[i] = 0;
     }
-    for (int t = 1; t < T; t++)
-        started[t] = pthread_create(&tid[t], NULL, triad_part_run, &parts[t]) == 0;
-    triad_part_run(&parts[0]);
-    for (int t = 1; t < T; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
+    for (int i = 1; i < t->T; i++)
+        started[i] = pthread_create(&tid[i], NULL, triad_part_run, &t->parts[i]) == 0;
+    triad_part_run(&t->parts[0]);
+    for (int i = 1; i < t->T; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
         else
-            triad_part_run(&parts[t]); /* no thread: do it here, slower but right */
+            triad_part_run(&t->parts[i]); /* no thread: do it here, slower but right */
     }
 }
 
-double ddp_validate_triad(int64_t mib, int reps, int threads, int slow)
+static void triad_pass(void *arg) { triad_run(arg, 0); }
+
+double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
+                          void (*sync)(void *), void *sync_ctx)
 {
     const size_t n = (size_t)mib * ((size_t)1 << 20) / sizeof(double);
     const int T = threads > 0 ? (threads < 1024 ? threads : 1024) : 1;
     double *a = ddp_malloc_aligned(n * sizeof(double)); /* (n) */
     double *b = ddp_malloc_aligned(n * sizeof(double)); /* (n) */
     double *c = ddp_malloc_aligned(n * sizeof(double)); /* (n) */
-    struct triad_part *parts = ddp_calloc((size_t)T, sizeof *parts);
-    for (int t = 0; t < T; t++) {
-        size_t lo = n * (size_t)t / (size_t)T, hi = n * (size_t)(t + 1) / (size_t)T;
-        parts[t] = (struct triad_part){a + lo, b + lo, c + lo, hi - lo, 0};
+    struct triad_ctx t = {ddp_calloc((size_t)T, sizeof(struct triad_part)), T};
+    for (int i = 0; i < T; i++) {
+        size_t lo = n * (size_t)i / (size_t)T, hi = n * (size_t)(i + 1) / (size_t)T;
+        t.parts[i] = (struct triad_part){a + lo, b + lo, c + lo, hi - lo, 0};
     }
-    triad_pass(parts, T, 1);
-    triad_pass(parts, T, 0); /* warm-up */
-    double best = 0;
-    for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
-        double t0 = ddp_now();
-        triad_pass(parts, T, 0);
-        if (slow)
-            sleep_s(ddp_now() - t0);
-        double dt = ddp_now() - t0;
-        double rate = 3.0 * sizeof(double) * (double)n / dt / 1e9;
-        if (rate > best)
-            best = rate;
-    }
+    triad_run(&t, 1); /* first touch by the threads that will use the pages */
+    triad_run(&t, 0); /* warm-up */
+    if (sync)
+        sync(sync_ctx);
+    double best = windowed_best(triad_pass, &t, 3.0 * sizeof(double) * (double)n / 1e9, reps,
+                                seconds, slow);
     /* every element must be 1 + 3 * 2: this also keeps the compiler from dropping the loops */
     for (size_t i = 0; i < n; i++)
         if (a[i] != 7.0) {
             best = -1;
             break;
         }
-    free(parts);
+    free(t.parts);
     free(a);
     free(b);
     free(c);

@@ -339,7 +339,8 @@ int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *er
             int64_t v;
             const int is_w = line[0] == 'w';
             const int64_t max = is_w ? REF_MAX_WORLD : DDP_VALIDATE_MAX_STEPS;
-            if (ddp_parse_i64(val, &v) != 0 || v < 1 || v > max || (is_w ? r->world_size : r->steps)) {
+            const int again = is_w ? r->world_size != 0 : r->steps != 0;
+            if (ddp_parse_i64(val, &v) != 0 || v < 1 || v > max || again) {
                 ddp_err(err, errlen, "%s:%d: %s '%s': expected one value from 1 to %lld", path,
                         lineno, line, val, (long long)max);
                 goto done;

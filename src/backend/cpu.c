@@ -40,7 +40,8 @@
 /* Loops here are simple enough to vectorise; -O2's very cheap cost model skips any loop whose
  * trip count is not a known multiple of the vector width, i.e. all of them. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno", \
+                     "no-tree-loop-distribute-patterns")
 #endif
 
 /* OpenBLAS's own control, declared by its cblas.h on Debian; kept explicit for other cblas. */
@@ -55,24 +56,39 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i)
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* ---- the thread pool --------------------------------------------------------------------- */
+/* ---- the thread pool ---------------------------------------------------------------------
+ * A job is `parts` independent parts, fn(ctx, part, parts, tid). The caller publishes it as
+ * one 64-bit ticket (generation, parts, next part) and bumps `gen`; the caller and the workers
+ * claim parts by compare-and-swap on the ticket until none are left, and the caller returns
+ * once `done` counts every part. Nobody waits for a particular thread: a worker that is
+ * descheduled (a shared machine) or still asleep simply claims nothing, and the caller runs
+ * its parts. Which thread runs a part never changes the result (a part writes only its own
+ * outputs or its own partial buffer), so dynamic claiming keeps results bitwise repeatable. */
 
 #define POOL_MAX 64         /* threads per process; more cores than this get no more threads */
-#define POOL_SPIN_NS 200000 /* a worker spins this long after a job before it sleeps: longer
+#define POOL_PARTS_MAX 4096 /* parts of one job (ticket field width) */
+#define POOL_SPIN_NS 100000 /* a worker spins this long after a job before it sleeps: longer
                              * than the serial gaps inside a step, far shorter than a pause */
 
-typedef void (*pool_fn)(void *ctx, int tid, int nt);
+typedef void (*pool_fn)(void *ctx, int part, int parts, int tid);
+
+/* ticket: generation (32 bits) | parts (16) | next part to claim (16) */
+#define TICKET(gen, parts, next) ((uint64_t)(gen) << 32 | (uint64_t)(parts) << 16 | (next))
+#define TICKET_GEN(t) ((unsigned)((t) >> 32))
+#define TICKET_PARTS(t) ((int)(((t) >> 16) & 0xffff))
+#define TICKET_NEXT(t) ((int)((t) & 0xffff))
 
 static struct {
-    int n; /* threads including the caller; workers are tids 1..n-1 */
+    int n; /* threads including the caller (tid 0); workers are tids 1..n-1 */
     pthread_t th[POOL_MAX];
     atomic_uint gen;   /* bumped once per job */
-    atomic_int busy;   /* workers still inside the current job */
+    unsigned gen0;     /* gen when the workers were started */
+    _Atomic uint64_t ticket;
+    atomic_int done;   /* parts finished of the current job */
     atomic_int asleep; /* workers blocked on cv */
     atomic_int quit;
-    pool_fn fn; /* the job: written before gen is bumped */
+    pool_fn fn; /* the job: written before the ticket, read after a successful claim */
     void *ctx;
-    int nt; /* threads taking part in the job (tids >= nt return at once) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } g_pool = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -91,11 +107,25 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Worker body: wait for a new generation (spin, then sleep), run the job, report. */
+/* Claim and run parts of job `gen` until none are left. */
+static void pool_work(unsigned gen, int tid)
+{
+    uint64_t t = atomic_load(&g_pool.ticket);
+    while (TICKET_GEN(t) == gen && TICKET_NEXT(t) < TICKET_PARTS(t)) {
+        if (!atomic_compare_exchange_weak(&g_pool.ticket, &t, t + 1))
+            continue; /* t now holds the current ticket */
+        /* the claim orders these reads after the caller's writes of the job */
+        g_pool.fn(g_pool.ctx, TICKET_NEXT(t), TICKET_PARTS(t), tid);
+        atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
+        t = atomic_load(&g_pool.ticket);
+    }
+}
+
+/* Worker body: wait for a new generation (spin, then sleep), claim parts. */
 static void *pool_main(void *arg)
 {
     int tid = (int)(intptr_t)arg;
-    unsigned seen = atomic_load(&g_pool.gen);
+    unsigned seen = g_pool.gen0; /* not gen now: a job may have been published already */
     for (;;) {
         unsigned g;
         int64_t t0 = 0;
@@ -119,42 +149,43 @@ static void *pool_main(void *arg)
         seen = g;
         if (atomic_load(&g_pool.quit))
             return NULL;
-        if (tid < g_pool.nt)
-            g_pool.fn(g_pool.ctx, tid, g_pool.nt);
-        atomic_fetch_sub_explicit(&g_pool.busy, 1, memory_order_release);
+        pool_work(g, tid);
     }
 }
 
-/* Wake every worker for the job already published (or for quit). */
-static void pool_kick(void)
+/* Wake the workers for a new generation (a job, or quit). */
+static unsigned pool_kick(void)
 {
-    atomic_fetch_add(&g_pool.gen, 1); /* seq_cst: pairs with the asleep count of a worker */
+    unsigned g = atomic_fetch_add(&g_pool.gen, 1) + 1; /* seq_cst: pairs with `asleep` */
     if (atomic_load(&g_pool.asleep) > 0) {
         pthread_mutex_lock(&g_pool.mu);
         pthread_cond_broadcast(&g_pool.cv);
         pthread_mutex_unlock(&g_pool.mu);
     }
+    return g;
 }
 
-/* Run fn(ctx, tid, nt) for tid in [0, nt) on the caller and nt - 1 workers; returns when all
- * are done. nt is clamped to the pool; 1 runs inline. */
-static void par_run(pool_fn fn, void *ctx, int nt)
+/* Run fn(ctx, part, parts, tid) for every part in [0, parts) on the caller and the workers;
+ * returns when all parts are done. Without workers (or one part) the caller runs them in
+ * order. */
+static void par_run(pool_fn fn, void *ctx, int parts)
 {
-    if (nt > g_pool.n)
-        nt = g_pool.n;
-    if (nt <= 1) {
-        fn(ctx, 0, 1);
+    if (parts <= 1 || g_pool.n <= 1) {
+        for (int p = 0; p < parts; p++)
+            fn(ctx, p, parts, 0);
         return;
     }
     g_pool.fn = fn;
     g_pool.ctx = ctx;
-    g_pool.nt = nt;
-    atomic_store(&g_pool.busy, g_pool.n - 1);
+    atomic_store_explicit(&g_pool.done, 0, memory_order_relaxed);
+    unsigned g = atomic_load_explicit(&g_pool.gen, memory_order_relaxed) + 1;
+    atomic_store(&g_pool.ticket, TICKET(g, parts, 0)); /* releases fn, ctx, done */
     pool_kick();
-    fn(ctx, 0, nt);
-    for (int spin = 0; atomic_load_explicit(&g_pool.busy, memory_order_acquire) > 0; spin++) {
+    pool_work(g, 0);
+    for (int spin = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < parts;
+         spin++) {
         cpu_relax();
-        if (spin > 4096) /* a worker was preempted: let it have this core */
+        if (spin > 4096) /* a worker holding a part was preempted: let it have this core */
             sched_yield();
     }
 }
@@ -164,7 +195,6 @@ static void pool_stop(void)
     if (g_pool.n <= 1)
         return;
     atomic_store(&g_pool.quit, 1);
-    atomic_store(&g_pool.busy, g_pool.n - 1);
     pool_kick();
     for (int i = 1; i < g_pool.n; i++)
         pthread_join(g_pool.th[i], NULL);
@@ -186,6 +216,7 @@ static void pool_start(int n)
     if (n == g_pool.n)
         return;
     pool_stop();
+    g_pool.gen0 = atomic_load(&g_pool.gen);
     for (int i = 1; i < n; i++) {
         if (pthread_create(&g_pool.th[i], NULL, pool_main, (void *)(intptr_t)i) != 0)
             ddp_die("cannot start compute thread %d of %d", i + 1, n);
@@ -193,55 +224,64 @@ static void pool_start(int n)
     }
 }
 
-/* Threads worth using for `work` units when each thread should get at least `min_each`. */
-static int par_width(double work, double min_each)
+/* Parts for `work` units: at least `min_each` units a part, at most `per_thread` parts per
+ * thread (more parts balance better; fewer keep GEMMs large). A function of the shapes and
+ * the thread count only. */
+static int par_parts(double work, double min_each, int per_thread)
 {
-    double k = work / min_each;
-    if (k < 2)
+    double k = work / min_each, most = (double)g_pool.n * per_thread;
+    if (g_pool.n <= 1 || k < 2)
         return 1;
-    return k < g_pool.n ? (int)k : g_pool.n;
+    if (most > POOL_PARTS_MAX)
+        most = POOL_PARTS_MAX;
+    return k < most ? (int)k : (int)most;
 }
 
-/* Part [lo, hi) of n items for thread tid of nt: even shares with boundaries rounded to
- * multiples of align (64-byte lines of floats: threads never write the same line). */
-static void par_range(size_t n, int tid, int nt, size_t align, size_t *lo, size_t *hi)
+/* Part [lo, hi) of n items for part p of parts: even shares with boundaries rounded to
+ * multiples of align (64-byte lines of floats: parts never write the same line). */
+static void par_range(size_t n, int p, int parts, size_t align, size_t *lo, size_t *hi)
 {
     size_t units = (n + align - 1) / align;
-    size_t a = units * (size_t)tid / (size_t)nt, b = units * (size_t)(tid + 1) / (size_t)nt;
+    size_t a = units * (size_t)p / (size_t)parts, b = units * (size_t)(p + 1) / (size_t)parts;
     *lo = a * align < n ? a * align : n;
     *hi = b * align < n ? b * align : n;
 }
 
-/* Rows [m0, m1) and columns [n0, n1) of an (M, N) GEMM output that thread tid of nt computes:
- * the larger dimension is split, so the smaller operand is the one every thread packs whole. */
-static void gemm_slice(int M, int N, int tid, int nt, int *m0, int *m1, int *n0, int *n1)
+/* Rows [m0, m1) and columns [n0, n1) of an (M, N) GEMM output that part p of parts computes:
+ * the larger dimension is split, so the smaller operand is the one every part packs whole. */
+static void gemm_slice(int M, int N, int p, int parts, int *m0, int *m1, int *n0, int *n1)
 {
     size_t lo, hi;
     if (N >= M) {
-        par_range((size_t)N, tid, nt, 16, &lo, &hi);
+        par_range((size_t)N, p, parts, 16, &lo, &hi);
         *m0 = 0, *m1 = M, *n0 = (int)lo, *n1 = (int)hi;
     } else {
-        par_range((size_t)M, tid, nt, 16, &lo, &hi);
+        par_range((size_t)M, p, parts, 16, &lo, &hi);
         *m0 = (int)lo, *m1 = (int)hi, *n0 = 0, *n1 = N;
     }
 }
 
-/* Per-thread scratch, grown on demand and kept; both precisions share it. */
-static struct {
+/* Scratch, grown on demand and kept; both precisions share it. Per thread (tid): what a part
+ * needs while it runs. Per part: what must outlive the job (partial sums read by the next). */
+struct scratch {
     void *p;
     size_t bytes;
-    char pad[48]; /* one line per thread */
-} g_scratch[POOL_MAX];
+    char pad[48]; /* one line each */
+};
+static struct scratch g_scratch[POOL_MAX], g_partial[POOL_PARTS_MAX];
 
-static void *cpu_scratch(int tid, size_t bytes)
+static void *scratch_get(struct scratch *s, size_t bytes)
 {
-    if (g_scratch[tid].bytes < bytes) {
-        free(g_scratch[tid].p);
-        g_scratch[tid].p = ddp_malloc_aligned(bytes);
-        g_scratch[tid].bytes = bytes;
+    if (s->bytes < bytes) {
+        free(s->p);
+        s->p = ddp_malloc_aligned(bytes);
+        s->bytes = bytes;
     }
-    return g_scratch[tid].p;
+    return s->p;
 }
+
+static void *cpu_scratch(int tid, size_t bytes) { return scratch_get(&g_scratch[tid], bytes); }
+static void *cpu_partial(int part, size_t bytes) { return scratch_get(&g_partial[part], bytes); }
 
 /* ---- the kernels, in both precisions ----------------------------------------------------- */
 
@@ -294,20 +334,22 @@ struct vec_job {
     float a;
 };
 
-static void zero_job(void *arg, int tid, int nt)
+static void zero_job(void *arg, int part, int parts, int tid)
 {
     struct vec_job *j = arg;
     size_t lo, hi;
-    par_range(j->n, tid, nt, 16, &lo, &hi);
+    (void)tid;
+    par_range(j->n, part, parts, 16, &lo, &hi);
     if (hi > lo)
         memset(j->x + lo, 0, (hi - lo) * sizeof *j->x);
 }
 
-static void scale_job(void *arg, int tid, int nt)
+static void scale_job(void *arg, int part, int parts, int tid)
 {
     struct vec_job *j = arg;
     size_t lo, hi;
-    par_range(j->n, tid, nt, 16, &lo, &hi);
+    (void)tid;
+    par_range(j->n, part, parts, 16, &lo, &hi);
     float *x = j->x, a = j->a;
     for (size_t i = lo; i < hi; i++)
         x[i] *= a;
@@ -316,13 +358,13 @@ static void scale_job(void *arg, int tid, int nt)
 static void cpu_zero(float *x, size_t n)
 {
     struct vec_job j = {x, n, 0};
-    par_run(zero_job, &j, par_width((double)n, 4 * ELEMS_EACH));
+    par_run(zero_job, &j, par_parts((double)n, 4 * ELEMS_EACH, 2));
 }
 
 static void cpu_scale(float *x, size_t n, float a)
 {
     struct vec_job j = {x, n, a};
-    par_run(scale_job, &j, par_width((double)n, ELEMS_EACH));
+    par_run(scale_job, &j, par_parts((double)n, ELEMS_EACH, 2));
 }
 
 static size_t cpu_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)

@@ -16,9 +16,16 @@
  * (conv_col_elems); everything else an op needs on the device (conv's transposed output
  * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
  * grown on demand (after a stream sync) and kept until exit.
+ *
+ * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for
+ * tests/gpu/emu/cuda_emu.h (DDP_CUDA_EMU): test_cuda_ops_emu runs this very file on the CPU.
  */
+#ifdef DDP_CUDA_EMU
+#include "cuda_emu.h" /* tests/gpu/emu: the CUDA runtime and cuBLAS emulated on the CPU */
+#else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#endif
 
 #include <math.h>
 #include <stdint.h>
@@ -49,15 +56,24 @@ extern "C" {
                        cublasGetStatusName(s_), cublasGetStatusString(s_));                    \
     } while (0)
 
-/* After every kernel launch: a bad configuration is reported here, at its launch site. */
-#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+/* Every kernel launch: queued on the compute stream, a bad configuration reported at its
+ * launch site. A macro so that tests/gpu/emu can run the very same kernels on the CPU. */
+#ifndef LAUNCH
+#define LAUNCH(kernel, grid, block, ...)                                                       \
+    do {                                                                                       \
+        kernel<<<(grid), (block), 0, g.stream>>>(__VA_ARGS__);                                 \
+        CUDA_CHECK(cudaGetLastError());                                                        \
+    } while (0)
+#endif
 
 /* ---- state ------------------------------------------------------------------------------- */
 
 /* Threads per block of every kernel (a multiple of 32, as block_sum needs). */
 #define THREADS 256
 /* Most blocks of a grid-stride launch: enough to fill any current GPU several times over. */
+#ifndef MAX_BLOCKS
 #define MAX_BLOCKS 65535u
+#endif
 /* Floats of one conv chunk's im2col matrix: the batch is cut into chunks of nb samples with
  * nb*CKK*P at most this (64 MiB), so col stays bounded for any batch size. */
 #define COL_CHUNK_FLOATS ((size_t)1 << 24)
@@ -242,8 +258,7 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
     if (n == 0)
         return;
     if (b) {
-        k_fill_bias<<<blocks_for(n), THREADS, 0, g.stream>>>(out, b, n, O, 1);
-        LAUNCH_CHECK();
+        LAUNCH(k_fill_bias, blocks_for(n), THREADS, out, b, n, O, 1);
     }
     const float one = 1, beta = b ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
@@ -264,8 +279,7 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
     CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
                              &one, dw, C));
     if (db) {
-        k_colsum_add<<<(O + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(db, dout, B, O);
-        LAUNCH_CHECK();
+        LAUNCH(k_colsum_add, (O + THREADS - 1) / THREADS, THREADS, db, dout, B, O);
     }
 }
 
@@ -273,16 +287,14 @@ static void cuda_relu_fwd(float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
-    k_relu_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, inp, n);
-    LAUNCH_CHECK();
+    LAUNCH(k_relu_fwd, blocks_for(n), THREADS, out, inp, n);
 }
 
 static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
 {
     if (!n)
         return;
-    k_relu_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, out, n);
-    LAUNCH_CHECK();
+    LAUNCH(k_relu_bwd, blocks_for(n), THREADS, dinp, dout, out, n);
 }
 
 /* ---- conv2d: im2col per chunk of nb samples + GEMMs ---------------------------------------- */
@@ -422,8 +434,7 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
     if (n_out == 0)
         return;
     if (b) {
-        k_fill_bias<<<blocks_for(n_out), THREADS, 0, g.stream>>>(out, b, n_out, O, q.P);
-        LAUNCH_CHECK();
+        LAUNCH(k_fill_bias, blocks_for(n_out), THREADS, out, b, n_out, O, q.P);
     } else {
         CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * n_out, g.stream));
     }
@@ -432,8 +443,7 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
     for (int i0 = 0; i0 < B; i0 += nbmax) {
         const int nb = B - i0 < nbmax ? B - i0 : nbmax;
         const size_t ncol = (size_t)q.CKK * nb * q.P;
-        k_im2col<<<blocks_for(ncol), THREADS, 0, g.stream>>>(col, inp, i0, nb, q);
-        LAUNCH_CHECK();
+        LAUNCH(k_im2col, blocks_for(ncol), THREADS, col, inp, i0, nb, q);
         /* per sample i: y_i (O,P) += w (O,CKK) col_i (CKK,P), col_i = columns i*P.. of col.
          * Column-major: y_i^T (P,O) += col_i^T (P,CKK) w^T (CKK,O). */
         const int Q = nb * q.P;
@@ -458,17 +468,14 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         const int nb = B - i0 < nbmax ? B - i0 : nbmax;
         const int Q = nb * q.P;
         const size_t ncol = (size_t)q.CKK * Q, ndy = (size_t)O * Q;
-        k_im2col<<<blocks_for(ncol), THREADS, 0, g.stream>>>(col, inp, i0, nb, q);
-        LAUNCH_CHECK();
-        k_conv_dout_t<<<blocks_for(ndy), THREADS, 0, g.stream>>>(dyT, dout, i0, nb, O, q.P);
-        LAUNCH_CHECK();
+        LAUNCH(k_im2col, blocks_for(ncol), THREADS, col, inp, i0, nb, q);
+        LAUNCH(k_conv_dout_t, blocks_for(ndy), THREADS, dyT, dout, i0, nb, O, q.P);
         /* dw (O,CKK) += dyT (O,Q) col^T (Q,CKK). Column-major: dw^T (CKK,O) += col (CKK,Q)
          * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
         CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
                                  Q, &one, dw, q.CKK));
         if (db) {
-            k_rowsum_add<<<O, THREADS, 0, g.stream>>>(db, dyT, (size_t)Q);
-            LAUNCH_CHECK();
+            LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
         }
         if (dinp) {
             /* dcol (CKK,Q) = w^T (CKK,O) dyT (O,Q). Column-major: dcol^T (Q,CKK) =
@@ -476,8 +483,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
             CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, O, &one, dyT, Q,
                                      w, q.CKK, &zero, dcol, Q));
             const size_t nin = (size_t)nb * C * H * W;
-            k_col2im<<<blocks_for(nin), THREADS, 0, g.stream>>>(dinp, dcol, i0, nb, q);
-            LAUNCH_CHECK();
+            LAUNCH(k_col2im, blocks_for(nin), THREADS, dinp, dcol, i0, nb, q);
         }
     }
 }
@@ -571,9 +577,7 @@ static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int 
     const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
-    k_maxpool_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, argmax, inp, (size_t)B * C, H, W,
-                                                           k);
-    LAUNCH_CHECK();
+    LAUNCH(k_maxpool_fwd, blocks_for(n), THREADS, out, argmax, inp, (size_t)B * C, H, W, k);
 }
 
 static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
@@ -582,9 +586,7 @@ static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argm
     const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
-    k_maxpool_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, argmax, (size_t)B * C, H,
-                                                           W, k);
-    LAUNCH_CHECK();
+    LAUNCH(k_maxpool_bwd, blocks_for(n), THREADS, dinp, dout, argmax, (size_t)B * C, H, W, k);
 }
 
 static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
@@ -593,8 +595,7 @@ static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, 
     if (!n)
         return;
     const float inv = 1.0f / (float)(k * k);
-    k_avgpool_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, inp, (size_t)B * C, H, W, k, inv);
-    LAUNCH_CHECK();
+    LAUNCH(k_avgpool_fwd, blocks_for(n), THREADS, out, inp, (size_t)B * C, H, W, k, inv);
 }
 
 static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k)
@@ -603,9 +604,7 @@ static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H
     if (!n)
         return;
     const float inv = 1.0f / (float)(k * k);
-    k_avgpool_bwd<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, (size_t)B * C, H, W, k,
-                                                           inv);
-    LAUNCH_CHECK();
+    LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, dinp, dout, (size_t)B * C, H, W, k, inv);
 }
 
 /* ---- batchnorm --------------------------------------------------------------------------- */
@@ -665,10 +664,8 @@ static void bn_reduce(double *sums_host, const float *a, const float *b, int B, 
     char *ws = (char *)ws_get(part_bytes + sizeof(double) * 2 * (size_t)C);
     double *part = (double *)ws, *sums = (double *)(ws + part_bytes);
     dim3 grid((unsigned)C, (unsigned)splits);
-    k_bn_partial<<<grid, THREADS, 0, g.stream>>>(part, a, b, B, C, S);
-    LAUNCH_CHECK();
-    k_bn_finish<<<(C + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(sums, part, C, (int)splits);
-    LAUNCH_CHECK();
+    LAUNCH(k_bn_partial, grid, THREADS, part, a, b, B, C, S);
+    LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits);
     CUDA_CHECK(cudaMemcpyAsync(sums_host, sums, sizeof(double) * 2 * (size_t)C,
                                cudaMemcpyDeviceToHost, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
@@ -706,9 +703,8 @@ static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const f
     const size_t n = (size_t)B * C * S;
     if (!n)
         return;
-    k_bn_fwd_apply<<<blocks_for(n), THREADS, 0, g.stream>>>(out, xhat, inp, mean, invstd, gamma,
-                                                            beta, n, C, S);
-    LAUNCH_CHECK();
+    LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
+           S);
 }
 
 /* dbeta[c] += local[c], dgamma[c] += local[C + c] (rounded to float, as the CPU). */
@@ -748,14 +744,12 @@ static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const fl
                                cudaMemcpyHostToDevice, g.stream));
     CUDA_CHECK(cudaMemcpyAsync(d + 2 * (size_t)C, global_sums, sizeof(double) * 2 * (size_t)C,
                                cudaMemcpyHostToDevice, g.stream));
-    k_bn_param_grads<<<(C + THREADS - 1) / THREADS, THREADS, 0, g.stream>>>(dgamma, dbeta, d, C);
-    LAUNCH_CHECK();
+    LAUNCH(k_bn_param_grads, (C + THREADS - 1) / THREADS, THREADS, dgamma, dbeta, d, C);
     const size_t n = (size_t)B * C * S;
     if (!dinp || !n)
         return;
-    k_bn_bwd_apply<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, xhat, invstd, gamma,
-                                                            d + 2 * (size_t)C, count, n, C, S);
-    LAUNCH_CHECK();
+    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, xhat, invstd, gamma,
+           d + 2 * (size_t)C, count, n, C, S);
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
@@ -766,17 +760,14 @@ static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n
     if (!n)
         return;
     const float keep = p < 1 ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU: in float */
-    k_dropout_fwd<<<blocks_for(n), THREADS, 0, g.stream>>>(out, mask, inp, n, (double)p, keep,
-                                                           seed);
-    LAUNCH_CHECK();
+    LAUNCH(k_dropout_fwd, blocks_for(n), THREADS, out, mask, inp, n, (double)p, keep, seed);
 }
 
 static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, size_t n)
 {
     if (!n)
         return;
-    k_mul<<<blocks_for(n), THREADS, 0, g.stream>>>(dinp, dout, mask, n);
-    LAUNCH_CHECK();
+    LAUNCH(k_mul, blocks_for(n), THREADS, dinp, dout, mask, n);
 }
 
 /* ---- softmax cross-entropy ---------------------------------------------------------------- */
@@ -874,11 +865,9 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
     int *row_ok = (int *)(ws + loss_bytes);
     struct xent_result *dres = (struct xent_result *)(ws + loss_bytes + ok_bytes);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
-    k_xent_rows<<<blocks, THREADS, 0, g.stream>>>(row_loss, row_ok, dlogits, logits, labels, B, K,
-                                                  grad_scale);
-    LAUNCH_CHECK();
-    k_xent_total<<<1, 1024, 0, g.stream>>>(dres, row_loss, row_ok, B);
-    LAUNCH_CHECK();
+    LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
+           grad_scale);
+    LAUNCH(k_xent_total, 1, 1024, dres, row_loss, row_ok, B);
     struct xent_result res;
     CUDA_CHECK(cudaMemcpyAsync(&res, dres, sizeof res, cudaMemcpyDeviceToHost, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
@@ -894,9 +883,8 @@ static void cuda_sgd_step(float *p, const float *grad, float *buf, size_t n, flo
 {
     if (!n)
         return;
-    k_sgd<<<blocks_for(n), THREADS, 0, g.stream>>>(p, grad, buf, n, lr, momentum, weight_decay,
-                                                   nesterov, first_step);
-    LAUNCH_CHECK();
+    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, buf, n, lr, momentum, weight_decay, nesterov,
+           first_step);
 }
 
 static void cuda_adam_step(float *p, const float *grad, float *m, float *v, size_t n, float lr,
@@ -909,9 +897,8 @@ static void cuda_adam_step(float *p, const float *grad, float *m, float *v, size
     const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
-    k_adam<<<blocks_for(n), THREADS, 0, g.stream>>>(p, grad, m, v, n, b1, b2, eps, weight_decay,
-                                                    decoupled, step_size, bc2_sqrt, decay);
-    LAUNCH_CHECK();
+    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, m, v, n, b1, b2, eps, weight_decay, decoupled,
+           step_size, bc2_sqrt, decay);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -977,8 +964,7 @@ static void cuda_scale(float *x, size_t n, float a)
 {
     if (!n)
         return;
-    k_scale<<<blocks_for(n), THREADS, 0, g.stream>>>(x, n, a);
-    LAUNCH_CHECK();
+    LAUNCH(k_scale, blocks_for(n), THREADS, x, n, a);
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
@@ -1048,9 +1034,23 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
+        int drv = 0, rt = 0;
         cudaGetLastError();
-        ddp_err(err, errlen, "no usable CUDA driver or GPU: %s (is this a GPU node? "
-                "nvidia-smi should list the GPUs)", cudaGetErrorString(e));
+        if (cudaDriverGetVersion(&drv) != cudaSuccess)
+            drv = 0;
+        if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
+            rt = 0;
+        cudaGetLastError();
+        if (drv == 0)
+            ddp_err(err, errlen, "no CUDA driver on this machine (is this a GPU node? "
+                    "nvidia-smi should list the GPUs)");
+        else if (e == cudaErrorInsufficientDriver)
+            ddp_err(err, errlen, "the NVIDIA driver supports CUDA %d.%d, older than this "
+                    "build's runtime %d.%d: update the driver", drv / 1000, (drv % 1000) / 10,
+                    rt / 1000, (rt % 1000) / 10);
+        else
+            ddp_err(err, errlen, "no usable GPU: %s (nvidia-smi should list the GPUs)",
+                    cudaGetErrorString(e));
         return NULL;
     }
     if (count == 0) {

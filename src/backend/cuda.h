@@ -18,6 +18,10 @@
  * Errors: any failed CUDA or cuBLAS call is fatal: one line with the call, file:line and the
  * CUDA error string, through ddp_die (which aborts the communicator so no peer hangs).
  *
+ * Threads: the CUDA device is current only in the thread that called ddp_backend_cuda; every op
+ * must be called from that thread (the trainer's main thread; the data loader's threads only
+ * fill host buffers).
+ *
  * What it does not do: choose the device (launch/binding.h does; pass its device here), talk
  * to other GPUs (comm_nccl.c), or free its state before exit (one backend per process).
  */

@@ -11,6 +11,9 @@
  * Not thread-safe: one thread (the one that created the handle) makes every call.
  */
 #include "comm/comm_impl.h"
+#if HAVE_NCCL
+#include "comm/comm_nccl.h"
+#endif
 
 #include <limits.h>
 #include <sched.h>
@@ -250,7 +253,7 @@ ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double
         return NULL;
     }
 
-    int use_mpi;
+    int use_mpi, use_nccl = 0;
     if (strcmp(backend, "none") == 0) {
         if (w->world_size != 1) {
             ddp_err(err, errlen,
@@ -271,10 +274,15 @@ ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double
             use_mpi = 0;
         }
     } else if (strcmp(backend, "nccl") == 0) {
+#if HAVE_NCCL
+        use_mpi = 0;
+        use_nccl = 1; /* the NCCL id travels through the bootstrap: no MPI launch needed */
+#else
         ddp_err(err, errlen,
                 "backend = nccl needs a GPU build of ddptrain (CUDA and NCCL); this one has "
                 "none: use backend = auto or mpi");
         return NULL;
+#endif
     } else {
         ddp_err(err, errlen, "unknown backend '%s' (expected auto, mpi, nccl or none)", backend);
         return NULL;
@@ -303,12 +311,18 @@ ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double
     c->host[sizeof c->host - 1] = '\0';
 
     int rc;
+#if HAVE_NCCL
+    if (use_nccl)
+        rc = ddp_comm_nccl_init(c, w, err, errlen);
+    else
+#endif
 #if HAVE_MPI
     if (use_mpi)
         rc = ddp_comm_mpi_init(c, w, err, errlen);
     else
 #endif
         rc = ddp_comm_self_init(c, err, errlen);
+    (void)use_nccl;
     if (rc != 0) {
         free(c);
         return NULL;

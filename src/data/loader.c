@@ -1,7 +1,24 @@
-/* loader.c - the prefetch thread and its slot ring. See loader.h. */
+/*
+ * loader.c - the prefetch thread and its slot ring. See loader.h.
+ *
+ * Hand-off. Step s lives in slot s % DDP_LOADER_SLOTS. Two counters carry the whole protocol:
+ * `filled` (steps [first, filled) are in their slots) and `released` (the consumer is done with
+ * steps before it). The producer may fill step f while f - released < SLOTS; the consumer may
+ * take step t while t < filled. Both are atomics, so a consumer whose batch is ready (the
+ * normal case) takes it without a lock or a system call. A side that must wait sleeps on the
+ * condition variable after saying so in its `*_asleep` flag; the other side wakes it only then.
+ * The consumer wakes a sleeping producer once two slots are free (or when it must wait itself),
+ * so the thread reads batches in bursts of two instead of waking every step.
+ *
+ * Scheduling. The thread runs SCHED_BATCH: when it wakes it does not preempt a compute thread
+ * in the middle of a parallel kernel (which would stall the kernel's other threads); it runs
+ * in the next gap or time slice. Its work is small (a few microseconds per sample).
+ */
 #include "data/loader.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +29,6 @@ struct slot {
     int32_t *y;
     int64_t *idx; /* sample indices of the batch */
     int n;        /* samples; 0 = end of epoch; -1 = error */
-    int64_t step;
-    int ready;
 };
 
 struct ddp_loader {
@@ -26,28 +41,54 @@ struct ddp_loader {
     int running;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int stop;
-    int64_t next_fill, next_take, steps;
+    atomic_int stop;
+    atomic_llong filled;   /* steps before this are in their slots */
+    atomic_llong released; /* the consumer is done with steps before this */
+    atomic_int producer_asleep, consumer_asleep;
+    int64_t next_take, steps;
     char err[DDP_ERR_LEN];
 };
+
+/* Sleep until ready(ld) holds or the loader stops; *asleep tells the other side to wake us. */
+static void wait_for(ddp_loader *ld, atomic_int *asleep, int (*ready)(ddp_loader *))
+{
+    pthread_mutex_lock(&ld->mu);
+    atomic_store(asleep, 1); /* seq_cst: the other side's counter update is then seen below, or
+                              * it sees this flag and signals (after taking the mutex) */
+    while (!ready(ld) && !atomic_load(&ld->stop))
+        pthread_cond_wait(&ld->cv, &ld->mu);
+    atomic_store(asleep, 0);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+static void wake(ddp_loader *ld)
+{
+    pthread_mutex_lock(&ld->mu);
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+static int slot_free(ddp_loader *ld)
+{
+    return atomic_load(&ld->filled) - atomic_load(&ld->released) < DDP_LOADER_SLOTS;
+}
+
+static int batch_ready(ddp_loader *ld) { return ld->next_take < atomic_load(&ld->filled); }
 
 /* Thread body: fill slots in step order until the epoch ends, an error, or stop. */
 static void *prefetch(void *arg)
 {
     ddp_loader *ld = arg;
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp); /* best effort */
     const int32_t *labels = ddp_h5split_labels(ld->split);
     for (;;) {
-        pthread_mutex_lock(&ld->mu);
-        int64_t step = ld->next_fill;
-        struct slot *sl = &ld->slots[step % DDP_LOADER_SLOTS];
-        while (!ld->stop && sl->ready)
-            pthread_cond_wait(&ld->cv, &ld->mu);
-        if (ld->stop) {
-            pthread_mutex_unlock(&ld->mu);
+        if (!slot_free(ld))
+            wait_for(ld, &ld->producer_asleep, slot_free);
+        if (atomic_load(&ld->stop))
             return NULL;
-        }
-        pthread_mutex_unlock(&ld->mu);
-
+        int64_t step = atomic_load_explicit(&ld->filled, memory_order_relaxed);
+        struct slot *sl = &ld->slots[step % DDP_LOADER_SLOTS];
         int n = 0;
         if (step < ld->steps) {
             n = ddp_sampler_batch(ld->sampler, step, ld->batch, sl->idx);
@@ -57,13 +98,10 @@ static void *prefetch(void *arg)
                 for (int i = 0; i < n; i++)
                     sl->y[i] = labels[sl->idx[i]];
         }
-        pthread_mutex_lock(&ld->mu);
         sl->n = n;
-        sl->step = step;
-        sl->ready = 1;
-        ld->next_fill = step + 1;
-        pthread_cond_broadcast(&ld->cv);
-        pthread_mutex_unlock(&ld->mu);
+        atomic_store(&ld->filled, step + 1); /* publishes the slot */
+        if (atomic_load(&ld->consumer_asleep))
+            wake(ld);
         if (n <= 0)
             return NULL; /* end of epoch or error: the consumer sees it in the slot */
     }
@@ -90,10 +128,8 @@ void ddp_loader_stop(ddp_loader *ld)
 {
     if (!ld->running)
         return;
-    pthread_mutex_lock(&ld->mu);
-    ld->stop = 1;
-    pthread_cond_broadcast(&ld->cv);
-    pthread_mutex_unlock(&ld->mu);
+    atomic_store(&ld->stop, 1);
+    wake(ld);
     pthread_join(ld->thread, NULL);
     ld->running = 0;
 }
@@ -104,10 +140,12 @@ void ddp_loader_start(ddp_loader *ld, int64_t epoch, int64_t first_step)
     if (ld->sampler->epoch != epoch)
         ddp_sampler_set_epoch(ld->sampler, epoch);
     ld->steps = ddp_sampler_steps(ld->sampler, ld->batch);
-    ld->next_fill = ld->next_take = first_step;
-    ld->stop = 0;
-    for (int i = 0; i < DDP_LOADER_SLOTS; i++)
-        ld->slots[i].ready = 0;
+    ld->next_take = first_step;
+    atomic_store(&ld->filled, first_step);
+    atomic_store(&ld->released, first_step);
+    atomic_store(&ld->producer_asleep, 0);
+    atomic_store(&ld->consumer_asleep, 0);
+    atomic_store(&ld->stop, 0);
     if (pthread_create(&ld->thread, NULL, prefetch, ld) != 0)
         ddp_die("cannot start the prefetch thread");
     ld->running = 1;
@@ -117,19 +155,16 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
 {
     if (!ld->running)
         return 0;
-    pthread_mutex_lock(&ld->mu);
-    if (ld->next_take > 0) { /* hand the previous slot back to the thread */
-        struct slot *prev = &ld->slots[(ld->next_take - 1) % DDP_LOADER_SLOTS];
-        if (prev->ready && prev->step == ld->next_take - 1) {
-            prev->ready = 0;
-            pthread_cond_broadcast(&ld->cv);
-        }
-    }
+    /* hand the previous slot back (every step before next_take is done with) */
+    atomic_store(&ld->released, ld->next_take);
+    int ready = batch_ready(ld);
+    if (atomic_load(&ld->producer_asleep) &&
+        (!ready || DDP_LOADER_SLOTS - (atomic_load(&ld->filled) - ld->next_take) >= 2))
+        wake(ld);
+    if (!ready)
+        wait_for(ld, &ld->consumer_asleep, batch_ready);
     struct slot *sl = &ld->slots[ld->next_take % DDP_LOADER_SLOTS];
-    while (!(sl->ready && sl->step == ld->next_take))
-        pthread_cond_wait(&ld->cv, &ld->mu);
-    int n = sl->n;
-    pthread_mutex_unlock(&ld->mu);
+    int n = sl->n; /* published by the acquire load of filled in batch_ready */
     if (n <= 0) {
         ddp_loader_stop(ld);
         if (n < 0)

@@ -1,0 +1,607 @@
+/*
+ * test_cuda_ops.c - every op of the CUDA backend against the CPU backend on seeded random data
+ * (suite gpu). Exit 0 pass, 1 fail, 77 skipped: no CUDA in this build, or no usable GPU
+ * (unless DDP_GPU_REQUIRE=1, as tests/gpu/device-check.sh sets: then a missing GPU fails).
+ *
+ * The measure is the normalised error ||gpu - cpu|| / ||cpu|| (2-norms over the whole output),
+ * which must be <= 1e-6 in fp32. Where the CPU backend's own fp32 rounding is larger than that
+ * (long reductions: a conv weight gradient sums over batch x positions), both are also
+ * measured against the float64 reference kernels (cpu_ref.h) and the GPU passes when it is no
+ * worse than twice the CPU's own error; every line says which rule decided. Outputs that
+ * involve no arithmetic (relu, maxpool values and argmax, dropout masks, copies) must match
+ * bit for bit. Double results (batchnorm sums, the xent loss) within 1e-10 relative.
+ *
+ * Built twice: test_cuda_ops (the GPU) and test_cuda_ops_emu (DDP_TEST_EMU: the same kernels
+ * compiled for the CPU against tests/gpu/emu, so their logic is tested on every machine).
+ *
+ * Dimension letters as in backend.h.
+ */
+#include "ddp_build.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_ref.h"
+#include "util.h"
+#ifdef DDP_TEST_EMU /* test_cuda_ops_emu: cuda.cu's kernels on the CPU emulation (tests/gpu/emu) */
+#undef HAVE_CUDA
+#define HAVE_CUDA 1
+#endif
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+
+#if HAVE_CUDA
+
+#define TOL 1e-6        /* normalised fp32 error, GPU vs CPU */
+#define TOL_F64 1e-10   /* relative error of double results */
+
+static int g_fail, g_checks;
+static const struct ddp_backend *G, *C;
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ULL;
+
+static double urand(void) /* [0, 1) */
+{
+    g_rng += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = g_rng;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static float *rnd(size_t n, float scale)
+{
+    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2 * urand() - 1) * scale);
+    return x;
+}
+
+static float *copy_f(const float *x, size_t n)
+{
+    float *y = ddp_malloc(sizeof(float) * (n ? n : 1));
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+static double *to_f64(const float *x, size_t n)
+{
+    double *y = ddp_malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i];
+    return y;
+}
+
+static void *dev_of(const void *host, size_t bytes)
+{
+    void *d = G->alloc(bytes);
+    if (bytes)
+        G->upload(d, host, bytes);
+    return d;
+}
+
+static float *dev_f(const float *host, size_t n) { return dev_of(host, sizeof(float) * n); }
+
+static float *host_of(const float *dev, size_t n)
+{
+    float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
+    G->download(h, dev, sizeof(float) * n);
+    return h;
+}
+
+/* ---- comparisons ------------------------------------------------------------------------- */
+
+static double norm_diff(const float *a, const float *b, size_t n, double *nb)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - (double)b[i];
+        d += e * e;
+        s += (double)b[i] * b[i];
+    }
+    *nb = sqrt(s);
+    return sqrt(d);
+}
+
+static double norm_diff_ref(const float *a, const double *ref, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - ref[i];
+        d += e * e;
+        s += ref[i] * ref[i];
+    }
+    return s > 0 ? sqrt(d) / sqrt(s) : sqrt(d);
+}
+
+/* Compare a GPU output (device, n floats) with the CPU's (host); ref: float64 reference or
+ * NULL; exact: bit for bit. Frees nothing. */
+static void check(const char *op, const float *gpu_dev, const float *cpu, const double *ref,
+                  size_t n, int exact)
+{
+    float *gpu = host_of(gpu_dev, n);
+    g_checks++;
+    int ok;
+    char how[160];
+    if (exact) {
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&gpu[i], &cpu[i], sizeof(float)) != 0 && !bad++)
+                first = i;
+        ok = bad == 0;
+        if (ok)
+            snprintf(how, sizeof how, "bit-identical");
+        else
+            snprintf(how, sizeof how, "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g", bad,
+                     n, first, gpu[first], cpu[first]);
+    } else {
+        double ncpu;
+        double e = norm_diff(gpu, cpu, n, &ncpu);
+        e = ncpu > 0 ? e / ncpu : e;
+        ok = e <= TOL;
+        if (ok || !ref) {
+            snprintf(how, sizeof how, "err %.2e (limit %.0e)", e, TOL);
+        } else {
+            const double eg = norm_diff_ref(gpu, ref, n), ec = norm_diff_ref(cpu, ref, n);
+            const double lim = fmax(TOL, 2 * ec);
+            ok = eg <= lim;
+            snprintf(how, sizeof how,
+                     "err %.2e > %.0e; vs float64: gpu %.2e, cpu %.2e (limit %.2e)", e, TOL, eg,
+                     ec, lim);
+        }
+        if (!isfinite(e))
+            ok = 0;
+    }
+    printf("%-4s %-34s n=%-9zu %s\n", ok ? "ok" : "FAIL", op, n, how);
+    if (!ok)
+        g_fail++;
+    free(gpu);
+}
+
+static void check_d(const char *op, const double *gpu, const double *cpu, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += (gpu[i] - cpu[i]) * (gpu[i] - cpu[i]);
+        s += cpu[i] * cpu[i];
+    }
+    const double e = s > 0 ? sqrt(d / s) : sqrt(d);
+    const int ok = e <= TOL_F64 && isfinite(e);
+    g_checks++;
+    printf("%-4s %-34s n=%-9zu err %.2e (limit %.0e, double)\n", ok ? "ok" : "FAIL", op, n, e,
+           TOL_F64);
+    if (!ok)
+        g_fail++;
+}
+
+static void check_i(const char *op, long long gpu, long long cpu)
+{
+    g_checks++;
+    printf("%-4s %-34s gpu %lld cpu %lld\n", gpu == cpu ? "ok" : "FAIL", op, gpu, cpu);
+    if (gpu != cpu)
+        g_fail++;
+}
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+static void t_linear(int B, int Cin, int O)
+{
+    char name[96];
+    const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
+           *dy64 = to_f64(dy, no);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+
+    for (int with_bias = 1; with_bias >= 0; with_bias--) {
+        float *cy = ddp_malloc(sizeof(float) * no);
+        double *ry = ddp_malloc(sizeof(double) * no);
+        float *gy = G->alloc(sizeof(float) * no);
+        C->linear_fwd(cy, x, w, with_bias ? b : NULL, B, Cin, O);
+        ddp_cpu_linear_fwd_f64(ry, x64, w64, with_bias ? b64 : NULL, B, Cin, O);
+        G->linear_fwd(gy, gx, gw, with_bias ? gb : NULL, B, Cin, O);
+        snprintf(name, sizeof name, "linear_fwd %dx%d->%d%s", B, Cin, O,
+                 with_bias ? "" : " nobias");
+        check(name, gy, cy, ry, no, 0);
+        free(cy);
+        free(ry);
+        G->free(gy);
+    }
+
+    /* backward adds into dw, db (start from non-zero), overwrites dinp */
+    float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = copy_f(dw0, nw),
+          *cdb = copy_f(db0, (size_t)O);
+    double *rdx = ddp_malloc(sizeof(double) * ni), *rdw = to_f64(dw0, nw),
+           *rdb = to_f64(db0, (size_t)O);
+    float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
+    C->linear_bwd(cdx, cdw, cdb, dy, x, w, B, Cin, O);
+    ddp_cpu_linear_bwd_f64(rdx, rdw, rdb, dy64, x64, w64, B, Cin, O);
+    G->linear_bwd(gdx, gdw, gdb, gdy, gx, gw, B, Cin, O);
+    snprintf(name, sizeof name, "linear_bwd dinp %dx%d->%d", B, Cin, O);
+    check(name, gdx, cdx, rdx, ni, 0);
+    snprintf(name, sizeof name, "linear_bwd dw (+=)");
+    check(name, gdw, cdw, rdw, nw, 0);
+    snprintf(name, sizeof name, "linear_bwd db (+=)");
+    check(name, gdb, cdb, rdb, (size_t)O, 0);
+    /* first layer: no dinp, no db */
+    G->linear_bwd(NULL, gdw, NULL, gdy, gx, gw, B, Cin, O);
+    C->linear_bwd(NULL, cdw, NULL, dy, x, w, B, Cin, O);
+    ddp_cpu_linear_bwd_f64(NULL, rdw, NULL, dy64, x64, w64, B, Cin, O);
+    check("linear_bwd dw, no dinp/db", gdw, cdw, rdw, nw, 0);
+
+    G->free(gx); G->free(gw); G->free(gb); G->free(gdy); G->free(gdx); G->free(gdw); G->free(gdb);
+    free(x); free(w); free(b); free(dy); free(dw0); free(db0); free(x64); free(w64); free(b64);
+    free(dy64); free(cdx); free(cdw); free(cdb); free(rdx); free(rdw); free(rdb);
+}
+
+static void t_elementwise(size_t n)
+{
+    float *x = rnd(n, 1), *dy = rnd(n, 1);
+    float *gx = dev_f(x, n), *gdy = dev_f(dy, n);
+    float *cy = ddp_malloc(sizeof(float) * n), *cdx = ddp_malloc(sizeof(float) * n);
+    float *gy = G->alloc(sizeof(float) * n), *gdx = G->alloc(sizeof(float) * n);
+
+    C->relu_fwd(cy, x, n);
+    G->relu_fwd(gy, gx, n);
+    check("relu_fwd", gy, cy, NULL, n, 1);
+    C->relu_bwd(cdx, dy, cy, n);
+    G->relu_bwd(gdx, gdy, gy, n);
+    check("relu_bwd", gdx, cdx, NULL, n, 1);
+
+    /* dropout: the same hash, so the same mask, bit for bit */
+    const float p = 0.3f;
+    const uint64_t seed = 0x1234567890abcdefULL;
+    float *cm = ddp_malloc(sizeof(float) * n), *gm = G->alloc(sizeof(float) * n);
+    C->dropout_fwd(cy, cm, x, n, p, seed);
+    G->dropout_fwd(gy, gm, gx, n, p, seed);
+    check("dropout_fwd mask", gm, cm, NULL, n, 1);
+    check("dropout_fwd out", gy, cy, NULL, n, 1);
+    C->dropout_bwd(cdx, dy, cm, n);
+    G->dropout_bwd(gdx, gdy, gm, n);
+    check("dropout_bwd", gdx, cdx, NULL, n, 1);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        kept += cm[i] != 0;
+    g_checks++;
+    const double frac = (double)kept / (double)n;
+    const int fok = fabs(frac - (1 - p)) < 0.02;
+    printf("%-4s %-34s kept %.4f (expected %.2f)\n", fok ? "ok" : "FAIL", "dropout keep rate",
+           frac, 1 - p);
+    g_fail += !fok;
+
+    /* scale, zero, device-to-device copy through upload */
+    memcpy(cy, x, sizeof(float) * n);
+    C->scale(cy, n, 0.37f);
+    G->upload(gy, gx, sizeof(float) * n); /* device -> device, as model.c does */
+    check("upload device->device", gy, x, NULL, n, 1);
+    G->scale(gy, n, 0.37f);
+    check("scale", gy, cy, NULL, n, 1);
+    C->zero(cy, n);
+    G->zero(gy, n);
+    check("zero", gy, cy, NULL, n, 1);
+
+    G->free(gx); G->free(gdy); G->free(gy); G->free(gdx); G->free(gm);
+    free(x); free(dy); free(cy); free(cdx); free(cm);
+}
+
+static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
+{
+    char name[128], shape[96];
+    snprintf(shape, sizeof shape, "B%d C%d %dx%d O%d k%d s%d p%d", B, Cin, H, W, O, k, stride, pad);
+    const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+    const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
+                 no = (size_t)B * O * OH * OW;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
+           *dy64 = to_f64(dy, no);
+    const size_t ccol = C->conv_col_elems(B, Cin, H, W, k, stride, pad);
+    const size_t gcol = G->conv_col_elems(B, Cin, H, W, k, stride, pad);
+    float *ccolb = ddp_malloc(sizeof(float) * ccol);
+    double *rcol = ddp_malloc(sizeof(double) * ccol);
+    float *gcolb = G->alloc(sizeof(float) * gcol);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+
+    float *cy = ddp_malloc(sizeof(float) * no);
+    double *ry = ddp_malloc(sizeof(double) * no);
+    float *gy = G->alloc(sizeof(float) * no);
+    C->conv2d_fwd(cy, ccolb, x, w, b, B, Cin, H, W, O, k, stride, pad);
+    ddp_cpu_conv2d_fwd_f64(ry, rcol, x64, w64, b64, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, Cin, H, W, O, k, stride, pad);
+    snprintf(name, sizeof name, "conv2d_fwd %s", shape);
+    check(name, gy, cy, ry, no, 0);
+
+    float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = copy_f(dw0, nw),
+          *cdb = copy_f(db0, (size_t)O);
+    double *rdx = ddp_malloc(sizeof(double) * ni), *rdw = to_f64(dw0, nw),
+           *rdb = to_f64(db0, (size_t)O);
+    float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
+    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
+    ddp_cpu_conv2d_bwd_f64(rdx, rdw, rdb, rcol, dy64, x64, w64, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    snprintf(name, sizeof name, "conv2d_bwd dinp %s", shape);
+    check(name, gdx, cdx, rdx, ni, 0);
+    check("conv2d_bwd dw (+=)", gdw, cdw, rdw, nw, 0);
+    check("conv2d_bwd db (+=)", gdb, cdb, rdb, (size_t)O, 0);
+
+    G->free(gx); G->free(gw); G->free(gb); G->free(gdy); G->free(gy); G->free(gdx); G->free(gdw);
+    G->free(gdb); G->free(gcolb);
+    free(x); free(w); free(b); free(dy); free(dw0); free(db0); free(x64); free(w64); free(b64);
+    free(dy64); free(ccolb); free(rcol); free(cy); free(ry); free(cdx); free(cdw); free(cdb);
+    free(rdx); free(rdw); free(rdb);
+}
+
+static void t_pools(int B, int Cc, int H, int W, int k)
+{
+    char name[96];
+    const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * (H / k) * (W / k);
+    float *x = rnd(ni, 1), *dy = rnd(no, 1);
+    for (size_t i = 0; i < ni; i++) /* few levels: ties, so the first-maximum rule matters */
+        x[i] = roundf(x[i] * 3) / 3;
+    float *gx = dev_f(x, ni), *gdy = dev_f(dy, no);
+    float *cy = ddp_malloc(sizeof(float) * no), *cdx = ddp_malloc(sizeof(float) * ni);
+    int32_t *carg = ddp_malloc(sizeof(int32_t) * no);
+    float *gy = G->alloc(sizeof(float) * no), *gdx = G->alloc(sizeof(float) * ni);
+    int32_t *garg = G->alloc(sizeof(int32_t) * no);
+
+    C->maxpool_fwd(cy, carg, x, B, Cc, H, W, k);
+    G->maxpool_fwd(gy, garg, gx, B, Cc, H, W, k);
+    snprintf(name, sizeof name, "maxpool_fwd B%d C%d %dx%d k%d", B, Cc, H, W, k);
+    check(name, gy, cy, NULL, no, 1);
+    {
+        int32_t *h = ddp_malloc(sizeof(int32_t) * no);
+        G->download(h, garg, sizeof(int32_t) * no);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < no; i++)
+            if (h[i] != carg[i] && !bad++)
+                first = i;
+        g_checks++;
+        if (bad) {
+            g_fail++;
+            printf("FAIL %-34s %zu of %zu differ, first at %zu: gpu %d cpu %d\n",
+                   "maxpool_fwd argmax", bad, no, first, h[first], carg[first]);
+        } else
+            printf("ok   %-34s n=%-9zu identical\n", "maxpool_fwd argmax", no);
+        free(h);
+    }
+    C->maxpool_bwd(cdx, dy, carg, B, Cc, H, W, k);
+    G->maxpool_bwd(gdx, gdy, garg, B, Cc, H, W, k);
+    check("maxpool_bwd", gdx, cdx, NULL, ni, 1);
+
+    C->avgpool_fwd(cy, x, B, Cc, H, W, k);
+    G->avgpool_fwd(gy, gx, B, Cc, H, W, k);
+    snprintf(name, sizeof name, "avgpool_fwd B%d C%d %dx%d k%d", B, Cc, H, W, k);
+    check(name, gy, cy, NULL, no, 0);
+    C->avgpool_bwd(cdx, dy, B, Cc, H, W, k);
+    G->avgpool_bwd(gdx, gdy, B, Cc, H, W, k);
+    check("avgpool_bwd", gdx, cdx, NULL, ni, 0);
+
+    G->free(gx); G->free(gdy); G->free(gy); G->free(gdx); G->free(garg);
+    free(x); free(dy); free(cy); free(cdx); free(carg);
+}
+
+static void t_batchnorm(int B, int Cc, int S)
+{
+    char name[96];
+    const size_t n = (size_t)B * Cc * S, c2 = 2 * (size_t)Cc;
+    float *x = rnd(n, 2), *dy = rnd(n, 1), *gamma = rnd((size_t)Cc, 1), *beta = rnd((size_t)Cc, 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] += 0.5f; /* a mean away from 0 */
+    float *gx = dev_f(x, n), *gdy = dev_f(dy, n), *ggam = dev_f(gamma, (size_t)Cc),
+          *gbet = dev_f(beta, (size_t)Cc);
+    double *cs = ddp_malloc(sizeof(double) * c2), *gs = ddp_malloc(sizeof(double) * c2);
+    C->bn_stats(cs, x, B, Cc, S);
+    G->bn_stats(gs, gx, B, Cc, S);
+    snprintf(name, sizeof name, "bn_stats B%d C%d S%d", B, Cc, S);
+    check_d(name, gs, cs, c2);
+
+    /* mean and invstd from the CPU's sums, as model.c computes them */
+    const double count = (double)B * S;
+    float *mean = ddp_malloc(sizeof(float) * (size_t)Cc),
+          *inv = ddp_malloc(sizeof(float) * (size_t)Cc);
+    for (int c = 0; c < Cc; c++) {
+        double mu = cs[c] / count, var = cs[Cc + c] / count - mu * mu;
+        mean[c] = (float)mu;
+        inv[c] = (float)(1.0 / sqrt((var > 0 ? var : 0) + 1e-5));
+    }
+    float *gmean = dev_f(mean, (size_t)Cc), *ginv = dev_f(inv, (size_t)Cc);
+    float *cy = ddp_malloc(sizeof(float) * n), *cxh = ddp_malloc(sizeof(float) * n);
+    float *gy = G->alloc(sizeof(float) * n), *gxh = G->alloc(sizeof(float) * n);
+    C->bn_fwd_apply(cy, cxh, x, mean, inv, gamma, beta, B, Cc, S);
+    G->bn_fwd_apply(gy, gxh, gx, gmean, ginv, ggam, gbet, B, Cc, S);
+    check("bn_fwd_apply out", gy, cy, NULL, n, 0);
+    check("bn_fwd_apply xhat", gxh, cxh, NULL, n, 0);
+    G->bn_fwd_apply(gy, NULL, gx, gmean, ginv, ggam, gbet, B, Cc, S); /* eval: no xhat */
+    check("bn_fwd_apply out, no xhat", gy, cy, NULL, n, 0);
+
+    C->bn_bwd_sums(cs, dy, cxh, B, Cc, S);
+    G->bn_bwd_sums(gs, gdy, gxh, B, Cc, S);
+    check_d("bn_bwd_sums", gs, cs, c2);
+
+    /* global sums differ from local ones (SyncBatchNorm) */
+    double *glob = ddp_malloc(sizeof(double) * c2);
+    for (size_t i = 0; i < c2; i++)
+        glob[i] = cs[i] * 1.7 + 0.1;
+    float *dg0 = rnd((size_t)Cc, 0.1f), *db0 = rnd((size_t)Cc, 0.1f);
+    float *cdx = ddp_malloc(sizeof(float) * n), *cdg = copy_f(dg0, (size_t)Cc),
+          *cdb = copy_f(db0, (size_t)Cc);
+    float *gdx = G->alloc(sizeof(float) * n), *gdg = dev_f(dg0, (size_t)Cc),
+          *gdb = dev_f(db0, (size_t)Cc);
+    C->bn_bwd_apply(cdx, cdg, cdb, dy, cxh, inv, gamma, cs, glob, 2 * count, B, Cc, S);
+    G->bn_bwd_apply(gdx, gdg, gdb, gdy, gxh, ginv, ggam, cs, glob, 2 * count, B, Cc, S);
+    check("bn_bwd_apply dinp", gdx, cdx, NULL, n, 0);
+    check("bn_bwd_apply dgamma (+=)", gdg, cdg, NULL, (size_t)Cc, 0);
+    check("bn_bwd_apply dbeta (+=)", gdb, cdb, NULL, (size_t)Cc, 0);
+    C->bn_bwd_apply(NULL, cdg, cdb, dy, cxh, inv, gamma, cs, glob, 2 * count, B, Cc, S);
+    G->bn_bwd_apply(NULL, gdg, gdb, gdy, gxh, ginv, ggam, cs, glob, 2 * count, B, Cc, S);
+    check("bn_bwd_apply dgamma, no dinp", gdg, cdg, NULL, (size_t)Cc, 0);
+
+    G->free(gx); G->free(gdy); G->free(ggam); G->free(gbet); G->free(gmean); G->free(ginv);
+    G->free(gy); G->free(gxh); G->free(gdx); G->free(gdg); G->free(gdb);
+    free(x); free(dy); free(gamma); free(beta); free(cs); free(gs); free(mean); free(inv);
+    free(cy); free(cxh); free(glob); free(dg0); free(db0); free(cdx); free(cdg); free(cdb);
+}
+
+static void t_xent(int B, int K)
+{
+    char name[96];
+    const size_t n = (size_t)B * K;
+    float *z = rnd(n, 5);
+    int32_t *y = ddp_malloc(sizeof(int32_t) * (size_t)B);
+    for (int i = 0; i < B; i++)
+        y[i] = (int32_t)(urand() * K);
+    if (K > 3) { /* a tie for the maximum in row 0: the first one counts */
+        z[1] = z[3] = 100;
+        y[0] = 1;
+    }
+    if (B > 1 && K > 3) {
+        z[K + 1] = z[K + 2] = 100;
+        y[1] = 2; /* not the first maximum: wrong */
+    }
+    float *gz = dev_f(z, n);
+    int32_t *gy = dev_of(y, sizeof(int32_t) * (size_t)B);
+    float *cd = ddp_malloc(sizeof(float) * n), *gd = G->alloc(sizeof(float) * n);
+    int64_t cc = -1, gc = -1;
+    const float scale = 1.0f / (float)B;
+    double cl = C->xent(cd, &cc, z, y, B, K, scale);
+    double gl = G->xent(gd, &gc, gz, gy, B, K, scale);
+    snprintf(name, sizeof name, "xent loss B%d K%d", B, K);
+    check_d(name, &gl, &cl, 1);
+    check_i("xent correct", gc, cc);
+    check("xent dlogits", gd, cd, NULL, n, 0);
+    gc = -1;
+    gl = G->xent(NULL, &gc, gz, gy, B, K, 0);
+    check_d("xent loss, no dlogits", &gl, &cl, 1);
+    check_i("xent correct, no dlogits", gc, cc);
+    G->free(gz); G->free(gy); G->free(gd);
+    free(z); free(y); free(cd);
+}
+
+static void t_optim(size_t n)
+{
+    char name[96];
+    float *p = rnd(n, 1), *g = rnd(n, 1);
+    float *gg = dev_f(g, n);
+    for (int nesterov = 0; nesterov <= 1; nesterov++) {
+        float *cp = copy_f(p, n), *cb = ddp_malloc(sizeof(float) * n);
+        float *gpp = dev_f(p, n), *gb = G->alloc(sizeof(float) * n);
+        for (int step = 0; step < 3; step++) {
+            C->sgd_step(cp, g, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            G->sgd_step(gpp, gg, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+        }
+        snprintf(name, sizeof name, "sgd_step x3 nesterov=%d params", nesterov);
+        check(name, gpp, cp, NULL, n, 0);
+        check("sgd_step momentum buffer", gb, cb, NULL, n, 0);
+        free(cp); free(cb); G->free(gpp); G->free(gb);
+    }
+    {
+        float *cp = copy_f(p, n);
+        float *gpp = dev_f(p, n);
+        C->sgd_step(cp, g, NULL, n, 0.1f, 0, 0, 0, 1);
+        G->sgd_step(gpp, gg, NULL, n, 0.1f, 0, 0, 0, 1);
+        check("sgd_step plain", gpp, cp, NULL, n, 0);
+        free(cp); G->free(gpp);
+    }
+    for (int decoupled = 0; decoupled <= 1; decoupled++) {
+        float *cp = copy_f(p, n), *cm = ddp_malloc(sizeof(float) * n),
+              *cv = ddp_malloc(sizeof(float) * n);
+        memset(cm, 0, sizeof(float) * n);
+        memset(cv, 0, sizeof(float) * n);
+        float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
+              *gv = G->alloc(sizeof(float) * n);
+        for (int64_t t = 1; t <= 3; t++) {
+            C->adam_step(cp, g, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+            G->adam_step(gpp, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+        }
+        snprintf(name, sizeof name, "adam_step x3 decoupled=%d params", decoupled);
+        check(name, gpp, cp, NULL, n, 0);
+        check("adam_step m", gm, cm, NULL, n, 0);
+        check("adam_step v", gv, cv, NULL, n, 0);
+        free(cp); free(cm); free(cv); G->free(gpp); G->free(gm); G->free(gv);
+    }
+    G->free(gg);
+    free(p); free(g);
+}
+
+/* TF32 GEMMs: a smoke check with a TF32-sized tolerance (10-bit mantissa). */
+static void t_tf32(void)
+{
+    char err[DDP_ERR_LEN];
+    if (!ddp_backend_cuda(0, 1, err, sizeof err)) {
+        printf("FAIL tf32: %s\n", err);
+        g_fail++;
+        return;
+    }
+    const int B = 64, Cin = 512, O = 128;
+    const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
+    float *cy = ddp_malloc(sizeof(float) * no), *gy = G->alloc(sizeof(float) * no);
+    C->linear_fwd(cy, x, w, b, B, Cin, O);
+    G->linear_fwd(gy, gx, gw, gb, B, Cin, O);
+    float *h = host_of(gy, no);
+    double ncpu, e = norm_diff(h, cy, no, &ncpu);
+    e /= ncpu;
+    const int ok = e < 5e-3 && isfinite(e);
+    g_checks++;
+    printf("%-4s %-34s n=%-9zu err %.2e (limit 5e-03, tf32)\n", ok ? "ok" : "FAIL",
+           "linear_fwd tf32", no, e);
+    g_fail += !ok;
+    ddp_backend_cuda(0, 0, err, sizeof err); /* back to fp32 */
+    G->free(gx); G->free(gw); G->free(gb); G->free(gy);
+    free(x); free(w); free(b); free(cy); free(h);
+}
+
+#endif /* HAVE_CUDA */
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+#if !HAVE_CUDA
+    const char *req = getenv("DDP_GPU_REQUIRE");
+    printf("SKIP: this ddptrain was built without CUDA (nvcc not found at configure time)\n");
+    return req && strcmp(req, "1") == 0 ? 1 : 77;
+#else
+    char err[DDP_ERR_LEN];
+    const char *req = getenv("DDP_GPU_REQUIRE");
+    G = ddp_backend_cuda(0, 0, err, sizeof err);
+    if (!G) {
+        printf("SKIP: no GPU: %s\n", err);
+        return req && strcmp(req, "1") == 0 ? 1 : 77;
+    }
+    C = ddp_backend_cpu();
+    if (C->set_threads)
+        C->set_threads(4);
+    printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
+
+    t_elementwise(100003);
+    t_linear(37, 300, 70);
+    t_linear(256, 784, 512); /* fashion-mlp's first layer */
+    t_linear(1, 5, 3);
+    t_conv(5, 3, 13, 13, 8, 3, 1, 1);
+    t_conv(4, 2, 11, 9, 6, 4, 2, 1);   /* non-square, stride 2, window overhangs */
+    t_conv(3, 1, 28, 28, 32, 5, 1, 0); /* fashion-cnn's first layer */
+    t_conv(48, 16, 32, 32, 16, 5, 1, 2); /* 409600 col floats a sample: 2 chunks of <= 40 */
+    t_pools(3, 4, 10, 10, 3);          /* floor mode: a row and column left over */
+    t_pools(2, 3, 8, 12, 2);
+    t_batchnorm(6, 5, 49);
+    t_batchnorm(33, 17, 1);            /* batchnorm after linear: S = 1 */
+    t_batchnorm(64, 8, 3136);          /* several partial sums per channel */
+    t_xent(67, 10);
+    t_xent(9, 1000);                   /* K > 32: lanes loop */
+    t_xent(1, 2);
+    t_optim(10007);
+    t_tf32();
+    printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+#endif
+}
