@@ -59,7 +59,7 @@ check() {
     expect_eq "$(cat "$name.rc")" 0 "$name: sbatch --wait exit code"
     grep -q "^binary: .*ddptrain" <<<"$out" || fail "$name: no binary line"
     grep -q "^run: srun --mpi=pmix --cpus-per-task=$threads " <<<"$out" || fail "$name: srun line"
-    grep -q "$ranks ranks, launcher slurm, comm mpi, $threads threads per rank" <<<"$out" ||
+    grep -q "$ranks ranks, launcher slurm, comm mpi, device cpu, $threads threads per rank" <<<"$out" ||
         fail "$name: want $ranks Slurm ranks over MPI with $threads threads each"
     grep -q '^done: 10 steps' <<<"$out" || fail "$name: ddptrain did not finish 10 steps"
     grep -q '^ddptrain exited 0;' <<<"$out" || fail "$name: no 'ddptrain exited 0'"
