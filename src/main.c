@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "config.h"
 #include "launch/launcher.h"
+#include "validate.h"
 #include "train.h"
 #include "util.h"
 #if HAVE_MPI
@@ -35,6 +36,7 @@ static void print_help(FILE *f)
             "  ddptrain env                                     how each rank sees the world\n"
             "  ddptrain hostlist EXPR                           expand a Slurm hostlist\n"
             "  ddptrain data ...                                import or synthesise HDF5 datasets\n"
+            "  ddptrain validate [--quick] [--json FILE]        node validation for admins\n"
             "  ddptrain launch --nproc-per-node N JOB.ini ...   start N local ranks (torchrun-like)\n"
             "  ddptrain --version                               version and backends built in\n"
             "  ddptrain --job-reference                         every job-file key (Markdown)\n\n"
@@ -75,7 +77,7 @@ int main(int argc, char **argv)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
     if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
-        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && argv[1][0] != '-')
+        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") && argv[1][0] != '-')
         ddp_train_catch_early_signals();
     if (argc < 2) {
         print_help(stderr);
@@ -100,6 +102,8 @@ int main(int argc, char **argv)
         return ddp_cmd_hostlist(argc - 1, argv + 1);
     if (!strcmp(cmd, "data"))
         return ddp_cmd_data(argc - 1, argv + 1);
+    if (!strcmp(cmd, "validate"))
+        return ddp_cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch"))
         return ddp_cmd_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bootstrap-test")) /* hidden: exercises the bootstrap in tests */

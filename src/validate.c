@@ -31,6 +31,9 @@
 #include "launch/world.h"
 #include "util.h"
 #include "validate.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
 
 #define CPU_MODEL_LEN 96
 #define BOOT_ID_LEN 48
@@ -274,10 +277,13 @@ struct rank_info {
     int32_t rank, threads, cpus_online, cpus_allowed;
     int64_t mem_total, mem_avail; /* bytes */
     double gemm, triad;           /* GFLOP/s, GB/s (triad -1: wrong values) */
+    int32_t triad_bad;            /* wrong triad values in any round so far */
     char host[DDP_HOST_MAX];
     char cpu_model[CPU_MODEL_LEN];
     char boot_id[BOOT_ID_LEN];
     unsigned char cpuset[CPUSET_BYTES];
+    int32_t gpu_count;            /* devices the CUDA driver reports; 0 on CPU builds */
+    char gpu_driver[96];          /* CUDA versions, or "none" */
 };
 
 /* Copy the value of "key<blank>:" from a /proc file into out; 0 if found. */
@@ -344,6 +350,14 @@ static void inventory(struct rank_info *ri, const struct ddp_world *w, int threa
     ri->boot_id[strcspn(ri->boot_id, "\n")] = '\0';
     if (f)
         fclose(f);
+    snprintf(ri->gpu_driver, sizeof ri->gpu_driver, "none");
+#if HAVE_CUDA
+    /* what the driver sees, without binding a device: the checks run on the CPU backend */
+    int n = ddp_cuda_device_count();
+    ri->gpu_count = n > 0 ? n : 0;
+    if (n >= 0)
+        snprintf(ri->gpu_driver, sizeof ri->gpu_driver, "%s", ddp_cuda_version_string());
+#endif
 }
 
 /* Threads per rank: [validate] threads, else as training: SLURM_CPUS_PER_TASK, else the CPUs
@@ -532,14 +546,20 @@ static double median_of(const struct rank_info *ri, int W, int triad)
     return m;
 }
 
-/* Whether a rank's GEMM or triad rate is below frac x the median (every rank decides alike). */
-static int rates_below(const struct rank_info *ri, int W, double frac)
+/* The lowest ratio of a rank's GEMM or triad rate to the median of the ranks (0 for wrong
+ * triad values): a round passes when it is at least min_fraction (every rank computes it
+ * alike from the same numbers). */
+static double rates_score(const struct rank_info *ri, int W)
 {
-    double mg = median_of(ri, W, 0), mt = median_of(ri, W, 1);
-    for (int r = 0; r < W; r++)
-        if (ri[r].gemm < frac * mg || (ri[r].triad >= 0 && ri[r].triad < frac * mt))
-            return 1;
-    return 0;
+    double mg = median_of(ri, W, 0), mt = median_of(ri, W, 1), score = 1e300;
+    for (int r = 0; r < W; r++) {
+        double g = mg > 0 ? ri[r].gemm / mg : 0, t = mt > 0 ? ri[r].triad / mt : 0;
+        if (ri[r].triad < 0)
+            t = 0;
+        score = g < score ? g : score;
+        score = t < score ? t : score;
+    }
+    return score;
 }
 
 static void judge_rates(struct report *rep, double frac, double med_gemm, double med_triad)
@@ -827,8 +847,11 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
         const struct rank_info *x = &rep->ri[r];
         char cpus[32];
         snprintf(cpus, sizeof cpus, "%d/%d", x->cpus_allowed, x->cpus_online);
+        char gpus[16] = "none";
+        if (x->gpu_count > 0)
+            snprintf(gpus, sizeof gpus, "%d", x->gpu_count);
         printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f  %s\n", r,
-               x->host, x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), "none",
+               x->host, x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus,
                x->gemm, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
                rf->med_triad > 0 ? x->triad / rf->med_triad : 0,
                rank_failed(rep, r) ? "FAIL" : "PASS");
@@ -941,11 +964,12 @@ static int write_json(const char *path, const struct report *rep, const struct r
         fprintf(f, ", \"cpu_model\": ");
         json_str(f, x->cpu_model);
         fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"threads\": %d, "
-                   "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"none\", "
-                   "\"gpu_count\": 0, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": \"none\", "
-                   "\"gemm_gflops\": ",
+                   "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"%s\", "
+                   "\"gpu_count\": %d, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": ",
                 x->cpus_online, x->cpus_allowed, x->threads, (long long)x->mem_total,
-                (long long)x->mem_avail);
+                (long long)x->mem_avail, x->gpu_count > 0 ? "cuda" : "none", x->gpu_count);
+        json_str(f, x->gpu_driver);
+        fprintf(f, ", \"gemm_gflops\": ");
         json_num(f, x->gemm, "%.3f");
         fprintf(f, ", \"gemm_ratio\": ");
         json_num(f, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : NAN, "%.4f");
@@ -1265,39 +1289,47 @@ int ddp_cmd_validate(int argc, char **argv)
     if (shared && my_turn == 0)
         lock = machine_lock();
     /* rounds: when a rank falls below the threshold, everybody measures again under the same
-     * conditions (a passing cloud of noise clears; a slow rank stays slow), best round counts */
-    int rounds = 0;
-    mine.gemm = 0;
-    mine.triad = 0;
+     * conditions (a passing burst of noise clears; a slow rank stays slow). The round that
+     * comes closest to passing is judged, whole: mixing rounds would pit one rank's lucky
+     * moment against another's unlucky one. Wrong triad values in any round stay wrong. */
+    int rounds = 0, triad_bad = 0;
+    struct rank_info *kept = ddp_calloc((size_t)W, sizeof *kept);
+    double kept_score = -1;
     for (int round = 0; round < RATE_ROUNDS; round++) {
+        mine.gemm = mine.triad = 0;
         for (int t = 0; t < turns; t++) {
             /* the measuring ranks line up in the kernels' sync; the others meet them there */
-            double g = 0, tr = 0;
             if (t != my_turn) {
                 ddp_comm_barrier(c);
                 ddp_comm_barrier(c);
                 continue;
             }
-            g = ddp_validate_gemm(
+            mine.gemm = ddp_validate_gemm(
                 be, gemm_n, quick ? cfg.gemm_reps_quick : cfg.gemm_reps,
                 quick ? cfg.gemm_s_quick : cfg.gemm_s,
                 ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_GEMM, me), barrier_cb, c);
-            tr = ddp_validate_triad(
+            mine.triad = ddp_validate_triad(
                 triad_mib, quick ? cfg.triad_reps_quick : cfg.triad_reps,
                 quick ? cfg.triad_s_quick : cfg.triad_s, threads,
                 ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, me), barrier_cb, c);
-            if (g > mine.gemm)
-                mine.gemm = g;
-            if (tr < 0 || mine.triad < 0) /* wrong values once: wrong */
-                mine.triad = -1;
-            else if (tr > mine.triad)
-                mine.triad = tr;
+            triad_bad |= mine.triad < 0;
         }
+        mine.triad_bad = triad_bad;
         ddp_comm_allgather(c, &mine, all, sizeof mine);
         rounds++;
-        if (!rates_below(all, W, cfg.min_fraction))
+        const double score = rates_score(all, W);
+        if (score > kept_score) {
+            kept_score = score;
+            memcpy(kept, all, sizeof *all * (size_t)W);
+        }
+        if (score >= cfg.min_fraction)
             break;
     }
+    for (int r = 0; r < W; r++)
+        if (all[r].triad_bad)
+            kept[r].triad = -1;
+    memcpy(all, kept, sizeof *all * (size_t)W);
+    free(kept);
     ddp_log("rates measured in %d round%s (%.1f s); all-reduce sweep", rounds,
             rounds == 1 ? "" : "s", ddp_now() - t_start);
 

@@ -6,15 +6,17 @@
  *
  * Checks, in order:
  *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
- *              the CPU backend.
+ *              CPU builds, else the device count and CUDA versions the driver reports (every
+ *              check below runs on the CPU backend, in any build).
  *  gemm        square f32 GEMM (N x N x N) through the backend's linear_fwd (cblas_sgemm on
- *              the CPU backend) with the rank's threads, in GFLOP/s = 2N^3/t, the best call
+ *              the CPU backend) with the rank's threads, in GFLOP/s = 2N^3/t, the median call
  *              of a window of a few seconds that all ranks measuring together share.
  *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, the
- *              best pass, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as STREAM).
+ *              median pass, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as
+ *              STREAM).
  *              gemm and triad are compared with the median over all ranks: below
  *              min_fraction (0.9) of it fails, after two more rounds of measurements of
- *              every rank (only when one is below it), each rank's best round counting.
+ *              every rank (only when one is below it); the round closest to passing counts.
  *              Ranks of one machine (same kernel boot id) whose threads exceed its CPUs
  *              take turns, so that they do not measure each other;
  *              such a run holds a machine-wide lock (/tmp/ddptrain-validate.lock) from its
@@ -44,7 +46,7 @@
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
  *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
  *
- * Not here: GPU checks (a CUDA backend will add its own inventory and memory test), draining
+ * Not here: GPU checks (cuBLAS GEMM, device memory, NCCL sweep, golden run on CUDA), draining
  * nodes (slurm/validate-nodes.sbatch prints the commands), reading the job file.
  */
 #ifndef DDP_VALIDATE_H
@@ -78,7 +80,7 @@ struct ddp_validate_config {
     double timeout_s;    /* deadline of every collective */
     /* [gemm] */
     int gemm_n, gemm_n_quick, gemm_reps, gemm_reps_quick;
-    double gemm_s, gemm_s_quick; /* repeat for at least this long (the best call counts) */
+    double gemm_s, gemm_s_quick; /* timing window (the median call counts) */
     /* [triad] */
     int64_t triad_mib, triad_mib_quick; /* MiB per array (three arrays) */
     int triad_reps, triad_reps_quick;
@@ -127,7 +129,8 @@ int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_valida
  * mib MiB each on threads threads (-1 when an element of the result is wrong: memory that
  * does not hold what was written). After the warm-up each calls sync(sync_ctx) (NULL: none;
  * validate passes a barrier, which every rank not measuring calls as well), then times calls
- * for `seconds` between guard bands of two calls (at least reps counted) and returns the best.
+ * for `seconds` between guard bands of two calls (at least reps counted) and returns the
+ * median.
  * slow: sleep 9 times as long as each call took (fault injection). */
 double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
                          void (*sync)(void *), void *sync_ctx);

@@ -8,9 +8,11 @@
  * repeats its kernel for a window of `seconds` plus a guard band of two calls at each end,
  * and counts only the calls that lie inside the window. Ranks that measure at the same time
  * (they share memory bandwidth, caches and power) thus all compete over every counted call:
- * none gets a quiet moment because another started late or finished early. The best counted
- * call is reported: the rate the node can reach under that load; noise (another process, a
- * page fault, a timer tick) only ever makes a call slower.
+ * none gets a quiet moment because another started late or finished early. The median
+ * counted call is reported: a best call would be the one moment a rank happened to have the
+ * memory to itself (another rank descheduled), which favours the luckier rank; the median is
+ * the rate under the load all of them put on the node, and a minority of calls hit by noise
+ * (another process, a page fault, a timer tick) does not move it.
  * What they leave to others: comparing ranks, taking turns on a shared machine (validate.c).
  */
 #include <pthread.h>
@@ -37,15 +39,22 @@ static void sleep_s(double s)
     }
 }
 
-/* Run pass(ctx) (work units per call) in the window described above; returns the best rate
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Run pass(ctx) (work units per call) in the window described above; returns the median rate
  * in units per second of the counted calls. At least reps calls are counted: a window too
  * short for them is extended. */
-static double windowed_best(void (*pass)(void *), void *ctx, double work, int reps,
-                            double seconds, int slow)
+static double windowed_median(void (*pass)(void *), void *ctx, double work, int reps,
+                              double seconds, int slow)
 {
     const double t0 = ddp_now();
-    double guard = -1, best = 0;
-    int counted = 0;
+    double guard = -1;
+    int counted = 0, cap = 64;
+    double *rate = ddp_malloc(sizeof(double) * (size_t)cap);
     if (reps < 1)
         reps = 1;
     for (int r = 0; r < MAX_REPS; r++) {
@@ -60,14 +69,19 @@ static double windowed_best(void (*pass)(void *), void *ctx, double work, int re
         }
         const double lo = t0 + guard, hi = t0 + guard + seconds;
         if ((a >= lo && b <= hi) || (b > hi && counted < reps)) {
-            counted++;
-            if (work / (b - a) > best)
-                best = work / (b - a);
+            if (counted == cap) {
+                cap *= 2;
+                rate = ddp_realloc(rate, sizeof(double) * (size_t)cap);
+            }
+            rate[counted++] = work / (b - a);
         }
         if (b >= hi + guard && counted >= reps)
             break;
     }
-    return best;
+    qsort(rate, (size_t)counted, sizeof(double), cmp_double);
+    double m = counted % 2 ? rate[counted / 2] : 0.5 * (rate[counted / 2 - 1] + rate[counted / 2]);
+    free(rate);
+    return m;
 }
 
 struct gemm_ctx {
@@ -104,7 +118,7 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double s
     gemm_pass(&g); /* warm-up: thread pool, pages, caches */
     if (sync)
         sync(sync_ctx);
-    double best = windowed_best(gemm_pass, &g, 2.0 * (double)n * (double)n * (double)n / 1e9,
+    double best = windowed_median(gemm_pass, &g, 2.0 * (double)n * (double)n * (double)n / 1e9,
                                 reps, seconds, slow);
     be->free(g.a);
     be->free(g.w);
@@ -181,7 +195,7 @@ double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, in
     triad_run(&t, 0); /* warm-up */
     if (sync)
         sync(sync_ctx);
-    double best = windowed_best(triad_pass, &t, 3.0 * sizeof(double) * (double)n / 1e9, reps,
+    double best = windowed_median(triad_pass, &t, 3.0 * sizeof(double) * (double)n / 1e9, reps,
                                 seconds, slow);
     /* every element must be 1 + 3 * 2: this also keeps the compiler from dropping the loops */
     for (size_t i = 0; i < n; i++)

@@ -3,26 +3,29 @@
  * thread pool, ours, sized by set_threads. The kernels live in cpu_kernels.inc, compiled here
  * once as float (the table below) and once as double (the reference for tests, cpu_ref.h).
  *
- * Threads. set_threads(n) pins OpenBLAS to one thread and starts n - 1 pool workers; a kernel
- * splits its work (GEMM rows or columns, samples of a convolution, elements of a loop) over
- * the caller and the workers, and each worker calls single-threaded OpenBLAS on its part. So
- * exactly one pool runs at a time: OpenBLAS's own workers (which busy-wait in sched_yield
- * between calls) never start, and the C loops around the GEMMs (im2col, pooling, ReLU, the
- * optimiser) run on every core too. Workers spin for a short while after a job, then sleep.
- * Without set_threads (tests), the pool is the caller alone and OpenBLAS keeps its default.
+ * Threads. set_threads(n) pins OpenBLAS to one thread and starts n - 1 workers of our own;
+ * a kernel cuts its work into parts (GEMM rows or columns, runs of samples of a convolution,
+ * ranges of a loop) that the caller and the workers claim, each calling single-threaded
+ * OpenBLAS on its part. So one pool runs at a time: OpenBLAS's own workers (which poll with
+ * sched_yield between calls: the high system time of 2-thread runs) stay asleep, and the C
+ * loops around the GEMMs (im2col, pooling, ReLU, the optimiser) use every core too. Workers
+ * spin (PAUSE, no system calls) for a short while after a job, then sleep. Without
+ * set_threads (tests), the pool is the caller alone and OpenBLAS keeps its default.
  *
- * Determinism. Every split is a pure function of the shapes and the thread count, every output
- * element is computed by one thread, and the only cross-thread sums (convolution weight
- * gradients) are added in thread order: results are bitwise reproducible for a fixed thread
- * count (they may differ between thread counts, as OpenBLAS's own threading does).
+ * Determinism. The cut is a pure function of the shapes and the thread count, every output
+ * element is computed within one part, a part's result does not depend on which thread runs
+ * it, and the only cross-part sums (convolution weight gradients) are added in part order:
+ * results are bitwise reproducible for a fixed thread count (they may differ between thread
+ * counts, as with OpenBLAS's own threading).
  *
- * Scratch. Convolutions work on blocks of samples in per-thread scratch that the backend owns,
- * grown on the first step and kept for the life of the process (no allocation per step); the
- * `col` buffer of the table is not needed and conv_col_elems asks for none.
+ * Scratch. Convolutions work on blocks of samples in scratch that the backend owns (per
+ * thread, and per part for partial sums), grown on the first step and kept for the life of
+ * the process: no allocation per step. The `col` buffer of the table is not needed, so
+ * conv_col_elems asks for none.
  *
- * Not here: vector intrinsics. The loops are written so that the compiler vectorises them
- * (without FMA contraction: -std=c11 implies -ffp-contract=off), so elementwise results do not
- * depend on the vector width of the machine.
+ * Not here: vector intrinsics. The loops are written so that the compiler vectorises them,
+ * without FMA contraction (-std=c11 implies -ffp-contract=off): elementwise results (ReLU,
+ * pooling, the optimisers) are the same on every x86-64 and equal the scalar loops bit for bit.
  */
 #include <cblas.h>
 #include <math.h>
@@ -38,7 +41,9 @@
 #include "util.h"
 
 /* Loops here are simple enough to vectorise; -O2's very cheap cost model skips any loop whose
- * trip count is not a known multiple of the vector width, i.e. all of them. */
+ * trip count is not a known multiple of the vector width, i.e. all of them. no-math-errno lets
+ * sqrt vectorise (Adam; its argument is never negative). no-tree-loop-distribute-patterns keeps
+ * the short row copies of im2col inline instead of turning each into a memmove call. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno", \
                      "no-tree-loop-distribute-patterns")
@@ -167,7 +172,7 @@ static unsigned pool_kick(void)
 
 /* Run fn(ctx, part, parts, tid) for every part in [0, parts) on the caller and the workers;
  * returns when all parts are done. Without workers (or one part) the caller runs them in
- * order. */
+ * order. One job at a time, from one thread: a part never calls par_run. */
 static void par_run(pool_fn fn, void *ctx, int parts)
 {
     if (parts <= 1 || g_pool.n <= 1) {
@@ -326,7 +331,7 @@ static void cpu_set_threads(int n)
     pool_start(n > 0 ? n : 1);
 }
 
-#define ELEMS_EACH 65536.0 /* elementwise work per thread worth a dispatch (~10 us) */
+#define ELEMS_EACH 65536.0 /* elements of a memory-bound loop worth a part (~10 us) */
 
 struct vec_job {
     float *x;

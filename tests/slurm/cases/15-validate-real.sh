@@ -13,7 +13,7 @@ fi
 
 rc=0
 DDP_VALIDATE_DIR=$CASE_DIR/reports SR_TIMEOUT=240 sr sbatch --wait -o "$CASE_DIR/validate.out" \
-    "$DDP_SRC/slurm/validate-nodes.sbatch" --quick || rc=$?
+    "$DDP_SRC/slurm/validate-nodes.sbatch" --quick --config "$DDP_SRC/tests/validate/fast.ini" || rc=$?
 cat validate.out
 for f in reports/*.log; do echo "== $f"; tail -n 5 "$f"; done
 expect_eq "$rc" 0 "sbatch --wait exit code"

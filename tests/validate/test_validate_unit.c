@@ -1,0 +1,265 @@
+/*
+ * test_validate_unit.c - the parts of `ddptrain validate` that need no second rank: settings
+ * files, the fault hook parser, the rate kernels, the all-reduce sweep's checks on one rank,
+ * the golden run (deterministic; the fault hooks show up where they should) and reference
+ * files (round trip, comparison that names the step and rank, malformed files rejected with
+ * file:line).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "launch/world.h"
+#include "util.h"
+#include "validate.h"
+
+static char g_dir[] = "/tmp/ddp-validate-unit.XXXXXX";
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_config(void)
+{
+    struct ddp_validate_config c;
+    char err[DDP_ERR_LEN];
+    ddp_validate_config_defaults(&c);
+    CHECK(c.min_fraction == 0.9 && c.ar_min_bytes == 8 && c.ar_max_bytes == 256 << 20 &&
+              c.golden_steps == 100 && c.golden_steps_quick == 30,
+          "defaults");
+    const char *good = write_tmp("good.ini", "; comment\n[validate]\nmin_fraction = 0.5\n"
+                                             "[allreduce]\nmax_bytes_quick = 1024\n"
+                                             "[golden]\nreference = /x/y\nrtol = 1e-5\n");
+    CHECK(ddp_validate_config_load(&c, good, err, sizeof err) == 0, "good file: %s", err);
+    CHECK(c.min_fraction == 0.5 && c.ar_max_bytes_quick == 1024 && c.golden_rtol == 1e-5 &&
+              !strcmp(c.reference, "/x/y") && c.gemm_n == 2048,
+          "values read over the defaults");
+
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"[gemm]\nn = 8\n", ":2: [gemm] n: '8'; expected an integer from 16 to 16384"},
+        {"[gemm]\n\nreps = x\n", ":3: [gemm] reps: 'x'"},
+        {"[validate]\nmin_fraction = 1.5\n", ":2: [validate] min_fraction"},
+        {"[golden]\nsteps = 0\n", ":2: [golden] steps"},
+        {"[gemm]\nsize = 3\n", ":2: unknown key [gemm] size"},
+        {"[nope]\nn = 3\n", ":2: unknown key [nope] n"},
+        {"n = 3\n", ":1: key n before any [section]"},
+        {"[allreduce]\nmin_bytes = 64\nmax_bytes = 32\n", "must be at least min_bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ddp_validate_config_defaults(&c);
+        const char *p = write_tmp("bad.ini", bad[i].text);
+        err[0] = '\0';
+        CHECK(ddp_validate_config_load(&c, p, err, sizeof err) != 0 &&
+                  strstr(err, bad[i].want) != NULL,
+              "bad file %zu: got '%s', want '%s'", i, err, bad[i].want);
+    }
+    CHECK(ddp_validate_config_load(&c, "/nonexistent/v.ini", err, sizeof err) != 0 &&
+              strstr(err, "cannot open"),
+          "missing file: %s", err);
+    /* the shipped settings file holds the defaults */
+    const char *src = getenv("DDP_SRC");
+    if (src) {
+        char path[1024];
+        struct ddp_validate_config d;
+        snprintf(path, sizeof path, "%s/configs/validate.ini", src);
+        ddp_validate_config_defaults(&c);
+        ddp_validate_config_defaults(&d);
+        CHECK(ddp_validate_config_load(&c, path, err, sizeof err) == 0, "%s: %s", path, err);
+        CHECK(memcmp(&c, &d, sizeof c) == 0, "configs/validate.ini differs from the defaults");
+    }
+}
+
+static void test_faults(void)
+{
+    struct ddp_validate_faults f;
+    char err[DDP_ERR_LEN];
+    CHECK(ddp_validate_faults_parse(&f, NULL, err, sizeof err) == 0, "NULL");
+    for (int k = 0; k < DDP_VALIDATE_FAULT_KINDS; k++)
+        CHECK(f.rank[k] == -1, "no fault %d", k);
+    CHECK(ddp_validate_faults_parse(&f, "slow_gemm:1,flip_param:0, bad_allreduce:7", err,
+                                    sizeof err) == 0,
+          "three faults: %s", err);
+    CHECK(ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_GEMM, 1) &&
+              !ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_GEMM, 0) &&
+              ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_FLIP_PARAM, 0) &&
+              ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, 7) &&
+              !ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_TRIAD, 1),
+          "which rank injects what");
+    const char *bad[] = {"slow_gemm", "slow_gemm:", "slow_gemm:x", "slow_gemm:-1", "fast:1",
+                         "slow_gemm:1;flip_param:0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(ddp_validate_faults_parse(&f, bad[i], err, sizeof err) != 0 &&
+                  strstr(err, "DDP_VALIDATE_FAULT"),
+              "'%s' accepted", bad[i]);
+}
+
+static void test_rates(void)
+{
+    const struct ddp_backend *be = ddp_backend_cpu();
+    double g = ddp_validate_gemm(be, 256, 10, 0, 0, NULL, NULL);
+    CHECK(g > 0.1 && g < 1e5, "gemm %g GFLOP/s", g);
+    double t = ddp_validate_triad(4, 2, 0, 1, 0, NULL, NULL);
+    CHECK(t > 0.1 && t < 1e4, "triad %g GB/s", t);
+    double t2 = ddp_validate_triad(4, 2, 0, 3, 0, NULL, NULL); /* three threads on uneven slices */
+    CHECK(t2 > 0.1, "triad on 3 threads %g GB/s", t2);
+    /* the fault: a tenth of the rate (well below half, whatever the noise) */
+    double gs = ddp_validate_gemm(be, 256, 3, 0, 1, NULL, NULL);
+    CHECK(gs < 0.5 * g, "slow gemm %g vs %g", gs, g);
+}
+
+static ddp_comm *self_comm(void)
+{
+    struct ddp_world w;
+    memset(&w, 0, sizeof w);
+    w.world_size = 1;
+    w.local_size = 1;
+    snprintf(w.host, sizeof w.host, "unit");
+    char err[DDP_ERR_LEN];
+    ddp_comm *c = ddp_comm_create("none", &w, 30, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "comm: %s\n", err);
+        exit(1);
+    }
+    return c;
+}
+
+static void test_sweep(ddp_comm *c)
+{
+    struct ddp_validate_ar_row rows[DDP_VALIDATE_MAX_SIZES];
+    struct ddp_validate_ar_opts o = {8, 4096, 3, 1e-4, 0};
+    int n = ddp_validate_allreduce_sweep(c, &o, rows);
+    CHECK(n == 10, "8 B .. 4 KiB is 10 sizes, got %d", n);
+    for (int i = 0; i < n; i++)
+        CHECK(rows[i].bytes == (8 << i) && rows[i].count == rows[i].bytes / 4 &&
+                  rows[i].bad_elems == 0 && rows[i].first_bad == -1 && !rows[i].input_bad &&
+                  rows[i].time_s > 0 && rows[i].busbw == 0 && rows[i].blocks == 3,
+              "row %d: %lld bytes, %lld bad", i, (long long)rows[i].bytes,
+              (long long)rows[i].bad_elems);
+    /* one rank: the sum is the input itself, so the flipped element comes back wrong */
+    o.corrupt = 1;
+    n = ddp_validate_allreduce_sweep(c, &o, rows);
+    for (int i = 0; i < n; i++)
+        CHECK(rows[i].input_bad && rows[i].bad_elems == 1 &&
+                  rows[i].first_bad == rows[i].count / 2 && rows[i].got != rows[i].want,
+              "corrupt row %d: input_bad %d, %lld bad at %lld", i, rows[i].input_bad,
+              (long long)rows[i].bad_elems, (long long)rows[i].first_bad);
+}
+
+static void test_golden(ddp_comm *c)
+{
+    const struct ddp_backend *be = ddp_backend_cpu();
+    struct ddp_validate_faults none, flip, grad;
+    char err[DDP_ERR_LEN];
+    ddp_validate_faults_parse(&none, "", err, sizeof err);
+    ddp_validate_faults_parse(&flip, "flip_param:0", err, sizeof err);
+    ddp_validate_faults_parse(&grad, "bad_grad:0", err, sizeof err);
+    const int S = 12;
+    struct ddp_validate_golden a, b, f, gr;
+    CHECK(ddp_validate_golden_run(c, be, S, &none, &a, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, S, &none, &b, err, sizeof err) == 0, "run: %s", err);
+    CHECK(a.steps == S && a.world_size == 1 && a.at_rest[0] == -1, "clean run");
+    CHECK(a.final_hash[0] == b.final_hash[0] && !memcmp(a.loss, b.loss, sizeof(double) * S),
+          "the golden run is deterministic");
+    CHECK(isfinite(a.loss[0]) && a.loss[0] > 1.0 && a.loss[0] < 2.0,
+          "initial loss %g near ln 4", a.loss[0]);
+    CHECK(fabs(a.loss[0] - a.local[0]) < 1e-12, "one rank: global loss = local loss");
+
+    CHECK(ddp_validate_golden_run(c, be, S, &flip, &f, err, sizeof err) == 0, "run: %s", err);
+    CHECK(f.at_rest[0] == S / 2 + 1, "flip found at rest before step %d, got %d", S / 2 + 1,
+          f.at_rest[0]);
+    CHECK(f.final_hash[0] != a.final_hash[0], "flip changes the parameters");
+
+    CHECK(ddp_validate_golden_run(c, be, S, &grad, &gr, err, sizeof err) == 0, "run: %s", err);
+    const int s3 = S / 3;
+    CHECK(gr.at_rest[0] == -1, "bad_grad is no corruption at rest");
+    CHECK(gr.local[2 * (s3 - 1) + 1] == a.local[2 * (s3 - 1) + 1] &&
+              fabs(gr.local[2 * s3 + 1] / a.local[2 * s3 + 1] - 1.01) < 1e-4,
+          "bad_grad scales the step-%d gradient norm by 1.01: %g vs %g", s3,
+          gr.local[2 * s3 + 1], a.local[2 * s3 + 1]);
+
+    /* references: round trip, then comparisons that must and must not pass */
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu-w1.ref", g_dir);
+    CHECK(ddp_validate_ref_write(&a, "cpu", path, err, sizeof err) == 0, "write: %s", err);
+    struct ddp_validate_ref r;
+    CHECK(ddp_validate_ref_read(&r, path, err, sizeof err) == 0, "read: %s", err);
+    CHECK(r.world_size == 1 && r.steps == S && !strcmp(r.backend, "cpu") &&
+              !strcmp(r.spec, DDP_VALIDATE_GOLDEN_SPEC),
+          "header read back");
+    int first, ranks[1];
+    double worst = ddp_validate_ref_compare(&a, &r, 1e-6, &first, ranks);
+    CHECK(first == -1 && worst < 1e-8, "own reference: first %d worst %g", first, worst);
+    worst = ddp_validate_ref_compare(&gr, &r, 1e-3, &first, ranks);
+    CHECK(first == s3 && ranks[0] == 1, "bad_grad found at step %d (got %d)", s3, first);
+    worst = ddp_validate_ref_compare(&f, &r, 1e-3, &first, ranks);
+    CHECK(first == -1 || first > S / 2, "a flipped low bit is not a trajectory change before "
+                                        "it happens (first %d)", first);
+    /* a shorter run compares its prefix */
+    struct ddp_validate_golden q;
+    CHECK(ddp_validate_golden_run(c, be, 5, &none, &q, err, sizeof err) == 0, "run: %s", err);
+    ddp_validate_ref_compare(&q, &r, 1e-6, &first, ranks);
+    CHECK(first == -1, "prefix of the reference matches");
+    ddp_validate_ref_free(&r);
+
+    /* malformed references: each rejected with the file and line */
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+#define HEAD "format 1\nbackend cpu\nworld_size 1\nsteps 1\nspec x\n"
+        {"format 2\n", ":1: format 2"},
+        {"format 1\nbackend cpu\nworld_size 1\nsteps 2\nspec x\nstep 0 1 1 1\n", "incomplete"},
+        {HEAD "step 0 1 1\n", ":6: expected 1 + 2"},
+        {HEAD "step 0 1 1 nan\n", ":6:"},
+        {HEAD "step 0 1 1 1 1\n", ":6:"},
+        {HEAD "step 1 1 1 1\n", ":6: expected 'step 0"},
+        {HEAD "steps 1\n", ":6: steps"},
+#undef HEAD
+        {"format 1\nstep 0 1 1 1\n", ":2: step before"},
+        {"format 1\nworld_size 0\n", ":2: world_size"},
+        {"format 1\nwhat 3\n", ":2: unknown line"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = write_tmp("bad.ref", bad[i].text);
+        err[0] = '\0';
+        CHECK(ddp_validate_ref_read(&r, p, err, sizeof err) != 0 && strstr(err, bad[i].want),
+              "bad reference %zu: got '%s', want '%s'", i, err, bad[i].want);
+    }
+    ddp_validate_golden_free(&a);
+    ddp_validate_golden_free(&b);
+    ddp_validate_golden_free(&f);
+    ddp_validate_golden_free(&gr);
+    ddp_validate_golden_free(&q);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    ddp_log_set_identity("unit", 0, 1);
+    test_config();
+    test_faults();
+    test_rates();
+    ddp_comm *c = self_comm();
+    test_sweep(c);
+    test_golden(c);
+    ddp_comm_destroy(c);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return check_report("test_validate_unit");
+}

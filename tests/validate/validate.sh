@@ -1,0 +1,150 @@
+#!/bin/bash
+# validate.sh - `ddptrain validate --quick` under mpirun (suite mpi), with the test settings of
+# fast.ini. A clean run on 2 ranks passes and its JSON holds the all-reduce table with busbw per
+# size, both ranks' GEMM and triad rates and a golden verdict checked against the shipped
+# configs/validate-ref/cpu-w2.ref; one process and 3 ranks pass as well. Each injected fault
+# (DDP_VALIDATE_FAULT) fails the run with exit 1, naming the rank that injected it and its
+# host, and not the other ranks for that check. References: --record then --reference
+# passes; a reference changed in one rank's value names that rank; one for another world size
+# is a warning; a missing one is a usage error (2), as are bad settings and fault strings.
+set -u
+command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "python3 not installed"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+SRC=${DDP_SRC:?}
+if [[ -n ${DDPTRAIN:-} ]] && "$DDPTRAIN" validate --help 2>/dev/null | grep -q 'ddptrain validate'; then
+    V=("$DDPTRAIN" validate)
+else
+    V=("${DDP_VALIDATE_DRIVER:?neither DDPTRAIN nor DDP_VALIDATE_DRIVER has validate}" validate)
+fi
+echo "validate command: ${V[*]}"
+CFG=$SRC/tests/validate/fast.ini
+REF=$SRC/configs/validate-ref
+HOST=$(hostname)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# run NAME NP [ARGS...]: validate --quick with the test settings on NP ranks (0: no mpirun);
+# output in NAME.log, JSON in NAME.json, exit code in $rc
+run() {
+    local name=$1 np=$2
+    shift 2
+    local cmd=("${V[@]}" --quick --config "$CFG" --json "$name.json" "$@")
+    ((np > 0)) && cmd=(mpirun -n "$np" "${cmd[@]}")
+    local t0=$SECONDS
+    timeout 300 "${cmd[@]}" >"$name.log" 2>&1
+    rc=$?
+    echo "--- $name: np $np, exit $rc, $((SECONDS - t0)) s"
+}
+# expect_fail NAME CHECK RANK: exit 1, a FAIL line for CHECK naming RANK on this host, none
+# for CHECK naming another rank, and the same in the JSON failures
+expect_fail() {
+    local name=$1 check=$2 rank=$3
+    [[ $rc == 1 ]] || bad "$name: exit $rc, want 1"
+    grep -q "^FAIL $check: rank $rank on $HOST: " "$name.log" ||
+        { bad "$name: no 'FAIL $check: rank $rank on $HOST'"; tail -n 20 "$name.log"; }
+    grep "^FAIL $check: " "$name.log" | grep -v "^FAIL $check: rank $rank on " &&
+        bad "$name: another rank blamed for $check"
+    python3 - "$name.json" "$check" "$rank" "$HOST" <<'PY' || bad "$name: JSON failures"
+import json, sys
+j = json.load(open(sys.argv[1]))
+check, rank, host = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+f = [x for x in j["failures"] if x["check"] == check]
+assert j["verdict"] == "FAIL" and j["exit_code"] == 1, j["verdict"]
+assert f and all(x["rank"] == rank and x["host"] == host for x in f), f
+node = [n for n in j["nodes"] if n["host"] == host][0]
+assert node["verdict"] == "FAIL" and node["reasons"], node
+PY
+    grep "^FAIL $check: " "$name.log" | head -n 1
+}
+
+# 1. clean, 2 ranks: pass, and the JSON holds what admins need
+run clean 2
+[[ $rc == 0 ]] || { bad "clean run: exit $rc"; cat clean.log; }
+python3 - clean.json "$HOST" <<'PY' || bad "clean run: JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["verdict"] == "PASS" and j["exit_code"] == 0 and j["world_size"] == 2, j["verdict"]
+assert j["failures"] == [] and j["warnings"] == [], (j["failures"], j["warnings"])
+rows = j["allreduce"]["rows"]
+assert [r["bytes"] for r in rows] == [8 << i for i in range(18)], [r["bytes"] for r in rows]
+assert all(r["busbw_gbs"] > 0 and r["time_us"] > 0 and r["wrong_elements"] == 0 for r in rows)
+assert all(abs(r["busbw_gbs"] - r["algbw_gbs"]) < 1e-3 for r in rows)  # factor 1 on 2 ranks
+assert len(j["ranks"]) == 2
+for r in j["ranks"]:
+    assert r["host"] == sys.argv[2] and r["gemm_gflops"] > 0 and r["triad_gbs"] > 0, r
+    assert r["gpu"] in ("none", "cuda") and r["cpu_model"] and r["mem_total_bytes"] > 0, r
+g = j["golden"]
+assert g["verdict"] == "PASS" and g["hash_match"] and g["steps"] == 30, g
+assert g["reference"].endswith("cpu-w2.ref") and g["max_rel_diff"] <= g["tolerance"], g
+assert len(g["losses"]) == 30 and j["nodes"][0]["verdict"] == "PASS"
+r1 = [r for r in rows if r["bytes"] == 1 << 20][0]
+print("clean: 1 MiB busbw %.3f GB/s, sgemm %s GFLOP/s, triad %s GB/s, golden %s" % (
+    r1["busbw_gbs"], [r["gemm_gflops"] for r in j["ranks"]], [r["triad_gbs"] for r in j["ranks"]],
+    g["reason"]))
+PY
+grep -q '^validate: PASS (2 ranks on 1 node' clean.log || bad "clean run: no PASS line"
+grep -q '^ *(B) *(elements) *(us) *(GB/s) *(GB/s)' clean.log || bad "clean run: no units row"
+
+# 2. each fault names its rank and host
+DDP_VALIDATE_FAULT=slow_gemm:1 run slow_gemm 2
+expect_fail slow_gemm gemm 1
+DDP_VALIDATE_FAULT=slow_triad:0 run slow_triad 2
+expect_fail slow_triad triad 0
+DDP_VALIDATE_FAULT=bad_allreduce:1 run bad_allreduce 2
+expect_fail bad_allreduce allreduce 1
+DDP_VALIDATE_FAULT=flip_param:0 run flip_param 2
+expect_fail flip_param golden 0
+grep -q 'changed in memory between steps 15 and 16' flip_param.log || bad "flip_param: step"
+DDP_VALIDATE_FAULT=bad_grad:1 run bad_grad 2
+expect_fail bad_grad golden 1
+grep -q '^FAIL golden: rank 1 on .*: golden run step 10: ' bad_grad.log || bad "bad_grad: step"
+
+# 3. one process, and 3 ranks (a majority) with two faults at once
+run single 0
+[[ $rc == 0 ]] || { bad "single process: exit $rc"; cat single.log; }
+grep -q 'cpu-w1.ref' single.json || bad "single process: not checked against cpu-w1.ref"
+run three 3
+[[ $rc == 0 ]] || { bad "3 ranks: exit $rc"; cat three.log; }
+DDP_VALIDATE_FAULT=flip_param:1,bad_allreduce:2 run three_faults 3
+[[ $rc == 1 ]] || bad "3 ranks, two faults: exit $rc"
+grep -q "^FAIL golden: rank 1 on $HOST: " three_faults.log || bad "3 ranks: rank 1 not named"
+grep -q "^FAIL allreduce: rank 2 on $HOST: " three_faults.log || bad "3 ranks: rank 2 not named"
+[[ $(grep -c '^FAIL ' three_faults.log) == 2 ]] ||
+    { bad "3 ranks: not exactly two failures"; grep '^FAIL' three_faults.log; }
+
+# 4. references
+run record 2 --record "$work/r.ref"
+[[ $rc == 0 && -s r.ref ]] || { bad "--record: exit $rc"; tail record.log; }
+[[ $(grep -c '^step ' r.ref) == 100 ]] || bad "--record: not 100 steps"
+run own 2 --reference "$work/r.ref"
+[[ $rc == 0 ]] || bad "own reference: exit $rc"
+# rank 1's gradient norm at step 3 changed in the file: rank 1 is named, at step 3
+awk '$1 == "step" && $2 == 3 { $7 = $7 * 1.01 } { print }' r.ref >r1.ref
+run changed 2 --reference "$work/r1.ref"
+expect_fail changed golden 1
+grep -q 'golden run step 3: ' changed.log || bad "changed reference: step 3 not named"
+run other_size 2 --reference "$REF/cpu-w1.ref"
+[[ $rc == 0 ]] || bad "reference for 1 rank on 2 ranks: exit $rc, want 0 (a warning)"
+grep -q '^WARN: golden run: no reference: .*cpu-w1.ref is for 1 rank, this run has 2' \
+    other_size.log || bad "reference for another world size: no warning"
+grep -q '"verdict": "WARN"' other_size.json || bad "other size: golden verdict not WARN"
+run missing 2 --reference "$work/nope.ref"
+[[ $rc == 2 ]] || bad "missing reference: exit $rc, want 2"
+
+# 5. usage errors
+DDP_VALIDATE_FAULT=slow:1 run badfault 0
+[[ $rc == 2 ]] && grep -q 'DDP_VALIDATE_FAULT' badfault.log || bad "bad fault string: exit $rc"
+printf '[gemm]\nn_quick = 3\n' >bad.ini
+timeout 60 "${V[@]}" --config bad.ini >badcfg.log 2>&1
+rc=$?
+[[ $rc == 2 ]] && grep -q 'bad.ini:2: \[gemm\] n_quick' badcfg.log || bad "bad settings: exit $rc"
+timeout 60 "${V[@]}" --frobnicate >badarg.log 2>&1
+[[ $? == 2 ]] || bad "unknown argument: not exit 2"
+
+((fails == 0)) && echo "all validate checks passed"
+exit $((fails > 0))
