@@ -90,18 +90,7 @@ static int choose_threads(const struct ddp_job *job, const struct ddp_world *w)
 {
     if (job->threads > 0)
         return (int)job->threads;
-    if (w->cpus_per_task > 0)
-        return w->cpus_per_task;
-    cpu_set_t set;
-    int allowed = 1;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        allowed = CPU_COUNT(&set);
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = w->local_size > 0 ? w->local_size : 1;
-    int n = allowed;
-    if (online > 0 && allowed >= online)
-        n = allowed / local;
-    return n > 0 ? n : 1;
+    return ddp_world_default_threads(w);
 }
 
 /* All ranks agree on setup: returns 0 if every rank succeeded; else prints who failed and

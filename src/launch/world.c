@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,4 +568,20 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
     else
         w->master_port = DDP_WORLD_PORT_DEFAULT;
     return 0;
+}
+
+int ddp_world_default_threads(const struct ddp_world *w)
+{
+    if (w->cpus_per_task > 0)
+        return w->cpus_per_task;
+    cpu_set_t set;
+    int allowed = 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        allowed = CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = w->local_size > 0 ? w->local_size : 1;
+    int n = allowed;
+    if (online > 0 && allowed >= online) /* not bound by the launcher: share the node */
+        n = allowed / local;
+    return n > 0 ? n : 1;
 }

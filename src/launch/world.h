@@ -86,6 +86,11 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
 /* The derived port for a Slurm job and step (step_id -1 = none), as described above. */
 int ddp_world_derive_port(int64_t job_id, int64_t step_id);
 
+/* Compute threads for this rank when the job does not say: SLURM_CPUS_PER_TASK, else the
+ * CPUs this process may run on, divided among the node's ranks unless the launcher already
+ * bound the process to fewer CPUs than the node has. At least 1. */
+int ddp_world_default_threads(const struct ddp_world *w);
+
 const char *ddp_launcher_name(enum ddp_launcher l); /* "single","slurm","ompi","torchrun" */
 
 #endif
