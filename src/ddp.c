@@ -101,15 +101,18 @@ void ddp_sync_layer_done(void *ctx, int layer)
     if (--bk->pending > 0)
         return;
     if (s->world_size > 1) {
+        const double t0 = ddp_now();
         bk->req = ddp_comm_allreduce_start(s->comm, s->m->grads + bk->off, bk->n, DDP_F32);
         ddp_comm_progress(s->comm);
+        s->comm_s += ddp_now() - t0;
+        s->comm_floats += (double)bk->n;
     }
     trace(s, DDP_TRACE_BUCKET_START, b);
 }
 
 void ddp_sync_finish(struct ddp_sync *s)
 {
-    float inv = 1.0f / (float)s->world_size;
+    const double t0 = s->world_size > 1 ? ddp_now() : 0;
     for (int b = 0; b < s->nbuckets; b++) {
         struct ddp_bucket *bk = &s->buckets[b];
         if (bk->pending != 0)
@@ -117,11 +120,22 @@ void ddp_sync_finish(struct ddp_sync *s)
         if (s->world_size > 1) {
             ddp_comm_wait(s->comm, bk->req);
             bk->req = NULL;
-            s->m->be->scale(s->m->grads + bk->off, bk->n, inv);
         }
         trace(s, DDP_TRACE_BUCKET_DONE, b);
     }
+    if (s->world_size > 1)
+        s->comm_s += ddp_now() - t0;
     s->trace_on = 0; /* one step is enough */
+}
+
+void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs)
+{
+    const int W = s->world_size;
+    *comm_s = s->comm_s;
+    *busbw_gbs = s->comm_s > 0 ? s->comm_floats * sizeof(float) * 2.0 * (W - 1) / W /
+                                     s->comm_s / 1e9
+                               : 0;
+    s->comm_s = s->comm_floats = 0;
 }
 
 void ddp_sync_write_trace(const struct ddp_sync *s, FILE *f)

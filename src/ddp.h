@@ -9,9 +9,11 @@
  * as PyTorch's DDP does. During backward, ddp_sync_layer_done is the model's per-layer hook:
  * when the last layer of a bucket reports, the bucket's non-blocking all-reduce starts at
  * once, while backward goes on through earlier layers. ddp_sync_finish waits for the buckets
- * in order and divides by the world size. Every rank starts the buckets in the same order.
+ * in order and leaves the SUM over ranks in the gradients: the optimiser divides by the world
+ * size as it reads them (optim.h), so no extra pass runs. Every rank starts the buckets in the
+ * same order.
  *
- * With world size 1 nothing is communicated and nothing is scaled.
+ * With world size 1 nothing is communicated.
  *
  * Trace (for tests): when enabled, the order of "layer L done" and "bucket B started" events
  * of the first step is recorded and can be written out (DDP_TRACE=path in the trainer).
@@ -49,6 +51,10 @@ struct ddp_sync {
     int nbuckets;
     struct ddp_bucket *buckets;
     int *layer_bucket;    /* layer -> bucket, -1 for layers without parameters */
+    /* Since the last ddp_sync_take_stats: seconds this rank spent in all-reduce calls (start,
+     * progress, wait: the communication backward did not hide) and floats all-reduced. */
+    double comm_s;
+    double comm_floats;
     int trace_on;
     int ntrace;
     struct ddp_trace_event trace[1024];
@@ -66,8 +72,13 @@ int ddp_sync_check_fingerprint(struct ddp_sync *s, char *err, size_t errlen);
 void ddp_sync_begin(struct ddp_sync *s);
 /* Model hook (ctx = struct ddp_sync *). */
 void ddp_sync_layer_done(void *ctx, int layer);
-/* Wait for every bucket, in order, and average. */
+/* Wait for every bucket, in order (the gradients then hold the sum over ranks). */
 void ddp_sync_finish(struct ddp_sync *s);
+
+/* Communication since the last call (world size > 1; zeros otherwise), then reset:
+ * *comm_s seconds spent in all-reduce calls and *busbw_gbs, the bus bandwidth over that time
+ * (bytes x 2(W-1)/W / comm_s, as nccl-tests define it; 0 when nothing was timed). */
+void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs);
 
 /* Replica check: hash every parameter tensor on each rank and compare across ranks. Returns 0
  * when all agree; else -1 with one line naming the first rank that disagrees with the majority,

@@ -34,7 +34,7 @@ static void num(FILE *f, double v)
 }
 
 void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, double loss,
-                       double lr, double samples_per_s)
+                       double lr, double samples_per_s, double comm_frac, double busbw_gbs)
 {
     if (!mt->f)
         return;
@@ -45,6 +45,12 @@ void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, doub
     num(mt->f, lr);
     fputs(",\"samples_per_s\":", mt->f);
     num(mt->f, samples_per_s);
+    if (comm_frac >= 0) {
+        fputs(",\"allreduce_frac\":", mt->f);
+        num(mt->f, comm_frac);
+        fputs(",\"busbw_gbs\":", mt->f);
+        num(mt->f, busbw_gbs);
+    }
     fputs("}\n", mt->f);
     fflush(mt->f);
 }

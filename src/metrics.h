@@ -1,6 +1,7 @@
 /*
  * metrics.h - `<output>/metrics.jsonl`, one JSON object a line (docs/design.md section 7):
  *   {"kind":"train","epoch":E,"step":S,"loss":L,"lr":R,"samples_per_s":X}
+ *     (+ "allreduce_frac":F,"busbw_gbs":B with several ranks: comm_frac >= 0)
  *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}
  *   {"kind":"summary",...}
  * Epochs count from 1, steps are global optimiser steps from 1. Only rank 0 opens the file;
@@ -20,7 +21,7 @@ int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char 
                      size_t errlen);
 void ddp_metrics_close(struct ddp_metrics *mt);
 void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, double loss,
-                       double lr, double samples_per_s);
+                       double lr, double samples_per_s, double comm_frac, double busbw_gbs);
 void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, double test_loss,
                       double test_acc);
 /* The summary line: fields already formatted as JSON members ("\"a\":1,\"b\":2"). */

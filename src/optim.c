@@ -20,6 +20,7 @@ void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const str
     else if (job->lr_scaling == DDP_LR_SCALING_SQRT)
         scale = sqrt((double)world_size);
     o->lr_eff = job->lr * scale;
+    o->grad_scale = 1.0f / (float)world_size;
     o->momentum = job->momentum;
     o->nesterov = job->nesterov;
     o->weight_decay = job->weight_decay;
@@ -78,10 +79,10 @@ void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, doub
 {
     o->t++;
     if (o->kind == DDP_OPTIM_SGD)
-        o->be->sgd_step(params, grads, o->state1, o->n, (float)lr, (float)o->momentum,
-                        (float)o->weight_decay, o->nesterov, o->t == 1);
+        o->be->sgd_step(params, grads, o->grad_scale, o->state1, o->n, (float)lr,
+                        (float)o->momentum, (float)o->weight_decay, o->nesterov, o->t == 1);
     else
-        o->be->adam_step(params, grads, o->state1, o->state2, o->n, (float)lr, (float)o->beta1,
-                         (float)o->beta2, (float)o->eps, (float)o->weight_decay,
-                         o->kind == DDP_OPTIM_ADAMW, o->t);
+        o->be->adam_step(params, grads, o->grad_scale, o->state1, o->state2, o->n, (float)lr,
+                         (float)o->beta1, (float)o->beta2, (float)o->eps,
+                         (float)o->weight_decay, o->kind == DDP_OPTIM_ADAMW, o->t);
 }

@@ -5,6 +5,9 @@
  * The arithmetic runs in the backend (sgd_step/adam_step); this module owns the optimiser
  * state buffers (same flat layout as the parameters), the step count and the schedule.
  *
+ * Gradient averaging over ranks is folded into the update (grad_scale), saving a pass over the
+ * gradients per step.
+ *
  * Schedule, per step: lr_eff = lr * scale(world_size) (lr_scaling none/linear/sqrt). During the
  * first warmup_epochs * steps_per_epoch steps, lr rises linearly: lr_eff * (g + 1) / warmup
  * (g = global step from 0). After warmup the per-epoch schedule applies to e = epoch -
@@ -27,6 +30,7 @@ struct ddp_optim {
     float *state1, *state2; /* sgd: momentum buffer; adam: exp_avg, exp_avg_sq (backend mem) */
     int64_t t;              /* optimiser steps taken */
     double lr_eff;          /* lr after world-size scaling */
+    float grad_scale;       /* 1 / world size: grads arrive as the sum over ranks */
     double momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
     int nesterov, schedule;
     int64_t step_epochs, epochs;
@@ -40,7 +44,9 @@ void ddp_optim_free(struct ddp_optim *o); /* accepts a zeroed struct */
 double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
                     int64_t steps_per_epoch);
 
-/* One update of params from grads with learning rate lr. */
+/* One update of params from grads with learning rate lr. grads holds the SUM of the ranks'
+ * gradients (ddp_sync_finish); the update uses grads / world_size, scaled inside the same
+ * pass (bitwise what a separate scaling pass gives). */
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr);
 
 #endif

@@ -482,13 +482,21 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 double mean = red[0] / red[1];
                 double sps = (double)samples_since_log / (now - t_log);
                 double per_step = (now - t0) / (double)(step - first_step);
+                double comm_s, busbw;
+                ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
+                double comm_frac = W > 1 ? comm_s / (now - t_log) : -1;
+                char comm[64] = "";
+                if (W > 1)
+                    snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s",
+                             100 * comm_frac, busbw);
                 fmt_duration(now - t0, el, sizeof el);
                 fmt_duration(per_step * (double)(total_steps - step), left, sizeof left);
-                ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f "
+                ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f%s "
                         "elapsed %s left %s",
                         (long long)epoch + 1, (long long)job->epochs, (long long)step,
-                        (long long)total_steps, mean, lr, sps, el, left);
-                ddp_metrics_train(&t->metrics, epoch + 1, step, mean, lr, sps);
+                        (long long)total_steps, mean, lr, sps, comm, el, left);
+                ddp_metrics_train(&t->metrics, epoch + 1, step, mean, lr, sps, comm_frac,
+                                  busbw);
                 loss_acc[0] = loss_acc[1] = 0;
                 samples_since_log = 0;
                 t_log = ddp_now();

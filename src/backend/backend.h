@@ -86,11 +86,13 @@ struct ddp_backend {
     double (*xent)(float *dlogits, int64_t *correct, const float *logits, const int32_t *labels,
                    int B, int K, float grad_scale);
 
-    /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h) */
-    void (*sgd_step)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
-                     float weight_decay, int nesterov, int first_step);
-    void (*adam_step)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                      float b2, float eps, float weight_decay, int decoupled, int64_t t);
+    /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h); the gradient
+     * used is g[i] * gscale (gscale = 1/W turns the all-reduced sum into the mean; 1 is exact) */
+    void (*sgd_step)(float *p, const float *g, float gscale, float *buf, size_t n, float lr,
+                     float momentum, float weight_decay, int nesterov, int first_step);
+    void (*adam_step)(float *p, const float *g, float gscale, float *m, float *v, size_t n,
+                      float lr, float b1, float b2, float eps, float weight_decay, int decoupled,
+                      int64_t t);
 };
 
 /* The CPU backend (always built). */

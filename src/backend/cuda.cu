@@ -201,12 +201,12 @@ __global__ void k_mul(float *dinp, const float *dout, const float *mask, size_t 
     GRID_STRIDE(i, n) dinp[i] = dout[i] * mask[i];
 }
 
-__global__ void k_sgd(float *p, const float *g_, float *buf, size_t n, float lr, float momentum,
-                      float weight_decay, int nesterov, int first_step)
+__global__ void k_sgd(float *p, const float *g_, float gscale, float *buf, size_t n, float lr,
+                      float momentum, float weight_decay, int nesterov, int first_step)
 {
     GRID_STRIDE(i, n)
     {
-        float d = g_[i];
+        float d = __fmul_rn(g_[i], gscale);
         if (weight_decay != 0)
             d += weight_decay * p[i];
         if (momentum != 0) {
@@ -217,13 +217,13 @@ __global__ void k_sgd(float *p, const float *g_, float *buf, size_t n, float lr,
     }
 }
 
-__global__ void k_adam(float *p, const float *g_, float *m, float *v, size_t n, float b1, float b2,
-                       float eps, float weight_decay, int decoupled, float step_size,
-                       float bc2_sqrt, float decay)
+__global__ void k_adam(float *p, const float *g_, float gscale, float *m, float *v, size_t n,
+                       float b1, float b2, float eps, float weight_decay, int decoupled,
+                       float step_size, float bc2_sqrt, float decay)
 {
     GRID_STRIDE(i, n)
     {
-        float d = g_[i];
+        float d = __fmul_rn(g_[i], gscale);
         if (decoupled)
             p[i] *= decay;
         else if (weight_decay != 0)
@@ -878,18 +878,19 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
 
 /* ---- optimisers -------------------------------------------------------------------------- */
 
-static void cuda_sgd_step(float *p, const float *grad, float *buf, size_t n, float lr,
-                          float momentum, float weight_decay, int nesterov, int first_step)
+static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf, size_t n,
+                          float lr, float momentum, float weight_decay, int nesterov,
+                          int first_step)
 {
     if (!n)
         return;
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, buf, n, lr, momentum, weight_decay, nesterov,
+    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, buf, n, lr, momentum, weight_decay, nesterov,
            first_step);
 }
 
-static void cuda_adam_step(float *p, const float *grad, float *m, float *v, size_t n, float lr,
-                           float b1, float b2, float eps, float weight_decay, int decoupled,
-                           int64_t t)
+static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
+                           float lr, float b1, float b2, float eps, float weight_decay,
+                           int decoupled, int64_t t)
 {
     if (!n)
         return;
@@ -897,7 +898,7 @@ static void cuda_adam_step(float *p, const float *grad, float *m, float *v, size
     const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
-    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, m, v, n, b1, b2, eps, weight_decay, decoupled,
+    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, m, v, n, b1, b2, eps, weight_decay, decoupled,
            step_size, bc2_sqrt, decay);
 }
 

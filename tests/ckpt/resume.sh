@@ -106,6 +106,27 @@ else
     bad "resume 4 -> 2 ranks did not resume"; tail -3 ws.log2
 fi
 
+# ---- 2b. all-reduce figures in metrics.jsonl and the log (several ranks only) ---------------
+if /usr/bin/python3 - ws/metrics.jsonl ref/metrics.jsonl <<'PY'
+import json, sys
+multi = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"train"' in l]
+single = [json.loads(l) for l in open(sys.argv[2]) if '"kind":"train"' in l]
+assert multi and single
+for r in multi:
+    assert 0 < r["allreduce_frac"] < 1 and r["busbw_gbs"] > 0, r
+for r in single:
+    assert "allreduce_frac" not in r and "busbw_gbs" not in r, r
+PY
+then
+    if grep -Eq "samples/s [0-9]+ allreduce [0-9]+% busbw [0-9.]+ GB/s" ws.log2; then
+        ok "2 ranks report allreduce share and busbw in metrics.jsonl and the log; 1 rank does not"
+    else
+        bad "the 2-rank log lines lack 'allreduce N% busbw X GB/s'"; grep step ws.log2 | head -2
+    fi
+else
+    bad "metrics.jsonl all-reduce fields wrong (see above)"
+fi
+
 # ---- 3. damaged checkpoints ----------------------------------------------------------------
 ck=full1/checkpoints
 newest=$(ls $ck/ckpt-*.h5 | sort | tail -1)

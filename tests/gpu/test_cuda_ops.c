@@ -495,8 +495,8 @@ static void t_optim(size_t n)
         float *cp = copy_f(p, n), *cb = ddp_malloc(sizeof(float) * n);
         float *gpp = dev_f(p, n), *gb = G->alloc(sizeof(float) * n);
         for (int step = 0; step < 3; step++) {
-            C->sgd_step(cp, g, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
-            G->sgd_step(gpp, gg, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            C->sgd_step(cp, g, 0.5f, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            G->sgd_step(gpp, gg, 0.5f, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
         }
         snprintf(name, sizeof name, "sgd_step x3 nesterov=%d params", nesterov);
         check(name, gpp, cp, NULL, n, 0);
@@ -506,8 +506,8 @@ static void t_optim(size_t n)
     {
         float *cp = copy_f(p, n);
         float *gpp = dev_f(p, n);
-        C->sgd_step(cp, g, NULL, n, 0.1f, 0, 0, 0, 1);
-        G->sgd_step(gpp, gg, NULL, n, 0.1f, 0, 0, 0, 1);
+        C->sgd_step(cp, g, 1, NULL, n, 0.1f, 0, 0, 0, 1);
+        G->sgd_step(gpp, gg, 1, NULL, n, 0.1f, 0, 0, 0, 1);
         check("sgd_step plain", gpp, cp, NULL, n, 0);
         free(cp); G->free(gpp);
     }
@@ -519,8 +519,8 @@ static void t_optim(size_t n)
         float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
               *gv = G->alloc(sizeof(float) * n);
         for (int64_t t = 1; t <= 3; t++) {
-            C->adam_step(cp, g, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
-            G->adam_step(gpp, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+            G->adam_step(gpp, gg, 0.25f, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
         }
         snprintf(name, sizeof name, "adam_step x3 decoupled=%d params", decoupled);
         check(name, gpp, cp, NULL, n, 0);

@@ -47,13 +47,14 @@ static void run(const struct opt_case *c)
         for (int i = 0; i < 4; i++)
             gf[i] = (float)G[t][i];
         if (c->kind == 0) {
-            ddp_cpu_sgd_step_f64(p, G[t], b1, 4, c->lr, c->momentum, c->wd, c->nesterov, t == 0);
-            ddp_cpu_sgd_step_f32(pf, gf, g1f, 4, (float)c->lr, (float)c->momentum, (float)c->wd,
-                                 c->nesterov, t == 0);
+            ddp_cpu_sgd_step_f64(p, G[t], 1, b1, 4, c->lr, c->momentum, c->wd, c->nesterov,
+                                 t == 0);
+            ddp_cpu_sgd_step_f32(pf, gf, 1, g1f, 4, (float)c->lr, (float)c->momentum,
+                                 (float)c->wd, c->nesterov, t == 0);
         } else {
-            ddp_cpu_adam_step_f64(p, G[t], b1, b2, 4, c->lr, 0.9, 0.999, 1e-8, c->wd, c->kind == 2,
-                                  t + 1);
-            ddp_cpu_adam_step_f32(pf, gf, g1f, g2f, 4, (float)c->lr, 0.9f, 0.999f, 1e-8f,
+            ddp_cpu_adam_step_f64(p, G[t], 1, b1, b2, 4, c->lr, 0.9, 0.999, 1e-8, c->wd,
+                                  c->kind == 2, t + 1);
+            ddp_cpu_adam_step_f32(pf, gf, 1, g1f, g2f, 4, (float)c->lr, 0.9f, 0.999f, 1e-8f,
                                   (float)c->wd, c->kind == 2, t + 1);
         }
     }
@@ -62,6 +63,44 @@ static void run(const struct opt_case *c)
               c->want[i]);
         CHECK(fabs(pf[i] - c->want[i]) < 2e-6, "%s (f32) p[%d] = %.9f, want %.9f", c->name, i,
               pf[i], c->want[i]);
+    }
+}
+
+/* The ranks' summed gradients with gscale = 1/W give bit for bit what averaging first (a
+ * separate pass g *= 1/W) and gscale = 1 give, for every optimiser and option combination. */
+static void check_grad_scale(void)
+{
+    enum { N = 1000 };
+    static float g[N], gavg[N], p1[N], p2[N], a1[N], a2[N], b1[N], b2[N];
+    for (int W = 2; W <= 7; W++) {
+        const float inv = 1.0f / (float)W;
+        for (int i = 0; i < N; i++) {
+            g[i] = (float)sin(0.37 * i + W) * (float)W;
+            gavg[i] = g[i] * inv;
+        }
+        for (int combo = 0; combo < 11; combo++) {
+            for (int i = 0; i < N; i++) {
+                p1[i] = p2[i] = (float)cos(0.11 * i);
+                a1[i] = a2[i] = b1[i] = b2[i] = 0;
+            }
+            for (int t = 0; t < 3; t++) {
+                if (combo < 8) { /* sgd: wd, momentum, nesterov bits */
+                    float wd = combo & 1 ? 0.01f : 0, mom = combo & 2 ? 0.9f : 0;
+                    int nest = (combo & 6) == 6;
+                    ddp_cpu_sgd_step_f32(p1, g, inv, a1, N, 0.1f, mom, wd, nest, t == 0);
+                    ddp_cpu_sgd_step_f32(p2, gavg, 1, a2, N, 0.1f, mom, wd, nest, t == 0);
+                } else { /* adam, adam + wd, adamw */
+                    float wd = combo > 8 ? 0.1f : 0;
+                    ddp_cpu_adam_step_f32(p1, g, inv, a1, b1, N, 0.01f, 0.9f, 0.999f, 1e-8f, wd,
+                                          combo == 10, t + 1);
+                    ddp_cpu_adam_step_f32(p2, gavg, 1, a2, b2, N, 0.01f, 0.9f, 0.999f, 1e-8f, wd,
+                                          combo == 10, t + 1);
+                }
+            }
+            CHECK(memcmp(p1, p2, sizeof p1) == 0 && memcmp(a1, a2, sizeof a1) == 0 &&
+                      memcmp(b1, b2, sizeof b1) == 0,
+                  "W=%d combination %d: gscale 1/W differs from averaging first", W, combo);
+        }
     }
 }
 
@@ -116,6 +155,7 @@ int main(void)
 {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         run(&CASES[i]);
+    check_grad_scale();
     check_schedule();
     return check_report("test_optim");
 }

@@ -37,6 +37,13 @@ extern dim3 blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __shared__ static
 
+/* Round-to-nearest product that the compiler may not fuse with a later add. */
+static inline float __fmul_rn(float a, float b)
+{
+    volatile float r = a * b;
+    return r;
+}
+
 /* Run body on every thread of every block of grid x block. */
 void emu_launch(dim3 grid, dim3 block, const std::function<void()> &body);
 void __syncthreads(void);
