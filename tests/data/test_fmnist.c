@@ -7,24 +7,13 @@
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "util.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
 
 enum { PIX = 28 * 28, BATCH = 1000 };
 
@@ -116,6 +105,6 @@ int main(void)
     compare(out, "/test", files.test_images, files.test_labels, 10000);
     unlink(out);
     rmdir(tmp);
-    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
+    return check_failures ? 1 : 0;
 }

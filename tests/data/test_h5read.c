@@ -8,24 +8,13 @@
  */
 #include "data/h5data.h"
 #include "util.h"
+#include "check.h"
 
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
 
 static uint64_t rng_state = 42;
 static uint64_t rnd(void)
@@ -502,7 +491,7 @@ int main(int argc, char **argv)
     make_bad(dir);
     check_bad(dir);
     check_writer(dir);
-    if (failures == 0) {
+    if (check_failures == 0) {
         char cmd[1100];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0)
@@ -510,6 +499,6 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "files kept in %s\n", dir);
     }
-    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "util.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,18 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
 
 enum { NTRAIN = 50, NTEST = 20, ROWS = 6, COLS = 5 };
 
@@ -376,7 +365,7 @@ int main(int argc, char **argv)
     check_good(root);
     make_bad_sets(root);
     check_bad(root);
-    if (failures == 0) {
+    if (check_failures == 0) {
         char cmd[1100];
         snprintf(cmd, sizeof cmd, "rm -rf %s", root);
         if (system(cmd) != 0)
@@ -384,6 +373,6 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "files kept in %s\n", root);
     }
-    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -7,6 +7,7 @@
 #include "data/h5data.h"
 #include "data/synth.h"
 #include "util.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,18 +15,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
 
 static ddp_synth_spec small_spec(int rank, int64_t d0, int64_t d1, int64_t d2, int64_t ntrain,
                                  int64_t ntest)
@@ -256,7 +245,7 @@ int main(void)
     check_determinism(dir);
     check_learnable(dir);
     check_bad_specs();
-    if (failures == 0) {
+    if (check_failures == 0) {
         char cmd[1100];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0)
@@ -264,6 +253,6 @@ int main(void)
     } else {
         fprintf(stderr, "files kept in %s\n", dir);
     }
-    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
+    return check_failures ? 1 : 0;
 }

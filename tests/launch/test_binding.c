@@ -10,19 +10,7 @@
 
 #include "launch/binding.h"
 #include "util.h"
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        g_checks++;                                                                          \
-        if (!(cond)) {                                                                       \
-            g_fail++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
+#include "check.h"
 
 #define MAXVARS 8
 struct row {
@@ -228,6 +216,6 @@ int main(void)
     note();
     long_list();
     fake_driver();
-    printf("binding: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("binding: %d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

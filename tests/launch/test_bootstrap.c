@@ -16,19 +16,7 @@
 
 #include "launch/bootstrap_impl.h"
 #include "util.h"
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        g_checks++;                                                                          \
-        if (!(cond)) {                                                                       \
-            g_fail++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
+#include "check.h"
 
 static void helpers(void)
 {
@@ -355,6 +343,6 @@ int main(void)
     arguments();
     tcp();
     port_in_use();
-    printf("bootstrap: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("bootstrap: %d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -9,21 +9,9 @@
 
 #include "launch/hostlist.h"
 #include "util.h"
+#include "check.h"
 
 #include "hostlist_cases.h"
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        g_checks++;                                                                          \
-        if (!(cond)) {                                                                       \
-            g_fail++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
 
 /* Join hosts with single spaces into a fresh string. */
 static char *join(char **hosts, int n)
@@ -243,6 +231,6 @@ int main(void)
     limits();
     counts();
     printf("hostlist: %d table cases (%d valid, %d malformed), %d checks, %d failed\n",
-           HL_NCASES, valid, HL_NCASES - valid, g_checks, g_fail);
-    return g_fail ? 1 : 0;
+           HL_NCASES, valid, HL_NCASES - valid, check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

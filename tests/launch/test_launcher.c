@@ -8,19 +8,7 @@
 
 #include "launch/launcher.h"
 #include "util.h"
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        g_checks++;                                                                          \
-        if (!(cond)) {                                                                       \
-            g_fail++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
+#include "check.h"
 
 #define MAXARGS 16
 struct prow {
@@ -169,6 +157,6 @@ int main(void)
 {
     parse();
     child_env();
-    printf("launcher: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("launcher: %d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -12,19 +12,9 @@
 
 #include "launch/world.h"
 #include "util.h"
+#include "check.h"
 
-static int g_fail, g_checks, g_cases;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        g_checks++;                                                                          \
-        if (!(cond)) {                                                                       \
-            g_fail++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
+static int g_cases;
 
 #define MAXVARS 32
 struct env {
@@ -543,6 +533,6 @@ int main(void)
     torch();
     slurm_bad();
     real_env();
-    printf("world: %d detection cases, %d checks, %d failed\n", g_cases, g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("world: %d detection cases, %d checks, %d failed\n", g_cases, check_count, check_failures);
+    return check_failures ? 1 : 0;
 }
