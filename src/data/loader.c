@@ -1,14 +1,17 @@
 /*
  * loader.c - the prefetch thread and its slot ring. See loader.h.
  *
- * Hand-off. Step s lives in slot s % DDP_LOADER_SLOTS. Two counters carry the whole protocol:
+ * Hand-off. Step s lives in slot s % nslots. Two counters carry the whole protocol:
  * `filled` (steps [first, filled) are in their slots) and `released` (the consumer is done with
- * steps before it). The producer may fill step f while f - released < SLOTS; the consumer may
+ * steps before it). The producer may fill step f while f - released < nslots; the consumer may
  * take step t while t < filled. Both are atomics, so a consumer whose batch is ready (the
  * normal case) takes it without a lock or a system call. A side that must wait sleeps on the
  * condition variable after saying so in its `*_asleep` flag; the other side wakes it only then.
- * The consumer wakes a sleeping producer once two slots are free (or when it must wait itself),
- * so the thread reads batches in bursts of two instead of waking every step.
+ * The consumer wakes a sleeping producer once half the slots are free (or when it must wait
+ * itself), so the thread reads batches in bursts instead of waking every step: a wake-up is a
+ * system call on the trainer's path (several microseconds under a hypervisor, where waking a
+ * thread on another core is an inter-processor interrupt), worth avoiding when a step of a
+ * small model takes 20 us. Slots: as many as fit in DDP_LOADER_BUDGET bytes, from 3 to 16.
  *
  * Scheduling. The thread runs SCHED_BATCH: when it wakes it does not preempt a compute thread
  * in the middle of a parallel kernel (which would stall the kernel's other threads); it runs
@@ -36,7 +39,8 @@ struct ddp_loader {
     struct ddp_sampler *sampler;
     int64_t batch, elems;
     const int64_t *current; /* indices of the batch last returned */
-    struct slot slots[DDP_LOADER_SLOTS];
+    struct slot slots[DDP_LOADER_MAX_SLOTS];
+    int nslots, wake_free; /* slots in use; free slots at which the producer is woken */
     pthread_t thread;
     int running;
     pthread_mutex_t mu;
@@ -70,7 +74,7 @@ static void wake(ddp_loader *ld)
 
 static int slot_free(ddp_loader *ld)
 {
-    return atomic_load(&ld->filled) - atomic_load(&ld->released) < DDP_LOADER_SLOTS;
+    return atomic_load(&ld->filled) - atomic_load(&ld->released) < ld->nslots;
 }
 
 static int batch_ready(ddp_loader *ld) { return ld->next_take < atomic_load(&ld->filled); }
@@ -88,7 +92,7 @@ static void *prefetch(void *arg)
         if (atomic_load(&ld->stop))
             return NULL;
         int64_t step = atomic_load_explicit(&ld->filled, memory_order_relaxed);
-        struct slot *sl = &ld->slots[step % DDP_LOADER_SLOTS];
+        struct slot *sl = &ld->slots[step % ld->nslots];
         int n = 0;
         if (step < ld->steps) {
             n = ddp_sampler_batch(ld->sampler, step, ld->batch, sl->idx);
@@ -114,7 +118,13 @@ ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, i
     ld->sampler = sampler;
     ld->batch = batch;
     ld->elems = ddp_h5split_sample_elems(split);
-    for (int i = 0; i < DDP_LOADER_SLOTS; i++) {
+    double slot_bytes = (double)batch * (double)ld->elems * sizeof(float);
+    double fit = DDP_LOADER_BUDGET / (slot_bytes > 1 ? slot_bytes : 1);
+    ld->nslots = fit >= DDP_LOADER_MAX_SLOTS ? DDP_LOADER_MAX_SLOTS
+                 : fit <= DDP_LOADER_MIN_SLOTS ? DDP_LOADER_MIN_SLOTS
+                                               : (int)fit;
+    ld->wake_free = ld->nslots / 2 > 2 ? ld->nslots / 2 : 2;
+    for (int i = 0; i < ld->nslots; i++) {
         ld->slots[i].x = ddp_malloc_aligned(sizeof(float) * (size_t)(batch * ld->elems));
         ld->slots[i].y = ddp_malloc(sizeof(int32_t) * (size_t)batch);
         ld->slots[i].idx = ddp_malloc(sizeof(int64_t) * (size_t)batch);
@@ -159,11 +169,11 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
     atomic_store(&ld->released, ld->next_take);
     int ready = batch_ready(ld);
     if (atomic_load(&ld->producer_asleep) &&
-        (!ready || DDP_LOADER_SLOTS - (atomic_load(&ld->filled) - ld->next_take) >= 2))
+        (!ready || ld->nslots - (atomic_load(&ld->filled) - ld->next_take) >= ld->wake_free))
         wake(ld);
     if (!ready)
         wait_for(ld, &ld->consumer_asleep, batch_ready);
-    struct slot *sl = &ld->slots[ld->next_take % DDP_LOADER_SLOTS];
+    struct slot *sl = &ld->slots[ld->next_take % ld->nslots];
     int n = sl->n; /* published by the acquire load of filled in batch_ready */
     if (n <= 0) {
         ddp_loader_stop(ld);
@@ -185,7 +195,7 @@ void ddp_loader_destroy(ddp_loader *ld)
     if (!ld)
         return;
     ddp_loader_stop(ld);
-    for (int i = 0; i < DDP_LOADER_SLOTS; i++) {
+    for (int i = 0; i < ld->nslots; i++) {
         free(ld->slots[i].x);
         free(ld->slots[i].y);
         free(ld->slots[i].idx);

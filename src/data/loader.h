@@ -2,7 +2,7 @@
  * loader.h - batches for one rank, read ahead by a prefetch thread.
  *
  * The loader walks a sampler's batches for one epoch, starting at any step (resume), and keeps
- * up to DDP_LOADER_SLOTS batches read ahead: the thread reads the images by hyperslab (or from
+ * up to 3..16 batches read ahead (as many as fit in DDP_LOADER_BUDGET bytes): the thread reads the images by hyperslab (or from
  * the in-memory cache, h5data.h), converts uint8 to float, and copies the labels. The trainer
  * consumes them in order. The prefetch thread is the only thread that reads the split while an
  * epoch runs. It does no arithmetic beyond the conversion, so it does not compete with the
@@ -19,7 +19,9 @@
 #include "data/h5data.h"
 #include "data/sampler.h"
 
-#define DDP_LOADER_SLOTS 3
+#define DDP_LOADER_MIN_SLOTS 3
+#define DDP_LOADER_MAX_SLOTS 16
+#define DDP_LOADER_BUDGET (32.0 * 1024 * 1024) /* bytes of read-ahead batches, at most */
 
 typedef struct ddp_loader ddp_loader;
 
