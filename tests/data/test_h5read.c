@@ -491,14 +491,5 @@ int main(int argc, char **argv)
     make_bad(dir);
     check_bad(dir);
     check_writer(dir);
-    if (check_failures == 0) {
-        char cmd[1100];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    } else {
-        fprintf(stderr, "files kept in %s\n", dir);
-    }
-    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
-    return check_failures ? 1 : 0;
+    return check_report_dir("test_h5read", dir);
 }

@@ -365,14 +365,5 @@ int main(int argc, char **argv)
     check_good(root);
     make_bad_sets(root);
     check_bad(root);
-    if (check_failures == 0) {
-        char cmd[1100];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", root);
-    } else {
-        fprintf(stderr, "files kept in %s\n", root);
-    }
-    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
-    return check_failures ? 1 : 0;
+    return check_report_dir("test_idx", root);
 }

@@ -245,14 +245,5 @@ int main(void)
     check_determinism(dir);
     check_learnable(dir);
     check_bad_specs();
-    if (check_failures == 0) {
-        char cmd[1100];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    } else {
-        fprintf(stderr, "files kept in %s\n", dir);
-    }
-    printf("%s: %d failure(s)\n", check_failures ? "FAIL" : "PASS", check_failures);
-    return check_failures ? 1 : 0;
+    return check_report_dir("test_synth", dir);
 }

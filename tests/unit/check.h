@@ -22,5 +22,8 @@ extern int check_failures, check_count;
     } while (0)
 
 int check_report(const char *name);
+/* check_report, then remove the scratch directory dir when every check passed (kept, and
+ * named, for a look when one failed). */
+int check_report_dir(const char *name, const char *dir);
 
 #endif
