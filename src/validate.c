@@ -1134,26 +1134,6 @@ static int agree(ddp_comm *c, int code)
     return rc;
 }
 
-static int opt_value(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "ddptrain: validate: %s needs a value\n", name);
-        return -1;
-    }
-    *out = argv[++*i];
-    return 1;
-}
-
 int ddp_cmd_validate(int argc, char **argv)
 {
     const double t_start = ddp_now();
@@ -1170,12 +1150,14 @@ int ddp_cmd_validate(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if ((r = opt_value(argc, argv, &i, "--json", &json)) ||
-            (r = opt_value(argc, argv, &i, "--config", &config)) ||
-            (r = opt_value(argc, argv, &i, "--record", &record)) ||
-            (r = opt_value(argc, argv, &i, "--reference", &reference))) {
-            if (r < 0)
+        if ((r = ddp_opt_value(argc, argv, &i, "--json", &json)) ||
+            (r = ddp_opt_value(argc, argv, &i, "--config", &config)) ||
+            (r = ddp_opt_value(argc, argv, &i, "--record", &record)) ||
+            (r = ddp_opt_value(argc, argv, &i, "--reference", &reference))) {
+            if (r < 0) {
+                fprintf(stderr, "ddptrain: validate: %s needs a value\n", a);
                 return DDP_EXIT_USAGE;
+            }
             continue;
         }
         fprintf(stderr, "ddptrain: validate: unknown argument '%s'\n", a);

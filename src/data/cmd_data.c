@@ -57,27 +57,6 @@ static int usage_error(const char *fmt, ...)
 
 static int is_help(const char *s) { return !strcmp(s, "--help") || !strcmp(s, "-h"); }
 
-/* Match option `name` at argv[*i] as "--name VALUE" or "--name=VALUE"; sets *val and
- * advances *i past a separate value. Returns 1 matched, 0 not this option, -1 when the
- * value is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *val = argv[++*i];
-    return 1;
-}
-
 /* Parse an integer option within [lo, hi]; usage error text into msg on failure. */
 static int parse_range(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
                        char *msg, size_t len)
@@ -130,17 +109,17 @@ static int cmd_idx(int argc, char **argv)
             fputs(usage_text, stdout);
             return DDP_EXIT_OK;
         }
-        if ((m = opt_value(argc, argv, &i, "--dir", &dir)) ||
-            (m = opt_value(argc, argv, &i, "-o", &out)) ||
-            (m = opt_value(argc, argv, &i, "--output", &out)) ||
-            (m = opt_value(argc, argv, &i, "--source", &source)) ||
-            (m = opt_value(argc, argv, &i, "--classes", &classes_s))) {
+        if ((m = ddp_opt_value(argc, argv, &i, "--dir", &dir)) ||
+            (m = ddp_opt_value(argc, argv, &i, "-o", &out)) ||
+            (m = ddp_opt_value(argc, argv, &i, "--output", &out)) ||
+            (m = ddp_opt_value(argc, argv, &i, "--source", &source)) ||
+            (m = ddp_opt_value(argc, argv, &i, "--classes", &classes_s))) {
             if (m < 0)
                 return usage_error("idx: option %s needs a value", argv[i]);
             continue;
         }
         for (k = 0; k < 4; k++)
-            if ((m = opt_value(argc, argv, &i, fname[k], &f[k])) != 0)
+            if ((m = ddp_opt_value(argc, argv, &i, fname[k], &f[k])) != 0)
                 break;
         if (m < 0)
             return usage_error("idx: option %s needs a value", argv[i]);
@@ -218,31 +197,31 @@ static int cmd_synth(int argc, char **argv)
             fputs(usage_text, stdout);
             return DDP_EXIT_OK;
         }
-        if ((m = opt_value(argc, argv, &i, "-o", &out)) ||
-            (m = opt_value(argc, argv, &i, "--output", &out))) {
+        if ((m = ddp_opt_value(argc, argv, &i, "-o", &out)) ||
+            (m = ddp_opt_value(argc, argv, &i, "--output", &out))) {
             if (m < 0)
                 return usage_error("synth: option %s needs a value", argv[i]);
-        } else if ((m = opt_value(argc, argv, &i, "--shape", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--shape", &v))) {
             if (m < 0 || parse_shape(v, &spec.rank, spec.dims) != 0)
                 return usage_error("synth: --shape `%s`: expected C,H,W (e.g. 1,28,28) or D "
                                    "(e.g. 784), positive integers", m < 0 ? "" : v);
-        } else if ((m = opt_value(argc, argv, &i, "--classes", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--classes", &v))) {
             if (m < 0 || parse_range("--classes", v, 2, DDP_H5_MAX_CLASSES, &x, msg, sizeof msg))
                 return usage_error("synth: %s", m < 0 ? "--classes needs a value" : msg);
             spec.classes = (int)x;
-        } else if ((m = opt_value(argc, argv, &i, "--train", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--train", &v))) {
             if (m < 0 || parse_range("--train", v, 1, DDP_H5_MAX_SAMPLES, &x, msg, sizeof msg))
                 return usage_error("synth: %s", m < 0 ? "--train needs a value" : msg);
             spec.n_train = x;
-        } else if ((m = opt_value(argc, argv, &i, "--test", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--test", &v))) {
             if (m < 0 || parse_range("--test", v, 1, DDP_H5_MAX_SAMPLES, &x, msg, sizeof msg))
                 return usage_error("synth: %s", m < 0 ? "--test needs a value" : msg);
             spec.n_test = x;
-        } else if ((m = opt_value(argc, argv, &i, "--seed", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--seed", &v))) {
             if (m < 0 || parse_range("--seed", v, 0, INT64_MAX, &x, msg, sizeof msg))
                 return usage_error("synth: %s", m < 0 ? "--seed needs a value" : msg);
             spec.seed = (uint64_t)x;
-        } else if ((m = opt_value(argc, argv, &i, "--dtype", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--dtype", &v))) {
             if (m > 0 && !strcmp(v, "uint8"))
                 spec.dtype = DDP_H5DTYPE_UINT8;
             else if (m > 0 && !strcmp(v, "float32"))
@@ -250,7 +229,7 @@ static int cmd_synth(int argc, char **argv)
             else
                 return usage_error("synth: --dtype `%s`: expected uint8 or float32",
                                    m > 0 ? v : "");
-        } else if ((m = opt_value(argc, argv, &i, "--noise", &v))) {
+        } else if ((m = ddp_opt_value(argc, argv, &i, "--noise", &v))) {
             double d;
             if (m < 0 || ddp_parse_f64(v, &d) != 0)
                 return usage_error("synth: --noise `%s`: expected a number", m > 0 ? v : "");
