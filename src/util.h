@@ -63,11 +63,12 @@ double ddp_now(void);
 /* Strict integer/float parsing of a whole string (leading/trailing blanks allowed).
  * Return 0 on success, -1 if the text is not a number or out of range. */
 int ddp_parse_i64(const char *s, int64_t *out);
+int ddp_parse_f64(const char *s, double *out);
+
 /* Match command-line option `name` at argv[*i] as "--name VALUE" or "--name=VALUE": sets *val
  * and advances *i past a separate value. Returns 1 matched, 0 not this option, -1 when the
  * value is missing (the caller says so). */
 int ddp_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
-int ddp_parse_f64(const char *s, double *out);
 
 /* mkdir -p; returns 0 or -1 with errno set. */
 int ddp_mkdir_p(const char *path);
