@@ -884,12 +884,12 @@ static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf,
 {
     if (!n)
         return;
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, buf, n, lr, momentum, weight_decay, nesterov,
-           first_step);
+    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, buf, n, lr, momentum, weight_decay,
+           nesterov, first_step);
 }
 
-static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
-                           float lr, float b1, float b2, float eps, float weight_decay,
+static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v,
+                           size_t n, float lr, float b1, float b2, float eps, float weight_decay,
                            int decoupled, int64_t t)
 {
     if (!n)
@@ -898,8 +898,8 @@ static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, 
     const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
-    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, m, v, n, b1, b2, eps, weight_decay, decoupled,
-           step_size, bc2_sqrt, decay);
+    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, m, v, n, b1, b2, eps, weight_decay,
+           decoupled, step_size, bc2_sqrt, decay);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
