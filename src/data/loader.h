@@ -4,10 +4,9 @@
  * The loader walks a sampler's batches for one epoch, starting at any step (resume), and keeps
  * 3 to 16 batches read ahead (as many as fit in DDP_LOADER_BUDGET bytes): the thread reads the
  * images by hyperslab (or from the in-memory cache, h5data.h), converts uint8 to float, and
- * copies the labels. The trainer
- * consumes them in order. The prefetch thread is the only thread that reads the split while an
- * epoch runs. It does no arithmetic beyond the conversion, so it does not compete with the
- * compute thread pool.
+ * copies the labels. The trainer consumes them in order. The prefetch thread is the only thread
+ * that reads the split while an epoch runs. It does no arithmetic beyond the conversion, so it
+ * does not compete with the compute thread pool.
  *
  * Buffers returned by ddp_loader_next stay valid until the next call.
  */
