@@ -533,6 +533,7 @@ int main(void)
     torch();
     slurm_bad();
     real_env();
-    printf("world: %d detection cases, %d checks, %d failed\n", g_cases, check_count, check_failures);
+    printf("world: %d detection cases, %d checks, %d failed\n", g_cases, check_count,
+           check_failures);
     return check_failures ? 1 : 0;
 }
