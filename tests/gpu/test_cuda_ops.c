@@ -519,7 +519,8 @@ static void t_optim(size_t n)
         float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
               *gv = G->alloc(sizeof(float) * n);
         for (int64_t t = 1; t <= 3; t++) {
-            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
+            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled,
+                         t);
             G->adam_step(gpp, gg, 0.25f, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled,
                          t);
         }
