@@ -25,9 +25,11 @@
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #endif
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +39,97 @@
 extern "C" {
 #include "util.h"
 }
+
+/* ---- cuBLAS, opened when first needed ----------------------------------------------------
+ * ddptrain does not link cuBLAS: the constructors of libcublas and libcublasLt take 50-70 ms at
+ * the start of every process that loads them, CPU-only runs, `ddptrain env` and `hostlist`
+ * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
+ * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
+ * backend is made, and every call goes through this table. The emulator build points the
+ * table at its CPU stand-ins. */
+#ifdef DDP_CUDA_EMU
+#define V2(f) f
+#else
+#define V2(f) f##_v2
+#endif
+
+struct blas_api {
+    decltype(&V2(cublasCreate)) create;
+    decltype(&V2(cublasDestroy)) destroy;
+    decltype(&V2(cublasSetStream)) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&V2(cublasSgemm)) sgemm;
+    decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+    decltype(&cublasGetProperty) get_property;
+    decltype(&cublasGetStatusName) status_name;
+    decltype(&cublasGetStatusString) status_string;
+};
+
+#ifdef DDP_CUDA_EMU
+static struct blas_api g_blas = {&cublasCreate,      &cublasDestroy,
+                                 &cublasSetStream,   &cublasSetMathMode,
+                                 &cublasSgemm,       &cublasSgemmStridedBatched,
+                                 &cublasGetProperty, &cublasGetStatusName,
+                                 &cublasGetStatusString};
+
+static int blas_open(char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    return 0;
+}
+#else
+static struct blas_api g_blas;
+
+#define BLAS_STR2(x) #x
+#define BLAS_STR(x) BLAS_STR2(x)
+#define BLAS_SONAME "libcublas.so." BLAS_STR(CUBLAS_VER_MAJOR)
+
+/* 0 when the table is filled (once per process); -1 with one line in err. */
+static int blas_open(char *err, size_t errlen)
+{
+    static int state; /* 0 not tried, 1 open, -1 failed */
+    static char why[512];
+    if (state == 0) {
+        static const struct {
+            const char *sym;
+            size_t off;
+        } syms[] = {
+            {"cublasCreate_v2", offsetof(blas_api, create)},
+            {"cublasDestroy_v2", offsetof(blas_api, destroy)},
+            {"cublasSetStream_v2", offsetof(blas_api, set_stream)},
+            {"cublasSetMathMode", offsetof(blas_api, set_math_mode)},
+            {"cublasSgemm_v2", offsetof(blas_api, sgemm)},
+            {"cublasSgemmStridedBatched", offsetof(blas_api, sgemm_strided_batched)},
+            {"cublasGetProperty", offsetof(blas_api, get_property)},
+            {"cublasGetStatusName", offsetof(blas_api, status_name)},
+            {"cublasGetStatusString", offsetof(blas_api, status_string)},
+        };
+        void *h = dlopen(BLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+        state = h ? 1 : -1;
+        if (!h) {
+            const char *d = dlerror();
+            snprintf(why, sizeof why,
+                     "cannot load cuBLAS (%s): %s; install the CUDA toolkit's cuBLAS %d or add "
+                     "the directory that holds %s to LD_LIBRARY_PATH",
+                     BLAS_SONAME, d ? d : "not found", CUBLAS_VER_MAJOR, BLAS_SONAME);
+        }
+        for (size_t i = 0; h && i < sizeof syms / sizeof syms[0]; i++) {
+            void *f = dlsym(h, syms[i].sym);
+            if (!f) {
+                snprintf(why, sizeof why,
+                         "%s has no %s: a cuBLAS other than the %d.x this build expects",
+                         BLAS_SONAME, syms[i].sym, CUBLAS_VER_MAJOR);
+                state = -1;
+                break;
+            }
+            memcpy((char *)&g_blas + syms[i].off, &f, sizeof f);
+        }
+    }
+    if (state < 0)
+        return ddp_err(err, errlen, "%s", why);
+    return 0;
+}
+#endif
 
 /* ---- checks ------------------------------------------------------------------------------ */
 
@@ -53,7 +146,7 @@ extern "C" {
         cublasStatus_t s_ = (call);                                                            \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
             ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuBLAS error %s: %s", #call, \
-                       cublasGetStatusName(s_), cublasGetStatusString(s_));                    \
+                       g_blas.status_name(s_), g_blas.status_string(s_));                    \
     } while (0)
 
 /* Every kernel launch: queued on the compute stream, a bad configuration reported at its
@@ -261,7 +354,7 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
         LAUNCH(k_fill_bias, blocks_for(n), THREADS, out, b, n, O, 1);
     }
     const float one = 1, beta = b ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
+    CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
                              out, O));
 }
 
@@ -273,10 +366,10 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
     const float one = 1, zero = 0;
     /* dinp (B,C) = dout (B,O) w (O,C): column-major dinp^T (C,B) = w^T (C,O) dout^T (O,B) */
     if (dinp)
-        CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one, w, C, dout, O,
+        CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one, w, C, dout, O,
                                  &zero, dinp, C));
     /* dw (O,C) += dout^T (O,B) inp (B,C): column-major dw^T (C,O) += inp^T (C,B) dout (B,O) */
-    CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
+    CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
                              &one, dw, C));
     if (db) {
         LAUNCH(k_colsum_add, (O + THREADS - 1) / THREADS, THREADS, db, dout, B, O);
@@ -447,7 +540,7 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
         /* per sample i: y_i (O,P) += w (O,CKK) col_i (CKK,P), col_i = columns i*P.. of col.
          * Column-major: y_i^T (P,O) += col_i^T (P,CKK) w^T (CKK,O). */
         const int Q = nb * q.P;
-        CUBLAS_CHECK(cublasSgemmStridedBatched(
+        CUBLAS_CHECK(g_blas.sgemm_strided_batched(
             g.blas, CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, &one, col, Q, (long long)q.P, w,
             q.CKK, 0LL, &one, out + (size_t)i0 * O * q.P, q.P, (long long)O * q.P, nb));
     }
@@ -472,7 +565,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         LAUNCH(k_conv_dout_t, blocks_for(ndy), THREADS, dyT, dout, i0, nb, O, q.P);
         /* dw (O,CKK) += dyT (O,Q) col^T (Q,CKK). Column-major: dw^T (CKK,O) += col (CKK,Q)
          * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
-        CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
+        CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
                                  Q, &one, dw, q.CKK));
         if (db) {
             LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
@@ -480,7 +573,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         if (dinp) {
             /* dcol (CKK,Q) = w^T (CKK,O) dyT (O,Q). Column-major: dcol^T (Q,CKK) =
              * dyT^T (Q,O) w (O,CKK), w stored as column-major (CKK,O): op T. */
-            CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, O, &one, dyT, Q,
+            CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, O, &one, dyT, Q,
                                      w, q.CKK, &zero, dcol, Q));
             const size_t nin = (size_t)nb * C * H * W;
             LAUNCH(k_col2im, blocks_for(nin), THREADS, dinp, dcol, i0, nb, q);
@@ -1026,7 +1119,7 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
             return NULL;
         }
         if (tf32 != g.tf32) {
-            CUBLAS_CHECK(cublasSetMathMode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+            CUBLAS_CHECK(g_blas.set_math_mode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                         : CUBLAS_DEFAULT_MATH));
             g.tf32 = tf32;
         }
@@ -1083,19 +1176,23 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
     cudaStream_t stream;
     if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
         return setup_fail(err, errlen, device, "cudaStreamCreate", e);
-    cublasHandle_t blas;
-    cublasStatus_t s = cublasCreate(&blas);
-    if (s != CUBLAS_STATUS_SUCCESS) {
+    if (blas_open(err, errlen) != 0) {
         cudaStreamDestroy(stream);
-        ddp_err(err, errlen, "GPU %d: cublasCreate failed: %s", device, cublasGetStatusString(s));
         return NULL;
     }
-    if ((s = cublasSetStream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
-        (s = cublasSetMathMode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) !=
-            CUBLAS_STATUS_SUCCESS) {
-        cublasDestroy(blas);
+    cublasHandle_t blas;
+    cublasStatus_t s = g_blas.create(&blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
         cudaStreamDestroy(stream);
-        ddp_err(err, errlen, "GPU %d: cuBLAS setup failed: %s", device, cublasGetStatusString(s));
+        ddp_err(err, errlen, "GPU %d: cublasCreate failed: %s", device, g_blas.status_string(s));
+        return NULL;
+    }
+    if ((s = g_blas.set_stream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
+        (s = g_blas.set_math_mode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) !=
+            CUBLAS_STATUS_SUCCESS) {
+        g_blas.destroy(blas);
+        cudaStreamDestroy(stream);
+        ddp_err(err, errlen, "GPU %d: cuBLAS setup failed: %s", device, g_blas.status_string(s));
         return NULL;
     }
     g.stream = stream;
@@ -1127,9 +1224,11 @@ extern "C" const char *ddp_cuda_version_string(void)
     if (cudaDriverGetVersion(&drv) != cudaSuccess)
         drv = 0;
     cudaGetLastError();
-    if (cublasGetProperty(MAJOR_VERSION, &maj) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(MINOR_VERSION, &min) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(PATCH_LEVEL, &pat) != CUBLAS_STATUS_SUCCESS) {
+    char why[8];
+    const int have_blas = blas_open(why, sizeof why) == 0;
+    if (!have_blas || g_blas.get_property(MAJOR_VERSION, &maj) != CUBLAS_STATUS_SUCCESS ||
+        g_blas.get_property(MINOR_VERSION, &min) != CUBLAS_STATUS_SUCCESS ||
+        g_blas.get_property(PATCH_LEVEL, &pat) != CUBLAS_STATUS_SUCCESS) {
         maj = CUBLAS_VER_MAJOR;
         min = CUBLAS_VER_MINOR;
         pat = CUBLAS_VER_PATCH;
@@ -1139,8 +1238,8 @@ extern "C" const char *ddp_cuda_version_string(void)
         snprintf(driver, sizeof driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
     else
         snprintf(driver, sizeof driver, "none");
-    snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuBLAS %d.%d.%d, driver %s", rt / 1000,
-             (rt % 1000) / 10, maj, min, pat, driver);
+    snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", rt / 1000,
+             (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)", driver);
     return buf;
 }
 

@@ -77,6 +77,11 @@ for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
         missing=1
     fi
 done
+# cuBLAS is opened at run time (not in ldd): --version opens it
+if "$W/bin/ddptrain" --version | grep "cuda (" | grep -q "library not found"; then
+    echo "ddptrain: cuBLAS (libcublas.so.13) cannot be opened with LD_LIBRARY_PATH=$LDPATH"
+    missing=1
+fi
 [ $missing = 0 ] && result libraries pass || result libraries FAIL
 
 export DDP_GPU_REQUIRE=1 DDPTRAIN="$W/bin/ddptrain" GPU_PROBE="$W/bin/gpu_probe" DDP_SRC="$SRC"
