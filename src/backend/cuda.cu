@@ -131,6 +131,12 @@ static int blas_open(char *err, size_t errlen)
 }
 #endif
 
+/* cuBLAS math mode for [train] tf32: TF32 tensor cores for FP32 GEMMs, or plain FP32. */
+static cublasMath_t math_mode(int tf32)
+{
+    return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+}
+
 /* ---- checks ------------------------------------------------------------------------------ */
 
 #define CUDA_CHECK(call)                                                                       \
@@ -146,7 +152,7 @@ static int blas_open(char *err, size_t errlen)
         cublasStatus_t s_ = (call);                                                            \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
             ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuBLAS error %s: %s", #call, \
-                       g_blas.status_name(s_), g_blas.status_string(s_));                    \
+                       g_blas.status_name(s_), g_blas.status_string(s_));                      \
     } while (0)
 
 /* Every kernel launch: queued on the compute stream, a bad configuration reported at its
@@ -355,7 +361,7 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
     }
     const float one = 1, beta = b ? 1.0f : 0.0f;
     CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
-                             out, O));
+                              out, O));
 }
 
 static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
@@ -367,10 +373,10 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
     /* dinp (B,C) = dout (B,O) w (O,C): column-major dinp^T (C,B) = w^T (C,O) dout^T (O,B) */
     if (dinp)
         CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one, w, C, dout, O,
-                                 &zero, dinp, C));
+                                  &zero, dinp, C));
     /* dw (O,C) += dout^T (O,B) inp (B,C): column-major dw^T (C,O) += inp^T (C,B) dout (B,O) */
     CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
-                             &one, dw, C));
+                              &one, dw, C));
     if (db) {
         LAUNCH(k_colsum_add, (O + THREADS - 1) / THREADS, THREADS, db, dout, B, O);
     }
@@ -566,7 +572,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         /* dw (O,CKK) += dyT (O,Q) col^T (Q,CKK). Column-major: dw^T (CKK,O) += col (CKK,Q)
          * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
         CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
-                                 Q, &one, dw, q.CKK));
+                                  Q, &one, dw, q.CKK));
         if (db) {
             LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
         }
@@ -574,7 +580,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
             /* dcol (CKK,Q) = w^T (CKK,O) dyT (O,Q). Column-major: dcol^T (Q,CKK) =
              * dyT^T (Q,O) w (O,CKK), w stored as column-major (CKK,O): op T. */
             CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, O, &one, dyT, Q,
-                                     w, q.CKK, &zero, dcol, Q));
+                                      w, q.CKK, &zero, dcol, Q));
             const size_t nin = (size_t)nb * C * H * W;
             LAUNCH(k_col2im, blocks_for(nin), THREADS, dinp, dcol, i0, nb, q);
         }
@@ -1119,8 +1125,7 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
             return NULL;
         }
         if (tf32 != g.tf32) {
-            CUBLAS_CHECK(g_blas.set_math_mode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                        : CUBLAS_DEFAULT_MATH));
+            CUBLAS_CHECK(g_blas.set_math_mode(g.blas, math_mode(tf32)));
             g.tf32 = tf32;
         }
         return &g_table;
@@ -1188,8 +1193,7 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
         return NULL;
     }
     if ((s = g_blas.set_stream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
-        (s = g_blas.set_math_mode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) !=
-            CUBLAS_STATUS_SUCCESS) {
+        (s = g_blas.set_math_mode(blas, math_mode(tf32))) != CUBLAS_STATUS_SUCCESS) {
         g_blas.destroy(blas);
         cudaStreamDestroy(stream);
         ddp_err(err, errlen, "GPU %d: cuBLAS setup failed: %s", device, g_blas.status_string(s));

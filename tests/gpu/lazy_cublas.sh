@@ -2,11 +2,15 @@
 # lazy_cublas.sh - cuBLAS is opened only when a GPU backend is made (src/backend/cuda.cu):
 # commands and CPU training never load it (its libraries' start-up costs 50-70 ms), and the
 # run-time loading works: `ddptrain --version` opens it and reports its version. Needs no GPU;
-# skipped (77) in a build without CUDA.
+# skipped (77) in a build without CUDA. With device=auto, training loads cuBLAS exactly when
+# gpu_probe finds a usable GPU (then auto trains on it).
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 src=${DDP_SRC:?}
-"$DDPTRAIN" --version | grep -q "cuda (" || { echo "SKIP: this build has no CUDA backend"; exit 77; }
+if ! "$DDPTRAIN" --version | grep -q "cuda ("; then
+    echo "SKIP: this build has no CUDA backend"
+    exit 77
+fi
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
@@ -15,8 +19,14 @@ loads_cublas() { LD_DEBUG=files "$@" 2>&1 >/dev/null | grep -q "file=libcublas";
 ldd "$DDPTRAIN" | grep -q "libcublas" && bad "ddptrain links cuBLAS (ldd)" || ok "not linked"
 for cmd in "--help" "hostlist n[1-4]" "env"; do
     # shellcheck disable=SC2086
-    if loads_cublas "$DDPTRAIN" $cmd; then bad "ddptrain $cmd loads cuBLAS"; else ok "ddptrain $cmd: no cuBLAS"; fi
+    if loads_cublas "$DDPTRAIN" $cmd; then
+        bad "ddptrain $cmd loads cuBLAS"
+    else
+        ok "ddptrain $cmd: no cuBLAS"
+    fi
 done
+probe=${GPU_PROBE:-${DDP_BUILD:?}/tests/gpu/gpu_probe}
+if "$probe" >/dev/null; then has_gpu=1; else has_gpu=0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$DDPTRAIN" data synth -o "$work/d.h5" --shape 1,8,8 --classes 3 --train 64 --test 16 >/dev/null
@@ -25,15 +35,21 @@ for dev in cpu auto; do
             --set train.device=$dev --set train.max_steps=2 --set job.output="$work/o-$dev" \
             >/dev/null 2>"$work/ld-$dev" || [ ! -s "$work/o-$dev/model.h5" ]; then
         bad "training with device=$dev failed"; grep -v "file=" "$work/ld-$dev" | tail -3
-    elif grep -q "file=libcublas" "$work/ld-$dev"; then
-        bad "training with device=$dev on a machine without a GPU loads cuBLAS"
+        continue
+    fi
+    want=0
+    [ $dev = auto ] && want=$has_gpu
+    got=$(grep -q "file=libcublas" "$work/ld-$dev" && echo 1 || echo 0)
+    if [ "$got" != "$want" ]; then
+        bad "training with device=$dev (usable GPU: $has_gpu) loads cuBLAS: $got, expected $want"
     else
-        ok "training with device=$dev (2 steps, model.h5 written): no cuBLAS"
+        ok "training with device=$dev (2 steps, model.h5 written; usable GPU: $has_gpu):" \
+            "cuBLAS loaded: $got"
     fi
 done
 v=$("$DDPTRAIN" --version)
-if echo "$v" | grep -Eq "cuBLAS [0-9]+\.[0-9]+\.[0-9]+," && ! echo "$v" | grep -q "library not found" &&
-        loads_cublas "$DDPTRAIN" --version; then
+if echo "$v" | grep -Eq "cuBLAS [0-9]+\.[0-9]+\.[0-9]+," &&
+        ! echo "$v" | grep -q "library not found" && loads_cublas "$DDPTRAIN" --version; then
     ok "--version opens cuBLAS at run time: $(echo "$v" | grep -o 'cuBLAS [0-9.]*')"
 else
     bad "--version did not open cuBLAS: $v"
