@@ -5,8 +5,9 @@
 # multi-node.sbatch (8 ranks on n1 and n2), cpu-only.sbatch (2 x 2 ranks, threads = its
 # --cpus-per-task=4), preemptible.sbatch (no signal: done on the first start, no requeue).
 # Their logs show the binary, the srun line and ddptrain's summary; model.h5 and metrics.jsonl
-# are written. Failures end the job with ddptrain's code and no requeue: a missing job file
-# (2), a missing binary (2), an unreadable dataset under the preemptible template (3).
+# are written; every template appends to its log (--open-mode=append). Failures end the job
+# with ddptrain's code and no requeue: a missing job file (2), a missing binary (2), an
+# unreadable dataset under the preemptible template (3).
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 
@@ -18,6 +19,11 @@ job=$DDP_SRC/configs/fashion-mlp.ini
 short=(--set "data.file=$data" --set data.test= --set train.max_steps=10 --set data.batch_size=32
     --set train.log_every=5)
 export DDPTRAIN
+
+# A requeued job must not truncate its first run's log: every template appends.
+for t in "$T"/*.sbatch; do
+    grep -qx '#SBATCH --open-mode=append' "$t" || fail "$(basename "$t"): no --open-mode=append"
+done
 
 # submit NAME TEMPLATE ARGS...: sbatch --wait in the background; exit code in NAME.rc
 submit() {
@@ -48,7 +54,7 @@ if [[ $(realpath "$DDPTRAIN") == $(realpath -m "$DDP_SRC/build/ddptrain") ]] &&
 fi
 wait
 
-log_of() { cat ./"$1"-[0-9]*.out 2>/dev/null; }
+log_of() { cat ./"$1"-[0-9]*.out 2>/dev/null | untime; }
 
 # check NAME LOG-PREFIX RANKS THREADS
 check() {

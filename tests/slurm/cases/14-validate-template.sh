@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # the stub's text is expanded when it runs
 # slurm/validate-nodes.sbatch, the orchestration only, with a stand-in for `ddptrain validate`
-# (not built yet; 15-validate-real.sh runs the real one once it exists): phase 1 runs one step
-# per node, in parallel (each waits for the other to have started), with 4 ranks each and the arguments given
-# to sbatch (--quick); phase 2 runs all nodes that passed together; a node failing alone is
+# (30-validate-template.sh runs the real one): phase 1 runs one step per node, in parallel
+# (each waits for the other to have started), with 4 ranks each and the arguments given to
+# sbatch (--quick); a failing node is reported with its failing check, not a rank table row; phase 2 runs all nodes that passed together; a node failing alone is
 # listed with the scontrol line to drain it; passing alone but failing together is reported;
 # the exit code says whether all passed. With a ddptrain that has no `validate`, the template
 # stops with exit 2 and says so.
@@ -39,7 +39,10 @@ if [[ $SLURM_STEP_NUM_NODES == 1 ]]; then
     [[ $i -lt 200 ]] || { echo "error: $node: the other node's step never started"; exit 1; }
 fi
 if [[ ,${STUB_BAD_NODES:-}, == *,$node,* ]]; then
-    echo "error: $node rank $SLURM_PROCID: GPU 2 failed the memory test"; exit 1
+    # as the real validate prints: a rank table row with FAIL first, the failing check last
+    printf '%-20s %-12s %-7s %s\n' "$node" 0-3 FAIL "rank $SLURM_PROCID: memory"
+    echo "validate: FAIL on 1 check:"
+    echo "FAIL memory: rank $SLURM_PROCID on $node: GPU 2 failed the memory test"; exit 1
 fi
 if [[ ${STUB_FAIL_TOGETHER:-} == 1 && $SLURM_STEP_NUM_NODES -gt 1 ]]; then
     echo "error: all-reduce between nodes timed out"; exit 5
@@ -96,7 +99,7 @@ echo "=== n2 fails alone"
 cat bad.out
 [[ $(cat bad.rc) != 0 ]] || fail "n2 bad: sbatch --wait succeeded"
 grep -qx 'PASS n1 (alone)' bad.out || fail "n2 bad: n1 should pass"
-grep -q '^FAIL n2 (alone, exit 1): error: n2 rank .*GPU 2' bad.out ||
+grep -q '^FAIL n2 (alone, exit 1): FAIL memory: rank [0-9] on n2: GPU 2' bad.out ||
     fail "n2 bad: no FAIL line for n2"
 grep -qx 'nodes to drain: n2' bad.out || fail "n2 bad: n2 not listed to drain"
 grep -q '^  scontrol update nodename=n2 state=drain reason=' bad.out ||
@@ -114,5 +117,5 @@ if [[ -n $nov ]]; then
     echo "=== the real ddptrain, without validate"
     cat novalidate.out
     expect_eq "$(cat novalidate.rc)" 2 "no validate: sbatch --wait exit code"
-    grep -q "has no 'validate' subcommand yet" novalidate.out || fail "no validate: no message"
+    grep -q "has no 'validate' subcommand" novalidate.out || fail "no validate: no message"
 fi

@@ -22,6 +22,9 @@ rc=0
 DDP_VALIDATE_DIR=$CASE_DIR/ok SR_TIMEOUT=140 sr sbatch --wait -J v-ok -o "$CASE_DIR/ok.out" "$T" \
     --quick --config "$CFG" || rc=$?
 cat ok.out
+if [[ $rc != 0 ]]; then # the step logs say why
+    for f in ok/*.log; do echo "--- $f"; tail -n 40 "$f"; done
+fi
 expect_eq "$rc" 0 "clean job: sbatch --wait exit code"
 grep -qx 'PASS n1 (alone)' ok.out || fail "clean job: n1 did not pass alone"
 grep -qx 'PASS n2 (alone)' ok.out || fail "clean job: n2 did not pass alone"
@@ -52,7 +55,8 @@ grep -E '^(FAIL|validate:)' bad/all.log || true
 [[ $rc != 0 ]] || fail "faulty job: sbatch --wait exit 0"
 grep -qx 'PASS n1 (alone)' bad.out || fail "faulty job: n1 did not pass alone"
 grep -qx 'PASS n2 (alone)' bad.out || fail "faulty job: n2 did not pass alone"
-grep -q '^FAIL together (exit 1)' bad.out || fail "faulty job: no 'FAIL together (exit 1)'"
+grep -qE '^FAIL together \(exit 1\): n1 n2: FAIL (allreduce|golden): rank [56] on n2: ' bad.out ||
+    fail "faulty job: no 'FAIL together (exit 1)' naming the failing check"
 grep -q '^FAIL allreduce: rank 5 on n2: ' bad/all.log || fail "rank 5 on n2 not named (all-reduce)"
 grep -q '^FAIL golden: rank 6 on n2: ' bad/all.log || fail "rank 6 on n2 not named (golden run)"
 /usr/bin/python3 - bad/all.json <<'PY' || fail "faulty job: JSON failures"
