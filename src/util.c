@@ -45,10 +45,30 @@ static void print_prefix(FILE *f)
         fprintf(f, "ddptrain: ");
 }
 
+/* Local wall-clock time as ISO 8601 to the second with the UTC offset, as `date -Is` prints
+ * it ("2026-12-03T10:15:02+01:00"), so a job log can be read against other logs. */
+static void iso_time(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    char z[8];
+    if (localtime_r(&now, &tm) == NULL || strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0 ||
+        strftime(z, sizeof z, "%z", &tm) != 5) {
+        snprintf(buf, len, "%lld", (long long)now);
+        return;
+    }
+    size_t n = strlen(buf);
+    snprintf(buf + n, len - n, "%.3s:%.2s", z, z + 3); /* +0100 -> +01:00 */
+}
+
 void ddp_log(const char *fmt, ...)
 {
     if (g_rank != 0)
         return;
+    char ts[40];
+    iso_time(ts, sizeof ts);
+    fputs(ts, stdout);
+    fputc(' ', stdout);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stdout, fmt, ap);

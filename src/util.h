@@ -33,7 +33,8 @@ enum ddp_exit {
 void ddp_log_set_identity(const char *host, int rank, int world_size);
 int ddp_log_rank(void);
 
-/* Rank-0 log line on stdout (other ranks print nothing). */
+/* Rank-0 log line on stdout, after the local time in ISO 8601 to the second with its UTC
+ * offset ("2026-12-03T10:15:02+01:00 epoch 1/5 ..."); other ranks print nothing. */
 void ddp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Warning or error on stderr from any rank, prefixed "ddptrain: host rank N: ". */
 void ddp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -18,6 +18,10 @@ expect_eq() {
     [[ $1 == "$2" ]] || fail "$3: expected '$2', got '$1'"
 }
 
+# untime: stdin to stdout without the ISO 8601 time that starts every line of rank 0's log
+# ("2026-12-03T10:15:02+01:00 done: ..." -> "done: ...").
+untime() { sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[+-][0-9]{2}:[0-9]{2} //'; }
+
 # The name of the node a task runs on: its real hostname in netns mode (which must agree with
 # slurmd's node name), SLURMD_NODENAME on loopback where all nodes share one hostname.
 # shellcheck disable=SC2034,SC2016  # used by the cases, expanded by the task's shell

@@ -75,7 +75,7 @@ while :; do
 done
 wait
 
-out=$(cat ./p-pre-"$J".out)
+out=$(untime <./p-pre-"$J".out)
 echo "=== interrupted run (p-pre-$J.out)"
 grep -v '^  \[' <<<"$out"
 echo "=== uninterrupted run"
@@ -86,11 +86,11 @@ expect_eq "$state" COMPLETED "interrupted: final state of job $J"
 grep -q ' Restarts=1 ' <<<"$info" || fail "interrupted: job $J does not show Restarts=1"
 grep -q ' ExitCode=0:0 ' <<<"$info" || fail "interrupted: job $J does not show ExitCode=0:0"
 grep -q "^job $J start 1 (restart count 0)" <<<"$out" || fail "no first start"
-grep -q '^stopped by signal 10 at step' <<<"$out" || fail "ddptrain did not stop on USR1"
+grep -q '^stopped by signal 10 (SIGUSR1) at step' <<<"$out" || fail "ddptrain did not stop on USR1"
 grep -q '^ddptrain exited 75;' <<<"$out" || fail "first start: srun did not exit 75"
 grep -qx "checkpoint saved: requeueing job $J" <<<"$out" || fail "no requeue"
 grep -q "^job $J start 2 (restart count 1)" <<<"$out" || fail "no second start with restart count 1"
-stop=$(sed -n 's/^stopped by signal 10 at step \([0-9]*\).*/\1/p' <<<"$out")
+stop=$(sed -n 's/^stopped by signal 10 (SIGUSR1) at step \([0-9]*\).*/\1/p' <<<"$out")
 grep -q "^resuming from .*/ckpt-0*$stop.h5: epoch 1, step $stop," <<<"$out" ||
     fail "second start did not resume from the step-$stop checkpoint"
 ((stop > 0 && stop < steps)) || fail "stopped at step $stop"
