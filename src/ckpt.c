@@ -193,7 +193,8 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
          attr_i64(f, "optim_t", o->t) == 0 && attr_str(f, "optimizer", optim_names[o->kind]) == 0 &&
          attr_i64(f, "world_size", pos->world_size) == 0 &&
          attr_i64(f, "global_batch", pos->global_batch) == 0 &&
-         attr_i64(f, "seed", pos->seed) == 0 && attr_str(f, "job", job_text ? job_text : "") == 0 &&
+         attr_i64(f, "seed", pos->seed) == 0 && attr_i64(f, "train_ms", pos->train_ms) == 0 &&
+         attr_str(f, "job", job_text ? job_text : "") == 0 &&
          attr_i64(f, "checksum", crc) == 0;
     if (H5Fclose(f) < 0)
         ok = 0;
@@ -276,6 +277,8 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
     read_attr_i64(f, "world_size", &pos->world_size);
     read_attr_i64(f, "global_batch", &pos->global_batch);
     read_attr_i64(f, "seed", &pos->seed);
+    if (read_attr_i64(f, "train_ms", &pos->train_ms) != 0 || pos->train_ms < 0)
+        pos->train_ms = 0; /* written by an older ddptrain */
     static const char *optim_names[] = {"sgd", "adam", "adamw"};
     if (strcmp(oname, optim_names[o->kind]) != 0) {
         ddp_err(err, errlen, "%s: saved with optimizer %s, but the job uses %s; resume with the "

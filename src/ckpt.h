@@ -33,6 +33,7 @@ struct ddp_ckpt_pos {
     int64_t world_size; /* of the run that saved (informative) */
     int64_t global_batch;
     int64_t seed;
+    int64_t train_ms; /* training wall time of every start up to here (0 if not recorded) */
 };
 
 /* Write a checkpoint of m, o and pos into dir (created if needed); path_out gets its name.

@@ -276,14 +276,25 @@ void ddp_train_catch_early_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The signals [checkpoint] signals may name. */
+static const struct { const char *name; int sig; } known[] = {
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
+    {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
+};
+
+/* "USR1" for SIGUSR1: the name [checkpoint] signals uses; "?" for others. */
+static const char *signal_name(int sig)
+{
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].sig == sig)
+            return known[i].name;
+    return "?";
+}
+
 /* Parse "[checkpoint] signals" ("USR1, TERM"); with install, set the handlers (again after
  * MPI_Init, which may have replaced them). Other signals get their default action back. */
 static int install_signals(const struct ddp_job *job, int install, char *err, size_t errlen)
 {
-    static const struct { const char *name; int sig; } known[] = {
-        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
-        {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
-    };
     char buf[sizeof job->signals], where[DDP_PATH_MAX + 64], *save = NULL;
     int usr1 = 0, term = 0;
     snprintf(buf, sizeof buf, "%s", job->signals);
@@ -329,9 +340,13 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
             ddp_warn("%s", err);
             ok = 0;
         } else {
-            ddp_log("checkpoint %s at step %lld (%s%lld, %lld samples in; %.2fs)", path,
-                    (long long)pos->step, pos->cursor ? "in epoch " : "before epoch ",
-                    (long long)pos->epoch + 1, (long long)pos->cursor, ddp_now() - t0);
+            if (pos->cursor)
+                ddp_log("checkpoint %s at step %lld (in epoch %lld, %lld samples in; %.2fs)",
+                        path, (long long)pos->step, (long long)pos->epoch + 1,
+                        (long long)pos->cursor, ddp_now() - t0);
+            else /* at an epoch boundary: name the epoch that is complete */
+                ddp_log("checkpoint %s at step %lld (after epoch %lld; %.2fs)", path,
+                        (long long)pos->step, (long long)pos->epoch, ddp_now() - t0);
         }
     }
     ddp_comm_broadcast(t->comm, &ok, sizeof ok, 0);
@@ -379,7 +394,7 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
     int rc = agree(t, code, err);
     if (rc)
         return rc;
-    int64_t head[6] = {found, pos->epoch, pos->step, pos->cursor, t->optim.t, 0};
+    int64_t head[6] = {found, pos->epoch, pos->step, pos->cursor, t->optim.t, pos->train_ms};
     ddp_comm_broadcast(t->comm, head, sizeof head, 0);
     if (!head[0])
         return 0;
@@ -387,6 +402,7 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
     pos->step = head[2];
     pos->cursor = head[3];
     t->optim.t = head[4];
+    pos->train_ms = head[5];
     ddp_sync_broadcast_state(&t->sync);
     if (t->world.world_size > 1) {
         if (t->optim.state1)
@@ -395,6 +411,13 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
             ddp_comm_broadcast(t->comm, t->optim.state2, sizeof(float) * t->optim.n, 0);
     }
     return 0;
+}
+
+/* Training wall time of every start so far, in ms: the earlier ones' from the checkpoint
+ * resumed (start), plus this one's since t0. */
+static int64_t total_ms(const struct ddp_ckpt_pos *start, double t0)
+{
+    return start->train_ms + (int64_t)((ddp_now() - t0) * 1000.0);
 }
 
 static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
@@ -527,13 +550,14 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
             int at_end = cursor >= epoch_end;
             if (stop || (job->ckpt_every_steps > 0 && step % job->ckpt_every_steps == 0)) {
                 struct ddp_ckpt_pos pos = {at_end ? epoch + 1 : epoch, step, at_end ? 0 : cursor,
-                                           W, G, job->seed};
+                                           W, G, job->seed, total_ms(start, t0)};
                 save_checkpoint(t, &pos);
                 last_saved = step;
             }
             if (stop) {
-                ddp_log("stopped by signal %d at step %lld after saving a checkpoint; exit 75 "
-                        "(requeue the job to resume)", (int)stop, (long long)step);
+                ddp_log("stopped by signal %d (SIG%s) at step %lld after saving a checkpoint; "
+                        "exit 75: the job resumes from it when it is requeued or run again",
+                        (int)stop, signal_name((int)stop), (long long)step);
                 stopped = 1;
                 break;
             }
@@ -550,7 +574,7 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
         }
         if (job->ckpt_every_epochs > 0 && (epoch + 1) % job->ckpt_every_epochs == 0 &&
             last_saved != step && cursor >= epoch_end) {
-            struct ddp_ckpt_pos pos = {epoch + 1, step, 0, W, G, job->seed};
+            struct ddp_ckpt_pos pos = {epoch + 1, step, 0, W, G, job->seed, total_ms(start, t0)};
             save_checkpoint(t, &pos);
             last_saved = step;
         }
@@ -565,7 +589,10 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
         evaluate(t, &last_loss, &last_acc);
         ddp_metrics_eval(&t->metrics, epoch, step, last_loss, last_acc);
     }
-    double train_s = ddp_now() - t0;
+    double start_s = ddp_now() - t0, train_s = (double)total_ms(start, t0) / 1000.0;
+    char slice[48] = ""; /* after a resume: this start's share of the time */
+    if (start->step > 0 && start->train_ms > 0)
+        snprintf(slice, sizeof slice, " (%.1fs in this start)", start_s);
 
     /* final weights: rank 0's running statistics are the model's */
     if (rank == 0) {
@@ -585,13 +612,14 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
              "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s,"
              "\"test_acc\":%s",
              (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
-             (double)(step - first_step) * (double)G / train_s, l, a);
+             (double)(step - first_step) * (double)G / start_s, l, a);
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(last_acc))
-        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs", last_acc,
-                last_loss, (long long)step, train_s);
+        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", last_acc,
+                last_loss, (long long)step, train_s, slice);
     else
-        ddp_log("done: %lld steps in %.1fs (no test split evaluated)", (long long)step, train_s);
+        ddp_log("done: %lld steps in %.1fs%s (no test split evaluated)", (long long)step,
+                train_s, slice);
     return 0;
 }
 

@@ -85,6 +85,41 @@ for W in 1 3; do
     fi
 done
 
+# ---- 1b. what the 1-rank runs logged: timestamps, checkpoint and stop lines, total time -----
+ts='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[+-][0-9]{2}:[0-9]{2} '
+if [ -s int1.log1 ] && [ -s int1.log2 ]; then
+    # stdout is rank 0's log, every line stamped; stderr lines start with "ddptrain:"
+    if grep -vqE "$ts|^ddptrain: " full1.log int1.log1 int1.log2; then
+        bad "log lines without an ISO 8601 time:"; grep -vE "$ts|^ddptrain: " int1.log1 | head -3
+    else
+        ok "every log line starts with an ISO 8601 time: $(head -c 26 full1.log)"
+    fi
+    last=$(grep 'checkpoint .*ckpt-' full1.log | tail -1)
+    if grep -q '(after epoch 3; ' <<<"$last" && ! grep -q 'before epoch' full1.log; then
+        ok "last checkpoint of a 3-epoch run: ${last#* checkpoint }"
+    else
+        bad "last checkpoint line: $last"
+    fi
+    stopline=$(grep 'stopped by signal' int1.log1)
+    if grep -q 'stopped by signal 10 (SIGUSR1) at step [0-9]* after saving a checkpoint; exit 75: ' \
+        <<<"$stopline" && ! grep -q 'requeue the job to resume' <<<"$stopline"; then
+        ok "stop line: ${stopline#* stopped}"
+    else
+        bad "stop line: $stopline"
+    fi
+    # the resumed run's time counts both starts: "in 3.1s (1.9s in this start)"
+    fin=$(grep -E 'final test accuracy .* in [0-9.]+s \([0-9.]+s in this start\)' int1.log2)
+    tot=$(sed -nE 's/.* in ([0-9.]+)s \(([0-9.]+)s in this start\).*/\1/p' <<<"$fin")
+    this=$(sed -nE 's/.* in ([0-9.]+)s \(([0-9.]+)s in this start\).*/\2/p' <<<"$fin")
+    jtot=$($PY -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["train_s"])' \
+        int1/metrics.jsonl)
+    if [ -n "$tot" ] && awk -v a="$tot" -v b="$this" -v j="$jtot" 'BEGIN {exit !(a > b && j > b)}'; then
+        ok "resumed run's time counts both starts: ${fin#* after }; summary train_s $jtot"
+    else
+        bad "resumed run's time: '$fin', summary train_s $jtot"
+    fi
+fi
+
 # ---- 2. 4 ranks -> 2 ranks mid-epoch: the epoch's samples --------------------------------
 "$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 --set data.test= \
     --set job.output=ref > /dev/null 2>&1
