@@ -212,12 +212,22 @@ static ddp_comm_req *allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_
 static void no_mpi_launcher(const struct ddp_world *w, char *err, size_t errlen)
 {
     switch (w->launcher) {
-    case DDP_LAUNCHER_SLURM:
-        ddp_err(err, errlen,
-                "%d tasks were started by srun without an MPI plugin: run CPU jobs with "
-                "`srun --mpi=pmix ...`",
-                w->world_size);
+    case DDP_LAUNCHER_SLURM: {
+        /* srun exports its --mpi plugin to the tasks; pmi2 is one OpenMPI cannot use */
+        const char *plugin = getenv("SLURM_MPI_TYPE");
+        if (plugin && *plugin && strcmp(plugin, "none") != 0)
+            ddp_err(err, errlen,
+                    "%d tasks were started by srun --mpi=%.32s, which this OpenMPI cannot use "
+                    "for CPU ranks: run CPU jobs with `srun --mpi=pmix ...` (PMI2 serves only "
+                    "the NCCL bootstrap of GPU jobs)",
+                    w->world_size, plugin);
+        else
+            ddp_err(err, errlen,
+                    "%d tasks were started by srun without an MPI plugin: run CPU jobs with "
+                    "`srun --mpi=pmix ...`",
+                    w->world_size);
         return;
+    }
     case DDP_LAUNCHER_TORCHRUN:
         ddp_err(err, errlen,
                 "%d ranks were started by a torchrun-style launcher (RANK, WORLD_SIZE), but CPU "

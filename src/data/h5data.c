@@ -170,9 +170,16 @@ static hid_t open_readonly(const char *path, char *err, size_t errlen)
     struct stat st;
     char why[256];
     if (stat(path, &st) != 0) {
-        ddp_err(err, errlen, "%s: cannot open: %s; give the path of an HDF5 dataset "
-                "(make one with `ddptrain data idx` or `ddptrain data synth`)",
-                path, strerror(errno));
+        int e = errno;
+        char cwd[1024];
+        if (path[0] != '/' && getcwd(cwd, sizeof cwd))
+            ddp_err(err, errlen, "%s: cannot open: %s; relative paths are taken from the "
+                    "working directory (%s): give an absolute path, or make the dataset there "
+                    "with `ddptrain data idx`", path, strerror(e), cwd);
+        else
+            ddp_err(err, errlen, "%s: cannot open: %s; give the path of an HDF5 dataset "
+                    "(make one with `ddptrain data idx` or `ddptrain data synth`)",
+                    path, strerror(e));
         return H5I_INVALID_HID;
     }
     if (!S_ISREG(st.st_mode)) {

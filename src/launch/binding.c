@@ -181,9 +181,14 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
                                    "for one per task with srun --gres=gpu:N (N = tasks per node)"
                                  : "make one GPU visible per local rank, or start one rank "
                                    "(ddptrain launch --nproc-per-node 1)");
+        char extra[64];
+        if (local_size - 1 == n)
+            snprintf(extra, sizeof extra, "local rank %d would share a device", n);
+        else
+            snprintf(extra, sizeof extra, "local ranks %d-%d would share devices", n,
+                     local_size - 1);
         return ddp_err(err, errlen, "more local ranks (%d) than visible GPUs (%d, %s=%s) on "
-                       "this node: local ranks %d-%d would share devices; %s", local_size, n,
-                       var, b->visible_list, n, local_size - 1,
+                       "this node: %s; %s", local_size, n, var, b->visible_list, extra,
                        slurm ? "use srun --ntasks-per-node=N with N <= the GPUs per node "
                                "(--gres=gpu:N), or --gpus-per-task=1"
                              : "start at most that many ranks per node (ddptrain launch "

@@ -103,6 +103,8 @@ static const struct row ROWS[] = {
      "0,1,2,3", "local ranks 4-6 would share", NULL, 0},
     {"subset too small outside Slurm", 0, 3, 2, 1, {{"CUDA_VISIBLE_DEVICES", "1,3"}, NONE}, -1,
      "1,3", "more local ranks (3)", "ddptrain launch --nproc-per-node", 0},
+    {"one rank too many is named alone", 0, 3, 2, 1, {{"CUDA_VISIBLE_DEVICES", "1,3"}, NONE},
+     -1, "1,3", "this node: local rank 2 would share a device;", NULL, 0},
     {"cpu build: a conflict is still reported (caller ignores it)", 1, 2, -1, 0,
      {{"CUDA_VISIBLE_DEVICES", "0"}, NONE}, -1, "0", "share device 0", NULL, 0},
 

@@ -419,9 +419,18 @@ static int run_refuse(void)
     w.mpi_launched = 0;
     const char *srun_msg = "4 tasks were started by srun without an MPI plugin: run CPU jobs "
                            "with `srun --mpi=pmix ...`";
+    unsetenv("SLURM_MPI_TYPE");
     expect_refused("auto", &w, 300, srun_msg);
     expect_refused("mpi", &w, 300, srun_msg);
     expect_refused(NULL, &w, 300, srun_msg);
+    /* `srun --mpi=pmi2` is a plugin, just not one OpenMPI can use */
+    setenv("SLURM_MPI_TYPE", "pmi2", 1);
+    expect_refused("auto", &w, 300, "4 tasks were started by srun --mpi=pmi2, which this "
+                                    "OpenMPI cannot use for CPU ranks: run CPU jobs with "
+                                    "`srun --mpi=pmix ...`");
+    setenv("SLURM_MPI_TYPE", "none", 1);
+    expect_refused("auto", &w, 300, srun_msg);
+    unsetenv("SLURM_MPI_TYPE");
     expect_refused("none", &w, 300, "backend = none runs a single rank, but this world has 4");
     w.launcher = DDP_LAUNCHER_TORCHRUN;
     expect_refused("auto", &w, 300, "torchrun-style launcher");

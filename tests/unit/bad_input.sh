@@ -98,6 +98,9 @@ case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 # ---- datasets ------------------------------------------------------------------------------
 base_job missing.h5 > bad-nodata.ini
 case_ "missing dataset file" 3 "missing.h5" bad-nodata.ini
+case_ "missing dataset, relative path" 3 \
+    "missing.h5: cannot open: .*relative paths are taken from the working directory ($work)" \
+    bad-nodata.ini
 echo "not hdf5" > bad-text.h5
 base_job bad-text.h5 > bad-nothdf5.ini
 case_ "not HDF5" 3 "bad-text.h5" bad-nothdf5.ini
