@@ -45,14 +45,22 @@ grep -q "ddptrain launch: mpirun exited with code 3" "$T/err" || fail "rank fail
 
 # SIGTERM goes to the ranks themselves (mpirun would abort at once), SIGUSR1 through mpirun;
 # every rank sees it once and exits 75, and so does the launcher
+# Ready means both ranks printed their probe line, which they do after installing their
+# handlers. The output file exists before the launcher starts (the shell would create it only
+# in the child), so the count is a number from the first poll on.
 for sig in TERM USR1; do
-    "$BIN" launch --nproc-per-node 2 probe >"$T/sig" 2>"$T/sigerr" &
+    : >"$T/sig"
+    "$BIN" launch --nproc-per-node 2 probe >>"$T/sig" 2>"$T/sigerr" &
     pl=$!
-    n=0
-    while [ "$(grep -c '^probe rank=.*pid=' "$T/sig")" -lt 2 ] && [ $n -lt 150 ]; do
-        sleep 0.1
+    n=0 ready=0
+    while [ $n -lt 300 ]; do
+        ready=$(grep -c '^probe rank=.*pid=' "$T/sig") || ready=0
+        [ "$ready" -ge 2 ] && break
+        kill -0 $pl 2>/dev/null || break
+        sleep 0.05
         n=$((n + 1))
     done
+    [ "$ready" -ge 2 ] || fail "SIG$sig under mpirun: ranks not ready: $(cat "$T/sig" "$T/sigerr")"
     kill -s $sig $pl
     wait $pl
     rs=$?
