@@ -116,6 +116,23 @@ static void free_items(struct items *it)
     it->n = 0;
 }
 
+/* The same value? model.layers ignores blanks ("conv2d(4, 3)" is "conv2d(4,3)"). */
+static int same_value(const char *name, const char *a, const char *b)
+{
+    if (strcmp(name, "model.layers") != 0)
+        return strcmp(a, b) == 0;
+    for (;; a++, b++) {
+        while (*a == ' ' || *a == '\t')
+            a++;
+        while (*b == ' ' || *b == '\t')
+            b++;
+        if (*a != *b)
+            return 0;
+        if (!*a)
+            return 1;
+    }
+}
+
 static const struct item *find_item(const struct items *it, const char *name)
 {
     for (int i = 0; i < it->n; i++)
@@ -193,7 +210,7 @@ int ddp_jobdiff(const struct ddp_job *job, int64_t global_batch, const char *sto
     int differ = 0;
     for (int i = 0; i < cur.n; i++) {
         const struct item *c = &cur.v[i], *o = find_item(&norm, c->name);
-        if (may_differ(c->name) || !o || (!o->bad && strcmp(o->value, c->value) == 0))
+        if (may_differ(c->name) || !o || (!o->bad && same_value(c->name, o->value, c->value)))
             continue;
         append(out, outlen, c->name, o->value, c->value);
         differ++;

@@ -1,7 +1,8 @@
 /*
  * jobdiff.h - is a checkpoint's job this job? Compares the effective job stored in a checkpoint
  * (its `job` attribute, the text of job.ini) with the current one, key by key, on parsed and
- * re-formatted values (so `lr = 0.050` equals `lr = 5e-2`), and lists the keys that differ.
+ * re-formatted values (so `lr = 0.050` equals `lr = 5e-2`; blanks in [model] layers do not count),
+ * and lists the keys that differ.
  *
  * Keys that neither change the result nor only extend the run may differ: [job] name and
  * output, [data] test and cache_mb, [train] epochs, max_steps, log_every, eval_every, threads
