@@ -6,8 +6,9 @@
  * and root attributes: `format` = "ddptrain-checkpoint", `version` = 1, `epoch`, `step`,
  * `cursor` (global samples consumed in `epoch`), `optim_t`, `optimizer`, `world_size`,
  * `global_batch`, `seed`, `job` (the effective job, as job.ini holds it: every key with
- * defaults and --set overrides applied; older versions stored the bare job file) and `checksum`: CRC-32 over every tensor's
- * bytes and the position, checked on load, so a torn or bit-flipped file is never trusted.
+ * defaults and --set overrides applied; older versions stored the bare job file) and
+ * `checksum`: CRC-32 over every tensor's bytes and the position, checked on load, so a torn or
+ * bit-flipped file is never trusted.
  *
  * The training position is all that resuming needs: the sampler's order is a function of
  * (seed, epoch), dropout masks of (seed, step, rank, layer), so no generator state is stored.

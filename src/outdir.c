@@ -133,7 +133,7 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
                 return -1;
             if (rc > 0)
                 return ddp_err(why, whylen, "'%s': unknown pattern %.*s; expected %%j %%A %%a "
-                               "%%x %%u %%N or %%%% (see docs/job-file.md)", pattern,
+                               "%%x %%u %%N or %%%% (see docs/checkpoints.md)", pattern,
                                (int)(p - start + 1), start);
             if (width > 0 && all_digits(v) && strlen(v) < (size_t)width) {
                 char padded[DDP_PATH_MAX];

@@ -3,7 +3,7 @@
  * the lock that keeps two runs out of one directory, moving an earlier run's files aside, and
  * the effective job written to job.ini.
  *
- * Patterns (as sbatch --output; docs/job-file.md): %j job id, %A array master job id, %a array
+ * Patterns (as sbatch --output; docs/checkpoints.md): %j job id, %A array master job id, %a array
  * task id, %x job name, %u user name, %N first node of the job, %% a percent sign; a width
  * (%4a) zero-pads the numeric ones. Outside Slurm %j and %A become "local", %a "0", %x the
  * [job] name, %N this host's short name. Any other %-pattern is an error.

@@ -81,13 +81,15 @@ try "missing dataset" 3 "nope.h5" -- --set data.file=nope.h5
 try "impossible model" 2 "conv2d" -- --set "model.layers=flatten, conv2d(4, 3)"
 try "another lr" 2 "fin/checkpoints/ckpt-" "written by a different job" "optim.lr 0.05 -> 0.2" \
     "resume = never" "another [job] output" -- --set optim.lr=0.2
-try "another model and seed" 2 "model.layers 'flatten, linear(16), relu, linear(4)' -> 'flatten, linear(8), relu, linear(4)'" \
-    "job.seed 1234 -> 7" -- --set "model.layers=flatten, linear(8), relu, linear(4)" --set job.seed=7
+try "another model and seed" 2 "job.seed 1234 -> 7" \
+    "model.layers 'flatten, linear(16), relu, linear(4)' -> 'flatten, linear(8), relu, linear(4)'" \
+    -- --set "model.layers=flatten, linear(8), relu, linear(4)" --set job.seed=7
 try "another global batch" 2 "global batch (data.batch_size x ranks) 16 -> 32" -- \
     --set data.batch_size=32
 ck=$(ls fin/checkpoints/ckpt-*.h5 | tail -1)
 try "resume = PATH of another job" 2 "--set checkpoint.resume" "optim.name sgd -> adam" \
-    "[model] init = $ck" -- --set checkpoint.resume="$ck" --set optim.name=adam --set optim.momentum=0
+    "[model] init = $ck" -- --set checkpoint.resume="$ck" --set optim.name=adam \
+    --set optim.momentum=0
 
 # ---- 2. differences that only extend the run ----------------------------------------------
 cp fin/metrics.jsonl first.jsonl
@@ -201,7 +203,8 @@ want="pat/local_0"
     bad "outside Slurm: want $want, have: $(find pat -name model.h5)"
 "$DDPTRAIN" j.ini --set 'job.output=pat/%s' > p.out 2> p.err
 rc=$?
-if [ $rc -eq 2 ] && one_line p.err "--set job.output" "unknown pattern %s" && [ ! -e 'pat/%s' ]; then
+if [ $rc -eq 2 ] && one_line p.err "--set job.output" "unknown pattern %s" &&
+    [ ! -e 'pat/%s' ]; then
     ok "unknown pattern: exit 2: $(cat p.err)"
 else
     bad "unknown pattern: exit $rc"; head -3 p.err
