@@ -659,15 +659,20 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 
 static ddp_comm *g_comm; /* for the die hook */
 
-/* Expand the Slurm patterns of [job] output in place and format the effective job (with the
- * expanded directory) for job.ini and checkpoints. */
-static int expand_output(struct ddp_job *job, char *err, size_t errlen)
+/* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
+ * format the effective job, with the expanded directory, for job.ini and checkpoints. */
+static int expand_output(struct trainer *t, char *err, size_t errlen)
 {
+    struct ddp_job *job = &t->job;
     char out[DDP_PATH_MAX], why[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
-    if (ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
+    t->lock_fd = -1;
+    if (!t->eval_only &&
+        ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
         return ddp_err(err, errlen, "%s: %s",
                        ddp_job_where(job, "job", "output", where, sizeof where), why);
-    snprintf(job->output, sizeof job->output, "%s", out);
+    if (!t->eval_only)
+        snprintf(job->output, sizeof job->output, "%s", out);
+    t->job_text = ddp_outdir_job_text(job);
     return 0;
 }
 
@@ -755,12 +760,10 @@ int ddp_cmd_train(int argc, char **argv)
         fprintf(stderr, "ddptrain: eval: [data] test is empty; name the test split to evaluate\n");
         return DDP_EXIT_USAGE;
     }
-    t->lock_fd = -1;
-    if (!t->eval_only && expand_output(&t->job, err, sizeof err) != 0) {
+    if (expand_output(t, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_USAGE;
     }
-    t->job_text = ddp_outdir_job_text(&t->job);
     const struct ddp_job *job = &t->job;
 
     /* world and collectives */
@@ -977,7 +980,6 @@ done:
     ddp_bootstrap_finalize();
     ddp_liveness_destroy(t->liveness);
     ddp_outdir_unlock(t->lock_fd);
-    t->lock_fd = -1;
     DDP_FREE(t->job_text);
     ddp_job_free(&t->job);
     return rc;
