@@ -338,3 +338,39 @@ out:
     H5Fclose(f);
     return rc;
 }
+
+int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, char *err,
+                      size_t errlen)
+{
+    *job_text = NULL;
+    *global_batch = 0;
+    hid_t f = ddp_h5_open_read(path, "checkpoint", err, errlen);
+    if (f < 0)
+        return -1;
+    int rc = -1;
+    hid_t a = H5Aexists(f, "job") > 0 ? H5Aopen(f, "job", H5P_DEFAULT) : -1;
+    hid_t ty = a >= 0 ? H5Aget_type(a) : -1;
+    size_t n = ty >= 0 && H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty)
+                   ? H5Tget_size(ty)
+                   : 0;
+    if (n == 0 || n > CKPT_JOB_MAX) {
+        ddp_err(err, errlen, "%s: no readable job attribute", path);
+        goto out;
+    }
+    char *buf = ddp_malloc(n + 1);
+    if (read_attr_str(f, "job", buf, n + 1) != 0) {
+        free(buf);
+        ddp_err(err, errlen, "%s: job attribute unreadable", path);
+        goto out;
+    }
+    read_attr_i64(f, "global_batch", global_batch);
+    *job_text = buf;
+    rc = 0;
+out:
+    if (ty >= 0)
+        H5Tclose(ty);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Fclose(f);
+    return rc;
+}

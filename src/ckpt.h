@@ -5,8 +5,10 @@
  * (flat float32 optimiser state in the parameter layout, absent when the optimiser keeps none),
  * and root attributes: `format` = "ddptrain-checkpoint", `version` = 1, `epoch`, `step`,
  * `cursor` (global samples consumed in `epoch`), `optim_t`, `optimizer`, `world_size`,
- * `global_batch`, `seed`, `job` (the job file's text) and `checksum`: CRC-32 over every tensor's
- * bytes and the position, checked on load, so a torn or bit-flipped file is never trusted.
+ * `global_batch`, `seed`, `job` (the effective job, as job.ini holds it: every key with
+ * defaults and --set overrides applied; older versions stored the bare job file) and
+ * `checksum`: CRC-32 over every tensor's bytes and the position, checked on load, so a torn or
+ * bit-flipped file is never trusted.
  *
  * The training position is all that resuming needs: the sampler's order is a function of
  * (seed, epoch), dropout masks of (seed, step, rank, layer), so no generator state is stored.
@@ -46,6 +48,12 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
  * version, shapes and checksum. -1 with one line naming the file and what is wrong. */
 int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
                   struct ddp_ckpt_pos *pos, char *err, size_t errlen);
+
+/* The `job` attribute of path (malloc'd into *job_text) and its `global_batch` (0 when
+ * absent), without verifying the rest of the file: resume compares the job before loading.
+ * -1 with one line when the file or the attribute cannot be read. */
+int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, char *err,
+                      size_t errlen);
 
 /* Checkpoints in dir, newest (highest step) first. Returns the count (0 if none or no dir);
  * *paths is an array of malloc'd strings, freed with ddp_ckpt_free_list. */

@@ -36,7 +36,8 @@ static const struct key_def g_keys[] = {
     {"job", "seed", T_INT, F(seed), "1234", 0, BIG, NULL,
      "seeds initialisation, the sampler's shuffle and dropout"},
     {"job", "output", T_STR, F(output), "runs/ddptrain", 0, 0, NULL,
-     "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes)"},
+     "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes and locks "
+     "it); Slurm's %j %A %a %x %u %N %% expand (docs/checkpoints.md, The output directory)"},
 
     {"data", "file", T_STR, F(data_file), "datasets/fashion-mnist.h5", 0, 0, NULL,
      "HDF5 dataset (docs/data.md); relative paths are taken from the working directory"},
@@ -101,7 +102,8 @@ static const struct key_def g_keys[] = {
      "steps between checkpoints (0: off)"},
     {"checkpoint", "keep", T_INT, F(ckpt_keep), "3", 1, 1e6, NULL, "newest checkpoints kept"},
     {"checkpoint", "resume", T_STR, F(resume), "auto", 0, 0, NULL,
-     "`auto` (newest checkpoint that verifies), `never`, or a checkpoint path"},
+     "`auto` (newest checkpoint that verifies, if the same job wrote it), `never` (start afresh; "
+     "an earlier run's files move to previous-<time>/), or a checkpoint path"},
     {"checkpoint", "signals", T_STR, F(signals), "USR1, TERM", 0, 0, NULL,
      "signals that save a checkpoint at the next step and exit 75"},
 

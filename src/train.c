@@ -34,6 +34,8 @@
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "optim.h"
+#include "outdir.h"
+#include "jobdiff.h"
 #include "util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
@@ -63,6 +65,9 @@ struct trainer {
     ddp_liveness *liveness; /* names dead peers when a collective fails */
     ddp_comm *boot_comm;    /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
     char device[160];       /* "cpu" or "cuda:N (name)" */
+    int lock_fd;            /* rank 0: the output directory's lock (outdir.h); else -1 */
+    char *job_text;         /* the effective job: job.ini and every checkpoint's `job` */
+    int resumed;            /* a checkpoint was loaded */
     float *dev_x;           /* (B, in_elems) batch in device memory; NULL on the CPU */
     int32_t *dev_y;         /* (B) labels in device memory */
 };
@@ -184,26 +189,47 @@ static int init_weights(struct trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Rank 0 creates and locks the output directory; nothing in it changes until commit_output,
+ * so a run that fails during setup leaves an earlier run's files as they were. */
 static int prepare_output(struct trainer *t, char *err, size_t errlen)
 {
     if (t->world.rank != 0 || t->eval_only)
         return 0;
+    char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN];
+    t->lock_fd = ddp_outdir_lock(t->job.output, why, sizeof why);
+    if (t->lock_fd >= 0)
+        return 0;
+    ddp_err(err, errlen, "%s: %s", ddp_job_where(&t->job, "job", "output", where, sizeof where),
+            why);
+    return DDP_EXIT_USAGE;
+}
+
+/* Rank 0, once the run is known to start: move an earlier run's files aside when starting
+ * afresh, write job.ini, open metrics.jsonl (appended to when resuming). */
+static int commit_output(struct trainer *t, char *err, size_t errlen)
+{
     const struct ddp_job *job = &t->job;
-    char where[DDP_PATH_MAX + 64], path[DDP_PATH_MAX + 64];
-    if (ddp_mkdir_p(job->output) != 0) {
-        ddp_err(err, errlen, "%s: cannot create directory %s: %s",
-                ddp_job_where(job, "job", "output", where, sizeof where), job->output,
-                strerror(errno));
+    char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN], moved[DDP_PATH_MAX + 64];
+    if (!t->resumed) {
+        int rc = ddp_outdir_move_aside(job->output, moved, sizeof moved, why, sizeof why);
+        if (rc < 0) {
+            ddp_err(err, errlen, "%s: %s; move the earlier run's files away by hand, or use "
+                    "another [job] output",
+                    ddp_job_where(job, "job", "output", where, sizeof where), why);
+            return DDP_EXIT_USAGE;
+        }
+        if (rc > 0)
+            ddp_log("starting afresh: the earlier run's files in %s were moved to %s",
+                    job->output, moved);
+    }
+    if (ddp_outdir_write_job(job->output, t->job_text, why, sizeof why) != 0) {
+        ddp_err(err, errlen, "%s", why);
         return DDP_EXIT_USAGE;
     }
-    snprintf(path, sizeof path, "%s/job.ini", job->output);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        ddp_err(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    char path[DDP_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+    if (ddp_metrics_open(&t->metrics, path, t->resumed, err, errlen) != 0)
         return DDP_EXIT_USAGE;
-    }
-    ddp_job_write(job, f);
-    fclose(f);
     return 0;
 }
 
@@ -335,7 +361,7 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
     if (t->world.rank == 0) {
         snprintf(dir, sizeof dir, "%s/checkpoints", t->job.output);
         double t0 = ddp_now();
-        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job.text, (int)t->job.ckpt_keep,
+        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job_text, (int)t->job.ckpt_keep,
                           path, sizeof path, err, sizeof err) != 0) {
             ddp_warn("%s", err);
             ok = 0;
@@ -354,6 +380,36 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
         ddp_die("cannot write a checkpoint; stopping before any training is lost");
 }
 
+/* Rank 0: refuse a checkpoint that a different job wrote (exit 2, naming the keys that
+ * differ). A job attribute that cannot be read is left to ddp_ckpt_load to report. */
+static int check_same_job(struct trainer *t, const char *path, char *err, size_t errlen)
+{
+    const struct ddp_job *job = &t->job;
+    char *stored, why[DDP_ERR_LEN], diff[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
+    int64_t saved_batch;
+    if (ddp_ckpt_read_job(path, &stored, &saved_batch, why, sizeof why) != 0)
+        return 0;
+    int n = ddp_jobdiff(job, job->batch_size * t->world.world_size, stored, saved_batch, diff,
+                        sizeof diff);
+    free(stored);
+    if (n < 0)
+        ddp_warn("warning: %s records only its job file (an older ddptrain wrote it), so its "
+                 "settings are not compared with this job's", path);
+    if (n <= 0)
+        return 0;
+    if (strcmp(job->resume, "auto") == 0)
+        ddp_err(err, errlen, "%s: %s was written by a different job (%s); set [checkpoint] "
+                "resume = never to start afresh (the earlier run's files are moved aside), or "
+                "use another [job] output",
+                ddp_job_where(job, "job", "output", where, sizeof where), path, diff);
+    else
+        ddp_err(err, errlen, "%s: %s was written by a different job (%s); to start from its "
+                "weights instead, set [model] init = %s and [checkpoint] resume = never",
+                ddp_job_where(job, "checkpoint", "resume", where, sizeof where), path, diff,
+                path);
+    return DDP_EXIT_USAGE;
+}
+
 /* Resume per [checkpoint] resume: rank 0 loads, everybody receives the state. Returns an exit
  * code (0 also when there is nothing to resume). */
 static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t errlen)
@@ -367,7 +423,10 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
             char dir[DDP_PATH_MAX + 32], **list;
             snprintf(dir, sizeof dir, "%s/checkpoints", job->output);
             int n = ddp_ckpt_list(dir, &list);
-            for (int i = 0; i < n && !found; i++) {
+            for (int i = 0; i < n && !found && !code; i++) {
+                code = check_same_job(t, list[i], err, errlen);
+                if (code)
+                    break;
                 if (ddp_ckpt_load(list[i], &t->model, &t->optim, pos, err, errlen) == 0) {
                     found = 1;
                     ddp_log("resuming from %s: epoch %lld, step %lld, %lld samples into the "
@@ -379,6 +438,8 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
                 }
             }
             ddp_ckpt_free_list(list, n);
+        } else if ((code = check_same_job(t, job->resume, err, errlen)) != 0) {
+            /* refused: err says why */
         } else if (ddp_ckpt_load(job->resume, &t->model, &t->optim, pos, err, errlen) == 0) {
             found = 1;
             ddp_log("resuming from %s: epoch %lld, step %lld", job->resume,
@@ -396,6 +457,7 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
         return rc;
     int64_t head[6] = {found, pos->epoch, pos->step, pos->cursor, t->optim.t, pos->train_ms};
     ddp_comm_broadcast(t->comm, head, sizeof head, 0);
+    t->resumed = head[0] != 0;
     if (!head[0])
         return 0;
     pos->epoch = head[1];
@@ -625,6 +687,23 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 
 static ddp_comm *g_comm; /* for the die hook */
 
+/* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
+ * format the effective job, with the expanded directory, for job.ini and checkpoints. */
+static int expand_output(struct trainer *t, char *err, size_t errlen)
+{
+    struct ddp_job *job = &t->job;
+    char out[DDP_PATH_MAX], why[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
+    t->lock_fd = -1;
+    if (!t->eval_only &&
+        ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
+        return ddp_err(err, errlen, "%s: %s",
+                       ddp_job_where(job, "job", "output", where, sizeof where), why);
+    if (!t->eval_only)
+        snprintf(job->output, sizeof job->output, "%s", out);
+    t->job_text = ddp_outdir_job_text(job);
+    return 0;
+}
+
 static void abort_hook(int code)
 {
     if (g_comm && ddp_comm_size(g_comm) > 1)
@@ -707,6 +786,10 @@ int ddp_cmd_train(int argc, char **argv)
     }
     if (t->eval_only && !t->job.data_test[0]) {
         fprintf(stderr, "ddptrain: eval: [data] test is empty; name the test split to evaluate\n");
+        return DDP_EXIT_USAGE;
+    }
+    if (expand_output(t, err, sizeof err) != 0) {
+        fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_USAGE;
     }
     const struct ddp_job *job = &t->job;
@@ -851,12 +934,6 @@ int ddp_cmd_train(int argc, char **argv)
     rc = resume(t, &start, err, sizeof err);
     if (rc)
         goto done;
-    if (w->rank == 0) {
-        char path[DDP_PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
-        if (ddp_metrics_open(&t->metrics, path, start.step > 0, err, sizeof err) != 0)
-            ddp_die("%s", err);
-    }
     ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
                      (uint64_t)job->seed, job->shuffle, job->drop_last);
     t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
@@ -869,6 +946,9 @@ int ddp_cmd_train(int argc, char **argv)
         rc = DDP_EXIT_USAGE;
         goto done;
     }
+    rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
+    if (rc)
+        goto done;
     t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
     if (t->test) {
         ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
@@ -927,6 +1007,8 @@ done:
     ddp_comm_destroy(t->boot_comm);
     ddp_bootstrap_finalize();
     ddp_liveness_destroy(t->liveness);
+    ddp_outdir_unlock(t->lock_fd);
+    DDP_FREE(t->job_text);
     ddp_job_free(&t->job);
     return rc;
 }
