@@ -17,11 +17,11 @@
  * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
  * grown on demand (after a stream sync) and kept until exit.
  *
- * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for
- * tests/gpu/emu/cuda_emu.h (DDP_CUDA_EMU): test_cuda_ops_emu runs this very file on the CPU.
+ * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for the
+ * GPU twin's (tests/twin, DDP_CUDA_TWIN): ddptrain-twin runs this very file on the CPU.
  */
-#ifdef DDP_CUDA_EMU
-#include "cuda_emu.h" /* tests/gpu/emu: the CUDA runtime and cuBLAS emulated on the CPU */
+#ifdef DDP_CUDA_TWIN
+#include "twin_kernels.h" /* tests/twin: the GPU twin's runtime, cuBLAS and kernel language */
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -46,8 +46,8 @@ extern "C" {
  * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
  * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
  * backend is made, and every call goes through this table. The emulator build points the
- * table at its CPU stand-ins. */
-#ifdef DDP_CUDA_EMU
+ * table at the twin's cuBLAS. */
+#ifdef DDP_CUDA_TWIN
 #define V2(f) f
 #else
 #define V2(f) f##_v2
@@ -65,7 +65,7 @@ struct blas_api {
     decltype(&cublasGetStatusString) status_string;
 };
 
-#ifdef DDP_CUDA_EMU
+#ifdef DDP_CUDA_TWIN
 static struct blas_api g_blas = {&cublasCreate,      &cublasDestroy,
                                  &cublasSetStream,   &cublasSetMathMode,
                                  &cublasSgemm,       &cublasSgemmStridedBatched,
@@ -1252,3 +1252,12 @@ extern "C" const char *ddp_cuda_device_string(void) { return g.devname; }
 extern "C" void *ddp_cuda_stream(void) { return g.device >= 0 ? (void *)g.stream : NULL; }
 
 extern "C" int ddp_cuda_device(void) { return g.device; }
+
+extern "C" void ddp_cuda_step_end(int rank, long step, int log_step)
+{
+#ifdef DDP_CUDA_TWIN
+    twin_step_end(rank, step, log_step);
+#else
+    (void)rank, (void)step, (void)log_step;
+#endif
+}
