@@ -16,9 +16,12 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda.h"
 #include "comm/comm_impl.h"
@@ -106,6 +109,37 @@ static int cuda_fail(const char *call, cudaError_t e, char *err, size_t errlen)
             return cuda_fail(#call, e_, err, errlen);                                          \
     } while (0)
 
+/* A CUDA error on a collective's path after setup is this rank's GPU failing (a sticky fault
+ * of a kernel, say), not a peer: one line that says so, exit DDP_EXIT_RUNTIME. ddp_die runs the
+ * trainer's abort hook, which aborts the communicator, so the peers stop too. */
+static void __attribute__((noreturn))
+local_fault(const struct nccl_state *st, const char *call, cudaError_t e, const char *file,
+            int line)
+{
+    ddp_die_at(file, line, DDP_EXIT_RUNTIME,
+               "GPU %d: %s: CUDA error %s: %s (a fault of this rank's GPU, not of a peer)",
+               st ? st->device : -1, call, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define CU_LOCAL(st, call)                                                                     \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            local_fault((st), #call, e_, __FILE__, __LINE__);                                  \
+    } while (0)
+
+/* NCCL's async error: a CUDA error inside NCCL is local too (local_fault), anything else is
+ * the reason a collective failed. */
+static int async_fail(struct nccl_state *st, ncclResult_t async, char *err, size_t errlen)
+{
+    if (async == ncclUnhandledCudaError) {
+        cudaError_t e = cudaGetLastError();
+        local_fault(st, "NCCL (unhandled CUDA error)", e ? e : cudaErrorLaunchFailure, __FILE__,
+                    __LINE__);
+    }
+    return nccl_fail(st, "NCCL", async, err, errlen);
+}
+
 /* ncclCommGetAsyncError as a ddp_comm_poll test: 1 settled, 0 in progress, -1 error. */
 static int settled_test(void *arg, char *err, size_t errlen)
 {
@@ -117,7 +151,7 @@ static int settled_test(void *arg, char *err, size_t errlen)
     if (async == ncclInProgress)
         return 0;
     if (async != ncclSuccess)
-        return nccl_fail(st, "NCCL", async, err, errlen);
+        return async_fail(st, async, err, errlen);
     return 1;
 }
 
@@ -230,8 +264,9 @@ static void event_put(struct nccl_state *st, struct event_node *n)
 static int after_compute(struct nccl_state *st, char *err, size_t errlen)
 {
     cudaStream_t compute = (cudaStream_t)ddp_cuda_stream(); /* NULL: the legacy stream */
-    CU(cudaEventRecord(st->ready, compute));
-    CU(cudaStreamWaitEvent(st->stream, st->ready, 0));
+    (void)err, (void)errlen;
+    CU_LOCAL(st, cudaEventRecord(st->ready, compute));
+    CU_LOCAL(st, cudaStreamWaitEvent(st->stream, st->ready, 0));
     return 0;
 }
 
@@ -260,8 +295,9 @@ static int begin(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, s
     q->host_bytes = bytes;
     if (in_bytes) {
         memcpy((char *)q->stage->host + in_off, in_src, in_bytes);
-        CU(cudaMemcpyAsync((char *)q->stage->dev + in_off, (char *)q->stage->host + in_off,
-                           in_bytes, cudaMemcpyHostToDevice, st->stream));
+        CU_LOCAL(st, cudaMemcpyAsync((char *)q->stage->dev + in_off,
+                                     (char *)q->stage->host + in_off, in_bytes,
+                                     cudaMemcpyHostToDevice, st->stream));
     }
     *devbuf = q->stage->dev;
     return 0;
@@ -277,9 +313,9 @@ static int finish(ddp_comm *c, struct ddp_comm_req *r, const char *what, ncclRes
     if (queued(c, what, rc, err, errlen) != 0)
         return -1;
     if (q->stage && q->host_bytes)
-        CU(cudaMemcpyAsync(q->stage->host, q->stage->dev, q->host_bytes, cudaMemcpyDeviceToHost,
-                           st->stream));
-    CU(cudaEventRecord(q->done->ev, st->stream));
+        CU_LOCAL(st, cudaMemcpyAsync(q->stage->host, q->stage->dev, q->host_bytes,
+                                     cudaMemcpyDeviceToHost, st->stream));
+    CU_LOCAL(st, cudaEventRecord(q->done->ev, st->stream));
     return 0;
 }
 
@@ -358,11 +394,11 @@ static int nccl_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errl
         if (rc != ncclSuccess)
             return nccl_fail(st, "ncclCommGetAsyncError", rc, err, errlen);
         if (async != ncclSuccess && async != ncclInProgress)
-            return nccl_fail(st, "NCCL", async, err, errlen);
+            return async_fail(st, async, err, errlen);
         return 0;
     }
     if (e != cudaSuccess)
-        return cuda_fail("cudaEventQuery", e, err, errlen);
+        local_fault(st, "cudaEventQuery", e, __FILE__, __LINE__);
     if (q->stage) {
         memcpy(q->host_dst, q->stage->host, q->host_bytes);
         stage_put(st, q->stage);
@@ -420,13 +456,40 @@ static void nccl_destroy(ddp_comm *c)
     c->impl = NULL;
 }
 
+/* Seconds ncclCommAbort may take before the process leaves without it. */
+#define ABORT_WATCHDOG_S 10
+
+static int g_abort_code;
+
+static void *abort_watchdog(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {ABORT_WATCHDOG_S, 0};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    static const char msg[] = "ddptrain: ncclCommAbort did not return within 10 s; leaving "
+                              "without it\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        _exit(g_abort_code);
+    _exit(g_abort_code);
+}
+
+/* ncclCommAbort under a watchdog, then _exit: a communicator (or a CUDA context) stuck on a
+ * dead peer can neither hang the abort nor the exit handlers (CUDA's and NCCL's destructors). */
 static void nccl_abort(ddp_comm *c, int code)
 {
     struct nccl_state *st = state_of(c);
     if (st && st->comm && !st->aborted) {
         st->aborted = 1;
-        ncclCommAbort(st->comm); /* returns at once; peers see the error or their deadline */
+        g_abort_code = code;
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_watchdog, NULL) == 0)
+            pthread_detach(t);
+        ncclCommAbort(st->comm); /* peers see the error or their deadline */
     }
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
 }
 
 static const struct ddp_comm_ops nccl_ops = {

@@ -14,7 +14,9 @@
  * needs its result (a synchronisation, an event query, a waiting stream), i.e. as late as is
  * legal, so a missing wait shows as stale data.
  * Faults: errors found on the device are sticky (every later call returns them), as on a GPU.
- * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch or allocation.
+ * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch (cuBLAS calls
+ * count) or allocation; with DDP_EMU_FAIL_RANK=R only in the process whose rank (RANK,
+ * SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) is R.
  * Stats: DDP_EMU_STATS=FILE, one JSON line per training step to FILE.<rank> (twin_step_end).
  */
 #include "twin.h"
@@ -154,6 +156,15 @@ void init_once()
     e = getenv("DDP_EMU_LATE");
     g_late = e && strcmp(e, "1") == 0;
     e = getenv("DDP_EMU_FAIL");
+    const char *only = getenv("DDP_EMU_FAIL_RANK"); /* inject on this rank only */
+    if (only && *only) {
+        const char *r = getenv("RANK");
+        for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+            if (!r && getenv(v))
+                r = getenv(v);
+        if (!r || strcmp(r, only) != 0)
+            e = nullptr;
+    }
     if (e && strncmp(e, "kernel:", 7) == 0)
         g_fail_kernel = atoll(e + 7);
     else if (e && strncmp(e, "alloc:", 6) == 0)
