@@ -15,7 +15,7 @@
  * Scratch: conv keeps its im2col matrix (CKK, Q) and its gradient in the caller's col buffer
  * (conv_col_elems); everything else an op needs on the device (conv's transposed output
  * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
- * grown on demand (after a stream sync) and kept until exit.
+ * grown on demand during the first step (never freed: see ws_get) and kept until exit.
  *
  * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for the
  * GPU twin's (tests/twin, DDP_CUDA_TWIN): ddptrain-twin runs this very file on the CPU.
@@ -193,20 +193,20 @@ static struct {
 
 static struct ddp_backend g_table;
 
-/* The workspace, at least `bytes` large. Growing waits for the stream first, so no queued
- * kernel still reads the old buffer when it is freed. */
+/* The workspace, at least `bytes` large. It grows during the first step (every op has run
+ * once by its end), never after. Growing neither frees nor waits: the outgrown buffer may
+ * still be read by queued kernels and is left allocated (a few, as each growth at least
+ * doubles) until exit. A cudaFree here would synchronise the device, collectives in flight included, and hang
+ * on a dead peer outside any deadline. */
 static void *ws_get(size_t bytes)
 {
     if (bytes <= g.ws_bytes)
         return g.ws;
     size_t want = g.ws_bytes * 2 > bytes ? g.ws_bytes * 2 : bytes;
     want = (want + 255) / 256 * 256;
-    CUDA_CHECK(cudaStreamSynchronize(g.stream));
-    if (g.ws)
-        CUDA_CHECK(cudaFree(g.ws));
-    g.ws = NULL;
-    g.ws_bytes = 0;
-    CUDA_CHECK(cudaMalloc(&g.ws, want));
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, want));
+    g.ws = p;
     g.ws_bytes = want;
     return g.ws;
 }

@@ -200,13 +200,9 @@ static int stage_get(struct nccl_state *st, size_t bytes, struct stage **out, ch
             break;
         }
     if (!s) {
-        if (st->stages) { /* grow the first free one */
-            s = st->stages;
-            st->stages = s->next;
-            cudaFreeHost(s->host);
-            cudaFree(s->dev);
-        } else
-            s = ddp_calloc(1, sizeof *s);
+        /* A new pair; the smaller free ones stay. Never cudaFree/cudaFreeHost here: both
+         * synchronise the device, collectives in flight included (a dead peer would hang it). */
+        s = ddp_calloc(1, sizeof *s);
         s->host = s->dev = NULL;
         s->cap = 0;
         size_t cap = bytes < 4096 ? 4096 : bytes;
