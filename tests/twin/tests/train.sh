@@ -82,14 +82,13 @@ for path in sys.argv[1:]:
     if len(rows) != 30:
         print(f"FAIL {path}: {len(rows)} step lines, expected 30"); bad = 1; continue
     later = [r for r in rows if r["step"] > 1]
-    bad0 = bad
     n = sum(r["allocs"] for r in later)
-    if n:
-        print(f"FAIL {path}: {n} allocations after step 1"); bad = 1
-    for r in rows:
-        if r["frees"]:
-            print(f"FAIL {path}: {r['frees']} frees in step {r['step']}"); bad = 1
-    if bad != bad0:
+    msgs = [f"{n} allocations after step 1"] if n else []
+    msgs += [f"{r['frees']} frees in step {r['step']}" for r in rows if r["frees"]]
+    for m in msgs:
+        print(f"FAIL {path}: {m}")
+    if msgs:
+        bad = 1
         continue
     plain = [r for r in later if not r["log_step"]]
     logr = [r for r in later if r["log_step"]][0]
