@@ -196,8 +196,8 @@ static struct ddp_backend g_table;
 /* The workspace, at least `bytes` large. It grows during the first step (every op has run
  * once by its end), never after. Growing neither frees nor waits: the outgrown buffer may
  * still be read by queued kernels and is left allocated (a few, as each growth at least
- * doubles) until exit. A cudaFree here would synchronise the device, collectives in flight included, and hang
- * on a dead peer outside any deadline. */
+ * doubles) until exit. A cudaFree here would synchronise the device, collectives in flight
+ * included, and hang on a dead peer outside any deadline. */
 static void *ws_get(size_t bytes)
 {
     if (bytes <= g.ws_bytes)

@@ -399,8 +399,9 @@ static int nccl_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     void *dev = NULL;
     if (begin(c, r, buf, bytes, 0, bytes, buf, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = N.ncclAllReduce(dev, dev, n, nccl_type(t), op == DDP_OP_MAX ? ncclMax : ncclSum,
-                                    state_of(c)->comm, state_of(c)->stream);
+    ncclResult_t rc = N.ncclAllReduce(dev, dev, n, nccl_type(t),
+                                      op == DDP_OP_MAX ? ncclMax : ncclSum, state_of(c)->comm,
+                                      state_of(c)->stream);
     return finish(c, r, "ncclAllReduce", rc, err, errlen);
 }
 
@@ -412,7 +413,7 @@ static int nccl_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     if (begin(c, r, buf, bytes, 0, mine ? bytes : 0, buf, &dev, err, errlen) != 0)
         return -1;
     ncclResult_t rc = N.ncclBroadcast(dev, dev, bytes, ncclInt8, root, state_of(c)->comm,
-                                    state_of(c)->stream);
+                                      state_of(c)->stream);
     return finish(c, r, "ncclBroadcast", rc, err, errlen);
 }
 

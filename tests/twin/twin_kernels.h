@@ -65,7 +65,10 @@ template <typename T> T __shfl_down_sync(unsigned, T v, int delta)
 {
     return twin_shfl_t(v, (threadIdx.x & 31) + (unsigned)delta);
 }
-template <typename T> T __shfl_sync(unsigned, T v, int src) { return twin_shfl_t(v, (unsigned)src); }
+template <typename T> T __shfl_sync(unsigned, T v, int src)
+{
+    return twin_shfl_t(v, (unsigned)src);
+}
 
 namespace twin {
 

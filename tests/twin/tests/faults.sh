@@ -39,22 +39,35 @@ expect slot-reuse 3 "FAIL (bug exposed): batch 1 as the kernel saw it"
 # two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
     >/dev/null || exit 1
-printf '[data]\nfile = d.h5\ntest =\nbatch_size = 16\n[model]\nlayers = flatten, linear(32), relu, linear(16), relu, linear(10)\n[train]\nmax_steps = 30\nlog_every = 10\n[dist]\ntimeout_s = 20\n' > j.ini
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > j.ini <<INI
+[data]
+file = d.h5
+test =
+batch_size = 16
+[model]
+layers = flatten, linear(32), relu, linear(16), relu, linear(10)
+[train]
+max_steps = 30
+log_every = 10
+[dist]
+timeout_s = 20
+INI
+port=$(/usr/bin/python3 -c \
+    'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # run2 VIS0 VIS1 ENV...: both ranks, rank r with CUDA_VISIBLE_DEVICES=VISr; codes in rc0 rc1
 run2() {
-    local v0=$1 v1=$2
+    local v0=$1 v1=$2 pids=()
     shift 2
     for r in 0 1; do
         local v=$v0
         [ $r = 1 ] && v=$v1
-        env "$@" CUDA_VISIBLE_DEVICES=$v timeout 120 "$DDPTRAIN_TWIN" launch --nnodes 2 \
-            --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 --master-port $port \
+        env "$@" CUDA_VISIBLE_DEVICES="$v" timeout 120 "$DDPTRAIN_TWIN" launch --nnodes 2 \
+            --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" \
             j.ini --set job.output=out$r > r$r.txt 2>&1 &
-        eval "pid$r=$!"
+        pids+=($!)
     done
-    wait "$pid0"; rc0=$?
-    wait "$pid1"; rc1=$?
+    wait "${pids[0]}"; rc0=$?
+    wait "${pids[1]}"; rc1=$?
     port=$((port + 1))
 }
 # kernel 104 of rank 1 is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
@@ -62,7 +75,8 @@ run2() {
 run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:104 DDP_EMU_FAIL_RANK=1
 if [ $rc1 = 1 ] && grep -q "GPU fault: kernel" r1.txt && grep -q "not of a peer" r1.txt &&
    ! grep -q "may have died" r1.txt && [ $rc0 = 5 ]; then
-    echo "ok   sticky kernel error: rank 1 exit 1: $(grep -m1 'not of a peer' r1.txt); rank 0 exit 5"
+    echo "ok   sticky kernel error: rank 1 exit 1: $(grep -m1 'not of a peer' r1.txt);" \
+        "rank 0 exit 5"
 else
     echo "FAIL sticky kernel error: rank 1 exit $rc1, rank 0 exit $rc0:"; cat r1.txt r0.txt
     fail=1
@@ -75,7 +89,8 @@ else
 fi
 run2 0 0
 if [ $rc0 = 4 ] && [ $rc1 = 4 ] && grep -q "Duplicate GPU detected" r0.txt; then
-    echo "ok   two ranks on twin GPU 0 of one host: $(grep -m1 -o 'Duplicate GPU detected[^(]*' r0.txt)"
+    echo "ok   two ranks on twin GPU 0 of one host:" \
+        "$(grep -m1 -o 'Duplicate GPU detected[^(]*' r0.txt)"
 else
     echo "FAIL duplicate GPU: exit $rc0 $rc1:"; cat r0.txt r1.txt; fail=1
 fi

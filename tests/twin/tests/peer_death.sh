@@ -7,11 +7,30 @@ set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?}
 work=$(mktemp -d)
 pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 cd "$work" || exit 1
 "$DDPTRAIN" data synth -o d.h5 --shape 64 --classes 4 --train 4000 --test 10 >/dev/null || exit 1
-printf '[data]\nfile = d.h5\ntest =\nbatch_size = 4\n[model]\nlayers = linear(32), relu, linear(4)\n[train]\nepochs = 1000\nlog_every = 5\n[dist]\ntimeout_s = 60\n' > j.ini
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > j.ini <<INI
+[data]
+file = d.h5
+test =
+batch_size = 4
+[model]
+layers = linear(32), relu, linear(4)
+[train]
+epochs = 1000
+log_every = 5
+[dist]
+timeout_s = 60
+INI
+port=$(/usr/bin/python3 -c \
+    'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for r in 0 1 2 3; do
     CUDA_VISIBLE_DEVICES=$r "$DDPTRAIN_TWIN" launch --nnodes 4 --node-rank $r --nproc-per-node 1 \
         --master-addr 127.0.0.1 --master-port "$port" j.ini --set job.output=out \

@@ -34,7 +34,8 @@ epochs = 1
 max_steps = 30
 log_every = 10
 INI
-sed 's/^layers = .*/layers = conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu, linear(10)/' plain.ini > syncbn.ini
+cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu"
+sed "s/^layers = .*/layers = $cnn, linear(10)/" plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
 
 fail=0
