@@ -1242,8 +1242,14 @@ extern "C" const char *ddp_cuda_version_string(void)
         snprintf(driver, sizeof driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
     else
         snprintf(driver, sizeof driver, "none");
-    snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", rt / 1000,
-             (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)", driver);
+#ifdef DDP_CUDA_TWIN
+    const char *what = "GPU twin: "; /* tests/twin, not a GPU */
+#else
+    const char *what = "";
+#endif
+    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", what,
+             rt / 1000, (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)",
+             driver);
     return buf;
 }
 

@@ -144,7 +144,12 @@ const char *ddp_nccl_version_string(void)
     if (!have || N.ncclGetVersion(&v) != ncclSuccess || v <= 0)
         v = NCCL_VERSION_CODE;
     /* since 2.9: MAJOR * 10000 + MINOR * 100 + PATCH */
-    snprintf(buf, sizeof buf, "NCCL %d.%d.%d%s", v / 10000, (v % 10000) / 100, v % 100,
+#if DDP_TWIN
+    const char *what = "GPU twin: "; /* tests/twin over TCP, not NCCL */
+#else
+    const char *what = "";
+#endif
+    snprintf(buf, sizeof buf, "%sNCCL %d.%d.%d%s", what, v / 10000, (v % 10000) / 100, v % 100,
              have ? "" : " (library not found)");
     return buf;
 }
