@@ -605,6 +605,11 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 ddp_comm_barrier(t->comm);
                 return DDP_EXIT_RUNTIME;
             }
+#if HAVE_CUDA
+            if (strcmp(t->be->name, "cuda") == 0) /* the GPU twin's per-step counters */
+                ddp_cuda_step_end(rank, (long)step,
+                                  step % job->log_every == 0 || step == total_steps);
+#endif
             /* stop request: every rank agrees at this step boundary */
             int64_t stop = g_stop_signal;
             if (W > 1)

@@ -34,6 +34,10 @@
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif
+#if HAVE_CUDA && HAVE_NCCL
+#include "comm/comm_nccl.h"
+#include "launch/binding.h"
+#endif
 
 #define CPU_MODEL_LEN 96
 #define BOOT_ID_LEN 48
@@ -283,6 +287,8 @@ struct rank_info {
     char boot_id[BOOT_ID_LEN];
     unsigned char cpuset[CPUSET_BYTES];
     int32_t gpu_count;            /* devices the CUDA driver reports; 0 on CPU builds */
+    int32_t device;               /* the GPU this rank validates on, -1: the CPU */
+    char where[DDP_HOST_MAX + 16]; /* "host", or "host GPU d": how failures name the rank */
     char gpu_driver[96];          /* CUDA versions, or "none" */
 };
 
@@ -329,6 +335,8 @@ static void inventory(struct rank_info *ri, const struct ddp_world *w, int threa
     ri->rank = w->rank;
     ri->threads = threads;
     snprintf(ri->host, sizeof ri->host, "%s", w->host);
+    snprintf(ri->where, sizeof ri->where, "%s", w->host);
+    ri->device = -1;
     if (proc_field("/proc/cpuinfo", "model name", ri->cpu_model, sizeof ri->cpu_model) != 0 &&
         proc_field("/proc/cpuinfo", "Model", ri->cpu_model, sizeof ri->cpu_model) != 0)
         snprintf(ri->cpu_model, sizeof ri->cpu_model, "unknown");
@@ -556,21 +564,21 @@ static void judge_rates(struct report *rep, double frac, double med_gemm, double
     for (int r = 0; r < rep->W; r++) {
         const struct rank_info *x = &rep->ri[r];
         if (x->gemm <= 0)
-            add_failure(rep, r, "gemm", "rank %d on %s: the GEMM did not run", r, x->host);
+            add_failure(rep, r, "gemm", "rank %d on %s: the GEMM did not run", r, x->where);
         else if (x->gemm < frac * med_gemm)
             add_failure(rep, r, "gemm",
                         "rank %d on %s: sgemm %.1f GFLOP/s is %.2f x the median %.1f of the "
                         "ranks (minimum %.2f)",
-                        r, x->host, x->gemm, x->gemm / med_gemm, med_gemm, frac);
+                        r, x->where, x->gemm, x->gemm / med_gemm, med_gemm, frac);
         if (x->triad < 0)
             add_failure(rep, r, "triad",
                         "rank %d on %s: the triad read back wrong values (memory does not hold "
-                        "what was written)", r, x->host);
+                        "what was written)", r, x->where);
         else if (x->triad < frac * med_triad)
             add_failure(rep, r, "triad",
                         "rank %d on %s: triad %.1f GB/s is %.2f x the median %.1f of the ranks "
                         "(minimum %.2f)",
-                        r, x->host, x->triad, x->triad / med_triad, med_triad, frac);
+                        r, x->where, x->triad, x->triad / med_triad, med_triad, frac);
     }
 }
 
@@ -601,14 +609,14 @@ static int judge_allreduce(struct report *rep, const struct ddp_validate_ar_row 
                             "rank %d on %s: its all-reduce input of %lld bytes did not hold the "
                             "values it wrote (sums on all ranks were wrong%s): bad memory or "
                             "compute on this rank",
-                            r, rep->ri[r].host, (long long)x->bytes,
+                            r, rep->ri[r].where, (long long)x->bytes,
                             results ? "" : " but were not checked");
             } else if (!inputs && x->bad_elems) {
                 blamed[r] = 1;
                 add_failure(rep, r, "allreduce",
                             "rank %d on %s: all-reduce of %lld bytes returned %lld wrong "
                             "element%s (first: [%lld] = %g, exact %g)%s",
-                            r, rep->ri[r].host, (long long)x->bytes, (long long)x->bad_elems,
+                            r, rep->ri[r].where, (long long)x->bytes, (long long)x->bad_elems,
                             x->bad_elems == 1 ? "" : "s", (long long)x->first_bad, x->got,
                             x->want,
                             results == W ? " on every rank: the reduction itself, or the "
@@ -649,7 +657,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
             add_failure(rep, r, "golden",
                         "rank %d on %s: golden run parameters changed in memory between steps "
                         "%d and %d while nothing wrote them (silent data corruption)",
-                        r, rep->ri[r].host, g->at_rest[r] - 1, g->at_rest[r]);
+                        r, rep->ri[r].where, g->at_rest[r] - 1, g->at_rest[r]);
         }
     /* 2. final hashes: the value a strict majority holds is right */
     int best = 0, best_count = 0;
@@ -681,7 +689,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
                     add_failure(rep, r, "golden",
                                 "rank %d on %s: golden run parameters differ from those of %d of "
                                 "%d ranks (from step %d on)",
-                                r, rep->ri[r].host, best_count, W, first);
+                                r, rep->ri[r].where, best_count, W, first);
                 }
         } else if (!nbad) {
             for (int r = 0; r < W; r++) {
@@ -689,7 +697,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
                 add_failure(rep, r, "golden",
                             "rank %d on %s: golden run parameters differ between ranks from "
                             "step %d on and no majority tells which are right",
-                            r, rep->ri[r].host, first);
+                            r, rep->ri[r].where, first);
             }
             nbad = W;
         }
@@ -721,7 +729,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
                     add_failure(rep, r, "golden",
                                 "rank %d on %s: golden run step %d: local loss %.7g and gradient "
                                 "norm %.7g, reference %.7g and %.7g (%s, relative tolerance %g)",
-                                r, rep->ri[r].host, first, g->local[k], g->local[k + 1],
+                                r, rep->ri[r].where, first, g->local[k], g->local[k + 1],
                                 ref->local[k], ref->local[k + 1], ref_path, rtol);
                 }
             if (!nflag)
@@ -730,7 +738,7 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
                     add_failure(rep, r, "golden",
                                 "rank %d on %s: golden run loss at step %d is %.7g, reference "
                                 "%.7g (%s, relative tolerance %g)",
-                                r, rep->ri[r].host, first, g->loss[first], ref->loss[first],
+                                r, rep->ri[r].where, first, g->loss[first], ref->loss[first],
                                 ref_path, rtol);
                 }
             snprintf(gv->reason, sizeof gv->reason,
@@ -1134,6 +1142,38 @@ static int agree(ddp_comm *c, int code)
     return rc;
 }
 
+/* The backend and collectives this rank validates with: where the build has CUDA and NCCL
+ * and the driver reports GPUs (as training with device = auto), the rank's bound GPU
+ * (launch/binding.h) and NCCL, so the GEMM, the all-reduces and the golden run exercise the
+ * GPU path; else the CPU backend and comm auto. *device: the CUDA ordinal, -1 for the CPU.
+ * Returns 0, or -1 with one line in err (exit DDP_EXIT_LAUNCH). */
+static int choose_device(const struct ddp_world *w, const struct ddp_backend **be,
+                         const char **comm_kind, int *device, char *err, size_t errlen)
+{
+    *be = ddp_backend_cpu();
+    *comm_kind = "auto";
+    *device = -1;
+#if HAVE_CUDA && HAVE_NCCL
+    const int ndev = ddp_cuda_device_count();
+    if (ndev <= 0)
+        return 0;
+    struct ddp_binding b = {.device = -1};
+    if (ddp_binding_compute(w->local_rank, w->local_size, ndev, 1, NULL, NULL, &b, err,
+                            errlen) != 0)
+        return -1;
+    const struct ddp_backend *g = ddp_backend_cuda(b.device, 0, err, errlen);
+    if (!g)
+        return -1;
+    ddp_comm_nccl_configure(b.device, DDP_BOOTSTRAP_AUTO, NULL);
+    *be = g;
+    *comm_kind = "nccl";
+    *device = b.device;
+#else
+    (void)w, (void)err, (void)errlen;
+#endif
+    return 0;
+}
+
 int ddp_cmd_validate(int argc, char **argv)
 {
     const double t_start = ddp_now();
@@ -1190,7 +1230,14 @@ int ddp_cmd_validate(int argc, char **argv)
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     if (w.warning[0] && w.rank == 0)
         ddp_warn("%s", w.warning);
-    ddp_comm *c = ddp_comm_create("auto", &w, cfg.timeout_s, err, sizeof err);
+    const struct ddp_backend *be;
+    const char *comm_kind;
+    int device;
+    if (choose_device(&w, &be, &comm_kind, &device, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    ddp_comm *c = ddp_comm_create(comm_kind, &w, cfg.timeout_s, err, sizeof err);
     if (!c) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
@@ -1198,7 +1245,6 @@ int ddp_cmd_validate(int argc, char **argv)
     g_comm = c;
     ddp_set_abort_hook(abort_hook);
     const int W = w.world_size, me = w.rank;
-    const struct ddp_backend *be = ddp_backend_cpu();
     const int threads = choose_threads(&cfg, &w);
     if (be->set_threads)
         be->set_threads(threads);
@@ -1247,6 +1293,10 @@ int ddp_cmd_validate(int argc, char **argv)
     /* inventory, then the rates, in turns where ranks would share CPUs */
     struct rank_info mine, *all = ddp_calloc((size_t)W, sizeof *all);
     inventory(&mine, &w, threads);
+    if (device >= 0) {
+        mine.device = device;
+        snprintf(mine.where, sizeof mine.where, "%s GPU %d", w.host, device);
+    }
     ddp_comm_allgather(c, &mine, all, sizeof mine);
     int my_turn, shared, turns = measurement_turns(all, W, me, &my_turn, &shared);
     const int gemm_n = quick ? cfg.gemm_n_quick : cfg.gemm_n;

@@ -157,8 +157,9 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
 
     const size_t D = (size_t)G_C * G_H * G_W;
     float *xh = ddp_malloc(sizeof(float) * D * G_BATCH); /* (B, D) host */
-    int32_t *y = ddp_malloc(sizeof(int32_t) * G_BATCH);  /* (B) */
+    int32_t *y = ddp_malloc(sizeof(int32_t) * G_BATCH);  /* (B) host */
     float *x = be->alloc(sizeof(float) * D * G_BATCH);   /* (B, D) backend */
+    int32_t *yb = be->alloc(sizeof(int32_t) * G_BATCH);  /* (B) backend: xent reads it there */
     float *host = ddp_malloc(sizeof(float) * (m.nparams + 1));
     double *loss = ddp_calloc((size_t)steps, sizeof(double));
     double *mine = ddp_calloc((size_t)steps * 2, sizeof(double)); /* (S, 2) */
@@ -171,9 +172,10 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
             at_rest = s;
         ddp_synth_generate(gen, 0, ((int64_t)s * W + rank) * G_BATCH, G_BATCH, xh, y);
         be->upload(x, xh, sizeof(float) * D * G_BATCH);
+        be->upload(yb, y, sizeof(int32_t) * G_BATCH);
         be->zero(m.grads, m.nparams);
         const float *logits = ddp_model_forward(&m, x, G_BATCH, 1, 0);
-        double lsum = be->xent(ddp_model_dlogits(&m), NULL, logits, y, G_BATCH, m.classes,
+        double lsum = be->xent(ddp_model_dlogits(&m), NULL, logits, yb, G_BATCH, m.classes,
                                1.0f / G_BATCH);
         hc.sumsq = 0;
         hc.scale_now = badg && s == steps / 3;
@@ -234,6 +236,7 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     free(xh);
     free(y);
     be->free(x);
+    be->free(yb);
     ddp_optim_free(&opt);
     ddp_sync_free(&sync);
     ddp_model_free(&m);

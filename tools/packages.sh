@@ -1,8 +1,8 @@
 # packages.sh - the Debian 12 packages ddptrain needs, and a function that installs the missing
 # ones. Sourced by tools/quickstart and tools/test.
 
-# to build and train
-DDP_PKGS_BUILD="gcc pkg-config meson ninja-build libhdf5-dev libopenblas-dev libinih-dev
+# to build and train (g++: the GPU twin, build/ddptrain-twin and suite twin)
+DDP_PKGS_BUILD="gcc g++ pkg-config meson ninja-build libhdf5-dev libopenblas-dev libinih-dev
 zlib1g-dev libopenmpi-dev openmpi-bin libpmi2-0-dev dataset-fashion-mnist"
 # to run every test suite: a real Slurm, PyTorch for parity, h5py for layout checks
 DDP_PKGS_TEST="slurm-wlm slurmctld slurmd slurm-client munge iproute2 util-linux procps

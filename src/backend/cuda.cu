@@ -15,13 +15,13 @@
  * Scratch: conv keeps its im2col matrix (CKK, Q) and its gradient in the caller's col buffer
  * (conv_col_elems); everything else an op needs on the device (conv's transposed output
  * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
- * grown on demand (after a stream sync) and kept until exit.
+ * grown on demand during the first step (never freed: see ws_get) and kept until exit.
  *
- * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for
- * tests/gpu/emu/cuda_emu.h (DDP_CUDA_EMU): test_cuda_ops_emu runs this very file on the CPU.
+ * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for the
+ * GPU twin's (tests/twin, DDP_CUDA_TWIN): ddptrain-twin runs this very file on the CPU.
  */
-#ifdef DDP_CUDA_EMU
-#include "cuda_emu.h" /* tests/gpu/emu: the CUDA runtime and cuBLAS emulated on the CPU */
+#ifdef DDP_CUDA_TWIN
+#include "twin_kernels.h" /* tests/twin: the GPU twin's runtime, cuBLAS and kernel language */
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -46,8 +46,8 @@ extern "C" {
  * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
  * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
  * backend is made, and every call goes through this table. The emulator build points the
- * table at its CPU stand-ins. */
-#ifdef DDP_CUDA_EMU
+ * table at the twin's cuBLAS. */
+#ifdef DDP_CUDA_TWIN
 #define V2(f) f
 #else
 #define V2(f) f##_v2
@@ -65,7 +65,7 @@ struct blas_api {
     decltype(&cublasGetStatusString) status_string;
 };
 
-#ifdef DDP_CUDA_EMU
+#ifdef DDP_CUDA_TWIN
 static struct blas_api g_blas = {&cublasCreate,      &cublasDestroy,
                                  &cublasSetStream,   &cublasSetMathMode,
                                  &cublasSgemm,       &cublasSgemmStridedBatched,
@@ -193,20 +193,20 @@ static struct {
 
 static struct ddp_backend g_table;
 
-/* The workspace, at least `bytes` large. Growing waits for the stream first, so no queued
- * kernel still reads the old buffer when it is freed. */
+/* The workspace, at least `bytes` large. It grows during the first step (every op has run
+ * once by its end), never after. Growing neither frees nor waits: the outgrown buffer may
+ * still be read by queued kernels and is left allocated (a few, as each growth at least
+ * doubles) until exit. A cudaFree here would synchronise the device, collectives in flight
+ * included, and hang on a dead peer outside any deadline. */
 static void *ws_get(size_t bytes)
 {
     if (bytes <= g.ws_bytes)
         return g.ws;
     size_t want = g.ws_bytes * 2 > bytes ? g.ws_bytes * 2 : bytes;
     want = (want + 255) / 256 * 256;
-    CUDA_CHECK(cudaStreamSynchronize(g.stream));
-    if (g.ws)
-        CUDA_CHECK(cudaFree(g.ws));
-    g.ws = NULL;
-    g.ws_bytes = 0;
-    CUDA_CHECK(cudaMalloc(&g.ws, want));
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, want));
+    g.ws = p;
     g.ws_bytes = want;
     return g.ws;
 }
@@ -1242,8 +1242,14 @@ extern "C" const char *ddp_cuda_version_string(void)
         snprintf(driver, sizeof driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
     else
         snprintf(driver, sizeof driver, "none");
-    snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", rt / 1000,
-             (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)", driver);
+#ifdef DDP_CUDA_TWIN
+    const char *what = "GPU twin: "; /* tests/twin, not a GPU */
+#else
+    const char *what = "";
+#endif
+    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", what,
+             rt / 1000, (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)",
+             driver);
     return buf;
 }
 
@@ -1252,3 +1258,12 @@ extern "C" const char *ddp_cuda_device_string(void) { return g.devname; }
 extern "C" void *ddp_cuda_stream(void) { return g.device >= 0 ? (void *)g.stream : NULL; }
 
 extern "C" int ddp_cuda_device(void) { return g.device; }
+
+extern "C" void ddp_cuda_step_end(int rank, long step, int log_step)
+{
+#ifdef DDP_CUDA_TWIN
+    twin_step_end(rank, step, log_step);
+#else
+    (void)rank, (void)step, (void)log_step;
+#endif
+}

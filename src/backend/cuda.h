@@ -62,6 +62,10 @@ void *ddp_cuda_stream(void);
 /* The device ddp_backend_cuda bound, or -1 before. */
 int ddp_cuda_device(void);
 
+/* End of training step `step` (log_step: a logging step) of rank `rank`. Nothing on a GPU;
+ * the GPU twin writes its per-step counters there (DDP_EMU_STATS, docs/gpu.md). */
+void ddp_cuda_step_end(int rank, long step, int log_step);
+
 #ifdef __cplusplus
 }
 #endif

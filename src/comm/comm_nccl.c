@@ -15,10 +15,14 @@
 #if HAVE_NCCL
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda.h"
 #include "comm/comm_impl.h"
@@ -26,6 +30,67 @@
 #include "launch/bootstrap.h"
 #include "launch/world.h"
 #include "util.h"
+
+/* ---- NCCL, opened when first needed -----------------------------------------------------
+ * ddptrain does not link libnccl: a GPU build then starts (and `ddptrain --version`, `env`,
+ * CPU runs work) where NCCL is not installed, and says so only when NCCL is needed. nccl_open
+ * dlopens the soname of the NCCL the build was compiled against (LD_LIBRARY_PATH, the run
+ * path, the system's) and every call goes through this table. The GPU twin's build
+ * (DDP_TWIN) points the table at the twin's NCCL. */
+#define NCCL_FUNCS(X)                                                                          \
+    X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommFinalize)        \
+    X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString)        \
+    X(ncclGetLastError) X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+    NCCL_FUNCS(X)
+#undef X
+} N;
+
+#define NCCL_STR2(x) #x
+#define NCCL_STR(x) NCCL_STR2(x)
+#define NCCL_SONAME "libnccl.so." NCCL_STR(NCCL_MAJOR)
+
+/* 0 when the table is filled (once per process); -1 with one line in err. */
+static int nccl_open(char *err, size_t errlen)
+{
+    static int state; /* 0 not tried, 1 open, -1 failed */
+    static char why[512];
+    if (state == 0) {
+#if DDP_TWIN
+#define X(f) N.f = f;
+        NCCL_FUNCS(X)
+#undef X
+        state = 1;
+#else
+        void *h = dlopen(NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
+        state = h ? 1 : -1;
+        if (!h) {
+            const char *d = dlerror();
+            snprintf(why, sizeof why,
+                     "cannot load NCCL (%s): %s; install NCCL %d (libnccl2) or add the directory "
+                     "that holds %s to LD_LIBRARY_PATH",
+                     NCCL_SONAME, d ? d : "not found", NCCL_MAJOR, NCCL_SONAME);
+        }
+#define X(f)                                                                                   \
+    if (state > 0) {                                                                           \
+        void *sym = dlsym(h, #f);                                                              \
+        if (!sym) {                                                                            \
+            snprintf(why, sizeof why, "%s has no %s: an NCCL older than this build expects",   \
+                     NCCL_SONAME, #f);                                                         \
+            state = -1;                                                                        \
+        }                                                                                      \
+        memcpy(&N.f, &sym, sizeof sym);                                                        \
+    }
+        NCCL_FUNCS(X)
+#undef X
+#endif
+    }
+    if (state < 0)
+        return ddp_err(err, errlen, "%s", why);
+    return 0;
+}
 
 /* A page-locked host buffer and a device buffer of cap bytes each, for one host request. */
 struct stage {
@@ -72,12 +137,20 @@ void ddp_comm_nccl_configure(int device, enum ddp_bootstrap_kind bootstrap, ddp_
 
 const char *ddp_nccl_version_string(void)
 {
-    static char buf[64];
+    static char buf[96];
     int v = 0;
-    if (ncclGetVersion(&v) != ncclSuccess || v <= 0)
+    char why[8];
+    const int have = nccl_open(why, sizeof why) == 0;
+    if (!have || N.ncclGetVersion(&v) != ncclSuccess || v <= 0)
         v = NCCL_VERSION_CODE;
     /* since 2.9: MAJOR * 10000 + MINOR * 100 + PATCH */
-    snprintf(buf, sizeof buf, "NCCL %d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
+#if DDP_TWIN
+    const char *what = "GPU twin: "; /* tests/twin over TCP, not NCCL */
+#else
+    const char *what = "";
+#endif
+    snprintf(buf, sizeof buf, "%sNCCL %d.%d.%d%s", what, v / 10000, (v % 10000) / 100, v % 100,
+             have ? "" : " (library not found)");
     return buf;
 }
 
@@ -87,8 +160,8 @@ static struct nccl_req *req_of(struct ddp_comm_req *r) { return r->priv; }
 static int nccl_fail(struct nccl_state *st, const char *call, ncclResult_t rc, char *err,
                      size_t errlen)
 {
-    const char *last = st && st->comm ? ncclGetLastError(st->comm) : NULL;
-    return ddp_err(err, errlen, "%s: %s%s%s", call, ncclGetErrorString(rc),
+    const char *last = st && st->comm ? N.ncclGetLastError(st->comm) : NULL;
+    return ddp_err(err, errlen, "%s: %s%s%s", call, N.ncclGetErrorString(rc),
                    last && last[0] ? ": " : "", last && last[0] ? last : "");
 }
 
@@ -106,18 +179,49 @@ static int cuda_fail(const char *call, cudaError_t e, char *err, size_t errlen)
             return cuda_fail(#call, e_, err, errlen);                                          \
     } while (0)
 
+/* A CUDA error on a collective's path after setup is this rank's GPU failing (a sticky fault
+ * of a kernel, say), not a peer: one line that says so, exit DDP_EXIT_RUNTIME. ddp_die runs the
+ * trainer's abort hook, which aborts the communicator, so the peers stop too. */
+static void __attribute__((noreturn))
+local_fault(const struct nccl_state *st, const char *call, cudaError_t e, const char *file,
+            int line)
+{
+    ddp_die_at(file, line, DDP_EXIT_RUNTIME,
+               "GPU %d: %s: CUDA error %s: %s (a fault of this rank's GPU, not of a peer)",
+               st ? st->device : -1, call, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define CU_LOCAL(st, call)                                                                     \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            local_fault((st), #call, e_, __FILE__, __LINE__);                                  \
+    } while (0)
+
+/* NCCL's async error: a CUDA error inside NCCL is local too (local_fault), anything else is
+ * the reason a collective failed. */
+static int async_fail(struct nccl_state *st, ncclResult_t async, char *err, size_t errlen)
+{
+    if (async == ncclUnhandledCudaError) {
+        cudaError_t e = cudaGetLastError();
+        local_fault(st, "NCCL (unhandled CUDA error)", e ? e : cudaErrorLaunchFailure, __FILE__,
+                    __LINE__);
+    }
+    return nccl_fail(st, "NCCL", async, err, errlen);
+}
+
 /* ncclCommGetAsyncError as a ddp_comm_poll test: 1 settled, 0 in progress, -1 error. */
 static int settled_test(void *arg, char *err, size_t errlen)
 {
     struct nccl_state *st = arg;
     ncclResult_t async = ncclSuccess;
-    ncclResult_t rc = ncclCommGetAsyncError(st->comm, &async);
+    ncclResult_t rc = N.ncclCommGetAsyncError(st->comm, &async);
     if (rc != ncclSuccess)
         return nccl_fail(st, "ncclCommGetAsyncError", rc, err, errlen);
     if (async == ncclInProgress)
         return 0;
     if (async != ncclSuccess)
-        return nccl_fail(st, "NCCL", async, err, errlen);
+        return async_fail(st, async, err, errlen);
     return 1;
 }
 
@@ -166,13 +270,9 @@ static int stage_get(struct nccl_state *st, size_t bytes, struct stage **out, ch
             break;
         }
     if (!s) {
-        if (st->stages) { /* grow the first free one */
-            s = st->stages;
-            st->stages = s->next;
-            cudaFreeHost(s->host);
-            cudaFree(s->dev);
-        } else
-            s = ddp_calloc(1, sizeof *s);
+        /* A new pair; the smaller free ones stay. Never cudaFree/cudaFreeHost here: both
+         * synchronise the device, collectives in flight included (a dead peer would hang it). */
+        s = ddp_calloc(1, sizeof *s);
         s->host = s->dev = NULL;
         s->cap = 0;
         size_t cap = bytes < 4096 ? 4096 : bytes;
@@ -230,8 +330,9 @@ static void event_put(struct nccl_state *st, struct event_node *n)
 static int after_compute(struct nccl_state *st, char *err, size_t errlen)
 {
     cudaStream_t compute = (cudaStream_t)ddp_cuda_stream(); /* NULL: the legacy stream */
-    CU(cudaEventRecord(st->ready, compute));
-    CU(cudaStreamWaitEvent(st->stream, st->ready, 0));
+    (void)err, (void)errlen;
+    CU_LOCAL(st, cudaEventRecord(st->ready, compute));
+    CU_LOCAL(st, cudaStreamWaitEvent(st->stream, st->ready, 0));
     return 0;
 }
 
@@ -260,8 +361,9 @@ static int begin(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, s
     q->host_bytes = bytes;
     if (in_bytes) {
         memcpy((char *)q->stage->host + in_off, in_src, in_bytes);
-        CU(cudaMemcpyAsync((char *)q->stage->dev + in_off, (char *)q->stage->host + in_off,
-                           in_bytes, cudaMemcpyHostToDevice, st->stream));
+        CU_LOCAL(st, cudaMemcpyAsync((char *)q->stage->dev + in_off,
+                                     (char *)q->stage->host + in_off, in_bytes,
+                                     cudaMemcpyHostToDevice, st->stream));
     }
     *devbuf = q->stage->dev;
     return 0;
@@ -277,9 +379,9 @@ static int finish(ddp_comm *c, struct ddp_comm_req *r, const char *what, ncclRes
     if (queued(c, what, rc, err, errlen) != 0)
         return -1;
     if (q->stage && q->host_bytes)
-        CU(cudaMemcpyAsync(q->stage->host, q->stage->dev, q->host_bytes, cudaMemcpyDeviceToHost,
-                           st->stream));
-    CU(cudaEventRecord(q->done->ev, st->stream));
+        CU_LOCAL(st, cudaMemcpyAsync(q->stage->host, q->stage->dev, q->host_bytes,
+                                     cudaMemcpyDeviceToHost, st->stream));
+    CU_LOCAL(st, cudaEventRecord(q->done->ev, st->stream));
     return 0;
 }
 
@@ -302,8 +404,9 @@ static int nccl_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     void *dev = NULL;
     if (begin(c, r, buf, bytes, 0, bytes, buf, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = ncclAllReduce(dev, dev, n, nccl_type(t), op == DDP_OP_MAX ? ncclMax : ncclSum,
-                                    state_of(c)->comm, state_of(c)->stream);
+    ncclResult_t rc = N.ncclAllReduce(dev, dev, n, nccl_type(t),
+                                      op == DDP_OP_MAX ? ncclMax : ncclSum, state_of(c)->comm,
+                                      state_of(c)->stream);
     return finish(c, r, "ncclAllReduce", rc, err, errlen);
 }
 
@@ -314,8 +417,8 @@ static int nccl_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     const int mine = c->rank == root;
     if (begin(c, r, buf, bytes, 0, mine ? bytes : 0, buf, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = ncclBroadcast(dev, dev, bytes, ncclInt8, root, state_of(c)->comm,
-                                    state_of(c)->stream);
+    ncclResult_t rc = N.ncclBroadcast(dev, dev, bytes, ncclInt8, root, state_of(c)->comm,
+                                      state_of(c)->stream);
     return finish(c, r, "ncclBroadcast", rc, err, errlen);
 }
 
@@ -325,7 +428,7 @@ static int nccl_ibarrier(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t 
     void *dev = NULL;
     if (begin(c, r, st->scratch, sizeof(int32_t), 0, 0, NULL, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = ncclAllReduce(dev, dev, 1, ncclInt32, ncclSum, st->comm, st->stream);
+    ncclResult_t rc = N.ncclAllReduce(dev, dev, 1, ncclInt32, ncclSum, st->comm, st->stream);
     return finish(c, r, "ncclAllReduce (barrier)", rc, err, errlen);
 }
 
@@ -342,7 +445,7 @@ static int nccl_iallgather(ddp_comm *c, struct ddp_comm_req *r, const void *send
         return -1;
     /* staged or in place: this rank's part is at dev + off; else NCCL reads send */
     const void *dsend = dev != recv || in_place ? (const char *)dev + off : send;
-    ncclResult_t rc = ncclAllGather(dsend, dev, bytes, ncclInt8, st->comm, st->stream);
+    ncclResult_t rc = N.ncclAllGather(dsend, dev, bytes, ncclInt8, st->comm, st->stream);
     return finish(c, r, "ncclAllGather", rc, err, errlen);
 }
 
@@ -354,15 +457,15 @@ static int nccl_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errl
     if (e == cudaErrorNotReady) {
         cudaGetLastError(); /* not an error: keep it from the backend's launch checks */
         ncclResult_t async = ncclSuccess;
-        ncclResult_t rc = ncclCommGetAsyncError(st->comm, &async);
+        ncclResult_t rc = N.ncclCommGetAsyncError(st->comm, &async);
         if (rc != ncclSuccess)
             return nccl_fail(st, "ncclCommGetAsyncError", rc, err, errlen);
         if (async != ncclSuccess && async != ncclInProgress)
-            return nccl_fail(st, "NCCL", async, err, errlen);
+            return async_fail(st, async, err, errlen);
         return 0;
     }
     if (e != cudaSuccess)
-        return cuda_fail("cudaEventQuery", e, err, errlen);
+        local_fault(st, "cudaEventQuery", e, __FILE__, __LINE__);
     if (q->stage) {
         memcpy(q->host_dst, q->stage->host, q->host_bytes);
         stage_put(st, q->stage);
@@ -397,14 +500,14 @@ static void nccl_destroy(ddp_comm *c)
         return;
     if (st->comm && !st->aborted) {
         char msg[256] = "";
-        ncclResult_t rc = ncclCommFinalize(st->comm);
+        ncclResult_t rc = N.ncclCommFinalize(st->comm);
         if ((rc != ncclSuccess && rc != ncclInProgress) ||
             (rc == ncclInProgress && settle(c, "ncclCommFinalize", msg, sizeof msg) != 0)) {
             ddp_warn("NCCL finalize: %s; aborting the communicator",
-                     msg[0] ? msg : ncclGetErrorString(rc));
-            ncclCommAbort(st->comm);
+                     msg[0] ? msg : N.ncclGetErrorString(rc));
+            N.ncclCommAbort(st->comm);
         } else {
-            ncclCommDestroy(st->comm);
+            N.ncclCommDestroy(st->comm);
         }
     }
     st->comm = NULL;
@@ -420,13 +523,40 @@ static void nccl_destroy(ddp_comm *c)
     c->impl = NULL;
 }
 
+/* Seconds ncclCommAbort may take before the process leaves without it. */
+#define ABORT_WATCHDOG_S 10
+
+static int g_abort_code;
+
+static void *abort_watchdog(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {ABORT_WATCHDOG_S, 0};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    static const char msg[] = "ddptrain: ncclCommAbort did not return within 10 s; leaving "
+                              "without it\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        _exit(g_abort_code);
+    _exit(g_abort_code);
+}
+
+/* ncclCommAbort under a watchdog, then _exit: a communicator (or a CUDA context) stuck on a
+ * dead peer can neither hang the abort nor the exit handlers (CUDA's and NCCL's destructors). */
 static void nccl_abort(ddp_comm *c, int code)
 {
     struct nccl_state *st = state_of(c);
     if (st && st->comm && !st->aborted) {
         st->aborted = 1;
-        ncclCommAbort(st->comm); /* returns at once; peers see the error or their deadline */
+        g_abort_code = code;
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_watchdog, NULL) == 0)
+            pthread_detach(t);
+        N.ncclCommAbort(st->comm); /* peers see the error or their deadline */
     }
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
 }
 
 static const struct ddp_comm_ops nccl_ops = {
@@ -445,7 +575,7 @@ static const struct ddp_comm_ops nccl_ops = {
 static int setup_fail(ddp_comm *c, struct nccl_state *st)
 {
     if (st->comm)
-        ncclCommAbort(st->comm);
+        N.ncclCommAbort(st->comm);
     st->comm = NULL;
     st->aborted = 1;
     c->impl = st;
@@ -457,6 +587,8 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t
 {
     int device = g_cfg.device >= 0 ? g_cfg.device : ddp_cuda_device();
     cudaError_t e;
+    if (nccl_open(err, errlen) != 0)
+        return -1;
     if (device < 0 && (e = cudaGetDevice(&device)) != cudaSuccess)
         return cuda_fail("cudaGetDevice (no GPU for NCCL)", e, err, errlen);
     if ((e = cudaSetDevice(device)) != cudaSuccess)
@@ -466,7 +598,7 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (w->rank == 0) {
-        ncclResult_t rc = ncclGetUniqueId(&id);
+        ncclResult_t rc = N.ncclGetUniqueId(&id);
         if (rc != ncclSuccess)
             return nccl_fail(NULL, "ncclGetUniqueId", rc, err, errlen);
     }
@@ -493,7 +625,7 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclResult_t rc = ncclCommInitRankConfig(&st->comm, c->size, id, c->rank, &config);
+    ncclResult_t rc = N.ncclCommInitRankConfig(&st->comm, c->size, id, c->rank, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
         nccl_fail(st, "ncclCommInitRankConfig", rc, err, errlen);
         return setup_fail(c, st);

@@ -3,7 +3,9 @@
 # commands and CPU training never load it (its libraries' start-up costs 50-70 ms), and the
 # run-time loading works: `ddptrain --version` opens it and reports its version. Needs no GPU;
 # skipped (77) in a build without CUDA. With device=auto, training loads cuBLAS exactly when
-# gpu_probe finds a usable GPU (then auto trains on it).
+# gpu_probe finds a usable GPU (then auto trains on it). NCCL likewise is not linked
+# (comm_nccl.c opens it): with libnccl hidden (as root, in a private mount namespace)
+# `ddptrain --version` still runs and says the library is not found.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 src=${DDP_SRC:?}
@@ -53,5 +55,19 @@ if echo "$v" | grep -Eq "cuBLAS [0-9]+\.[0-9]+\.[0-9]+," &&
     ok "--version opens cuBLAS at run time: $(echo "$v" | grep -o 'cuBLAS [0-9.]*')"
 else
     bad "--version did not open cuBLAS: $v"
+fi
+if "$DDPTRAIN" --version | grep -q "nccl ("; then
+    ldd "$DDPTRAIN" | grep -q "libnccl" && bad "ddptrain links NCCL (ldd)" || ok "NCCL not linked"
+    nccl=$(ldconfig -p | awk '/libnccl\.so\.2 /{print $NF; exit}')
+    if [ -n "$nccl" ] && [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+        v=$(unshare -m sh -c "mount --bind /dev/null '$nccl' && '$DDPTRAIN' --version" 2>&1)
+        if [ $? = 0 ] && echo "$v" | grep -q "nccl (NCCL [0-9.]* (library not found))"; then
+            ok "--version with $nccl hidden: $(echo "$v" | grep -o 'nccl (.*')"
+        else
+            bad "--version with $nccl hidden: $v"
+        fi
+    else
+        echo "note: libnccl not installed or not root: NCCL hidden is not checked"
+    fi
 fi
 exit $fail

@@ -27,7 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
 #include "util.h"
-#ifdef DDP_TEST_EMU /* test_cuda_ops_emu: cuda.cu's kernels on the CPU emulation (tests/gpu/emu) */
+#ifdef DDP_TEST_EMU_UNUSED
 #undef HAVE_CUDA
 #define HAVE_CUDA 1
 #endif

@@ -1,0 +1,137 @@
+/*
+ * cublas.cc - the GPU twin's cuBLAS: the argument checks cuBLAS makes, then a column-major
+ * cblas call queued on the handle's stream (it runs when the stream gets there, like a
+ * kernel; counted as a launch). Operands are device addresses, translated and checked to lie
+ * inside one live allocation each; a host or out-of-range operand is a GPU fault.
+ */
+#include <cblas.h>
+#include <stdio.h>
+
+#include "cublas_v2.h"
+#include "twin.h"
+
+struct twin_blas {
+    cudaStream_t stream = nullptr;
+    cublasMath_t math = CUBLAS_DEFAULT_MATH;
+};
+
+extern "C" {
+
+const char *cublasGetStatusName(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    default: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    }
+}
+const char *cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    *h = new twin_blas;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
+{
+    h->math = m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetProperty(libraryPropertyType t, int *v)
+{
+    *v = t == MAJOR_VERSION ? CUBLAS_VER_MAJOR : t == MINOR_VERSION ? CUBLAS_VER_MINOR
+                                                                     : CUBLAS_VER_PATCH;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} /* extern "C" */
+
+namespace {
+
+bool gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda,
+                  int ldb, int ldc)
+{
+    const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
+    return m >= 0 && n >= 0 && k >= 0 && lda >= (rows_a > 1 ? rows_a : 1) &&
+           ldb >= (rows_b > 1 ? rows_b : 1) && ldc >= (m > 1 ? m : 1);
+}
+
+/* Floats a column-major (rows, cols) operand with leading dimension ld spans, batch times. */
+size_t span(int rows, int cols, int ld, long long stride, int batch)
+{
+    if (rows == 0 || cols == 0 || batch == 0)
+        return 0;
+    return (size_t)stride * (size_t)(batch - 1) + (size_t)ld * (size_t)(cols - 1) +
+           (size_t)rows;
+}
+
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, float alpha, const float *A, int lda, long long sA, const float *B,
+                    int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                    int batch)
+{
+    if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc) || batch < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0 || batch == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    const bool inject = twin::inject_kernel_fault();
+    const int ra = ta == CUBLAS_OP_N ? m : k, ca = ta == CUBLAS_OP_N ? k : m;
+    const int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
+    const size_t na = k ? span(ra, ca, lda, sA, batch) : 0, nb = k ? span(rb, cb, ldb, sB, batch)
+                                                                    : 0;
+    const float *a = na ? (const float *)twin::dev_to_host(A, 4 * na) : nullptr;
+    const float *b = nb ? (const float *)twin::dev_to_host(B, 4 * nb) : nullptr;
+    float *c = (float *)twin::dev_to_host(C, 4 * span(m, n, ldc, sC, batch));
+    cudaError_t e;
+    if (inject || !c || (na && !a) || (nb && !b)) {
+        const void *pa = A, *pb = B, *pc = C;
+        e = twin::enqueue(h->stream, "cublasSgemm", [inject, pa, pb, pc, a, b, c] {
+            if (inject)
+                twin::device_fault(cudaErrorIllegalAddress,
+                                   "cublasSgemm: fault injected by DDP_EMU_FAIL");
+            else
+                twin::device_fault(cudaErrorIllegalAddress, "cublasSgemm: operand %s (%p) is "
+                                   "not inside one device allocation",
+                                   !a ? "A" : !b ? "B" : "C", !a ? pa : !b ? pb : pc);
+        });
+    } else {
+        e = twin::enqueue(h->stream, "cublasSgemm", [=] {
+            for (int i = 0; i < batch; i++)
+                cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                            tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha,
+                            a ? a + i * sA : nullptr, lda, b ? b + i * sB : nullptr, ldb, beta,
+                            c + i * sC, ldc);
+        });
+    }
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+} // namespace
+
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
+                                      cublasOperation_t tb, int m, int n, int k,
+                                      const float *alpha, const float *A, int lda,
+                                      const float *B, int ldb, const float *beta, float *C,
+                                      int ldc)
+{
+    /* alpha and beta are host values (CUBLAS_POINTER_MODE_HOST): read at the call */
+    return gemm(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1);
+}
+
+extern "C" cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const float *alpha, const float *A, int lda, long long sA, const float *B, int ldb,
+    long long sB, const float *beta, float *C, int ldc, long long sC, int batch)
+{
+    return gemm(h, ta, tb, m, n, k, *alpha, A, lda, sA, B, ldb, sB, *beta, C, ldc, sC, batch);
+}

@@ -1,0 +1,844 @@
+/*
+ * runtime.cc - the GPU twin's CUDA runtime (include/cuda_runtime.h) on the CPU.
+ *
+ * Devices: DDP_EMU_GPUS per host (default 4), masked and renumbered by CUDA_VISIBLE_DEVICES as
+ * CUDA does (enumeration stops at the first entry that is not an unused ordinal).
+ * Memory: device addresses lie in one reserved PROT_NONE range, so a host dereference faults
+ * (the SIGSEGV handler names it); the bytes live in a separate "shadow" mapping that only
+ * device work (kernels, copies, cuBLAS, NCCL) reaches, through dev_to_host. Addresses are never
+ * reused, so a freed pointer is no longer device memory. cudaMalloc'd bytes are garbage.
+ * Streams: a FIFO each, executed by its own worker thread; events are (stream, ticket) pairs;
+ * cudaStreamWaitEvent queues a wait. Copies from page-locked memory read their source when
+ * they execute; from pageable memory they follow CUDA's documented rules (H2D staged at the
+ * call, D2H returns when done). DDP_EMU_LATE=1: a stream runs an operation only once someone
+ * needs its result (a synchronisation, an event query, a waiting stream), i.e. as late as is
+ * legal, so a missing wait shows as stale data.
+ * Faults: errors found on the device are sticky (every later call returns them), as on a GPU.
+ * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch (cuBLAS calls
+ * count) or allocation; with DDP_EMU_FAIL_RANK=R only in the process whose rank (RANK,
+ * SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) is R.
+ * Stats: DDP_EMU_STATS=FILE, one JSON line per training step to FILE.<rank> (twin_step_end).
+ */
+#include "twin.h"
+
+#include <execinfo.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct twin_stream {
+    int device;
+    unsigned flags;
+    int priority;
+    bool legacy;
+    std::deque<std::pair<const char *, std::function<void()>>> q;
+    uint64_t issued = 0, done = 0, demanded = 0;
+    bool stop = false;
+    std::condition_variable cv;
+    std::thread worker;
+};
+
+struct twin_event {
+    unsigned flags;
+    twin_stream *s = nullptr;
+    uint64_t ticket = 0;
+    double time_ms = 0;
+};
+
+namespace twin {
+
+Stats g_stats;
+
+namespace {
+
+struct Alloc {
+    char *shadow;
+    size_t bytes, map_bytes;
+    int device;
+};
+
+constexpr size_t REGION = (size_t)1 << 38; /* 256 GiB of device addresses, never reused */
+constexpr size_t PAGE = 4096;
+
+/* Never destroyed: stream workers wait on them until the process ends. */
+std::mutex &g_mu = *new std::mutex;                      /* streams, events */
+std::condition_variable &g_cv = *new std::condition_variable; /* an operation completed */
+std::mutex &g_amu = *new std::mutex;                     /* allocations */
+std::map<uintptr_t, Alloc> g_allocs;
+std::map<uintptr_t, size_t> g_pinned;
+std::vector<size_t> g_used;   /* bytes allocated per ordinal */
+char *g_region;
+size_t g_bump;
+std::vector<twin_stream *> g_streams;
+std::map<int, twin_stream *> g_legacy;
+std::atomic<int> g_sticky{0};
+thread_local int t_last = 0;
+thread_local int t_device = 0;
+bool g_late;
+long long g_fail_kernel = -1, g_fail_alloc = -1;
+std::atomic<long long> g_nkernels{0}, g_nallocs{0};
+std::vector<int> g_phys; /* visible ordinal -> physical twin GPU */
+int g_ngpus;
+size_t g_mem_bytes;
+
+double now_ms()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void on_segv(int sig, siginfo_t *si, void *)
+{
+    const char *a = (const char *)si->si_addr;
+    if (g_region && a >= g_region && a < g_region + REGION) {
+        char msg[256];
+        int n = snprintf(msg, sizeof msg,
+                         "ddptrain-twin: host access to device memory at %p: a device pointer "
+                         "was dereferenced on the host (copy it with cudaMemcpy first)\n",
+                         (const void *)a);
+        if (write(2, msg, (size_t)n) < 0)
+            _exit(70);
+        void *bt[32];
+        backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+    }
+    signal(sig, SIG_DFL); /* the faulting access repeats and kills the process */
+}
+
+/* Reads the environment once: devices, memory, late mode, injection. Called under g_mu or
+ * at first use through init(). */
+void init_once()
+{
+    const char *e = getenv("DDP_EMU_GPUS");
+    g_ngpus = e && *e ? atoi(e) : 4;
+    if (g_ngpus < 0)
+        g_ngpus = 0;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    std::vector<bool> used((size_t)g_ngpus + 1, false);
+    if (!cvd) {
+        for (int i = 0; i < g_ngpus; i++)
+            g_phys.push_back(i);
+    } else {
+        std::string s(cvd);
+        size_t pos = 0;
+        while (pos < s.size()) {
+            size_t c = s.find(',', pos);
+            std::string tok = s.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+            char *end = nullptr;
+            long v = strtol(tok.c_str(), &end, 10);
+            if (tok.empty() || *end || v < 0 || v >= g_ngpus || used[(size_t)v])
+                break; /* CUDA stops at the first entry that is not an unused ordinal */
+            used[(size_t)v] = true;
+            g_phys.push_back((int)v);
+            if (c == std::string::npos)
+                break;
+            pos = c + 1;
+        }
+    }
+    g_used.assign(g_phys.size(), 0);
+    e = getenv("DDP_EMU_MEM_MIB");
+    g_mem_bytes = (size_t)(e && *e ? atoll(e) : 16384) << 20;
+    e = getenv("DDP_EMU_LATE");
+    g_late = e && strcmp(e, "1") == 0;
+    e = getenv("DDP_EMU_FAIL");
+    const char *only = getenv("DDP_EMU_FAIL_RANK"); /* inject on this rank only */
+    if (only && *only) {
+        const char *r = getenv("RANK");
+        for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+            if (!r && getenv(v))
+                r = getenv(v);
+        if (!r || strcmp(r, only) != 0)
+            e = nullptr;
+    }
+    if (e && strncmp(e, "kernel:", 7) == 0)
+        g_fail_kernel = atoll(e + 7);
+    else if (e && strncmp(e, "alloc:", 6) == 0)
+        g_fail_alloc = atoll(e + 6);
+}
+
+void init()
+{
+    static std::once_flag once;
+    std::call_once(once, init_once);
+}
+
+void reserve_region()
+{
+    if (g_region)
+        return;
+    void *p = mmap(nullptr, REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "ddptrain-twin: cannot reserve the device address range\n");
+        abort();
+    }
+    g_region = (char *)p;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, nullptr);
+}
+
+cudaError_t fail(cudaError_t e)
+{
+    t_last = e;
+    return e;
+}
+
+/* Worker of one stream: runs its operations in order; in late mode only demanded ones. */
+void worker_loop(twin_stream *s)
+{
+    std::unique_lock<std::mutex> lk(g_mu);
+    for (;;) {
+        s->cv.wait(lk, [&] {
+            return s->stop || (!s->q.empty() && (!g_late || s->demanded > s->done));
+        });
+        if (s->q.empty() && s->stop)
+            return;
+        if (s->q.empty())
+            continue;
+        auto op = std::move(s->q.front());
+        s->q.pop_front();
+        lk.unlock();
+        if (!g_sticky.load())
+            op.second();
+        lk.lock();
+        s->done++;
+        g_cv.notify_all();
+    }
+}
+
+twin_stream *new_stream(int device, unsigned flags, int priority, bool legacy)
+{
+    twin_stream *s = new twin_stream;
+    s->device = device;
+    s->flags = flags;
+    s->priority = priority;
+    s->legacy = legacy;
+    s->worker = std::thread(worker_loop, s);
+    g_streams.push_back(s);
+    return s;
+}
+
+/* Under g_mu: the stream should run up to ticket t. */
+void demand(twin_stream *s, uint64_t t)
+{
+    if (t > s->demanded) {
+        s->demanded = t;
+        s->cv.notify_one();
+    }
+}
+
+/* Under g_mu (lk): wait until s has run its first t operations. */
+void wait_ticket(std::unique_lock<std::mutex> &lk, twin_stream *s, uint64_t t)
+{
+    demand(s, t);
+    g_cv.wait(lk, [&] { return s->done >= t; });
+}
+
+twin_stream *legacy_of(int device)
+{
+    auto it = g_legacy.find(device);
+    if (it != g_legacy.end())
+        return it->second;
+    return g_legacy[device] = new_stream(device, 0, 0, true);
+}
+
+/* Under g_mu: queue an operation; the legacy stream and blocking streams order each other. */
+void push(twin_stream *s, const char *what, std::function<void()> fn)
+{
+    std::vector<std::pair<twin_stream *, uint64_t>> deps;
+    if (s->legacy) {
+        for (twin_stream *b : g_streams)
+            if (b != s && !b->legacy && b->device == s->device && !(b->flags & 1) &&
+                b->issued > b->done)
+                deps.push_back({b, b->issued});
+    } else if (!(s->flags & 1)) {
+        auto it = g_legacy.find(s->device);
+        if (it != g_legacy.end() && it->second->issued > it->second->done)
+            deps.push_back({it->second, it->second->issued});
+    }
+    for (auto &d : deps) {
+        twin_stream *o = d.first;
+        uint64_t t = d.second;
+        s->q.push_back({"implicit legacy-stream order", [o, t] {
+                            std::unique_lock<std::mutex> lk(g_mu);
+                            wait_ticket(lk, o, t);
+                        }});
+        s->issued++;
+    }
+    s->q.push_back({what, std::move(fn)});
+    s->issued++;
+    s->cv.notify_one();
+}
+
+enum Space { PAGEABLE, PINNED, DEVICE };
+
+Space space_of(const void *p)
+{
+    if (in_device_range(p))
+        return DEVICE;
+    std::lock_guard<std::mutex> lk(g_amu);
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it != g_pinned.begin()) {
+        --it;
+        if ((uintptr_t)p < it->first + it->second)
+            return PINNED;
+    }
+    return PAGEABLE;
+}
+
+cudaError_t sync_stream(twin_stream *s)
+{
+    g_stats.syncs++;
+    std::unique_lock<std::mutex> lk(g_mu);
+    wait_ticket(lk, s, s->issued);
+    return sticky();
+}
+
+const struct {
+    int code;
+    const char *name, *text;
+} k_errors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+     "invalid configuration argument"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
+     "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
+     "an illegal memory access was encountered"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+};
+
+} // namespace
+
+int in_device_range(const void *p)
+{
+    const char *a = (const char *)p;
+    return g_region && a >= g_region && a < g_region + REGION;
+}
+
+void *dev_to_host(const void *p, size_t bytes)
+{
+    if (!p)
+        return nullptr;
+    std::lock_guard<std::mutex> lk(g_amu);
+    auto it = g_allocs.upper_bound((uintptr_t)p);
+    if (it == g_allocs.begin())
+        return nullptr;
+    --it;
+    const uintptr_t off = (uintptr_t)p - it->first;
+    if (off + bytes > it->second.bytes || off >= it->second.bytes)
+        return nullptr;
+    return it->second.shadow + off;
+}
+
+cudaError_t enqueue(cudaStream_t s, const char *what, std::function<void()> fn)
+{
+    init();
+    if (cudaError_t e = sticky())
+        return e;
+    std::lock_guard<std::mutex> lk(g_mu);
+    push(s ? s : legacy_of(t_device), what, std::move(fn));
+    return cudaSuccess;
+}
+
+void device_fault(cudaError_t e, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ddptrain-twin: GPU fault: %s\n", msg);
+    int zero = 0;
+    g_sticky.compare_exchange_strong(zero, e);
+}
+
+cudaError_t sticky(void) { return g_sticky.load(); }
+void set_last(cudaError_t e) { t_last = e; }
+
+int inject_kernel_fault(void)
+{
+    init();
+    g_stats.launches++;
+    return ++g_nkernels == g_fail_kernel;
+}
+
+int current_device(void) { return t_device; }
+int physical_id(int ordinal)
+{
+    init();
+    return ordinal >= 0 && ordinal < (int)g_phys.size() ? g_phys[(size_t)ordinal] : -1;
+}
+
+const char *host_id(void)
+{
+    static char buf[256];
+    if (!buf[0] && gethostname(buf, sizeof buf - 1) != 0)
+        snprintf(buf, sizeof buf, "localhost");
+    return buf;
+}
+
+} // namespace twin
+
+using namespace twin;
+
+/* ---- errors, devices --------------------------------------------------------------------- */
+
+extern "C" {
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+    for (auto &k : k_errors)
+        if (k.code == e)
+            return k.name;
+    return "cudaErrorUnknown";
+}
+const char *cudaGetErrorString(cudaError_t e)
+{
+    for (auto &k : k_errors)
+        if (k.code == e)
+            return k.text;
+    return "unknown error";
+}
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = t_last ? t_last : sticky();
+    t_last = 0;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return t_last ? t_last : sticky(); }
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    init();
+    *n = (int)g_phys.size();
+    return g_phys.empty() ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    init();
+    *v = g_ngpus > 0 ? CUDART_VERSION : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
+{
+    init();
+    if (device < 0 || device >= (int)g_phys.size())
+        return fail(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "ddptrain GPU twin %d", g_phys[(size_t)device]);
+    p->major = 9;
+    p->minor = 0;
+    p->totalGlobalMem = g_mem_bytes;
+    p->multiProcessorCount = 1;
+    p->pciBusID = g_phys[(size_t)device];
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device)
+{
+    init();
+    if (device < 0 || device >= (int)g_phys.size())
+        return fail(cudaErrorInvalidDevice);
+    t_device = device;
+    return sticky();
+}
+cudaError_t cudaGetDevice(int *device)
+{
+    init();
+    if (g_phys.empty())
+        return fail(cudaErrorNoDevice);
+    *device = t_device;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    init();
+    g_stats.syncs++;
+    std::unique_lock<std::mutex> lk(g_mu);
+    for (twin_stream *s : g_streams)
+        if (s->device == t_device)
+            wait_ticket(lk, s, s->issued);
+    return sticky();
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    init();
+    if (g_phys.empty())
+        return fail(cudaErrorNoDevice);
+    if (cudaError_t e = sticky())
+        return e;
+    g_stats.allocs++;
+    const size_t map_bytes = (bytes + PAGE - 1) / PAGE * PAGE + PAGE; /* + a guard page */
+    std::lock_guard<std::mutex> lk(g_amu);
+    reserve_region();
+    if (++g_nallocs == g_fail_alloc || g_used[(size_t)t_device] + bytes > g_mem_bytes ||
+        g_bump + map_bytes > REGION) {
+        *p = nullptr;
+        return fail(cudaErrorMemoryAllocation);
+    }
+    void *sh = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                    0);
+    if (sh == MAP_FAILED)
+        return fail(cudaErrorMemoryAllocation);
+    mprotect((char *)sh + map_bytes - PAGE, PAGE, PROT_NONE);
+    memset(sh, 0xa5, bytes); /* garbage, as cudaMalloc's memory is */
+    char *dev = g_region + g_bump;
+    g_bump += map_bytes;
+    g_allocs[(uintptr_t)dev] = Alloc{(char *)sh, bytes, map_bytes, t_device};
+    g_used[(size_t)t_device] += bytes;
+    *p = dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    init();
+    if (!p) /* creates the context */
+        return g_phys.empty() ? fail(cudaErrorNoDevice) : sticky();
+    g_stats.frees++;
+    cudaDeviceSynchronize(); /* cudaFree waits for the device, as CUDA's does */
+    std::lock_guard<std::mutex> lk(g_amu);
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end())
+        return fail(cudaErrorInvalidValue);
+    munmap(it->second.shadow, it->second.map_bytes);
+    g_used[(size_t)it->second.device] -= it->second.bytes;
+    g_allocs.erase(it);
+    return sticky();
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    init();
+    if (cudaError_t e = sticky())
+        return e;
+    g_stats.allocs++;
+    if (++g_nallocs == g_fail_alloc)
+        return fail(cudaErrorMemoryAllocation);
+    void *h = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (h == MAP_FAILED)
+        return fail(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lk(g_amu);
+    g_pinned[(uintptr_t)h] = bytes ? bytes : 1;
+    *p = h;
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
+
+cudaError_t cudaFreeHost(void *p)
+{
+    if (!p)
+        return sticky();
+    g_stats.frees++;
+    cudaDeviceSynchronize(); /* as CUDA's: waits for work that may read the buffer */
+    std::lock_guard<std::mutex> lk(g_amu);
+    auto it = g_pinned.find((uintptr_t)p);
+    if (it == g_pinned.end())
+        return fail(cudaErrorInvalidValue);
+    munmap(p, it->second);
+    g_pinned.erase(it);
+    return sticky();
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    init();
+    std::lock_guard<std::mutex> lk(g_amu);
+    *total_b = g_mem_bytes;
+    *free_b = g_used.empty() ? 0 : g_mem_bytes - g_used[(size_t)t_device];
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    init();
+    memset(a, 0, sizeof *a);
+    switch (space_of(p)) {
+    case DEVICE:
+        a->type = cudaMemoryTypeDevice;
+        a->devicePointer = (void *)p;
+        break;
+    case PINNED:
+        a->type = cudaMemoryTypeHost;
+        a->hostPointer = a->devicePointer = (void *)p;
+        break;
+    default:
+        a->type = cudaMemoryTypeUnregistered;
+        a->hostPointer = (void *)p;
+    }
+    return cudaSuccess;
+}
+
+/* ---- copies ------------------------------------------------------------------------------ */
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
+{
+    init();
+    if (!bytes)
+        return sticky();
+    void *h = dev_to_host(p, bytes);
+    if (!h)
+        return fail(cudaErrorInvalidValue);
+    return enqueue(s, "cudaMemsetAsync", [h, v, bytes] { memset(h, v, bytes); });
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t bytes)
+{
+    return cudaMemsetAsync(p, v, bytes, nullptr);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k,
+                            cudaStream_t s)
+{
+    init();
+    if (cudaError_t e = sticky())
+        return e;
+    if (!bytes)
+        return cudaSuccess;
+    const Space ds = space_of(dst), ss = space_of(src);
+    const bool dd = ds == DEVICE, sd = ss == DEVICE;
+    if ((k == cudaMemcpyHostToDevice && (!dd || sd)) || (k == cudaMemcpyDeviceToHost &&
+        (dd || !sd)) || (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) ||
+        (k == cudaMemcpyHostToHost && (dd || sd)))
+        return fail(cudaErrorInvalidValue);
+    char *dh = dd ? (char *)dev_to_host(dst, bytes) : (char *)dst;
+    const char *sh = sd ? (const char *)dev_to_host(src, bytes) : (const char *)src;
+    if (!dh || !sh)
+        return fail(cudaErrorInvalidValue);
+    if (dd && !sd)
+        g_stats.h2d_bytes += (long long)bytes;
+    if (sd && !dd)
+        g_stats.d2h_bytes += (long long)bytes;
+    if (ss == PAGEABLE && dd) { /* staged at the call; the caller may reuse src at once */
+        g_stats.pageable_copies++;
+        auto stage = std::make_shared<std::vector<char>>(sh, sh + bytes);
+        return enqueue(s, "cudaMemcpyAsync (pageable H2D)",
+                       [dh, stage] { memcpy(dh, stage->data(), stage->size()); });
+    }
+    cudaError_t e = enqueue(s, "cudaMemcpyAsync", [dh, sh, bytes] { memmove(dh, sh, bytes); });
+    if (e == cudaSuccess && !dd && (ds == PAGEABLE || ss == PAGEABLE)) {
+        /* to pageable memory: returns only once the copy is done */
+        g_stats.pageable_copies++;
+        twin_stream *st;
+        {
+            std::lock_guard<std::mutex> lk(g_mu);
+            st = s ? s : legacy_of(t_device);
+        }
+        e = sync_stream(st);
+    }
+    return e;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, nullptr);
+    if (e != cudaSuccess)
+        return e;
+    twin_stream *s;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        s = legacy_of(t_device);
+    }
+    return sync_stream(s);
+}
+
+/* ---- streams and events ------------------------------------------------------------------ */
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority)
+{
+    init();
+    if (g_phys.empty())
+        return fail(cudaErrorNoDevice);
+    std::lock_guard<std::mutex> lk(g_mu);
+    *s = new_stream(t_device, flags, priority, false);
+    return sticky();
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    return cudaStreamCreateWithPriority(s, flags, 0);
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithPriority(s, 0, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!s)
+        return fail(cudaErrorInvalidResourceHandle);
+    std::unique_lock<std::mutex> lk(g_mu);
+    /* CUDA lets queued work finish; the worker drains it, then ends */
+    demand(s, s->issued);
+    s->stop = true;
+    s->cv.notify_one();
+    g_streams.erase(std::find(g_streams.begin(), g_streams.end(), s));
+    std::thread w = std::move(s->worker);
+    lk.unlock();
+    w.join();
+    delete s;
+    return sticky();
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    init();
+    if (!s) {
+        std::lock_guard<std::mutex> lk(g_mu);
+        s = legacy_of(t_device);
+    }
+    return sync_stream(s);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!s)
+        s = legacy_of(t_device);
+    if (s->done >= s->issued)
+        return sticky();
+    demand(s, s->issued);
+    return cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
+{
+    if (!e)
+        return fail(cudaErrorInvalidResourceHandle);
+    twin_stream *o;
+    uint64_t t;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        o = e->s;
+        t = e->ticket;
+    }
+    if (!o || !t)
+        return sticky(); /* never recorded: nothing to wait for */
+    return enqueue(s, "cudaStreamWaitEvent", [o, t] {
+        std::unique_lock<std::mutex> lk(g_mu);
+        wait_ticket(lk, o, t);
+    });
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    init();
+    *e = new twin_event;
+    (*e)->flags = flags;
+    return sticky();
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return sticky();
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!e)
+        return fail(cudaErrorInvalidResourceHandle);
+    if (!(e->flags & cudaEventDisableTiming)) {
+        cudaError_t r = enqueue(s, "cudaEventRecord", [e] { e->time_ms = now_ms(); });
+        if (r != cudaSuccess)
+            return r;
+    }
+    if (cudaError_t r = sticky())
+        return r;
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!s)
+        s = legacy_of(t_device);
+    e->s = s;
+    e->ticket = s->issued;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!e->s || e->s->done >= e->ticket)
+        return sticky();
+    demand(e->s, e->ticket);
+    return cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    g_stats.syncs++;
+    std::unique_lock<std::mutex> lk(g_mu);
+    if (e->s)
+        wait_ticket(lk, e->s, e->ticket);
+    return sticky();
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    if ((a->flags | b->flags) & cudaEventDisableTiming)
+        return fail(cudaErrorInvalidResourceHandle);
+    *ms = (float)(b->time_ms - a->time_ms);
+    return sticky();
+}
+
+/* ---- stats ------------------------------------------------------------------------------- */
+
+void twin_step_end(int rank, long step, int log_step)
+{
+    static std::mutex mu;
+    const char *path = getenv("DDP_EMU_STATS");
+    if (!path || !*path)
+        return;
+    std::lock_guard<std::mutex> lk(mu);
+    char name[4096];
+    snprintf(name, sizeof name, "%s.%d", path, rank);
+    FILE *f = fopen(name, "a");
+    if (!f)
+        return;
+    fprintf(f,
+            "{\"step\":%ld,\"log_step\":%s,\"syncs\":%lld,\"allocs\":%lld,\"frees\":%lld,"
+            "\"launches\":%lld,\"collectives\":%lld,\"h2d_bytes\":%lld,\"d2h_bytes\":%lld,"
+            "\"pageable_copies\":%lld}\n",
+            step, log_step ? "true" : "false", g_stats.syncs.exchange(0),
+            g_stats.allocs.exchange(0), g_stats.frees.exchange(0), g_stats.launches.exchange(0),
+            g_stats.collectives.exchange(0), g_stats.h2d_bytes.exchange(0),
+            g_stats.d2h_bytes.exchange(0), g_stats.pageable_copies.exchange(0));
+    fclose(f);
+}
+
+} /* extern "C" */

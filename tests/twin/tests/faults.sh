@@ -1,0 +1,97 @@
+#!/bin/bash
+# faults.sh - the GPU twin finds planted bugs, and ddptrain reports GPU faults as such
+# (suite twin). Each planted bug must make the twin report it with the plant and pass without:
+#   host-read, kernel-host, missing-wait, slot-reuse  (test_twin_faults, under DDP_EMU_LATE=1)
+#   sticky kernel error in rank 1 of a 2-rank ddptrain-twin run: rank 1 says its own GPU
+#     faulted and exits 1 (not "a peer may have died"); rank 0 exits 5
+#   two ranks on one twin GPU of one host: NCCL's "Duplicate GPU detected", exit 4 (setup)
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_BUILD=${DDP_BUILD:?}
+T=$DDP_BUILD/tests/twin/tests/test_twin_faults
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+fail=0
+
+# expect CASE RC PATTERN: the planted run exits RC with PATTERN in its output; clean passes
+expect() {
+    local case=$1 want=$2 pat=$3 rc
+    DDP_EMU_LATE=1 timeout 60 "$T" "$case" plant > plant.txt 2>&1
+    rc=$?
+    if [ $rc = "$want" ] && grep -q "$pat" plant.txt; then
+        echo "ok   $case planted: exit $rc, reported: $(grep -m1 "$pat" plant.txt)"
+    else
+        echo "FAIL $case planted: exit $rc (want $want), output:"; cat plant.txt; fail=1
+    fi
+    DDP_EMU_LATE=1 timeout 60 "$T" "$case" clean > clean.txt 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+        echo "ok   $case clean: $(tail -1 clean.txt)"
+    else
+        echo "FAIL $case clean: exit $rc, output:"; cat clean.txt; fail=1
+    fi
+}
+expect host-read 139 "host access to device memory"
+expect kernel-host 1 "GPU fault: kernel k_scale: argument 1 .* is not device memory"
+expect missing-wait 3 "FAIL (bug exposed): parameters after the optimiser step"
+expect slot-reuse 3 "FAIL (bug exposed): batch 1 as the kernel saw it"
+
+# two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
+"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
+    >/dev/null || exit 1
+cat > j.ini <<INI
+[data]
+file = d.h5
+test =
+batch_size = 16
+[model]
+layers = flatten, linear(32), relu, linear(16), relu, linear(10)
+[train]
+max_steps = 30
+log_every = 10
+[dist]
+timeout_s = 20
+INI
+port=$(/usr/bin/python3 -c \
+    'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# run2 VIS0 VIS1 ENV...: both ranks, rank r with CUDA_VISIBLE_DEVICES=VISr; codes in rc0 rc1
+run2() {
+    local v0=$1 v1=$2 pids=()
+    shift 2
+    for r in 0 1; do
+        local v=$v0
+        [ $r = 1 ] && v=$v1
+        env "$@" CUDA_VISIBLE_DEVICES="$v" timeout 120 "$DDPTRAIN_TWIN" launch --nnodes 2 \
+            --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" \
+            j.ini --set job.output=out$r > r$r.txt 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[0]}"; rc0=$?
+    wait "${pids[1]}"; rc1=$?
+    port=$((port + 1))
+}
+# kernel 104 of rank 1 is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
+# faults) only when the all-reduce's event is queried, the old "peer may have died" path
+run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:104 DDP_EMU_FAIL_RANK=1
+if [ $rc1 = 1 ] && grep -q "GPU fault: kernel" r1.txt && grep -q "not of a peer" r1.txt &&
+   ! grep -q "may have died" r1.txt && [ $rc0 = 5 ]; then
+    echo "ok   sticky kernel error: rank 1 exit 1: $(grep -m1 'not of a peer' r1.txt);" \
+        "rank 0 exit 5"
+else
+    echo "FAIL sticky kernel error: rank 1 exit $rc1, rank 0 exit $rc0:"; cat r1.txt r0.txt
+    fail=1
+fi
+run2 0 1
+if [ $rc0 = 0 ] && [ $rc1 = 0 ]; then
+    echo "ok   the same run without the fault: both ranks exit 0"
+else
+    echo "FAIL clean 2-rank run: exit $rc0 $rc1"; tail -3 r0.txt r1.txt; fail=1
+fi
+run2 0 0
+if [ $rc0 = 4 ] && [ $rc1 = 4 ] && grep -q "Duplicate GPU detected" r0.txt; then
+    echo "ok   two ranks on twin GPU 0 of one host:" \
+        "$(grep -m1 -o 'Duplicate GPU detected[^(]*' r0.txt)"
+else
+    echo "FAIL duplicate GPU: exit $rc0 $rc1:"; cat r0.txt r1.txt; fail=1
+fi
+exit $fail

@@ -1,0 +1,131 @@
+/*
+ * test_twin_faults.c - bugs planted in GPU code, which the GPU twin must expose (suite twin,
+ * driven by faults.sh). `test_twin_faults CASE plant|clean`: with plant the bug is in, and the
+ * twin must report it (a fault line and a signal or exit 1, or wrong data this program
+ * detects, exit 3); with clean the same code without the bug must pass (exit 0).
+ *   host-read     the host dereferences a device pointer (the twin's device memory is
+ *                 PROT_NONE to the host): killed by SIGSEGV with the twin's report
+ *   kernel-host   a kernel is given a host pointer: sticky cudaErrorIllegalAddress, reported
+ *                 by the backend's next CUDA call (exit 1)
+ *   missing-wait  gradients written on a second ("communication") stream, the optimiser run
+ *                 on the compute stream without cudaStreamWaitEvent: stale gradients (exit 3)
+ *   slot-reuse    a page-locked loader slot refilled before its asynchronous upload ran: the
+ *                 kernel sees the next batch (exit 3)
+ * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "util.h"
+
+static const struct ddp_backend *G;
+
+#define N 1024
+
+static int check(const float *got, float want, const char *what)
+{
+    for (int i = 0; i < N; i++)
+        if (got[i] != want) {
+            printf("FAIL (bug exposed): %s: element %d is %g, expected %g\n", what, i,
+                   (double)got[i], (double)want);
+            return 3;
+        }
+    printf("ok   %s: all %d elements %g\n", what, N, (double)want);
+    return 0;
+}
+
+static int missing_wait(int plant)
+{
+    cudaStream_t compute = (cudaStream_t)ddp_cuda_stream(), comm;
+    cudaEvent_t reduced;
+    if (cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&reduced, cudaEventDisableTiming) != cudaSuccess)
+        return 1;
+    float host[N], *p = G->alloc(sizeof host), *grad = G->alloc(sizeof host);
+    float *sum = G->alloc(sizeof host);
+    for (int i = 0; i < N; i++)
+        host[i] = 1;
+    G->upload(p, host, sizeof host);
+    G->upload(grad, host, sizeof host); /* local gradient 1 */
+    for (int i = 0; i < N; i++)
+        host[i] = 4;
+    G->upload(sum, host, sizeof host); /* what the all-reduce brings: 4 */
+    G->sync();
+    /* the "all-reduce" on the communication stream writes the reduced gradient */
+    cudaMemcpyAsync(grad, sum, sizeof host, cudaMemcpyDeviceToDevice, comm);
+    cudaEventRecord(reduced, comm);
+    if (!plant)
+        cudaStreamWaitEvent(compute, reduced, 0);
+    G->sgd_step(p, grad, 1.0f, NULL, N, 0.25f, 0, 0, 0, 1); /* p = 1 - 0.25 * 4 = 0 */
+    G->download(host, p, sizeof host);
+    cudaStreamSynchronize(comm);
+    return check(host, 0.0f, "parameters after the optimiser step");
+}
+
+static int slot_reuse(int plant)
+{
+    cudaStream_t compute = (cudaStream_t)ddp_cuda_stream();
+    cudaEvent_t uploaded;
+    float *slot, host[N], *x = G->alloc(sizeof host);
+    if (cudaMallocHost((void **)&slot, sizeof host) != cudaSuccess ||
+        cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming) != cudaSuccess)
+        return 1;
+    for (int i = 0; i < N; i++)
+        slot[i] = 1; /* batch 1 */
+    cudaMemcpyAsync(x, slot, sizeof host, cudaMemcpyHostToDevice, compute);
+    cudaEventRecord(uploaded, compute);
+    G->scale(x, N, 3.0f); /* the step's kernels on batch 1 */
+    if (!plant)
+        cudaEventSynchronize(uploaded); /* the loader may refill the slot only now */
+    for (int i = 0; i < N; i++)
+        slot[i] = 2; /* the loader's next batch into the same slot */
+    G->download(host, x, sizeof host);
+    return check(host, 3.0f, "batch 1 as the kernel saw it");
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
+        fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse "
+                "plant|clean\n");
+        return 2;
+    }
+    const int plant = strcmp(argv[2], "plant") == 0;
+    char err[DDP_ERR_LEN];
+    G = ddp_backend_cuda(0, 0, err, sizeof err);
+    if (!G) {
+        fprintf(stderr, "no twin GPU: %s\n", err);
+        return 1;
+    }
+    if (strcmp(argv[1], "host-read") == 0) {
+        float *d = G->alloc(sizeof(float) * N), v = 0;
+        if (plant)
+            v = *(volatile float *)d; /* the bug */
+        else
+            G->download(&v, d, sizeof v);
+        printf("ok   read %g through a copy\n", (double)v);
+        return 0;
+    }
+    if (strcmp(argv[1], "kernel-host") == 0) {
+        static float host[N];
+        float *d = G->alloc(sizeof host);
+        G->scale(plant ? host : d, N, 2.0f); /* the bug: a host array to a kernel */
+        G->sync();
+        G->scale(d, N, 2.0f);
+        G->sync();
+        printf("ok   kernels ran on device memory\n");
+        return 0;
+    }
+    if (strcmp(argv[1], "missing-wait") == 0)
+        return missing_wait(plant);
+    if (strcmp(argv[1], "slot-reuse") == 0)
+        return slot_reuse(plant);
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}

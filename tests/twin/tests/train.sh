@@ -1,0 +1,103 @@
+#!/bin/bash
+# train.sh - training on the NCCL path of the GPU twin equals the 1-rank CPU run (suite twin):
+# W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
+# id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
+# CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers and SyncBatchNorm. Then
+# the per-step counters (DDP_EMU_STATS) of 2-rank runs: no allocation after step 1 and no free
+# at all (a free synchronises the device, collectives in flight included), MLP and CNN with
+# SyncBatchNorm; the MLP's counts per step are printed (docs/gpu.md has them as a baseline).
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+PY=/usr/bin/python3
+$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
+    >/dev/null || exit 1
+G=48
+cat > plain.ini <<INI
+[job]
+seed = 77
+[data]
+file = d.h5
+test =
+[model]
+layers = flatten, linear(32), relu, linear(16), relu, linear(10)
+[optim]
+name = sgd
+lr = 0.05
+momentum = 0.9
+weight_decay = 0.0001
+[train]
+epochs = 1
+max_steps = 30
+log_every = 10
+INI
+cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu"
+sed "s/^layers = .*/layers = $cnn, linear(10)/" plain.ini > syncbn.ini
+printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+
+fail=0
+for model in plain syncbn; do
+    "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
+        { echo "FAIL $model: CPU run"; fail=1; continue; }
+    for W in 1 2 4; do
+        [ $model = syncbn ] && [ $W = 1 ] && continue
+        if ! timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node $W $model.ini \
+                --set data.batch_size=$((G / W)) --set job.output=$model-w$W \
+                > $model-w$W.log 2>&1; then
+            echo "FAIL $model W=$W: run failed"; tail -5 $model-w$W.log; fail=1; continue
+        fi
+        if ! grep -q "comm nccl, device cuda:0 (ddptrain GPU twin 0" $model-w$W.log &&
+           ! { [ $W = 1 ] && grep -q "device cuda:0 (ddptrain GPU twin 0" $model-w$W.log; }; then
+            echo "FAIL $model W=$W: not on the twin GPU / NCCL:"; grep '^ddptrain' $model-w$W.log
+            fail=1; continue
+        fi
+        if $PY "$DDP_SRC/tests/ddp/compare_h5.py" $model-w$W/model.h5 $model-cpu/model.h5 1e-5 \
+                > cmp.txt; then
+            echo "ok   $model W=$W twin GPUs vs CPU: $(head -1 cmp.txt)"
+        else
+            echo "FAIL $model W=$W twin GPUs vs CPU:"; cat cmp.txt; fail=1
+        fi
+    done
+done
+# the comparison can fail: another seed does not agree
+"$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
+if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5 >/dev/null; then
+    echo "FAIL: runs with different seeds compared equal"; fail=1
+fi
+
+# counters per step, 2 ranks
+for model in plain syncbn; do
+    if ! DDP_EMU_STATS=$work/stats-$model timeout 300 "$DDPTRAIN_TWIN" launch \
+            --nproc-per-node 2 $model.ini --set data.batch_size=24 --set job.output=stats-$model \
+            > stats-$model.log 2>&1; then
+        echo "FAIL: $model stats run"; tail -5 stats-$model.log; fail=1; continue
+    fi
+    $PY - stats-$model.0 stats-$model.1 <<'PYEOF' || fail=1
+import json, sys
+bad = 0
+for path in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(path)]
+    if len(rows) != 30:
+        print(f"FAIL {path}: {len(rows)} step lines, expected 30"); bad = 1; continue
+    later = [r for r in rows if r["step"] > 1]
+    n = sum(r["allocs"] for r in later)
+    msgs = [f"{n} allocations after step 1"] if n else []
+    msgs += [f"{r['frees']} frees in step {r['step']}" for r in rows if r["frees"]]
+    for m in msgs:
+        print(f"FAIL {path}: {m}")
+    if msgs:
+        bad = 1
+        continue
+    plain = [r for r in later if not r["log_step"]]
+    logr = [r for r in later if r["log_step"]][0]
+    keys = ("syncs", "launches", "collectives", "h2d_bytes", "d2h_bytes", "pageable_copies")
+    print(f"ok   {path}: step 1 allocs {rows[0]['allocs']}; later steps 0 allocs; 0 frees; "
+          "per plain step " + ", ".join(f"{k} {plain[0][k]}" for k in keys) + "; per log step "
+          + ", ".join(f"{k} {logr[k]}" for k in keys))
+sys.exit(bad)
+PYEOF
+done
+exit $fail
