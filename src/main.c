@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "bootstrap-test")) /* hidden: exercises the bootstrap in tests */
         return ddp_cmd_bootstrap_test(argc - 1, argv + 1);
     if (cmd[0] == '-') {
-        fprintf(stderr, "ddptrain: unknown option '%s'; see ddptrain --help\n", cmd);
+        ddp_warn("unknown option '%s'; see ddptrain --help", cmd);
         return DDP_EXIT_USAGE;
     }
     /* `ddptrain JOB.ini ...`: train; argv[0] stands in for the subcommand name */

@@ -635,13 +635,12 @@ int ddp_cmd_train(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (a[0] == '-') {
-            fprintf(stderr, "ddptrain: unknown option '%s'\n", a);
+            ddp_warn("unknown option '%s'", a);
             usage(stderr);
             return DDP_EXIT_USAGE;
         } else {
             if (job_path) {
-                fprintf(stderr, "ddptrain: two job files given ('%s' and '%s'); give one\n",
-                        job_path, a);
+                ddp_warn("two job files given ('%s' and '%s'); give one", job_path, a);
                 return DDP_EXIT_USAGE;
             }
             job_path = a;
@@ -664,17 +663,17 @@ int ddp_cmd_train(int argc, char **argv)
         return DDP_EXIT_USAGE;
     }
     if (ddp_job_load(&t->job, job_path, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
     for (int i = 0; i < nsets; i++)
         if (ddp_job_set(&t->job, sets[i], err, sizeof err) != 0) {
-            fprintf(stderr, "ddptrain: %s\n", err);
+            ddp_warn("%s", err);
             return DDP_EXIT_USAGE;
         }
     if (ddp_job_validate(&t->job, err, sizeof err) != 0 ||
         install_signals(&t->job, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
     if (t->eval_only && !t->job.data_test[0]) {
@@ -685,7 +684,7 @@ int ddp_cmd_train(int argc, char **argv)
 
     /* world and collectives */
     if (ddp_world_detect(&t->world, NULL, NULL, (int)job->port, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
     const struct ddp_world *w = &t->world;
