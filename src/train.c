@@ -203,7 +203,17 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
         return DDP_EXIT_USAGE;
     }
     ddp_job_write(job, f);
-    fclose(f);
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        ddp_err(err, errlen, "%s: cannot write: %s; free space there or set [job] output "
+                "elsewhere", path, strerror(e));
+        return DDP_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -326,7 +336,6 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
         double t0 = ddp_now();
         if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job.text, (int)t->job.ckpt_keep,
                           path, sizeof path, err, sizeof err) != 0) {
-            ddp_warn("%s", err);
             ok = 0;
         } else {
             ddp_log("checkpoint %s at step %lld (%s%lld, %lld samples in; %.2fs)", path,
@@ -336,7 +345,8 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
     }
     ddp_comm_broadcast(t->comm, &ok, sizeof ok, 0);
     if (!ok)
-        ddp_die("cannot write a checkpoint; stopping before any training is lost");
+        ddp_die("%s; stopping before any more training is lost",
+                t->world.rank == 0 ? err : "rank 0 cannot write a checkpoint");
 }
 
 /* Resume per [checkpoint] resume: rank 0 loads, everybody receives the state. Returns an exit
@@ -782,7 +792,7 @@ int ddp_cmd_train(int argc, char **argv)
     if (!code)
         code = init_weights(t, err, sizeof err);
     if (!code && t->eval_only && t->world.rank == 0 &&
-        ddp_weights_load(t->eval_only, &t->model, err, sizeof err) != 0)
+        ddp_ckpt_load_weights(t->eval_only, &t->model, err, sizeof err) != 0)
         code = DDP_EXIT_DATA;
     int rc = agree(t, code, err);
     if (rc)
