@@ -386,6 +386,8 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
             code = DDP_EXIT_DATA;
         }
     }
+    if (!found) /* a checkpoint that failed to load may have filled in its position */
+        memset(pos, 0, sizeof *pos);
     int rc = agree(t, code, err);
     if (rc)
         return rc;
