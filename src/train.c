@@ -409,6 +409,20 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
     return 0;
 }
 
+/* The loss of this batch is not finite: name the culprit (the batch, a layer's weights, or
+ * the first layer with a non-finite output) before any update, and stop. */
+static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noise,
+                          int64_t step, double loss)
+{
+    char why[DDP_ERR_LEN];
+    const int64_t *idx = ddp_loader_indices(t->train_loader);
+    int data = ddp_model_explain_nonfinite(&t->model, x, n, noise, why, sizeof why);
+    ddp_die_at(__FILE__, __LINE__, data ? DDP_EXIT_DATA : DDP_EXIT_RUNTIME,
+               "loss is %g at step %lld, on a batch of %s %s holding sample %lld: %s", loss,
+               (long long)step, t->job.data_file, t->job.data_train,
+               idx ? (long long)idx[0] : -1LL, why);
+}
+
 static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 {
     const struct ddp_job *job = &t->job;
@@ -470,8 +484,11 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                              ((uint64_t)step << 20) ^ (uint64_t)rank;
             t->be->zero(m->grads, m->nparams);
             const float *logits = ddp_model_forward(m, x, n, 1, noise);
-            loss_acc[0] += t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
-                                       1.0f / (float)n);
+            double loss = t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
+                                      1.0f / (float)n);
+            if (!isfinite(loss))
+                die_nonfinite(t, x, n, noise, step + 1, loss);
+            loss_acc[0] += loss;
             loss_acc[1] += n;
             ddp_sync_begin(&t->sync);
             ddp_model_backward(m, x, n, ddp_sync_layer_done, &t->sync);
