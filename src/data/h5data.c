@@ -302,8 +302,8 @@ static int check_storage(ddp_h5split *s, hid_t d, const char *name, size_t row_b
     hid_t dcpl = H5Dget_create_plist(d), sp = H5Dget_space(d);
     int rc = 0, rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
     hsize_t dims[H5S_MAX_RANK], cdims[H5S_MAX_RANK];
-    if (dcpl < 0 || rank < 1 || rank > H5S_MAX_RANK || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
-        H5Pget_external_count(dcpl) > 0)
+    if (dcpl < 0 || rank < 1 || rank > H5S_MAX_RANK ||
+        H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || H5Pget_external_count(dcpl) > 0)
         goto out;
     H5D_layout_t layout = H5Pget_layout(dcpl);
     if (layout == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, cdims) == rank) {
@@ -834,6 +834,25 @@ static int pread_rows(ddp_h5split *s, int64_t r0, int64_t k, uint8_t *buf, char 
     return 0;
 }
 
+/* Float32 rows just read into s->rows (`rows` distinct rows of the n sorted requests, in file
+ * order): a non-finite value is an error naming its sample. */
+static int check_read_finite(const ddp_h5split *s, int n, int rows, char *err, size_t errlen)
+{
+    if (s->dtype != DDP_H5DTYPE_FLOAT32)
+        return 0;
+    const float *v = (const float *)(const void *)s->rows;
+    int64_t e = s->elems, bad = first_nonfinite(v, (size_t)rows * (size_t)e);
+    if (bad < 0)
+        return 0;
+    int64_t want = bad / e, row = -1, at = -1;
+    for (int i = 0; i < n && at < want; i++)
+        if (s->reqs[i].row != row) {
+            row = s->reqs[i].row;
+            at++;
+        }
+    return nonfinite_err(s, row, bad % e, v[bad], err, errlen);
+}
+
 int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char *err,
                      size_t errlen)
 {
@@ -905,21 +924,8 @@ int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char
     }
 
     /* Float rows from the file are checked once here (cached ones were checked on caching). */
-    if (s->dtype == DDP_H5DTYPE_FLOAT32) {
-        int64_t bad = first_nonfinite((const float *)(const void *)s->rows,
-                                      (size_t)slot * (size_t)e);
-        if (bad >= 0) {
-            int64_t want = bad / (int64_t)e, prev_row = -1, at = -1;
-            for (int i = 0; i < n && at < want; i++)
-                if (s->reqs[i].row != prev_row) {
-                    prev_row = s->reqs[i].row;
-                    at++;
-                }
-            nonfinite_err(s, prev_row, bad % (int64_t)e, ((const float *)(const void *)s->rows)[bad],
-                          err, errlen);
-            goto out;
-        }
-    }
+    if (check_read_finite(s, n, slot, err, errlen) != 0)
+        goto out;
 
     /* Rows arrived in file order, one per distinct index: scatter to the batch order. */
     slot = -1;

@@ -53,6 +53,22 @@ static char *trim(char *s)
     return s;
 }
 
+/* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
+ * LAYER_ARG_MAX, which the message names. */
+static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, int pos,
+                            const char *orig, char *err, size_t errlen)
+{
+    for (int i = 0; i < npos; i++) {
+        if (a[i] != floor(a[i]) || a[i] < (i >= 3 ? 0 : 1))
+            return ddp_err(err, errlen, "layer %d '%s': argument %d must be a whole number >= %d",
+                           pos, orig, i + 1, i >= 3 ? 0 : 1);
+        if (a[i] > LAYER_ARG_MAX)
+            return ddp_err(err, errlen, "layer %d '%s': %s: %s %.0f exceeds the limit %d (2^20)",
+                           pos, orig, kind_name(kind), arg_name(kind, i), a[i], LAYER_ARG_MAX);
+    }
+    return 0;
+}
+
 /* Parse "name" or "name(args)" into spec. pos is 1-based, for messages. */
 static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *err, size_t errlen)
 {
@@ -137,15 +153,9 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
                        orig, kind_name(spec->kind), want_min,
                        want_max > want_min ? " or more" : "", want_max == 1 ? "" : "s", npos,
                        usage);
-    for (int i = 0; i < npos && spec->kind != DDP_LAYER_DROPOUT; i++) {
-        if (pos_args[i] != floor(pos_args[i]) || pos_args[i] < (i >= 3 ? 0 : 1))
-            return ddp_err(err, errlen, "layer %d '%s': argument %d must be a whole number >= %d",
-                           pos, orig, i + 1, i >= 3 ? 0 : 1);
-        if (pos_args[i] > LAYER_ARG_MAX)
-            return ddp_err(err, errlen, "layer %d '%s': %s: %s %.0f exceeds the limit %d (2^20)",
-                           pos, orig, kind_name(spec->kind), arg_name(spec->kind, i),
-                           pos_args[i], LAYER_ARG_MAX);
-    }
+    if (spec->kind != DDP_LAYER_DROPOUT &&
+        check_whole_args(pos_args, npos, spec->kind, pos, orig, err, errlen) != 0)
+        return -1;
     switch (spec->kind) {
     case DDP_LAYER_LINEAR: spec->n = (int)pos_args[0]; break;
     case DDP_LAYER_CONV2D:
