@@ -627,7 +627,11 @@ void ddp_job_write_reference(FILE *f)
                "Every key may also be given on the command line as `--set SECTION.KEY=VALUE`.\n"
                "Unknown sections or keys, values of the wrong type or out of range, and a key\n"
                "given twice are errors that name the file, line and key (exit 2). A long value\n"
-               "continues on the next line when that line starts with blanks.\n");
+               "continues on the next line when that line starts with blanks.\n\n"
+               "A job file is a regular file of plain text, at most 1 MiB: a directory, FIFO or\n"
+               "device is refused without being read (exit 2), and so is a NUL byte or another\n"
+               "control character (tab and CR aside), named by line and column. Messages that\n"
+               "quote the file show control characters as `\\xNN`.\n");
     for (int i = 0; i < NKEYS; i++) {
         const struct key_def *k = &g_keys[i];
         if (strcmp(section, k->section) != 0) {

@@ -668,21 +668,30 @@ static herr_t select_rows(ddp_h5split *s, H5S_seloper_t op, int64_t r0, int64_t 
 /* Block of floats scanned per pass of the finite check: small enough to stay in L1. */
 #define FINITE_BLOCK 1024
 
-/* Index of the first NaN or infinity among v[0..n), or -1. Exponent bits all ones means
- * non-finite; OR-ing that test over a block vectorises (about 0.1 ns a value), and only a
- * block that holds one is searched again. */
+/* Index of the first NaN or infinity among v[0..n), or -1. A value is non-finite when its bits
+ * without the sign are >= those of +inf; the largest of them over a block, kept in 16 lanes so
+ * that GCC's -O2 cost model vectorises the loop (0.3 ns a value on the build machine, as much
+ * as a memcpy), is all that is looked at unless the block holds one. */
 static int64_t first_nonfinite(const float *v, size_t n)
 {
+    const uint32_t inf = 0x7f800000u, abs = 0x7fffffffu;
     for (size_t at = 0; at < n; at += FINITE_BLOCK) {
-        size_t k = n - at < FINITE_BLOCK ? n - at : FINITE_BLOCK;
+        size_t k = n - at < FINITE_BLOCK ? n - at : FINITE_BLOCK, j = 0;
         const uint32_t *u = (const uint32_t *)(const void *)(v + at);
-        uint32_t any = 0;
-        for (size_t j = 0; j < k; j++)
-            any |= (u[j] & 0x7f800000u) == 0x7f800000u;
-        if (!any)
+        uint32_t mx[16] = {0}, top = 0;
+        for (; j + 16 <= k; j += 16)
+            for (int l = 0; l < 16; l++) {
+                uint32_t a = u[j + l] & abs;
+                mx[l] = a > mx[l] ? a : mx[l];
+            }
+        for (; j < k; j++)
+            top = (u[j] & abs) > top ? u[j] & abs : top;
+        for (int l = 0; l < 16; l++)
+            top = mx[l] > top ? mx[l] : top;
+        if (top < inf)
             continue;
-        for (size_t j = 0; j < k; j++)
-            if ((u[j] & 0x7f800000u) == 0x7f800000u)
+        for (j = 0; j < k; j++)
+            if ((u[j] & abs) >= inf)
                 return (int64_t)(at + j);
     }
     return -1;
