@@ -173,10 +173,15 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
     int rc = -1;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
-        ddp_err(err, errlen, "%s: cannot create checkpoint", tmp);
+        char why[256];
+        ddp_err(err, errlen, "%s: cannot create checkpoint: %s; check the directory is "
+                "writable and has space", tmp, ddp_h5_error_reason(why, sizeof why));
+        unlink(tmp);
         goto out;
     }
     static const char *optim_names[] = {"sgd", "adam", "adamw"};
+    if (err && errlen)
+        err[0] = '\0';
     int ok = ddp_weights_write_group(f, m, err, errlen) == 0;
     hid_t g = ok ? H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
     ok = ok && g >= 0;
@@ -196,11 +201,19 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
          attr_i64(f, "seed", pos->seed) == 0 && attr_i64(f, "train_ms", pos->train_ms) == 0 &&
          attr_str(f, "job", job_text ? job_text : "") == 0 &&
          attr_i64(f, "checksum", crc) == 0;
-    if (H5Fclose(f) < 0)
+    char why[256] = "";
+    if (ok && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) /* surfaces a full disk with its reason */
         ok = 0;
+    if (!ok)
+        ddp_h5_error_reason(why, sizeof why);
+    if (H5Fclose(f) < 0 && ok) {
+        ok = 0;
+        ddp_h5_error_reason(why, sizeof why);
+    }
     if (!ok) {
         if (!err || !err[0] || strstr(err, "cannot write") == NULL)
-            ddp_err(err, errlen, "%s: cannot write checkpoint (disk full?)", tmp);
+            ddp_err(err, errlen, "%s: cannot write checkpoint: %s; free space on that file "
+                    "system or set [job] output elsewhere", tmp, why);
         unlink(tmp);
         goto out;
     }
@@ -371,6 +384,77 @@ out:
         H5Tclose(ty);
     if (a >= 0)
         H5Aclose(a);
+    H5Fclose(f);
+    return rc;
+}
+
+/* Optional flat float32 dataset `name` of n values into *v (malloc'd; NULL when absent).
+ * Returns 0, or -1 when present with another size or unreadable. */
+static int read_optional_f32(hid_t f, const char *name, size_t n, float **v)
+{
+    *v = NULL;
+    if (H5Lexists(f, "optim", H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0)
+        return 0;
+    *v = ddp_malloc(sizeof(float) * (n + 1));
+    return read_f32(f, name, *v, n);
+}
+
+int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size_t errlen)
+{
+    hid_t f = ddp_h5_open_read(path, "checkpoint or weights", err, errlen);
+    if (f < 0)
+        return -1;
+    char fmt[64];
+    if (H5Aexists(f, "format") <= 0) { /* model.h5 or h5py weights: nothing to verify */
+        int rc = ddp_weights_read_group(f, path, m, err, errlen);
+        H5Fclose(f);
+        return rc;
+    }
+    int rc = -1;
+    float *s1 = NULL, *s2 = NULL, *hp = NULL, *hb = NULL;
+    int64_t version = 0, crc_file = -1, t = 0;
+    struct ddp_ckpt_pos pos = {0};
+    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0) {
+        ddp_err(err, errlen, "%s: format attribute is not %s: not a ddptrain checkpoint", path,
+                CKPT_FORMAT);
+        goto out;
+    }
+    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION) {
+        ddp_err(err, errlen, "%s: checkpoint format version %lld; this ddptrain reads version %d",
+                path, (long long)version, DDP_CKPT_VERSION);
+        goto out;
+    }
+    if (read_attr_i64(f, "epoch", &pos.epoch) || read_attr_i64(f, "step", &pos.step) ||
+        read_attr_i64(f, "cursor", &pos.cursor) || read_attr_i64(f, "optim_t", &t) ||
+        read_attr_i64(f, "checksum", &crc_file)) {
+        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
+                path);
+        goto out;
+    }
+    if (ddp_weights_read_group(f, path, m, err, errlen) != 0)
+        goto out;
+    if (read_optional_f32(f, "optim/state1", m->nparams, &s1) != 0 ||
+        read_optional_f32(f, "optim/state2", m->nparams, &s2) != 0) {
+        ddp_err(err, errlen, "%s: /optim state of the wrong size (%zu expected): damaged "
+                "checkpoint", path, m->nparams);
+        goto out;
+    }
+    hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
+    m->be->download(hp, m->params, sizeof(float) * m->nparams);
+    m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
+    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, m->nparams, &pos, t);
+    if ((int64_t)crc != crc_file) {
+        ddp_err(err, errlen, "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
+                "damaged; evaluate an older checkpoint", path, (unsigned long long)crc_file, crc);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(s1);
+    free(s2);
+    free(hp);
+    free(hb);
     H5Fclose(f);
     return rc;
 }

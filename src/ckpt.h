@@ -55,6 +55,12 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
 int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, char *err,
                       size_t errlen);
 
+/* The weights of path into m for `ddptrain eval`: a checkpoint is verified as resume verifies
+ * it (format, version, shapes and the CRC over tensors, optimiser state and position, whatever
+ * optimiser saved it); a file without the checkpoint format attribute (model.h5, h5py) is read
+ * as plain weights. -1 with one line naming the file and what is wrong. */
+int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size_t errlen);
+
 /* Checkpoints in dir, newest (highest step) first. Returns the count (0 if none or no dir);
  * *paths is an array of malloc'd strings, freed with ddp_ckpt_free_list. */
 int ddp_ckpt_list(const char *dir, char ***paths);

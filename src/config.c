@@ -9,6 +9,8 @@
 
 #include <ini.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -388,37 +390,94 @@ static int on_value(void *user, const char *section, const char *name, const cha
     return 1;
 }
 
-/* Bytes of a whole file, NUL-terminated; NULL with errno on failure. */
-static char *slurp(const char *path, size_t max)
+#define JOB_FILE_MAX (1 << 20) /* a job file is a page of text; refuse anything absurd */
+
+/* The whole job file, NUL-terminated, into *text (*len bytes) from a descriptor that is known
+ * to be a regular file. Fails (-1, err) on a read error or past JOB_FILE_MAX bytes. */
+static int read_job_bytes(int fd, const char *path, char **text, size_t *len, char *err,
+                          size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
     size_t cap = 4096, n = 0;
     char *buf = ddp_malloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n > max)
-            break;
-        if (cap - n - 1 == 0)
+    for (;;) {
+        if (n + 1 == cap)
             buf = ddp_realloc(buf, cap *= 2);
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(e));
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+        if (n > JOB_FILE_MAX) {
+            free(buf);
+            return ddp_err(err, errlen, "%s: larger than %d bytes; is this a job file? give "
+                           "an INI file (docs/job-file.md)", path, JOB_FILE_MAX);
+        }
     }
-    fclose(f);
     buf[n] = '\0';
-    return buf;
+    *text = buf;
+    *len = n;
+    return 0;
 }
 
-#define JOB_FILE_MAX (1 << 20) /* a job file is a page of text; refuse anything absurd */
+/* A job file is text: a NUL byte (which would silently cut the line) or a control character
+ * other than tab and CR is an error naming line and column. */
+static int check_job_bytes(const char *text, size_t len, const char *path, char *err,
+                           size_t errlen)
+{
+    int line = 1, col = 1;
+    for (size_t i = 0; i < len; i++, col++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\n') {
+            line++;
+            col = 0;
+            continue;
+        }
+        if (c >= 0x20 && c != 0x7f)
+            continue;
+        if (c == '\t' || c == '\r')
+            continue;
+        return ddp_err(err, errlen, "%s:%d: %s byte 0x%02x at column %d; a job file is plain "
+                       "text, remove it (is this a binary file?)", path, line,
+                       c == 0 ? "NUL" : "control", c, col);
+    }
+    return 0;
+}
 
 int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen)
 {
     snprintf(job->path, sizeof job->path, "%s", path);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    const char *kind = NULL;
+    int fd = ddp_open_regular(path, &kind);
+    if (fd < 0 && kind && strcmp(kind, "file") != 0)
+        return ddp_err(err, errlen, "%s: is a %s, not a job file; give the path of an INI file "
+                       "(docs/job-file.md)", path, kind);
+    if (fd < 0)
         return ddp_err(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_job_bytes(fd, path, &text, &len, err, errlen);
+    close(fd);
+    if (rc != 0)
+        return -1;
+    if (check_job_bytes(text, len, path, err, errlen) != 0) {
+        free(text);
+        return -1;
+    }
+    free(job->text);
+    job->text = text; /* the bytes that are parsed, kept for checkpoints */
+    if (len == 0)
+        return 0; /* an empty job file: every default */
+    FILE *f = fmemopen(text, len, "r"); /* inih reads lines from a stream */
+    if (!f)
+        return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(errno));
     struct parse_state ps = {.job = job, .f = f, .err = err, .errlen = errlen};
-    int rc = ini_parse_stream(read_line, &ps, on_value, &ps);
+    rc = ini_parse_stream(read_line, &ps, on_value, &ps);
     fclose(f);
     if (ps.line_too_long && (!ps.failed || ps.line_too_long <= ps.line))
         return ddp_err(err, errlen,
@@ -433,13 +492,6 @@ int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen
                        path, rc);
     if (rc < 0)
         return ddp_err(err, errlen, "%s: cannot read job file", path);
-    free(job->text);
-    job->text = slurp(path, JOB_FILE_MAX);
-    if (!job->text)
-        return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(errno));
-    if (strlen(job->text) > JOB_FILE_MAX)
-        return ddp_err(err, errlen, "%s: larger than %d bytes; is this a job file?", path,
-                       JOB_FILE_MAX);
     return 0;
 }
 
@@ -577,7 +629,11 @@ void ddp_job_write_reference(FILE *f)
                "Every key may also be given on the command line as `--set SECTION.KEY=VALUE`.\n"
                "Unknown sections or keys, values of the wrong type or out of range, and a key\n"
                "given twice are errors that name the file, line and key (exit 2). A long value\n"
-               "continues on the next line when that line starts with blanks.\n");
+               "continues on the next line when that line starts with blanks.\n\n"
+               "A job file is a regular file of plain text, at most 1 MiB: a directory, FIFO or\n"
+               "device is refused without being read (exit 2), and so is a NUL byte or another\n"
+               "control character (tab and CR aside), named by line and column. Messages that\n"
+               "quote the file show control characters as `\\xNN`.\n");
     for (int i = 0; i < NKEYS; i++) {
         const struct key_def *k = &g_keys[i];
         if (strcmp(section, k->section) != 0) {

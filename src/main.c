@@ -75,6 +75,9 @@ static int print_version(void)
 
 int main(int argc, char **argv)
 {
+    /* No HDF5 clean-up at exit: every file is closed explicitly, and after a failed close
+     * (a full disk) HDF5 1.10's exit handler walks the half-closed file and crashes. */
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
     if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
         strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") && argv[1][0] != '-')
@@ -109,7 +112,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "bootstrap-test")) /* hidden: exercises the bootstrap in tests */
         return ddp_cmd_bootstrap_test(argc - 1, argv + 1);
     if (cmd[0] == '-') {
-        fprintf(stderr, "ddptrain: unknown option '%s'; see ddptrain --help\n", cmd);
+        ddp_warn("unknown option '%s'; see ddptrain --help", cmd);
         return DDP_EXIT_USAGE;
     }
     /* `ddptrain JOB.ini ...`: train; argv[0] stands in for the subcommand name */

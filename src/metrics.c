@@ -10,6 +10,7 @@
 int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char *err,
                      size_t errlen)
 {
+    snprintf(mt->path, sizeof mt->path, "%s", path);
     mt->f = fopen(path, append ? "a" : "w");
     if (!mt->f)
         return ddp_err(err, errlen, "%s: cannot write metrics: %s", path, strerror(errno));
@@ -22,6 +23,14 @@ void ddp_metrics_close(struct ddp_metrics *mt)
         fclose(mt->f);
         mt->f = NULL;
     }
+}
+
+/* Push the line out; a failed write stops the run naming the file and the reason. */
+static void flush_line(struct ddp_metrics *mt)
+{
+    if (fflush(mt->f) != 0 || ferror(mt->f))
+        ddp_die("%s: cannot write metrics: %s; free space there or set [job] output elsewhere",
+                mt->path, strerror(errno));
 }
 
 /* JSON has no NaN or Infinity: write null for them. */
@@ -52,7 +61,7 @@ void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, doub
         num(mt->f, busbw_gbs);
     }
     fputs("}\n", mt->f);
-    fflush(mt->f);
+    flush_line(mt);
 }
 
 void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, double test_loss,
@@ -66,7 +75,7 @@ void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, doubl
     fputs(",\"test_acc\":", mt->f);
     num(mt->f, test_acc);
     fputs("}\n", mt->f);
-    fflush(mt->f);
+    flush_line(mt);
 }
 
 void ddp_metrics_summary(struct ddp_metrics *mt, const char *members)
@@ -74,5 +83,5 @@ void ddp_metrics_summary(struct ddp_metrics *mt, const char *members)
     if (!mt->f)
         return;
     fprintf(mt->f, "{\"kind\":\"summary\",%s}\n", members);
-    fflush(mt->f);
+    flush_line(mt);
 }

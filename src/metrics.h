@@ -5,7 +5,8 @@
  *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}
  *   {"kind":"summary",...}
  * Epochs count from 1, steps are global optimiser steps from 1. Only rank 0 opens the file;
- * on other ranks every call is a no-op. Each line is flushed as it is written.
+ * on other ranks every call is a no-op. Each line is flushed as it is written; a write that
+ * fails (a full disk) is fatal, with the path and the system's reason.
  */
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
@@ -15,6 +16,7 @@
 
 struct ddp_metrics {
     FILE *f; /* NULL: not rank 0, or not opened */
+    char path[1100];
 };
 
 int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char *err,

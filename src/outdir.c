@@ -295,11 +295,16 @@ int ddp_outdir_write_job(const char *dir, const char *text, char *why, size_t wh
     if (!f)
         return ddp_err(why, whylen, "%s: cannot write: %s", tmp, strerror(errno));
     size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
+    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0;
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
     if (!ok) {
         unlink(tmp);
-        return ddp_err(why, whylen, "%s: cannot write (disk full?)", tmp);
+        return ddp_err(why, whylen, "%s: cannot write: %s; free space there or set [job] output "
+                       "elsewhere", tmp, strerror(e));
     }
     if (ddp_file_commit(tmp, path, why, whylen) != 0) {
         unlink(tmp);

@@ -363,7 +363,6 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
         double t0 = ddp_now();
         if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job_text, (int)t->job.ckpt_keep,
                           path, sizeof path, err, sizeof err) != 0) {
-            ddp_warn("%s", err);
             ok = 0;
         } else {
             if (pos->cursor)
@@ -377,7 +376,8 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
     }
     ddp_comm_broadcast(t->comm, &ok, sizeof ok, 0);
     if (!ok)
-        ddp_die("cannot write a checkpoint; stopping before any training is lost");
+        ddp_die("%s; stopping before any more training is lost",
+                t->world.rank == 0 ? err : "rank 0 cannot write a checkpoint");
 }
 
 /* Rank 0: refuse a checkpoint that a different job wrote (exit 2, naming the keys that
@@ -452,6 +452,8 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
             code = DDP_EXIT_DATA;
         }
     }
+    if (!found) /* a checkpoint that failed to load may have filled in its position */
+        memset(pos, 0, sizeof *pos);
     int rc = agree(t, code, err);
     if (rc)
         return rc;
@@ -480,6 +482,20 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
 static int64_t total_ms(const struct ddp_ckpt_pos *start, double t0)
 {
     return start->train_ms + (int64_t)((ddp_now() - t0) * 1000.0);
+}
+
+/* The loss of this batch is not finite: name the culprit (the batch, a layer's weights, or
+ * the first layer with a non-finite output) before any update, and stop. */
+static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noise,
+                          int64_t step, double loss)
+{
+    char why[DDP_ERR_LEN];
+    const int64_t *idx = ddp_loader_indices(t->train_loader);
+    int data = ddp_model_explain_nonfinite(&t->model, x, n, noise, why, sizeof why);
+    ddp_die_at(__FILE__, __LINE__, data ? DDP_EXIT_DATA : DDP_EXIT_RUNTIME,
+               "loss is %g at step %lld, on a batch of %s %s holding sample %lld: %s", loss,
+               (long long)step, t->job.data_file, t->job.data_train,
+               idx ? (long long)idx[0] : -1LL, why);
 }
 
 static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
@@ -543,8 +559,11 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                              ((uint64_t)step << 20) ^ (uint64_t)rank;
             t->be->zero(m->grads, m->nparams);
             const float *logits = ddp_model_forward(m, x, n, 1, noise);
-            loss_acc[0] += t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
-                                       1.0f / (float)n);
+            double loss = t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
+                                      1.0f / (float)n);
+            if (!isfinite(loss))
+                die_nonfinite(t, x, n, noise, step + 1, loss);
+            loss_acc[0] += loss;
             loss_acc[1] += n;
             ddp_sync_begin(&t->sync);
             ddp_model_backward(m, x, n, ddp_sync_layer_done, &t->sync);
@@ -747,13 +766,12 @@ int ddp_cmd_train(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (a[0] == '-') {
-            fprintf(stderr, "ddptrain: unknown option '%s'\n", a);
+            ddp_warn("unknown option '%s'", a);
             usage(stderr);
             return DDP_EXIT_USAGE;
         } else {
             if (job_path) {
-                fprintf(stderr, "ddptrain: two job files given ('%s' and '%s'); give one\n",
-                        job_path, a);
+                ddp_warn("two job files given ('%s' and '%s'); give one", job_path, a);
                 return DDP_EXIT_USAGE;
             }
             job_path = a;
@@ -776,17 +794,17 @@ int ddp_cmd_train(int argc, char **argv)
         return DDP_EXIT_USAGE;
     }
     if (ddp_job_load(&t->job, job_path, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
     for (int i = 0; i < nsets; i++)
         if (ddp_job_set(&t->job, sets[i], err, sizeof err) != 0) {
-            fprintf(stderr, "ddptrain: %s\n", err);
+            ddp_warn("%s", err);
             return DDP_EXIT_USAGE;
         }
     if (ddp_job_validate(&t->job, err, sizeof err) != 0 ||
         install_signals(&t->job, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
     if (t->eval_only && !t->job.data_test[0]) {
@@ -801,7 +819,7 @@ int ddp_cmd_train(int argc, char **argv)
 
     /* world and collectives */
     if (ddp_world_detect(&t->world, NULL, NULL, (int)job->port, err, sizeof err) != 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
+        ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
     const struct ddp_world *w = &t->world;
@@ -899,7 +917,7 @@ int ddp_cmd_train(int argc, char **argv)
     if (!code)
         code = init_weights(t, err, sizeof err);
     if (!code && t->eval_only && t->world.rank == 0 &&
-        ddp_weights_load(t->eval_only, &t->model, err, sizeof err) != 0)
+        ddp_ckpt_load_weights(t->eval_only, &t->model, err, sizeof err) != 0)
         code = DDP_EXIT_DATA;
     int rc = agree(t, code, err);
     if (rc)

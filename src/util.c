@@ -6,11 +6,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +63,65 @@ static void iso_time(char *buf, size_t len)
     snprintf(buf + n, len - n, "%.3s:%.2s", z, z + 3); /* +0100 -> +01:00 */
 }
 
+/* Longest message line; longer ones are cut (the effective-job log lines are the longest). */
+#define LINE_MAX_BYTES 8192
+
+/* Length of the valid UTF-8 sequence at s (2..4), or 0 when s does not start one. */
+static int utf8_len(const unsigned char *s)
+{
+    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (s[0] > 0xf4)
+        n = 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (n == 4 && s[0] == 0xf0 && s[1] < 0x90) ||
+        (n == 4 && s[0] == 0xf4 && s[1] > 0x8f) || (n == 3 && s[0] == 0xed && s[1] > 0x9f))
+        return 0; /* overlong, beyond U+10FFFF, surrogates */
+    return n;
+}
+
+char *ddp_escape(const char *text, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    size_t o = 0;
+    if (outlen == 0)
+        return out;
+    while (*s) {
+        int n = *s >= 0x80 ? utf8_len(s) : 1;
+        int c1 = n == 2 && s[0] == 0xc2 && s[1] < 0xa0; /* U+0080..U+009F */
+        int bad = *s < 0x20 || *s == 0x7f || n == 0 || c1;
+        int take = bad ? (c1 ? 2 : 1) : n, need = bad ? 4 * take : n;
+        if (o + (size_t)need >= outlen)
+            break;
+        for (int i = 0; i < take; i++, s++) {
+            if (bad) {
+                out[o++] = '\\';
+                out[o++] = 'x';
+                out[o++] = hex[*s >> 4];
+                out[o++] = hex[*s & 15];
+            } else {
+                out[o++] = (char)*s;
+            }
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Print prefix (or nothing), the formatted message escaped, then tail and a newline. */
+static void emit(FILE *f, int prefix, const char *tail, const char *fmt, va_list ap)
+{
+    char raw[LINE_MAX_BYTES], safe[4 * LINE_MAX_BYTES];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    ddp_escape(raw, safe, sizeof safe);
+    if (prefix)
+        print_prefix(f);
+    fprintf(f, "%s%s\n", safe, tail ? tail : "");
+    fflush(f);
+}
+
 void ddp_log(const char *fmt, ...)
 {
     if (g_rank != 0)
@@ -71,21 +132,16 @@ void ddp_log(const char *fmt, ...)
     fputc(' ', stdout);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    emit(stdout, 0, NULL, fmt, ap);
     va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
 }
 
 void ddp_warn(const char *fmt, ...)
 {
     va_list ap;
-    print_prefix(stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    emit(stderr, 1, NULL, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
 }
 
 void ddp_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
@@ -93,12 +149,11 @@ void ddp_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
 void ddp_die_at(const char *file, int line, int code, const char *fmt, ...)
 {
     va_list ap;
-    print_prefix(stderr);
+    char where[300];
+    snprintf(where, sizeof where, " (%s:%d)", file, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    emit(stderr, 1, where, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (%s:%d)\n", file, line);
-    fflush(stderr);
     void (*hook)(int) = g_abort_hook;
     g_abort_hook = NULL; /* never recurse */
     if (hook)
@@ -250,4 +305,147 @@ int ddp_opt_value(int argc, char **argv, int *i, const char *name, const char **
         return -1;
     *val = argv[++*i];
     return 1;
+}
+
+int ddp_open_regular(const char *path, const char **kind)
+{
+    const char *k = "file";
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == EISDIR) /* opening a directory is allowed; O_RDONLY just in case */
+            k = "directory";
+        if (kind)
+            *kind = k;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        k = S_ISDIR(st.st_mode)    ? "directory"
+            : S_ISFIFO(st.st_mode) ? "FIFO"
+            : S_ISCHR(st.st_mode)  ? "character device"
+            : S_ISBLK(st.st_mode)  ? "block device"
+            : S_ISSOCK(st.st_mode) ? "socket"
+                                   : "special file";
+        if (kind)
+            *kind = k;
+        close(fd);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (kind)
+        *kind = k;
+    return fd;
+}
+
+/* First number after `key` in text file path, times scale; -1 when absent. */
+static double read_number(const char *path, const char *key, double scale)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    char line[512];
+    double v = -1;
+    size_t klen = key ? strlen(key) : 0;
+    while (fgets(line, sizeof line, f)) {
+        if (klen && strncmp(line, key, klen) != 0)
+            continue;
+        char *end;
+        double x = strtod(line + klen, &end);
+        if (end != line + klen)
+            v = x * scale;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+/* Least (limit - usage) over the cgroup v2 hierarchy of this process, v1 as a fallback;
+ * -1 when no limit is set. */
+static double cgroup_room(void)
+{
+    double room = -1;
+    char rel[1024] = "", path[1400];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f) {
+        char line[1024];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "0::", 3) == 0) {
+                snprintf(rel, sizeof rel, "%.1000s", line + 3);
+                rel[strcspn(rel, "\n")] = '\0';
+            }
+        fclose(f);
+    }
+    for (;;) { /* v2: this cgroup and its ancestors */
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", rel);
+        double max = read_number(path, NULL, 1);
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", rel);
+        double cur = read_number(path, NULL, 1);
+        if (max > 0 && cur >= 0 && (room < 0 || max - cur < room))
+            room = max - cur > 0 ? max - cur : 0;
+        char *slash = strrchr(rel, '/');
+        if (!slash || rel[0] == '\0')
+            break;
+        *slash = '\0';
+    }
+    double lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, 1);
+    double use = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL, 1);
+    if (lim > 0 && lim < 1e18 && use >= 0 && (room < 0 || lim - use < room))
+        room = lim - use > 0 ? lim - use : 0;
+    return room;
+}
+
+size_t ddp_mem_available(const char **which)
+{
+    double best = -1;
+    const char *name = "none";
+    double avail = read_number("/proc/meminfo", "MemAvailable:", 1024);
+    if (avail >= 0) {
+        best = avail;
+        name = "MemAvailable";
+    }
+    double cg = cgroup_room();
+    if (cg >= 0 && (best < 0 || cg < best)) {
+        best = cg;
+        name = "cgroup memory limit";
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double used = read_number("/proc/self/status", "VmSize:", 1024);
+        double room = (double)rl.rlim_cur - (used > 0 ? used : 0);
+        if (room < 0)
+            room = 0;
+        if (best < 0 || room < best) {
+            best = room;
+            name = "RLIMIT_AS (ulimit -v)";
+        }
+    }
+    if (which)
+        *which = name;
+    if (best < 0 || best >= (double)SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)best;
+}
+
+const char *ddp_fmt_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 5) {
+        bytes /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%.0f bytes", bytes);
+    else
+        snprintf(buf, len, "%.1f %s", bytes, unit[u]);
+    return buf;
 }

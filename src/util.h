@@ -71,6 +71,27 @@ int ddp_parse_f64(const char *s, double *out);
  * value is missing (the caller says so). */
 int ddp_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
 
+/* Copy text into out (always NUL-terminated) with every byte that could steer a terminal made
+ * visible: C0 controls and DEL as \xNN (tab too), C1 controls (U+0080..U+009F) and bytes
+ * that are not UTF-8 as \xNN; other UTF-8 passes. Every line that ddp_log, ddp_warn and
+ * ddp_die print goes through it, so messages may quote user text (job-file keys, paths,
+ * dataset names) as they are. Returns out. */
+char *ddp_escape(const char *text, char *out, size_t outlen);
+
+/* Open path for reading without blocking (O_NONBLOCK, then fstat) and insist on a regular
+ * file: a FIFO, a device, a socket or a directory fails with errno EINVAL / EISDIR instead of
+ * blocking or reading forever. Returns the descriptor (blocking again, close-on-exec) or -1
+ * with errno; *kind (may be NULL) gets "directory", "FIFO", "device", ... for the message. */
+int ddp_open_regular(const char *path, const char **kind);
+
+/* Bytes this process may still allocate: the least of MemAvailable (/proc/meminfo), the
+ * cgroup's memory limit minus its usage (v2 memory.max/current, v1 limit/usage) and
+ * RLIMIT_AS minus the address space in use. *which (may be NULL) names the limit that
+ * binds ("MemAvailable", "cgroup memory.max", "RLIMIT_AS"). SIZE_MAX when none is known. */
+size_t ddp_mem_available(const char **which);
+/* "1.5 GiB", "12.0 MiB", "512 bytes" into buf; returns buf. */
+const char *ddp_fmt_bytes(double bytes, char *buf, size_t len);
+
 /* mkdir -p; returns 0 or -1 with errno set. */
 int ddp_mkdir_p(const char *path);
 

@@ -26,6 +26,23 @@ static const char *kind_name(enum ddp_layer_kind k)
     return names[k];
 }
 
+/* Largest width, channel count, kernel, stride, pad or window: keeps every product of two
+ * of them far inside the int arguments of the kernels. */
+#define LAYER_ARG_MAX (1 << 20)
+
+/* What positional argument i of a layer kind means, for messages. */
+static const char *arg_name(enum ddp_layer_kind k, int i)
+{
+    static const char *conv[] = {"output channels", "kernel size", "stride", "pad"};
+    if (k == DDP_LAYER_LINEAR)
+        return "width";
+    if (k == DDP_LAYER_CONV2D && i < 4)
+        return conv[i];
+    if (k == DDP_LAYER_MAXPOOL || k == DDP_LAYER_AVGPOOL)
+        return "window";
+    return "argument";
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -34,6 +51,22 @@ static char *trim(char *s)
     while (n > 0 && isspace((unsigned char)s[n - 1]))
         s[--n] = '\0';
     return s;
+}
+
+/* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
+ * LAYER_ARG_MAX, which the message names. */
+static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, int pos,
+                            const char *orig, char *err, size_t errlen)
+{
+    for (int i = 0; i < npos; i++) {
+        if (a[i] != floor(a[i]) || a[i] < (i >= 3 ? 0 : 1))
+            return ddp_err(err, errlen, "layer %d '%s': argument %d must be a whole number >= %d",
+                           pos, orig, i + 1, i >= 3 ? 0 : 1);
+        if (a[i] > LAYER_ARG_MAX)
+            return ddp_err(err, errlen, "layer %d '%s': %s: %s %.0f exceeds the limit %d (2^20)",
+                           pos, orig, kind_name(kind), arg_name(kind, i), a[i], LAYER_ARG_MAX);
+    }
+    return 0;
 }
 
 /* Parse "name" or "name(args)" into spec. pos is 1-based, for messages. */
@@ -80,9 +113,12 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
             if (eq) {
                 *eq = '\0';
                 char *key = trim(tok);
-                if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0 || v > 1e6)
+                if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
                     return ddp_err(err, errlen, "layer %d '%s': %s needs a whole number", pos,
                                    orig, key);
+                if (v > LAYER_ARG_MAX)
+                    return ddp_err(err, errlen, "layer %d '%s': %s %.0f exceeds the limit %d "
+                                   "(2^20)", pos, orig, key, v, LAYER_ARG_MAX);
                 if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "stride") == 0) {
                     spec->stride = (int)v;
                     has_stride = 1;
@@ -117,11 +153,9 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
                        orig, kind_name(spec->kind), want_min,
                        want_max > want_min ? " or more" : "", want_max == 1 ? "" : "s", npos,
                        usage);
-    for (int i = 0; i < npos && spec->kind != DDP_LAYER_DROPOUT; i++)
-        if (pos_args[i] != floor(pos_args[i]) || pos_args[i] < (i >= 3 ? 0 : 1) ||
-            pos_args[i] > 1 << 20)
-            return ddp_err(err, errlen, "layer %d '%s': argument %d must be a whole number >= %d",
-                           pos, orig, i + 1, i >= 3 ? 0 : 1);
+    if (spec->kind != DDP_LAYER_DROPOUT &&
+        check_whole_args(pos_args, npos, spec->kind, pos, orig, err, errlen) != 0)
+        return -1;
     switch (spec->kind) {
     case DDP_LAYER_LINEAR: spec->n = (int)pos_args[0]; break;
     case DDP_LAYER_CONV2D:
@@ -218,6 +252,78 @@ static void add_tensor(struct ddp_model *m, int index, const char *what, int is_
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         t->dims[i] = dims[i];
+}
+
+/* "conv2d(64, 5)" for messages. */
+static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
+{
+    switch (s->kind) {
+    case DDP_LAYER_LINEAR: snprintf(buf, len, "linear(%d)", s->n); break;
+    case DDP_LAYER_CONV2D: snprintf(buf, len, "conv2d(%d, %d)", s->n, s->k); break;
+    case DDP_LAYER_MAXPOOL:
+    case DDP_LAYER_AVGPOOL: snprintf(buf, len, "%s(%d)", kind_name(s->kind), s->k); break;
+    case DDP_LAYER_DROPOUT: snprintf(buf, len, "dropout(%g)", (double)s->p); break;
+    default: snprintf(buf, len, "%s", kind_name(s->kind)); break;
+    }
+}
+
+/* Bytes that layer l allocates for batches of B: out and dout, plus its mask, statistics or
+ * argmax (flatten owns nothing but the first layer's dout). */
+static double layer_bytes(const struct ddp_layer *l, int i, int B)
+{
+    double act = (double)B * (double)l->out_elems * sizeof(float);
+    if (l->spec.kind == DDP_LAYER_FLATTEN)
+        return i == 0 ? act : 0;
+    double extra = l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_DROPOUT ||
+                           l->spec.kind == DDP_LAYER_BATCHNORM
+                       ? act
+                       : 0;
+    return 2 * act + extra;
+}
+
+/* Before allocating anything that the layers size: the whole model (parameters, gradients and
+ * up to two optimiser states, activations of a batch, conv scratch) must fit the memory this
+ * process can have. Only for host memory (the CPU backend). Names the largest layer. */
+static int check_memory(const struct ddp_model *m, int max_batch, char *err, size_t errlen)
+{
+    const struct ddp_backend *be = m->be;
+    if (!be->name || strcmp(be->name, "cpu") != 0)
+        return 0;
+    double params = 4.0 * sizeof(float) * (double)m->nparams, total = params, col = 0, big = 0;
+    int worst = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        double b = layer_bytes(l, i, max_batch);
+        if (l->spec.kind == DDP_LAYER_CONV2D) {
+            double c = (double)be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1],
+                                                  l->ishape[2], l->spec.k, l->spec.stride,
+                                                  l->spec.pad) * sizeof(float);
+            col = c > col ? c : col;
+        }
+        total += b;
+        if (b > big) {
+            big = b;
+            worst = i;
+        }
+    }
+    total += col;
+    const char *which = NULL;
+    size_t avail = ddp_mem_available(&which);
+    if (total <= (double)avail)
+        return 0;
+    char need[32], have[32], all[32], what[64];
+    ddp_fmt_bytes((double)avail, have, sizeof have);
+    ddp_fmt_bytes(total, all, sizeof all);
+    if (params >= big)
+        return ddp_err(err, errlen, "the model's %zu parameters need %s with their gradients "
+                       "and optimiser state (%s in all) but this machine has %s available (%s); "
+                       "make the layers narrower", m->nparams, ddp_fmt_bytes(params, need,
+                       sizeof need), all, have, which);
+    layer_str(&m->layers[worst].spec, what, sizeof what);
+    return ddp_err(err, errlen, "layer %d %s: its outputs for a batch of %d need %s (the model "
+                   "%s in all) but this machine has %s available (%s); lower [data] batch_size "
+                   "or the layer's size", worst + 1, what, max_batch,
+                   ddp_fmt_bytes(big, need, sizeof need), all, have, which);
 }
 
 int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
@@ -375,6 +481,9 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
             add_tensor(m, i, "running_var", 1, l->rv_off, l->b_n, 1, dims);
         }
     }
+
+    if (check_memory(m, max_batch, err, errlen) != 0)
+        return -1;
 
     /* memory */
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
@@ -697,4 +806,65 @@ void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
                                      ? out
                                      : "");
     }
+}
+
+/* ---- diagnosis -------------------------------------------------------------------------- */
+
+/* Largest |v| of n device values (NaN/inf: *bad set), via a host copy. */
+static double max_abs(const struct ddp_backend *be, const float *v, size_t n, int *bad)
+{
+    float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
+    be->download(h, v, sizeof(float) * n);
+    double mx = 0;
+    *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(h[i]))
+            *bad = 1;
+        else if (fabs((double)h[i]) > mx)
+            mx = fabs((double)h[i]);
+    }
+    free(h);
+    return mx;
+}
+
+int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint64_t noise_seed,
+                                char *why, size_t len)
+{
+    const struct ddp_backend *be = m->be;
+    int bad;
+    char what[64];
+    double in_max = max_abs(be, x, (size_t)B * m->in_elems, &bad);
+    if (bad)
+        return snprintf(why, len, "the input batch holds NaN or inf; check the dataset"), 1;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        layer_str(&l->spec, what, sizeof what);
+        max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
+        if (bad)
+            return snprintf(why, len, "layer %d %s has non-finite weights: training diverged; "
+                            "lower [optim] lr", i + 1, what), 0;
+    }
+    ddp_model_forward(m, x, B, 1, noise_seed);
+    double prev = in_max;
+    int first_param = -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        if (first_param < 0 && l->w_n)
+            first_param = i;
+        double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
+        if (!bad) {
+            prev = out;
+            continue;
+        }
+        layer_str(&l->spec, what, sizeof what);
+        if (first_param < 0 || first_param == i)
+            return snprintf(why, len, "layer %d %s is the first whose output is non-finite, "
+                            "from finite weights and input values as large as %.3g: scale the "
+                            "dataset's values (e.g. to [0, 1])", i + 1, what, prev), 1;
+        return snprintf(why, len, "layer %d %s is the first whose output is non-finite (its "
+                        "input reaches %.3g): training diverged; lower [optim] lr or normalise "
+                        "the input", i + 1, what, prev), 0;
+    }
+    return snprintf(why, len, "every layer's output is finite (logits up to %.3g) but the loss "
+                    "is not: training diverged; lower [optim] lr", prev), 0;
 }

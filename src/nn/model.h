@@ -120,6 +120,15 @@ float *ddp_model_dlogits(struct ddp_model *m);
 void ddp_model_backward(struct ddp_model *m, const float *x, int B,
                         void (*layer_done)(void *ctx, int layer), void *ctx);
 
+/* After a non-finite loss: forward the same batch again (train mode, same noise) and find the
+ * culprit - non-finite input, non-finite weights, or the first layer whose output is
+ * non-finite from finite input and weights - into why (one clause, with the largest |value|
+ * of that layer's input). Returns 1 when the batch itself is to blame (the input or the first
+ * layer's finite but huge input), else 0 (training diverged). Only for diagnosis: it costs
+ * downloads of every activation. */
+int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint64_t noise_seed,
+                                char *why, size_t len);
+
 /* Human summary "flatten, linear(784->512), ..." into buf. */
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);
 

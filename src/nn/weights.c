@@ -22,13 +22,55 @@ static void dims_str(int ndim, const hsize_t *d, char *buf, size_t len)
         snprintf(buf + used, len - used, "%s)", ndim == 1 ? "," : "");
 }
 
+/* errno found in an HDF5 error description ("..., errno = 28, error message = ..."). */
+struct h5_reason {
+    int sys_errno;
+    char inner[200];
+};
+
+static herr_t walk_reason(unsigned n, const H5E_error2_t *e, void *data)
+{
+    struct h5_reason *r = data;
+    const char *p = e->desc ? strstr(e->desc, "errno = ") : NULL;
+    if (p && !r->sys_errno)
+        r->sys_errno = atoi(p + 8);
+    if (n == 0 && e->desc)
+        snprintf(r->inner, sizeof r->inner, "%s", e->desc);
+    return 0;
+}
+
+const char *ddp_h5_error_reason(char *buf, size_t len)
+{
+    struct h5_reason r = {0, ""};
+    int saved = errno;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_reason, &r);
+    if (r.sys_errno > 0)
+        snprintf(buf, len, "%s", strerror(r.sys_errno));
+    else if (saved == ENOSPC || saved == EDQUOT || saved == EIO || saved == EROFS)
+        snprintf(buf, len, "%s", strerror(saved));
+    else
+        snprintf(buf, len, "%s", r.inner[0] ? r.inner : "HDF5 write failed");
+    return buf;
+}
+
+/* One line: "FILE: cannot write WHAT: REASON; free space ..." (call right after the failure). */
+static int write_failed(hid_t file, const char *what, char *err, size_t errlen)
+{
+    char why[256], name[1024] = "?";
+    ddp_h5_error_reason(why, sizeof why);
+    if (H5Fget_name(file, name, sizeof name) < 0)
+        snprintf(name, sizeof name, "?");
+    return ddp_err(err, errlen, "%s: cannot write %s: %s; free space on that file system or "
+                   "set [job] output elsewhere", name, what, why);
+}
+
 int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, size_t errlen)
 {
     int rc = -1;
     float *host = NULL, *hbuf = NULL;
     hid_t g = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
-        return ddp_err(err, errlen, "cannot create group /model");
+        return write_failed(file, "group /model", err, errlen);
     host = ddp_malloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     hbuf = ddp_malloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
     m->be->download(host, m->params, sizeof(float) * m->nparams);
@@ -43,13 +85,16 @@ int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, si
                               H5P_DEFAULT);
         const float *src = (t->is_buffer ? hbuf : host) + t->off;
         herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+        if (st < 0) {
+            char what[64];
+            snprintf(what, sizeof what, "/model/%s", t->name);
+            write_failed(file, what, err, errlen);
+        }
         if (ds >= 0)
             H5Dclose(ds);
         H5Sclose(sp);
-        if (st < 0) {
-            ddp_err(err, errlen, "cannot write /model/%s", t->name);
+        if (st < 0)
             goto fail;
-        }
     }
     for (int i = 0; i < m->nlayers; i++) { /* batchnorm step counters, scalar int64 */
         const struct ddp_layer *l = &m->layers[i];
@@ -62,13 +107,16 @@ int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, si
         herr_t st = ds < 0 ? -1
                            : H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                       &l->num_batches_tracked);
+        if (st < 0) {
+            char what[64];
+            snprintf(what, sizeof what, "/model/%s", name);
+            write_failed(file, what, err, errlen);
+        }
         if (ds >= 0)
             H5Dclose(ds);
         H5Sclose(sp);
-        if (st < 0) {
-            ddp_err(err, errlen, "cannot write /model/%s", name);
+        if (st < 0)
             goto fail;
-        }
     }
     rc = 0;
 fail:
@@ -194,12 +242,22 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0)
-        return ddp_err(err, errlen, "%s: cannot create: check the directory exists and is "
-                       "writable", tmp);
+    if (f < 0) {
+        char why[256];
+        ddp_err(err, errlen, "%s: cannot create: %s; check the directory exists, is writable "
+                "and has space", tmp, ddp_h5_error_reason(why, sizeof why));
+        unlink(tmp);
+        return -1;
+    }
     int rc = ddp_weights_write_group(f, m, err, errlen);
-    if (H5Fclose(f) < 0 && rc == 0)
-        rc = ddp_err(err, errlen, "%s: cannot close", tmp);
+    if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0)
+        rc = write_failed(f, "weights", err, errlen);
+    if (H5Fclose(f) < 0 && rc == 0) {
+        char why[256];
+        rc = ddp_err(err, errlen, "%s: cannot write weights: %s; free space on that file "
+                     "system or set [job] output elsewhere", tmp,
+                     ddp_h5_error_reason(why, sizeof why));
+    }
     if (rc == 0)
         rc = ddp_file_commit(tmp, path, err, errlen);
     if (rc != 0)
@@ -209,8 +267,13 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
 
 hid_t ddp_h5_open_read(const char *path, const char *what, char *err, size_t errlen)
 {
-    if (access(path, R_OK) != 0)
+    const char *kind = NULL;
+    int fd = ddp_open_regular(path, &kind); /* never H5Fopen a FIFO: that blocks for good */
+    if (fd < 0 && kind && strcmp(kind, "file") != 0)
+        return ddp_err(err, errlen, "%s: is a %s; expected an HDF5 %s file", path, kind, what);
+    if (fd < 0)
         return ddp_err(err, errlen, "%s: cannot read %s: %s", path, what, strerror(errno));
+    close(fd);
     if (H5Fis_hdf5(path) <= 0)
         return ddp_err(err, errlen, "%s: not an HDF5 file (truncated or overwritten %s?)", path,
                        what);

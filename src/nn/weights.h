@@ -31,8 +31,14 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
 int ddp_weights_load(const char *path, struct ddp_model *m, char *err, size_t errlen);
 
 /* Open an HDF5 file read-only with file locking off; -1 with one line naming path and `what`
- * ("weights", "checkpoint") when it is missing, not HDF5 or damaged. */
+ * ("weights", "checkpoint") when it is missing, not a regular file (a directory, FIFO or
+ * device is refused without blocking on it), not HDF5 or damaged. */
 hid_t ddp_h5_open_read(const char *path, const char *what, char *err, size_t errlen);
+
+/* Why the last HDF5 call failed, for a message: the system error when HDF5 saw one
+ * ("No space left on device"), else HDF5's innermost description. Call it right after the
+ * failing call (the next HDF5 call clears the error stack). Returns buf. */
+const char *ddp_h5_error_reason(char *buf, size_t len);
 
 /* Durable replace: fsync path's data, rename it to final, fsync the directory. */
 int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen);

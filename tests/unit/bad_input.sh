@@ -37,7 +37,8 @@ case_() {
     rm -rf out
     touch marker
     sleep 0.01
-    timeout 60 "$DDPTRAIN" "$job" "$@" >stdout.txt 2>stderr.txt
+    # a hang (a FIFO opened for reading, /dev/zero read to its end) fails at this deadline
+    timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" "$job" "$@" >stdout.txt 2>stderr.txt
     local rc=$?
     local lines
     lines=$(grep -c . stderr.txt)
@@ -49,6 +50,7 @@ case_() {
     [ "$lines" -eq 1 ] || { ok=0; why="$why; stderr has $lines lines"; }
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
     [ -z "$stray" ] || { ok=0; why="$why; wrote outside out/: $stray"; }
+    ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
     if [ $ok -eq 1 ]; then
         pass=$((pass + 1))
         printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"
@@ -151,6 +153,126 @@ else
     echo "h5py missing: HDF5 layout cases not run"
     fail=$((fail + 1))
 fi
+
+# ---- hostile inputs (issue 13) ------------------------------------------------------------
+mkfifo fifo.in || { echo "cannot make a FIFO"; exit 1; }
+DEADLINE=10 case_ "job file is a directory" 2 "is a directory, not a job file" "$work"
+DEADLINE=10 case_ "job file is a FIFO" 2 "fifo.in: is a FIFO, not a job file" fifo.in
+DEADLINE=10 case_ "job file is /dev/zero" 2 "/dev/zero: is a character device" /dev/zero
+printf '[train]\nepochs = 1\0000000\n' > bad-nul.ini
+case_ "NUL byte in the job file" 2 "bad-nul.ini:2: NUL byte 0x00 at column 11" bad-nul.ini
+printf '[train]\n\033]0;pwned\007 = 1\n' > bad-esc.ini
+case_ "control bytes in the job file" 2 "bad-esc.ini:2: control byte 0x1b at column 1" bad-esc.ini
+case_ "control bytes echoed escaped" 3 'x\\x1b\]0;pwn\\x07.h5: cannot open' good.ini \
+    --set "data.file=x$(printf '\033')]0;pwn$(printf '\007').h5"
+DEADLINE=10 case_ "resume from a FIFO" 3 "fifo.in: is a FIFO; expected an HDF5 checkpoint" \
+    good.ini --set "checkpoint.resume=$work/fifo.in"
+DEADLINE=10 case_ "init weights from a FIFO" 3 "fifo.in: is a FIFO; expected an HDF5 weights" \
+    good.ini --set model.init=fifo.in
+DEADLINE=10 case_ "eval checkpoint is a FIFO" 3 "fifo.in: is a FIFO" eval good.ini \
+    --checkpoint fifo.in
+base_job | sed 's/^layers = .*/layers = flatten, linear(100000000)/' > bad-wide.ini
+case_ "layer beyond its limit" 2 "linear: width 100000000 exceeds the limit 1048576 (2^20)" \
+    bad-wide.ini
+$DDPTRAIN data synth -o img28.h5 --shape 1,28,28 --classes 4 --train 64 --test 16 >/dev/null
+# half a TiB of activations: more than any test machine has (not ulimit -v: ASan cannot run
+# under it); the largest layer is named
+base_job img28.h5 | sed 's/^layers = .*/layers = conv2d(300000, 1), relu, dropout(0.5), relu, flatten, linear(4)/;
+    s/^batch_size = .*/batch_size = 64/' > bad-mem.ini
+case_ "model larger than memory" 2 \
+    "layer 3 dropout(0.5): its outputs for a batch of 64 need 168.2 GiB (the model 5.* in all) but" \
+    bad-mem.ini
+if [ $have_h5py -eq 1 ]; then
+    $PY - <<'PY'
+import h5py, numpy as np
+def make(path, images, labels, classes=None):
+    with h5py.File(path, "w") as f:
+        g = f.create_group("train")
+        g["images"] = images
+        g["labels"] = labels
+        if classes is not None:
+            g.attrs["classes"] = classes
+x = np.random.RandomState(1).rand(64, 1, 8, 8).astype(np.float32)
+y = np.arange(64) % 4
+a = x.copy(); a[17, 0, 3, 5] = np.nan; make("bad-nan.h5", a, y)
+a = x.copy(); a[40, 0, 0, 1] = np.inf; make("bad-inf.h5", a, y)
+make("bad-classes.h5", x, y, classes=np.int64(-3))
+make("bad-huge-values.h5", np.full((64, 1, 8, 8), 3.3e38, np.float32), y)
+with h5py.File("bad-sparse.h5", "w") as f:  # 2^28 samples declared, one chunk written
+    g = f.create_group("train")
+    g.create_dataset("images", shape=(2**28, 1, 1, 1), dtype=np.uint8, chunks=(4096, 1, 1, 1))
+    g.create_dataset("labels", shape=(2**28,), dtype=np.uint8, chunks=(4096,))
+    g["images"][0:10] = 1
+PY
+    for f in nan inf classes huge-values sparse; do
+        base_job bad-$f.h5 | sed 's/^\[data\]/[data]\ntest =/' > bad-$f.ini
+    done
+    case_ "NaN in float images (cached)" 3 \
+        "bad-nan.h5: /train/images: sample 17 holds NaN at element 29" bad-nan.ini
+    case_ "NaN in float images (streamed)" 3 \
+        "bad-nan.h5: /train/images: sample 17 holds NaN at element 29" bad-nan.ini \
+        --set data.cache_mb=0
+    case_ "inf in float images" 3 "bad-inf.h5: /train/images: sample 40 holds +inf" bad-inf.ini
+    case_ "negative classes attribute" 3 "bad-classes.h5: /train attribute .classes. is -3" \
+        bad-classes.ini
+    DEADLINE=20 case_ "samples declared, never written" 3 \
+        "bad-sparse.h5: /train/images declares 268435456 samples but only 1 of its 65536" \
+        bad-sparse.ini
+    case_ "non-finite loss names the layer" 3 \
+        "layer 2 linear(4) is the first whose output is non-finite.*scale the dataset" \
+        bad-huge-values.ini
+    # a checkpoint with one weight changed after it was written
+    "$DDPTRAIN" good.ini --set job.output=ckrun >/dev/null 2>&1
+    ck=$(ls ckrun/checkpoints/*.h5 2>/dev/null | head -1)
+    if [ -n "$ck" ]; then
+        $PY -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["model/1.weight"]; a = d[()]; a[0, 0] += 1; d[...] = a
+' "$ck"
+        case_ "eval of a damaged checkpoint" 3 "checksum mismatch" eval good.ini --checkpoint "$ck"
+    else
+        echo "FAIL cannot make a checkpoint"; fail=$((fail + 1))
+    fi
+    rm -rf ckrun
+fi
+
+# ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
+# enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
+# space: the lock file takes one, job.ini the next, metrics.jsonl the next, so FREE chooses the
+# first write that finds the disk full; it must exit CODE with one line naming the file and why.
+enospc() {
+    local name=$1 code=$2 pattern=$3 free=$4
+    shift 4
+    local args="" a
+    for a in "$@"; do args="$args '$a'"; done
+    unshare -m sh -c "
+        mkdir -p mnt && mount -t tmpfs -o size=64k tmpfs mnt || exit 99
+        mkdir -p mnt/out/checkpoints mnt/spare
+        i=0; while [ \$i -lt $free ]; do head -c 4096 /dev/zero > mnt/spare/\$i; i=\$((i + 1)); done
+        dd if=/dev/zero of=mnt/filler bs=4096 2>/dev/null
+        rm -rf mnt/spare
+        timeout -k 5 60 '$DDPTRAIN' good.ini --set job.output=mnt/out $args" >stdout.txt 2>stderr.txt
+    local rc=$? ok=1 why=""
+    [ "$rc" -eq "$code" ] || { ok=0; why="exit $rc, want $code"; }
+    [ "$(grep -c . stderr.txt)" -eq 1 ] || { ok=0; why="$why; stderr has several lines"; }
+    grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
+    if [ $ok -eq 1 ]; then
+        pass=$((pass + 1))
+        printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"
+    else
+        fail=$((fail + 1))
+        printf 'FAIL %-34s %s\n' "$name" "$why"
+        sed 's/^/     | /' stderr.txt | head -5
+    fi
+}
+nospace="No space left on device"
+enospc "full disk: lock file" 2 "mnt/out/.ddptrain.lock: $nospace" 0
+enospc "full disk: job.ini" 2 "mnt/out/job.ini.*: $nospace" 1
+enospc "full disk: metrics" 1 "metrics.jsonl: cannot write metrics: $nospace" 2
+enospc "full disk: checkpoint" 1 "ckpt-00000008.h5.tmp: cannot .*checkpoint: $nospace" 3
+enospc "full disk: final weights" 1 "model.h5.tmp: cannot .*: $nospace" 3 \
+    --set checkpoint.every_epochs=0
 
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]
