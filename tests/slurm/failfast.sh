@@ -1,10 +1,12 @@
 # shellcheck shell=bash
 # tests/slurm/failfast.sh: the fail-fast cases (cases/4x-*.sh) source this after lib.sh.
-# failfast_case MODE: `srun -N 2 -n 4 --mpi=pmix` fills n1 first, so ranks 0-2 run on n1 and
-# rank 3 alone on n2; [dist] timeout_s stays at its default of 300 s. Rank 3 dies mid-training
-# (kill: kill -9, its sockets close; stop: SIGSTOP, it keeps its sockets but sends nothing, as a
-# vanished node would). Ranks 0-2 must each exit 5 naming rank 3, its host and pid, within 10 s
-# of the death. Without the liveness watch they wait 300 s: the case gives up after 20 s.
+# failfast_case MODE VICTIM: `srun -N 2 -n 4 --mpi=pmix` fills n1 first, so ranks 0-2 run on n1
+# and rank 3 alone on n2; [dist] timeout_s stays at its default of 300 s. Rank VICTIM dies
+# mid-training (kill: kill -9, its sockets close; stop: SIGSTOP, it keeps its sockets but sends
+# nothing, as a vanished node would). Every other rank must exit 5 naming it, its host and pid,
+# within 10 s of the death. Without the liveness watch, the survivors of a lone rank on n2 wait
+# 300 s (the case gives up after 20 s); those of a rank that shares n1 are ended by Slurm
+# itself, unnamed.
 LIMIT=10
 DEADLINE=20
 
@@ -35,7 +37,7 @@ all_gone() {
 }
 
 failfast_case() {
-    local mode=$1
+    local mode=$1 victim=$2
     need_ddptrain
     sr srun --mpi=list 2>&1 | grep -qw pmix || skip "this Slurm has no pmix plugin"
     "$DDPTRAIN" data synth -o "$CASE_DIR/d.h5" --shape 64 --classes 4 --train 4000 --test 40 \
@@ -47,40 +49,47 @@ failfast_case() {
     SR_TIMEOUT=120 sr srun -N 2 -n 4 -l --mpi=pmix "$DDPTRAIN" "$CASE_DIR/j.ini" \
         > "$CASE_DIR/out.txt" 2> "$CASE_DIR/err.txt" &
     local srun_pid=$!
-    wait_for '[[ -s $CASE_DIR/out/metrics.jsonl ]]' 60 || fail "training did not start"
-    local tasks t victim="" vnode="" survivors=()
+    wait_for '[[ -s $CASE_DIR/out/metrics.jsonl ]] || ! kill -0 $srun_pid 2>/dev/null' 60
+    if [[ ! -s $CASE_DIR/out/metrics.jsonl ]]; then
+        kill "$srun_pid" 2>/dev/null
+        cat "$CASE_DIR/out.txt" "$CASE_DIR/err.txt"
+        fail "training did not start"
+    fi
+    local tasks t r p n vpid="" survivors=() node=(n1 n1 n1 n2)
     tasks=$(case_tasks)
     for t in $tasks; do
         IFS=: read -r r p n <<< "$t"
-        if [[ $r == 3 ]]; then victim=$p vnode=$n; else survivors+=("$p"); fi
-        [[ $r == 3 && $n == n2 ]] || [[ $r != 3 && $n == n1 ]] ||
-            fail "expected ranks 0-2 on n1 and rank 3 on n2, got $(echo $tasks)"
+        [[ $n == "${node[$r]}" ]] || fail "expected ranks 0-2 on n1, 3 on n2: got $(echo $tasks)"
+        if [[ $r == "$victim" ]]; then vpid=$p; else survivors+=("$p"); fi
     done
-    [[ -n $victim && ${#survivors[@]} == 3 ]] || fail "tasks not found: $(echo $tasks)"
+    [[ -n $vpid && ${#survivors[@]} == 3 ]] || fail "tasks not found: $(echo $tasks)"
     local t0=$EPOCHREALTIME
-    if [[ $mode == kill ]]; then kill -9 "$victim"; else kill -STOP "$victim"; fi
+    if [[ $mode == kill ]]; then kill -9 "$vpid"; else kill -STOP "$vpid"; fi
     if ! wait_for 'all_gone "${survivors[@]}"' $DEADLINE; then
-        kill -9 "$victim" "${survivors[@]}" 2>/dev/null
+        kill -9 "$vpid" "${survivors[@]}" 2>/dev/null
         sed 's/^/    /' "$CASE_DIR/err.txt"
-        fail "ranks 0-2 still running $DEADLINE s after rank 3 died ($mode) alone on n2"
+        fail "the other ranks still run $DEADLINE s after rank $victim died ($mode)"
     fi
     local took
     took=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
-    [[ $mode == stop ]] && kill -9 "$victim"
+    [[ $mode == stop ]] && kill -9 "$vpid"
     wait "$srun_pid" || true
     cat "$CASE_DIR/err.txt"
-    echo "rank 3 ($mode, pid $victim on $vnode): ranks 0-2 gone ${took} s later"
+    echo "rank $victim ($mode, pid $vpid on ${node[$victim]}): the others gone ${took} s later"
     awk -v t="$took" -v l=$LIMIT 'BEGIN {exit !(t <= l)}' || fail "took ${took} s > $LIMIT s"
-    local why="closed its connection without saying goodbye"
+    local why="closed its connection without saying goodbye" others=""
     [[ $mode == stop ]] && why="is unresponsive"
-    for r in 0 1 2; do
-        grep -q "^$r: ddptrain: n1 rank $r: peer gone: rank 3 on n2 (pid $victim) $why" \
-            "$CASE_DIR/err.txt" || fail "rank $r did not name rank 3 on n2 (pid $victim): $why"
+    for r in 0 1 2 3; do
+        [[ $r == "$victim" ]] && continue
+        others+="$r "
+        local line="^$r: ddptrain: ${node[$r]} rank $r: peer gone: rank $victim on ${node[$victim]}"
+        grep -q "$line (pid $vpid) $why" "$CASE_DIR/err.txt" ||
+            fail "rank $r did not name rank $victim (pid $vpid): $why"
     done
-    # srun: "error: n1: tasks 0-2: Exited with exit code 5", possibly one line per task
+    # srun: "error: n1: tasks 0-2: Exited with exit code 5", or one line per task or node
     local fives
-    fives=$(sed -n 's/.*n1: tasks\? \([0-9,-]*\): Exited with exit code 5$/\1/p' \
+    fives=$(sed -n 's/.*: tasks\? \([0-9,-]*\): Exited with exit code 5$/\1/p' \
         "$CASE_DIR/err.txt" | tr ',' '\n' |
         awk -F- '{for (i = $1; i <= ($2 == "" ? $1 : $2); i++) print i}' | sort -u | tr '\n' ' ')
-    expect_eq "$fives" "0 1 2 " "tasks that exited 5"
+    expect_eq "$fives" "$others" "tasks that exited 5"
 }

@@ -4,4 +4,4 @@
 . "$(dirname "$0")/../lib.sh"
 # shellcheck source=tests/slurm/failfast.sh
 . "$(dirname "$0")/../failfast.sh"
-failfast_case kill
+failfast_case kill 3

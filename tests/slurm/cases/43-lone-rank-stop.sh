@@ -5,4 +5,4 @@
 . "$(dirname "$0")/../lib.sh"
 # shellcheck source=tests/slurm/failfast.sh
 . "$(dirname "$0")/../failfast.sh"
-failfast_case stop
+failfast_case stop 3
