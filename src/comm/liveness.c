@@ -491,7 +491,13 @@ static int watch_turn(ddp_liveness *l, struct pollfd *pf, double *next_beat)
         if (fd >= 0)
             close(fd);
     }
+    const double start = now;
     now = ddp_now();
+    /* This thread itself did not run for a while (the whole job suspended, e.g. scontrol
+     * suspend, or this process stopped): the silence is ours, not the peers'. */
+    if (now - start > ms / 1000.0 + DDP_LIVENESS_LOST_S / 2)
+        for (int k = 0; k < l->nlinks; k++)
+            l->links[k].heard = now;
     for (int k = 0; k < l->nlinks; k++) {
         struct link *x = &l->links[k];
         if (x->fd >= 0 && pf[2 + k].revents && link_read(l, x, now) != 0)
@@ -509,18 +515,9 @@ static void *watch_main(void *arg)
 {
     ddp_liveness *l = arg;
     struct pollfd *pf = ddp_calloc((size_t)l->nlinks + 2, sizeof *pf);
-    double next_beat = 0, last = ddp_now();
-    for (;;) {
-        /* This thread itself did not run for a while (the whole job suspended, e.g. scontrol
-         * suspend): the silence is ours, not the peers'. Start their clocks again. */
-        double now = ddp_now();
-        if (now - last > DDP_LIVENESS_LOST_S / 2)
-            for (int k = 0; k < l->nlinks; k++)
-                l->links[k].heard = now;
-        last = now;
-        if (watch_turn(l, pf, &next_beat))
-            break;
-    }
+    double next_beat = 0;
+    while (!watch_turn(l, pf, &next_beat))
+        ;
     free(pf);
     goodbye(l);
     return NULL;

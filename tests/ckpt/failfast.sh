@@ -7,12 +7,15 @@
 #   kill   kill -9 of the victim mid-training ("closed its connection without saying goodbye")
 #   stop   SIGSTOP of the victim: it keeps its sockets open but sends nothing ("is unresponsive")
 #   exit   the victim leaves on its own with exit code 3 after step 30 (DDP_TEST_FAULT)
+#   suspend  nobody dies: every rank is stopped for 8 s, then continued (scontrol suspend and
+#          resume): each watch sees that the silence was its own; all ranks finish with exit 0
+#          (the 8 s stop is the thing tested, not a wait for an event)
 #   slow   nobody dies: rank 0 stalls 8 s (longer than the 5 s heartbeat bound) in its training
 #          loop at the last step while the others wait for it: all ranks finish with exit 0 and
 #          nobody is named (heartbeats come from a thread of their own, not the training loop)
 # Without the watch the survivors of kill/stop/exit wait 300 s: the test gives up after 20 s.
 set -u
-MODE=${1:?usage: failfast.sh kill|stop|exit|slow [VICTIM]}
+MODE=${1:?usage: failfast.sh kill|stop|exit|suspend|slow [VICTIM]}
 VICTIM=${2:-2}
 DDPTRAIN=${DDPTRAIN:?}
 command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
@@ -45,13 +48,14 @@ bad() { echo "FAIL: $*"; fail=1; }
 "$DDPTRAIN" data synth -o d.h5 --shape 64 --classes 4 --train 4000 --test 40 >/dev/null || exit 1
 epochs=1000
 [ "$MODE" = slow ] && epochs=1 # 500 steps of 8 samples: seconds
+[ "$MODE" = suspend ] && epochs=3
 printf '[data]\nfile = d.h5\nbatch_size = 2\n[model]\nlayers = linear(32), relu, linear(4)
 [train]\nepochs = %d\nlog_every = 20\nthreads = 1\n[checkpoint]\nevery_epochs = 1\n[job]
 output = out\n' "$epochs" > j.ini
 case $MODE in
 exit) export DDP_TEST_FAULT=$VICTIM:30:exit:3 ;;
 slow) export DDP_TEST_FAULT=0:500:stall:8 ;;
-kill | stop) ;;
+kill | stop | suspend) ;;
 *) echo "unknown mode $MODE"; exit 2 ;;
 esac
 # Each rank's wrapper records its pid, then its exit code and the time it exited, and stays
@@ -90,12 +94,20 @@ elif [ "$MODE" = exit ]; then
     t0=$(awk -v v=$VICTIM '$1 == v {print $3}' codes.txt)
 fi
 
-if [ "$MODE" = slow ]; then
+if [ "$MODE" = suspend ]; then
+    wait_for '[ -s out/metrics.jsonl ] && [ "$(ls pid.* | wc -l)" -eq 4 ]' 60 ||
+        { cat run.err; bad "training did not start"; exit 1; }
+    all=$(cat pid.*)
+    kill -STOP $all
+    sleep 8
+    kill -CONT $all
+fi
+if [ "$MODE" = slow ] || [ "$MODE" = suspend ]; then
     wait_for '[ "$(wc -l < codes.txt)" -ge 4 ]' 90 || bad "the run did not finish"
     cat codes.txt
     [ "$(awk '$2 != 0' codes.txt | wc -l)" -eq 0 ] || bad "a rank did not exit 0"
-    grep "DDP_TEST_FAULT: stall 8" run.err || bad "rank 0 did not stall"
-    grep "peer gone" run.err && bad "a slow rank was taken for a dead one"
+    [ "$MODE" = slow ] && { grep "DDP_TEST_FAULT: stall 8" run.err || bad "rank 0 did not stall"; }
+    grep "peer gone" run.err && bad "a live rank was taken for a dead one"
     grep -q '"kind":"summary"' out/metrics.jsonl || bad "no summary written"
     exit $fail
 fi
