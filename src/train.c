@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ddp_build.h"
@@ -286,6 +287,35 @@ static void fmt_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
+/* ---- test hook DDP_TEST_FAULT=RANK:STEP:exit:CODE | RANK:STEP:stall:SECONDS ---------------
+ * After STEP, RANK leaves at once with CODE (no abort of the job: as a crash or a lone error
+ * would), or its training loop stalls for SECONDS (a slow eval or checkpoint). */
+struct test_fault {
+    long long rank, step;
+    char action[8];
+    double arg;
+};
+
+static void test_fault_read(struct test_fault *f)
+{
+    const char *s = getenv("DDP_TEST_FAULT");
+    f->rank = f->step = -1;
+    if (s && sscanf(s, "%lld:%lld:%7[a-z]:%lf", &f->rank, &f->step, f->action, &f->arg) != 4)
+        f->rank = f->step = -1;
+}
+
+static void test_fault_apply(const struct test_fault *f, int rank, int64_t step)
+{
+    if (f->rank != rank || f->step != step)
+        return;
+    ddp_warn("test hook DDP_TEST_FAULT: %s %g at step %lld", f->action, f->arg, (long long)step);
+    if (strcmp(f->action, "exit") == 0)
+        _exit((int)f->arg);
+    struct timespec ts = {(time_t)f->arg, (long)((f->arg - (double)(time_t)f->arg) * 1e9)};
+    while (strcmp(f->action, "stall") == 0 && nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 /* ---- signals: a flag read at step boundaries --------------------------------------------- */
 
 static volatile sig_atomic_t g_stop_signal;
@@ -530,6 +560,8 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     const char *flip = getenv("DDP_TEST_FLIP_BIT");
     if (flip && sscanf(flip, "%lld:%lld", (long long *)&flip_rank, (long long *)&flip_step) != 2)
         flip_rank = flip_step = -1;
+    struct test_fault fault;
+    test_fault_read(&fault);
     char err[DDP_ERR_LEN], el[32], left[32];
     if (epoch >= job->epochs || step >= total_steps)
         ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
@@ -617,6 +649,7 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 memcpy(&v, &bits, sizeof v);
                 t->be->upload(m->params, &v, sizeof v);
             }
+            test_fault_apply(&fault, rank, step);
             if (job->check_every > 0 && step % job->check_every == 0 &&
                 ddp_sync_check_replicas(&t->sync, t->hosts, HOST_FIELD, err, sizeof err) != 0) {
                 if (rank == 0)

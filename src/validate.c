@@ -27,6 +27,7 @@
 #include "ddp_build.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "comm/liveness.h"
 #include "config.h"
 #include "launch/world.h"
 #include "util.h"
@@ -1244,6 +1245,10 @@ int ddp_cmd_validate(int argc, char **argv)
     }
     g_comm = c;
     ddp_set_abort_hook(abort_hook);
+    /* a dead peer stops every rank within seconds (liveness.h) */
+    ddp_liveness *live = w.world_size > 1 ? ddp_liveness_create(c, w.host) : NULL;
+    if (live)
+        ddp_comm_set_peer_probe(c, ddp_liveness_probe, live);
     const int W = w.world_size, me = w.rank;
     const int threads = choose_threads(&cfg, &w);
     if (be->set_threads)
@@ -1429,5 +1434,6 @@ done:
     ddp_set_abort_hook(NULL);
     g_comm = NULL;
     ddp_comm_destroy(c);
+    ddp_liveness_destroy(live); /* goodbye after the last collective */
     return rc;
 }

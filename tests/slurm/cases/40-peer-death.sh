@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# kill -9 of one of 4 ranks mid-training under srun --mpi=pmix without -K: nobody hangs. Slurm's
-# PMIx plugin cancels the step as soon as a task dies (srun names the task); should a survivor
-# still be running, it stops at its deadline, names the dead rank and exits 5. Either way all
-# ranks are gone within timeout_s + 10 s and the dead rank is named.
+# kill -9 of one of 4 ranks mid-training under srun --mpi=pmix without -K: nobody hangs. The
+# survivors' liveness watch or Slurm's PMIx plugin (which cancels the step when a task that
+# shares its node dies; srun names the task) ends them; a survivor that reports names the dead
+# rank and exits 5. Either way all ranks are gone within timeout_s + 10 s and the dead rank is
+# named. (A lone rank per node, and timeout_s at its default: cases 42-44.)
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_ddptrain
