@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "ddp_build.h"
-#include "cli.h"
-#include "config.h"
+#include "cli/cli.h"
+#include "core/config.h"
 #include "launch/launcher.h"
-#include "validate.h"
-#include "train.h"
-#include "util.h"
+#include "validate/validate.h"
+#include "train/train.h"
+#include "core/util.h"
 #if HAVE_MPI
 #include <mpi.h>
 #endif

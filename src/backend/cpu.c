@@ -38,7 +38,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
-#include "util.h"
+#include "core/util.h"
 
 /* Loops here are simple enough to vectorise; -O2's very cheap cost model skips any loop whose
  * trip count is not a known multiple of the vector width, i.e. all of them. no-math-errno lets

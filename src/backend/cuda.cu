@@ -37,7 +37,7 @@
 #include "backend/cuda.h"
 
 extern "C" {
-#include "util.h"
+#include "core/util.h"
 }
 
 /* ---- cuBLAS, opened when first needed ----------------------------------------------------

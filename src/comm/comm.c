@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 
 /* Largest element or byte count of one backend operation: MPI counts are int. */
 #define COMM_MAX_COUNT ((size_t)INT_MAX)

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 
 #include "comm/comm_impl.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 
 struct mpi_state {
     MPI_Comm comm;        /* our duplicate of MPI_COMM_WORLD */

@@ -27,9 +27,9 @@
 #include "backend/cuda.h"
 #include "comm/comm_impl.h"
 #include "comm/comm_nccl.h"
-#include "launch/bootstrap.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/bootstrap.h"
+#include "dist/world.h"
+#include "core/util.h"
 
 /* ---- NCCL, opened when first needed -----------------------------------------------------
  * ddptrain does not link libnccl: a GPU build then starts (and `ddptrain --version`, `env`,

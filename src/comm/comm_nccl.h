@@ -29,8 +29,8 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
-#include "launch/bootstrap.h"
-#include "launch/world.h"
+#include "dist/bootstrap.h"
+#include "dist/world.h"
 
 /* Before ddp_comm_create("nccl", ...): the CUDA device this rank drives (-1: the CUDA
  * backend's device, else the current one), how the NCCL id travels, and for kind mpi the MPI

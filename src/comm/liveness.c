@@ -30,7 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #define FRAME_MAGIC 0x64647731u /* "ddw1" */
 #define FRAME_BYTES 16

@@ -10,7 +10,7 @@
  */
 #include "data/h5data.h"
 
-#include "util.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

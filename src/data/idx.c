@@ -7,7 +7,7 @@
 #include "data/idx.h"
 
 #include "data/h5data.h"
-#include "util.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <stdio.h>

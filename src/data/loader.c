@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 struct slot {
     float *x;

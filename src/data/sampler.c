@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "util.h"
+#include "core/rng.h"
+#include "core/util.h"
 
 void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank, uint64_t seed,
                       int shuffle, int drop_last)

@@ -10,7 +10,7 @@
  */
 #include "data/synth.h"
 
-#include "util.h"
+#include "core/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "ddp_build.h"
-#include "launch/bootstrap.h"
-#include "util.h"
+#include "dist/bootstrap.h"
+#include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif

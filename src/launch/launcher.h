@@ -44,7 +44,7 @@
 
 #include <stddef.h>
 
-#include "launch/world.h"
+#include "dist/world.h"
 
 /* Most local ranks: far above any node's GPU or core count; bounds the launcher's tables. */
 #define DDP_LAUNCH_MAX_NPROC 1024

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "util.h"
+#include "core/rng.h"
+#include "core/util.h"
 
 /* ---- parsing ---------------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static void dims_str(int ndim, const hsize_t *d, char *buf, size_t len)
 {

@@ -8,7 +8,7 @@
  */
 #include "data/h5data.h"
 #include "data/idx.h"
-#include "util.h"
+#include "core/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* data_cli.c - `ddptrain data ...` as its own program: data_cli data SUBCOMMAND ... */
-#include "cli.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/util.h"
 
 #include <stdio.h>
 #include <string.h>

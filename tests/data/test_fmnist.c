@@ -6,7 +6,7 @@
  */
 #include "data/h5data.h"
 #include "data/idx.h"
-#include "util.h"
+#include "core/util.h"
 #include "check.h"
 
 #include <stdio.h>

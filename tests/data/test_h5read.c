@@ -7,7 +7,7 @@
  * `ddptrain data info`).
  */
 #include "data/h5data.h"
-#include "util.h"
+#include "core/util.h"
 #include "check.h"
 
 #include <hdf5.h>

@@ -6,7 +6,7 @@
  */
 #include "data/h5data.h"
 #include "data/synth.h"
-#include "util.h"
+#include "core/util.h"
 #include "check.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "util.h"
+#include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif

@@ -26,7 +26,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
-#include "util.h"
+#include "core/util.h"
 #ifdef DDP_TEST_EMU_UNUSED
 #undef HAVE_CUDA
 #define HAVE_CUDA 1

@@ -19,8 +19,8 @@
 
 #include "comm/comm.h"
 #include "comm/comm_impl.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 #if HAVE_CUDA && HAVE_NCCL
 #include "backend/cuda.h"
 #include "comm/comm_nccl.h"

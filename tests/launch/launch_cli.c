@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "launch/launcher.h"
 
 static volatile sig_atomic_t g_sig;

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "launch/binding.h"
-#include "util.h"
+#include "dist/binding.h"
+#include "core/util.h"
 #include "check.h"
 
 #define MAXVARS 8

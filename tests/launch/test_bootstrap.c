@@ -14,8 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launch/bootstrap_impl.h"
-#include "util.h"
+#include "dist/bootstrap_impl.h"
+#include "core/util.h"
 #include "check.h"
 
 static void helpers(void)

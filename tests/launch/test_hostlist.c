@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "launch/hostlist.h"
-#include "util.h"
+#include "dist/hostlist.h"
+#include "core/util.h"
 #include "check.h"
 
 #include "hostlist_cases.h"

@@ -21,8 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launch/hostlist.h"
-#include "util.h"
+#include "dist/hostlist.h"
+#include "core/util.h"
 
 #include "hostlist_cases.h"
 

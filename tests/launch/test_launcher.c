@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "launch/launcher.h"
-#include "util.h"
+#include "core/util.h"
 #include "check.h"
 
 #define MAXARGS 16

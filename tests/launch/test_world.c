@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 #include "check.h"
 
 static int g_cases;

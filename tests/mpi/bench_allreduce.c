@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 
 static const size_t k_bytes[] = {4096, 32768, 262144, 1 << 20, 4 << 20, 16 << 20};
 #define NSIZES (sizeof k_bytes / sizeof k_bytes[0])

@@ -25,8 +25,8 @@
 #include "comm/comm.h"
 #include "comm/comm_impl.h"
 #include "ddp_build.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 
 #if HAVE_MPI
 #include <mpi.h>

@@ -11,8 +11,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
 #include "check.h"
-#include "config.h"
-#include "optim.h"
+#include "core/config.h"
+#include "train/optim.h"
 
 static const double P0[4] = {1.0, -2.0, 0.5, 0.0};
 static const double G[3][4] = {{0.1, -0.3, 0.7, -1.2}, {0.5, 0.2, -0.4, 0.05}, {-0.2, 0.6, 0.3, 0.9}};

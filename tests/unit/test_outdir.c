@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "config.h"
-#include "jobdiff.h"
-#include "outdir.h"
-#include "util.h"
+#include "core/config.h"
+#include "train/jobdiff.h"
+#include "train/outdir.h"
+#include "core/util.h"
 
 static const char *const g_slurm_vars[] = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_ARRAY_JOB_ID",
                                            "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "launch/world.h"
-#include "util.h"
-#include "validate.h"
+#include "dist/world.h"
+#include "core/util.h"
+#include "validate/validate.h"
 
 #define BLOCKS 5
 #define BLOCK_S 0.02

@@ -13,9 +13,9 @@
 
 #include "check.h"
 #include "comm/comm.h"
-#include "launch/world.h"
-#include "util.h"
-#include "validate.h"
+#include "dist/world.h"
+#include "core/util.h"
+#include "validate/validate.h"
 
 static char g_dir[] = "/tmp/ddp-validate-unit.XXXXXX";
 

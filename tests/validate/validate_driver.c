@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "validate.h"
+#include "validate/validate.h"
 
 int main(int argc, char **argv)
 {

@@ -21,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
-#include "util.h"
+#include "core/util.h"
 
 static const struct ddp_backend *G;
 

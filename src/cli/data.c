@@ -4,11 +4,11 @@
  * codes (usage 2, bad input or unwritable output 3) and prints; the work is in idx.c,
  * synth.c and h5data.c.
  */
-#include "cli.h"
+#include "cli/cli.h"
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "data/synth.h"
-#include "util.h"
+#include "core/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -36,7 +36,7 @@
 
 #include <stddef.h>
 
-#include "launch/world.h"
+#include "dist/world.h"
 
 /* Most GPUs of one node this module reasons about; far above any node built today, and it
  * bounds the parsing of hostile lists. */

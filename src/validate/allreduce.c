@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
-#include "validate.h"
+#include "core/util.h"
+#include "validate/validate.h"
 
 /* Most calls in one timed block: small sizes take microseconds each. */
 #define AR_MAX_ITERS 1000

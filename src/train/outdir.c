@@ -1,5 +1,5 @@
 /* outdir.c - the output directory: patterns, lock, previous runs, job.ini. See outdir.h. */
-#include "outdir.h"
+#include "train/outdir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launch/hostlist.h"
+#include "dist/hostlist.h"
 #include "nn/weights.h"
-#include "util.h"
+#include "core/util.h"
 
 #define WIDTH_MAX 10     /* as Slurm: a wider field is cut to 10 digits of padding */
 #define HOLDER_MAX 400   /* bytes of the holder record read back (host, pid, job, time) */

@@ -2,7 +2,7 @@
  * optim.c - optimiser state and learning-rate schedule; the update arithmetic is the
  * backend's (PyTorch rules, see backend/cpu_kernels.inc). See optim.h.
  */
-#include "optim.h"
+#include "train/optim.h"
 
 #include <math.h>
 #include <string.h>

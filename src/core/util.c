@@ -3,7 +3,7 @@
  * strict number parsing. See util.h.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "util.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
-#include "validate.h"
+#include "core/util.h"
+#include "validate/validate.h"
 
 /* Most calls however short they are (a bound on a tiny N under a long window). */
 #define MAX_REPS 100000

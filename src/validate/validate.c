@@ -28,16 +28,16 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
-#include "config.h"
-#include "launch/world.h"
-#include "util.h"
-#include "validate.h"
+#include "core/config.h"
+#include "dist/world.h"
+#include "core/util.h"
+#include "validate/validate.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif
 #if HAVE_CUDA && HAVE_NCCL
 #include "comm/comm_nccl.h"
-#include "launch/binding.h"
+#include "dist/binding.h"
 #endif
 
 #define CPU_MODEL_LEN 96

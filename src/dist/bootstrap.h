@@ -48,7 +48,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
-#include "launch/world.h"
+#include "dist/world.h"
 
 enum ddp_bootstrap_kind {
     DDP_BOOTSTRAP_AUTO,

@@ -3,14 +3,14 @@
  * `auto`, the job token, the call counter, and the MPI way (one broadcast). The PMI2 and TCP
  * ways live in pmi.c and rendezvous.c.
  */
-#include "launch/bootstrap_impl.h"
+#include "dist/bootstrap_impl.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 /* Upper bound of timeout_s (about 115 days), as for the communicator: larger is a typo. */
 #define BOOTSTRAP_MAX_TIMEOUT_S 1e7

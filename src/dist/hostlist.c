@@ -8,7 +8,7 @@
  * anything is allocated for the product, then the names are generated with an odometer over
  * the groups in Slurm's nesting order. Names are not resolved here; that is world.c's job.
  */
-#include "launch/hostlist.h"
+#include "dist/hostlist.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 /* How much of a token an error message quotes before cutting it with "...". */
 #define QUOTE_MAX 64

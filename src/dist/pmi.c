@@ -9,7 +9,7 @@
  * abandoned: it owns its own copy of everything it touches, and PMI2 is marked unusable.
  * Leaves the choice of PMI2 (PMI_FD present) to bootstrap.c.
  */
-#include "launch/bootstrap_impl.h"
+#include "dist/bootstrap_impl.h"
 
 #if HAVE_PMI2
 
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
+#include "core/util.h"
 
 /* PMI2 state of the process: initialised once, used by one call at a time. */
 static int g_inited;      /* PMI2_Init succeeded */

@@ -2,14 +2,14 @@
  * binding.c - local rank -> GPU, and the doctor for layouts that cannot work (binding.h).
  * Only string parsing and arithmetic: the device count comes in from the caller.
  */
-#include "launch/binding.h"
+#include "dist/binding.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 /* Raw value of name (NULL when unset; "" stays ""): an empty CUDA_VISIBLE_DEVICES means
  * "no device", unlike the launcher variables that world.c reads. */

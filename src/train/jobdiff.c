@@ -1,12 +1,12 @@
 /* jobdiff.c - compare a checkpoint's effective job with this job. See jobdiff.h. */
-#include "jobdiff.h"
+#include "train/jobdiff.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "outdir.h"
-#include "util.h"
+#include "train/outdir.h"
+#include "core/util.h"
 
 #define EFFECTIVE_HEADER "; effective job:" /* the first line ddp_job_write writes */
 #define NAME_LEN 160                        /* "section.key" */

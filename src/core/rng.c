@@ -1,6 +1,6 @@
 /* rng.c - xoshiro256** with splitmix64 seeding (public-domain algorithms by Blackman and
  * Vigna, written from their description). See rng.h. */
-#include "rng.h"
+#include "core/rng.h"
 
 static uint64_t splitmix(uint64_t *x)
 {

@@ -11,14 +11,14 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "ddp_build.h"
-#include "launch/binding.h"
-#include "launch/bootstrap.h"
-#include "launch/hostlist.h"
+#include "dist/binding.h"
+#include "dist/bootstrap.h"
+#include "dist/hostlist.h"
 #include "launch/launcher.h"
-#include "launch/world.h"
-#include "util.h"
+#include "dist/world.h"
+#include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif

@@ -15,7 +15,7 @@
  * hello within HELLO_IDLE_S is dropped so that strays cannot hold a slot. Leaves choosing the
  * way, the token and the call number to bootstrap.c.
  */
-#include "launch/bootstrap_impl.h"
+#include "dist/bootstrap_impl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #define PROTO_VERSION 1u
 #define TOKEN_FIELD 128 /* DDP_BOOTSTRAP_TOKEN_MAX + NUL */

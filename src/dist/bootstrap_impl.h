@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "ddp_build.h"
-#include "launch/bootstrap.h"
+#include "dist/bootstrap.h"
 
 /* TCP rendezvous (rendezvous.c). token: the job token (NUL-terminated, at most
  * DDP_BOOTSTRAP_TOKEN_MAX bytes); seq: the number of this call in the process. */

@@ -1,11 +1,11 @@
 /* metrics.c - metrics.jsonl writer. See metrics.h. */
-#include "metrics.h"
+#include "train/metrics.h"
 
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char *err,
                      size_t errlen)

@@ -1,5 +1,5 @@
 /* ckpt.c - checkpoint files. See ckpt.h. */
-#include "ckpt.h"
+#include "train/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <zlib.h>
 
 #include "nn/weights.h"
-#include "util.h"
+#include "core/util.h"
 
 #define CKPT_FORMAT "ddptrain-checkpoint"
 #define CKPT_JOB_MAX (1 << 20)

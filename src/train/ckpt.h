@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "nn/model.h"
-#include "optim.h"
+#include "train/optim.h"
 
 #define DDP_CKPT_VERSION 1
 

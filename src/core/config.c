@@ -5,7 +5,7 @@
  * known with its line number, lines longer than inih's buffer are reported instead of being
  * cut, and continuation lines (leading blanks) are told apart from a key given twice.
  */
-#include "config.h"
+#include "core/config.h"
 
 #include <ini.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
 

@@ -7,7 +7,7 @@
  * other until a timeout instead of failing at once. Leaves binding, sockets and printing to
  * others.
  */
-#include "launch/world.h"
+#include "dist/world.h"
 
 #include <inttypes.h>
 #include <netdb.h>
@@ -18,8 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "launch/hostlist.h"
-#include "util.h"
+#include "dist/hostlist.h"
+#include "core/util.h"
 
 /* Largest Slurm job or step id accepted: Slurm keeps both in 32 bits. */
 #define ID_MAX 4294967295LL

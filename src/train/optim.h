@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "config.h"
+#include "core/config.h"
 
 struct ddp_optim {
     const struct ddp_backend *be;

@@ -1,11 +1,11 @@
 /* ddp.c - buckets, overlap and averaging. See ddp.h. */
-#include "ddp.h"
+#include "train/grad_sync.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static void trace(struct ddp_sync *s, enum ddp_trace_kind k, int id)
 {

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "core/config.h"
 
 #define DDP_OUTDIR_LOCK ".ddptrain.lock"
 

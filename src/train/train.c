@@ -4,7 +4,7 @@
  *
  * Dimension letters: B per-rank batch, G global batch (B x W), W world size, K classes.
  */
-#include "train.h"
+#include "train/train.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -22,22 +22,22 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
-#include "ckpt.h"
-#include "config.h"
+#include "train/ckpt.h"
+#include "core/config.h"
 #include "data/h5data.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "ddp.h"
-#include "launch/binding.h"
-#include "launch/bootstrap.h"
-#include "launch/world.h"
-#include "metrics.h"
+#include "train/grad_sync.h"
+#include "dist/binding.h"
+#include "dist/bootstrap.h"
+#include "dist/world.h"
+#include "train/metrics.h"
 #include "nn/model.h"
 #include "nn/weights.h"
-#include "optim.h"
-#include "outdir.h"
-#include "jobdiff.h"
-#include "util.h"
+#include "train/optim.h"
+#include "train/outdir.h"
+#include "train/jobdiff.h"
+#include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif

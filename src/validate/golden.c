@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "data/synth.h"
-#include "ddp.h"
+#include "train/grad_sync.h"
 #include "nn/model.h"
-#include "optim.h"
-#include "util.h"
-#include "validate.h"
+#include "train/optim.h"
+#include "core/util.h"
+#include "validate/validate.h"
 
 /* The golden run; DDP_VALIDATE_GOLDEN_SPEC says the same in words (keep them together). */
 #define G_LAYERS "conv2d(6, 3, pad=1), relu, maxpool(2), flatten, linear(32), relu, linear(4)"
