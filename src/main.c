@@ -1,75 +1,65 @@
 /*
- * main.c - the ddptrain command: subcommand dispatch, --help, --version. Every subcommand
- * returns an exit code from util.h; nothing below main calls exit() for bad input.
+ * main.c - the ddptrain command: one table of subcommands, nothing else. Each subcommand takes
+ * the arguments from its own name on (argv[0] is the subcommand), parses them itself (src/cli/)
+ * and returns an exit code from core/util.h; nothing below main calls exit() for bad input.
+ * `ddptrain JOB.ini ...` (no subcommand) trains.
  */
-#include <cblas.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ddp_build.h"
 #include "cli/cli.h"
-#include "core/config.h"
-#include "launch/launcher.h"
-#include "validate/validate.h"
-#include "train/train.h"
 #include "core/util.h"
-#if HAVE_MPI
-#include <mpi.h>
-#endif
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
-#if HAVE_NCCL
-#include "comm/comm_nccl.h"
-#endif
+#include "train/signals.h"
 
-char *openblas_get_config(void);
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    int early_signals; /* a training run may follow: catch preemption signals from the start */
+    const char *usage; /* after "ddptrain "; NULL: not listed in --help */
+    const char *summary;
+};
+
+static int cmd_help(int argc, char **argv);
+
+static const struct subcommand COMMANDS[] = {
+    {"train", ddp_cmd_train, 1, "JOB.ini [--set SECTION.KEY=VALUE ...]",
+     "train (also: ddptrain train ...)"},
+    {"eval", ddp_cmd_train, 1, "eval JOB.ini --checkpoint PATH",
+     "test loss/accuracy of a checkpoint"},
+    {"env", ddp_cmd_env, 0, "env", "how each rank sees the world"},
+    {"hostlist", ddp_cmd_hostlist, 0, "hostlist EXPR", "expand a Slurm hostlist"},
+    {"data", ddp_cmd_data, 0, "data ...", "import or synthesise HDF5 datasets"},
+    {"validate", ddp_cmd_validate, 0, "validate [--quick] [--json FILE]",
+     "node validation for admins"},
+    {"launch", ddp_cmd_launch, 0, "launch --nproc-per-node N JOB.ini ...",
+     "start N local ranks (torchrun-like)"},
+    {"--version", ddp_cmd_version, 0, "--version", "version and backends built in"},
+    {"version", ddp_cmd_version, 0, NULL, NULL},
+    {"--job-reference", ddp_cmd_job_reference, 0, "--job-reference",
+     "every job-file key (Markdown)"},
+    {"--help", cmd_help, 0, NULL, NULL},
+    {"-h", cmd_help, 0, NULL, NULL},
+    {"help", cmd_help, 0, NULL, NULL},
+    {"bootstrap-test", ddp_cmd_bootstrap_test, 1, NULL, NULL}, /* exercises the bootstrap */
+};
+#define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 static void print_help(FILE *f)
 {
-    fprintf(f,
-            "ddptrain %s - data-parallel training for Slurm clusters\n\n"
-            "usage:\n"
-            "  ddptrain JOB.ini [--set SECTION.KEY=VALUE ...]   train (also: ddptrain train ...)\n"
-            "  ddptrain eval JOB.ini --checkpoint PATH          test loss/accuracy of a checkpoint\n"
-            "  ddptrain env                                     how each rank sees the world\n"
-            "  ddptrain hostlist EXPR                           expand a Slurm hostlist\n"
-            "  ddptrain data ...                                import or synthesise HDF5 datasets\n"
-            "  ddptrain validate [--quick] [--json FILE]        node validation for admins\n"
-            "  ddptrain launch --nproc-per-node N JOB.ini ...   start N local ranks (torchrun-like)\n"
-            "  ddptrain --version                               version and backends built in\n"
-            "  ddptrain --job-reference                         every job-file key (Markdown)\n\n"
-            "Run several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: README.md, "
-            "docs/.\n",
+    fprintf(f, "ddptrain %s - data-parallel training for Slurm clusters\n\nusage:\n",
             DDP_VERSION);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (COMMANDS[i].usage)
+            fprintf(f, "  ddptrain %-39s %s\n", COMMANDS[i].usage, COMMANDS[i].summary);
+    fprintf(f, "\nRun several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: README.md, "
+               "docs/.\n");
 }
 
-static int print_version(void)
+static int cmd_help(int argc, char **argv)
 {
-    unsigned maj, min, rel;
-    H5get_libversion(&maj, &min, &rel);
-    printf("ddptrain %s\n", DDP_VERSION);
-    printf("compute backends: cpu (%s)", openblas_get_config());
-#if HAVE_CUDA
-    printf(", cuda (%s)", ddp_cuda_version_string());
-#endif
-    printf("\n");
-    printf("comm backends: self");
-#if HAVE_MPI
-    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(lib, &len);
-    char *nl = strchr(lib, ',');
-    if (nl)
-        *nl = '\0';
-    printf(", mpi (%s)", lib);
-#endif
-#if HAVE_NCCL
-    printf(", nccl (%s)", ddp_nccl_version_string());
-#endif
-    printf("\nbootstrap: %s\n", HAVE_PMI2 ? "pmi2, mpi, tcp" : "mpi, tcp");
-    printf("hdf5: %u.%u.%u\n", maj, min, rel);
+    print_help(stdout);
     return 0;
 }
 
@@ -79,42 +69,23 @@ int main(int argc, char **argv)
      * (a full disk) HDF5 1.10's exit handler walks the half-closed file and crashes. */
     H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
-    if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
-        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") && argv[1][0] != '-')
-        ddp_train_catch_early_signals();
     if (argc < 2) {
         print_help(stderr);
         return DDP_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        print_help(stdout);
-        return 0;
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(cmd, COMMANDS[i].name) != 0)
+            continue;
+        if (COMMANDS[i].early_signals)
+            ddp_train_catch_early_signals();
+        return COMMANDS[i].run(argc - 1, argv + 1);
     }
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))
-        return print_version();
-    if (!strcmp(cmd, "--job-reference")) {
-        ddp_job_write_reference(stdout);
-        return 0;
-    }
-    if (!strcmp(cmd, "train") || !strcmp(cmd, "eval"))
-        return ddp_cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "env"))
-        return ddp_cmd_env(argc - 1, argv + 1);
-    if (!strcmp(cmd, "hostlist"))
-        return ddp_cmd_hostlist(argc - 1, argv + 1);
-    if (!strcmp(cmd, "data"))
-        return ddp_cmd_data(argc - 1, argv + 1);
-    if (!strcmp(cmd, "validate"))
-        return ddp_cmd_validate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "launch"))
-        return ddp_cmd_launch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bootstrap-test")) /* hidden: exercises the bootstrap in tests */
-        return ddp_cmd_bootstrap_test(argc - 1, argv + 1);
     if (cmd[0] == '-') {
         ddp_warn("unknown option '%s'; see ddptrain --help", cmd);
         return DDP_EXIT_USAGE;
     }
     /* `ddptrain JOB.ini ...`: train; argv[0] stands in for the subcommand name */
+    ddp_train_catch_early_signals();
     return ddp_cmd_train(argc, argv);
 }

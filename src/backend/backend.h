@@ -28,6 +28,9 @@ struct ddp_backend {
     void (*download)(void *dst_host, const void *src, size_t bytes);
     void (*set_threads)(int n); /* compute threads; optional */
     void (*sync)(void);          /* wait for queued work; optional */
+    /* end of training step `step` of rank `rank` (log_step: a logging step); optional: the
+     * GPU twin writes its per-step counters there (docs/gpu.md) */
+    void (*step_end)(int rank, long step, int log_step);
 
     /* elementwise */
     void (*zero)(float *x, size_t n);

@@ -1078,6 +1078,7 @@ static void fill_table(void)
     t->free = cuda_free;
     t->upload = cuda_upload;
     t->download = cuda_download;
+    t->step_end = ddp_cuda_step_end;
     t->set_threads = NULL;
     t->sync = cuda_sync;
     t->zero = cuda_zero;

@@ -18,12 +18,13 @@
 #include "dist/hostlist.h"
 #include "launch/launcher.h"
 #include "dist/world.h"
+#include "core/testhooks.h"
 #include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif
 
-/* Most fake GPUs DDP_FAKE_GPUS may claim (tests only): the binding module's own bound. */
+/* Most fake GPUs DDP_TEST_FAKE_GPUS may claim (tests only): the binding module's own bound. */
 #define FAKE_GPUS_MAX DDP_BINDING_MAX_DEVICES
 /* Defaults and bounds of bootstrap-test: an NCCL id is 128 bytes. */
 #define BT_DEFAULT_LEN 128
@@ -108,15 +109,15 @@ int ddp_cmd_env(int argc, char **argv)
     if (w.warning[0])
         ddp_warn("warning: %s", w.warning);
 
-    /* GPU binding: the driver's device count comes from DDP_FAKE_GPUS=N (tests: N devices
+    /* GPU binding: the driver's device count comes from DDP_TEST_FAKE_GPUS=N (tests: N devices
      * on this node), else from the CUDA backend where one is built (-1 without a usable
      * driver). Without either the rank runs on the CPU and only the visible list is shown. */
     int driver = -1;
-    const char *fake = getenv("DDP_FAKE_GPUS");
+    const char *fake = ddp_test_hooks()->fake_gpus;
     if (fake && *fake) {
         int64_t nf;
         if (ddp_parse_i64(fake, &nf) < 0 || nf < 0 || nf > FAKE_GPUS_MAX) {
-            ddp_warn("DDP_FAKE_GPUS=\"%.20s\" is not a device count in 0..%d; unset it (it "
+            ddp_warn("DDP_TEST_FAKE_GPUS=\"%.20s\" is not a device count in 0..%d; unset it (it "
                      "is for tests)", fake, FAKE_GPUS_MAX);
             return DDP_EXIT_LAUNCH;
         }

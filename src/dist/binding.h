@@ -59,7 +59,7 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
 /* The count a CUDA driver would report on a node with node_gpus devices (ordinals
  * 0..node_gpus-1) given cuda_visible_devices (NULL = unset): the entries are taken in order
  * and enumeration stops at the first that is not an unused ordinal below node_gpus, as CUDA
- * does. For tests and DDP_FAKE_GPUS. */
+ * does. For tests and DDP_TEST_FAKE_GPUS. */
 int ddp_binding_fake_driver_count(int node_gpus, const char *cuda_visible_devices);
 
 #endif

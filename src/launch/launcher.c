@@ -29,6 +29,7 @@
 
 #include "ddp_build.h"
 #include "dist/bootstrap.h"
+#include "core/testhooks.h"
 #include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
@@ -42,17 +43,6 @@ extern char **environ;
 #define REQUEUE_CODE 75
 /* Exit code of a child whose exec failed (as the shells use). */
 #define EXEC_FAILED 127
-
-static const char USAGE[] =
-    "usage: ddptrain launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A\n"
-    "                       --master-port P] [--spawn auto|env|mpirun] [--grace S]\n"
-    "                       JOB.ini [ARGS...]\n"
-    "Start N ranks on this node as torch.distributed.launch does (one launcher per node).\n"
-    "Each rank runs `ddptrain JOB.ini ARGS...` with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-    "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set. CPU ranks on one node run under\n"
-    "mpirun (--spawn auto); --spawn env starts them directly. SIGINT, SIGTERM and SIGUSR1\n"
-    "are forwarded; when a rank fails the others are stopped (SIGTERM, SIGKILL after S\n"
-    "seconds, default 10) and its exit code is returned. See docs/launch.md.\n";
 
 /* Variables of an outer launcher that would confuse the children's world detection. */
 static const char *const STRIP_EXACT[] = {
@@ -318,12 +308,12 @@ static void make_token(const struct ddp_launch_opts *o, char *tok, size_t toklen
 }
 
 /* 1 when the ranks of this node will run on GPUs: a build with NCCL whose CUDA driver reports
- * a device (after CUDA_VISIBLE_DEVICES), or DDP_FAKE_GPUS=N > 0 standing in for it in tests.
+ * a device (after CUDA_VISIBLE_DEVICES), or DDP_TEST_FAKE_GPUS=N > 0 standing in for it in tests.
  * Otherwise they are CPU ranks, which need MPI for their collectives. */
 static int gpu_ranks(void)
 {
 #if HAVE_NCCL && HAVE_CUDA
-    const char *fake = getenv("DDP_FAKE_GPUS");
+    const char *fake = ddp_test_hooks()->fake_gpus;
     int64_t n;
     if (fake && *fake)
         return ddp_parse_i64(fake, &n) == 0 && n > 0;
@@ -529,102 +519,100 @@ static int supervise_mpirun(pid_t mpirun, int sfd)
     }
 }
 
-int ddp_cmd_launch(int argc, char **argv)
+/* The master's address and port, final before any child starts: --master-port, else
+ * MASTER_PORT, else on one node a free port, else the default. Returns 0 or an exit code. */
+static int resolve_master(struct ddp_launch_opts *o)
 {
-    struct ddp_launch_opts o;
-    char err[DDP_ERR_LEN];
-    int prc = ddp_launch_parse(argc, argv, &o, err, sizeof err);
-    if (prc == 1) {
-        fputs(USAGE, stdout);
-        return DDP_EXIT_OK;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "ddptrain: %s\n", err);
-        fputs(USAGE, stderr);
-        return DDP_EXIT_USAGE;
-    }
-
-    /* master and port, final before any child starts */
-    if (!o.master_addr[0])
-        snprintf(o.master_addr, sizeof o.master_addr, "127.0.0.1");
-    if (o.master_port == 0) {
-        const char *mp = getenv("MASTER_PORT");
-        int64_t x;
-        if (mp && *mp) {
-            if (ddp_parse_i64(mp, &x) < 0 || x < 1 || x > 65535) {
-                fprintf(stderr, "ddptrain: launch: MASTER_PORT=\"%.20s\" is not a port in "
-                        "1..65535; unset it or pass --master-port\n", mp);
-                return DDP_EXIT_USAGE;
-            }
-            o.master_port = (int)x;
-        } else if (o.nnodes == 1) {
-            o.master_port = free_port();
+    if (!o->master_addr[0])
+        snprintf(o->master_addr, sizeof o->master_addr, "127.0.0.1");
+    if (o->master_port != 0)
+        return 0;
+    const char *mp = getenv("MASTER_PORT");
+    int64_t x;
+    if (mp && *mp) {
+        if (ddp_parse_i64(mp, &x) < 0 || x < 1 || x > 65535) {
+            fprintf(stderr, "ddptrain: launch: MASTER_PORT=\"%.20s\" is not a port in "
+                    "1..65535; unset it or pass --master-port\n", mp);
+            return DDP_EXIT_USAGE;
         }
-        if (o.master_port == 0)
-            o.master_port = DDP_WORLD_PORT_DEFAULT;
+        o->master_port = (int)x;
+    } else if (o->nnodes == 1) {
+        o->master_port = free_port();
     }
+    if (o->master_port == 0)
+        o->master_port = DDP_WORLD_PORT_DEFAULT;
+    return 0;
+}
 
-    int use_mpirun = o.spawn == DDP_SPAWN_MPIRUN ||
-                     (o.spawn == DDP_SPAWN_AUTO && o.nnodes == 1 && o.nproc_per_node > 1 &&
-                      !gpu_ranks());
-    char mpirun[4096];
-    if (use_mpirun) {
-        if (!HAVE_MPI || find_in_path("mpirun", mpirun, sizeof mpirun) < 0) {
-            fprintf(stderr, "ddptrain: launch: %d CPU ranks talk through MPI, but %s: install "
-                    "OpenMPI (openmpi-bin) and rebuild, or pass --spawn env for programs that "
-                    "need no collectives\n", o.nproc_per_node,
-                    HAVE_MPI ? "mpirun is not in PATH" : "this ddptrain was built without MPI");
-            return DDP_EXIT_LAUNCH;
-        }
-    }
-
-    char exe[4096];
-    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (el <= 0) {
-        fprintf(stderr, "ddptrain: launch: cannot find this program (/proc/self/exe): %s\n",
-                strerror(errno));
-        return DDP_EXIT_LAUNCH;
-    }
-    exe[el] = '\0';
-    char token[DDP_BOOTSTRAP_TOKEN_MAX + 1];
-    make_token(&o, token, sizeof token);
-
-    /* children's argv: [mpirun options...] exe JOB.ini ARGS... */
-    int nargs = argc - o.first_arg;
+/* The children's argv: [mpirun options...] exe JOB.ini ARGS... (NULL-terminated; the strings
+ * are mpirun's, exe's, np's and argv's). */
+static char **child_argv(const struct ddp_launch_opts *o, int argc, char **argv, char *mpirun,
+                         char *exe, char *np, size_t nplen)
+{
+    int nargs = argc - o->first_arg;
     char **cargv = ddp_calloc((size_t)nargs + 32, sizeof *cargv);
     int k = 0;
-    char np[16];
-    if (use_mpirun) {
-        snprintf(np, sizeof np, "%d", o.nproc_per_node);
+    if (mpirun) {
+        static const char *const OPTS[] = {
+            "--oversubscribe", "--bind-to", "none",
+            /* this node only, even inside a Slurm allocation */
+            "--mca", "plm", "isolated", "--mca", "ras", "^slurm",
+            "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "DDP_BOOTSTRAP_TOKEN"};
+        snprintf(np, nplen, "%d", o->nproc_per_node);
         cargv[k++] = mpirun;
         cargv[k++] = "-n";
         cargv[k++] = np;
-        cargv[k++] = "--oversubscribe";
-        cargv[k++] = "--bind-to";
-        cargv[k++] = "none";
+        for (size_t j = 0; j < 3; j++)
+            cargv[k++] = (char *)OPTS[j];
         if (geteuid() == 0)
             cargv[k++] = "--allow-run-as-root";
-        /* this node only, even inside a Slurm allocation */
-        cargv[k++] = "--mca";
-        cargv[k++] = "plm";
-        cargv[k++] = "isolated";
-        cargv[k++] = "--mca";
-        cargv[k++] = "ras";
-        cargv[k++] = "^slurm";
-        cargv[k++] = "-x";
-        cargv[k++] = "MASTER_ADDR";
-        cargv[k++] = "-x";
-        cargv[k++] = "MASTER_PORT";
-        cargv[k++] = "-x";
-        cargv[k++] = "DDP_BOOTSTRAP_TOKEN";
+        for (size_t j = 3; j < sizeof OPTS / sizeof *OPTS; j++)
+            cargv[k++] = (char *)OPTS[j];
     }
     cargv[k++] = exe;
-    for (int i = o.first_arg; i < argc; i++)
+    for (int i = o->first_arg; i < argc; i++)
         cargv[k++] = argv[i];
     cargv[k] = NULL;
+    return cargv;
+}
 
-    /* handled signals arrive through a signalfd; the children get the original mask back.
-     * SIGCHLD must not be ignored (inherited SIG_IGN would reap the children for us). */
+/* Env mode: start every local rank, then supervise them. Returns the exit code. */
+static int run_env(const struct ddp_launch_opts *o, char *exe, char **cargv, const char *token,
+                   const sigset_t *old, int sfd)
+{
+    struct child *ch = ddp_calloc((size_t)o->nproc_per_node, sizeof *ch);
+    int started = 0, code;
+    for (int l = 0; l < o->nproc_per_node; l++) {
+        char **env = ddp_launch_child_env(environ, o, l, token);
+        pid_t pid = spawn(exe, cargv, env, old, SIGKILL);
+        ddp_launch_env_free(env);
+        if (pid < 0) {
+            fprintf(stderr, "ddptrain: launch: cannot start local rank %d: %s\n", l,
+                    strerror(errno));
+            break;
+        }
+        ch[l] = (struct child){pid, o->node_rank * o->nproc_per_node + l, l};
+        started++;
+    }
+    if (started < o->nproc_per_node) {
+        for (int l = 0; l < started; l++)
+            kill(-ch[l].pid, SIGKILL);
+        for (int l = 0; l < started; l++)
+            waitpid(ch[l].pid, NULL, 0);
+        code = DDP_EXIT_LAUNCH;
+    } else {
+        code = supervise_env(ch, started, sfd, o->grace_s);
+    }
+    free(ch);
+    return code;
+}
+
+/* Start the children (or mpirun) with the handled signals arriving through a signalfd (the
+ * children get the original mask back), supervise them. Returns the exit code. */
+static int run_children(const struct ddp_launch_opts *o, char *mpirun, char *exe, char **cargv,
+                        const char *token)
+{
+    /* SIGCHLD must not be ignored (inherited SIG_IGN would reap the children for us). */
     signal(SIGCHLD, SIG_DFL);
     sigset_t set, old;
     sigemptyset(&set);
@@ -636,13 +624,11 @@ int ddp_cmd_launch(int argc, char **argv)
     if (sfd < 0) {
         fprintf(stderr, "ddptrain: launch: signalfd failed: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &old, NULL);
-        free(cargv);
         return DDP_EXIT_LAUNCH;
     }
-
     int code;
-    if (use_mpirun) {
-        char **env = ddp_launch_child_env(environ, &o, -1, token);
+    if (mpirun) {
+        char **env = ddp_launch_child_env(environ, o, -1, token);
         pid_t pid = spawn(mpirun, cargv, env, &old, SIGTERM);
         ddp_launch_env_free(env);
         if (pid < 0) {
@@ -652,33 +638,43 @@ int ddp_cmd_launch(int argc, char **argv)
             code = supervise_mpirun(pid, sfd);
         }
     } else {
-        struct child *ch = ddp_calloc((size_t)o.nproc_per_node, sizeof *ch);
-        int started = 0;
-        for (int l = 0; l < o.nproc_per_node; l++) {
-            char **env = ddp_launch_child_env(environ, &o, l, token);
-            pid_t pid = spawn(exe, cargv, env, &old, SIGKILL);
-            ddp_launch_env_free(env);
-            if (pid < 0) {
-                fprintf(stderr, "ddptrain: launch: cannot start local rank %d: %s\n", l,
-                        strerror(errno));
-                break;
-            }
-            ch[l] = (struct child){pid, o.node_rank * o.nproc_per_node + l, l};
-            started++;
-        }
-        if (started < o.nproc_per_node) {
-            for (int l = 0; l < started; l++)
-                kill(-ch[l].pid, SIGKILL);
-            for (int l = 0; l < started; l++)
-                waitpid(ch[l].pid, NULL, 0);
-            code = DDP_EXIT_LAUNCH;
-        } else {
-            code = supervise_env(ch, started, sfd, o.grace_s);
-        }
-        free(ch);
+        code = run_env(o, exe, cargv, token, &old, sfd);
     }
     close(sfd);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    return code;
+}
+
+int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv)
+{
+    int code = resolve_master(o);
+    if (code)
+        return code;
+    int use_mpirun = o->spawn == DDP_SPAWN_MPIRUN ||
+                     (o->spawn == DDP_SPAWN_AUTO && o->nnodes == 1 && o->nproc_per_node > 1 &&
+                      !gpu_ranks());
+    char mpirun[4096];
+    if (use_mpirun) {
+        if (!HAVE_MPI || find_in_path("mpirun", mpirun, sizeof mpirun) < 0) {
+            fprintf(stderr, "ddptrain: launch: %d CPU ranks talk through MPI, but %s: install "
+                    "OpenMPI (openmpi-bin) and rebuild, or pass --spawn env for programs that "
+                    "need no collectives\n", o->nproc_per_node,
+                    HAVE_MPI ? "mpirun is not in PATH" : "this ddptrain was built without MPI");
+            return DDP_EXIT_LAUNCH;
+        }
+    }
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) {
+        fprintf(stderr, "ddptrain: launch: cannot find this program (/proc/self/exe): %s\n",
+                strerror(errno));
+        return DDP_EXIT_LAUNCH;
+    }
+    exe[el] = '\0';
+    char token[DDP_BOOTSTRAP_TOKEN_MAX + 1], np[16];
+    make_token(o, token, sizeof token);
+    char **cargv = child_argv(o, argc, argv, use_mpirun ? mpirun : NULL, exe, np, sizeof np);
+    code = run_children(o, use_mpirun ? mpirun : NULL, exe, cargv, token);
     free(cargv);
     return code;
 }

@@ -26,7 +26,7 @@
  *           apply) as soon as any rank exits non-zero, 75 included; its exit code is the
  *           launcher's.
  *   auto    mpirun when --nnodes is 1, N > 1 and the ranks run on the CPU (no NCCL in this
- *           build, or its CUDA driver reports no device; DDP_FAKE_GPUS=N stands in for the
+ *           build, or its CUDA driver reports no device; DDP_TEST_FAKE_GPUS=N stands in for the
  *           driver in tests); env otherwise.
  * The children's environment drops what belongs to an outer launcher (SLURM_PROCID,
  * SLURM_LOCALID, SLURM_NODEID, SLURM_GTIDS, SLURM_STEP_ID, PMI_*, PMIX_*, OMPI_COMM_WORLD_*,
@@ -74,15 +74,8 @@ char **ddp_launch_child_env(char *const *base, const struct ddp_launch_opts *o, 
                             const char *token);
 void ddp_launch_env_free(char **env);
 
-/* `ddptrain launch ...` (launcher.c). Returns the exit code. */
-int ddp_cmd_launch(int argc, char **argv);
-
-/* `ddptrain bootstrap-test [--via auto|pmi2|mpi|tcp] [--len N] [--timeout S] [--delay S]`
- * (cmd_launch.c, hidden from --help): rank 0 publishes len random bytes (default 128, the
- * size of an NCCL id) through the bootstrap, and every rank prints one line
- * "rank=R world_size=W host=H master=ADDR:PORT via=KIND len=N hash=FNV1A64 ms=T" for tests to
- * compare. --delay makes the
- * ranks other than 0 wait S seconds first. Exit 0, 2 (usage) or 4 (bootstrap failed). */
-int ddp_cmd_bootstrap_test(int argc, char **argv);
+/* Run the launch of o (parsed from argv by ddp_launch_parse; the master's port is settled
+ * here): start the ranks, forward signals, wait. Returns the launcher's exit code. */
+int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv);
 
 #endif

@@ -16,7 +16,7 @@
  * With world size 1 nothing is communicated.
  *
  * Trace (for tests): when enabled, the order of "layer L done" and "bucket B started" events
- * of the first step is recorded and can be written out (DDP_TRACE=path in the trainer).
+ * of the first step is recorded and can be written out (DDP_TEST_TRACE=path in the trainer, core/testhooks.h).
  */
 #ifndef DDP_DDP_H
 #define DDP_DDP_H

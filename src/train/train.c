@@ -37,6 +37,9 @@
 #include "train/optim.h"
 #include "train/outdir.h"
 #include "train/jobdiff.h"
+#include "train/signals.h"
+#include "train/step.h"
+#include "core/testhooks.h"
 #include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
@@ -71,16 +74,9 @@ struct trainer {
     int resumed;            /* a checkpoint was loaded */
     float *dev_x;           /* (B, in_elems) batch in device memory; NULL on the CPU */
     int32_t *dev_y;         /* (B) labels in device memory */
+    const struct ddp_test_hooks *hooks; /* read once at start */
+    struct loop *lp;        /* the training loop's position, while it runs */
 };
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
-               "       ddptrain eval JOB.ini --checkpoint PATH [--set ...]\n"
-               "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n"
-               "  PATH     a checkpoint or model.h5: its /model weights are evaluated on the\n"
-               "           job's test split, on any number of ranks\n");
-}
 
 static void log_line(const char *line) { ddp_log("%s", line); }
 
@@ -287,100 +283,20 @@ static void fmt_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-/* ---- test hook DDP_TEST_FAULT=RANK:STEP:exit:CODE | RANK:STEP:stall:SECONDS ---------------
- * After STEP, RANK leaves at once with CODE (no abort of the job: as a crash or a lone error
- * would), or its training loop stalls for SECONDS (a slow eval or checkpoint). */
-struct test_fault {
-    long long rank, step;
-    char action[8];
-    double arg;
-};
-
-static void test_fault_read(struct test_fault *f)
+/* Test hook DDP_TEST_FAULT (testhooks.h): after its step, its rank leaves at once with the
+ * given code (no abort of the job: as a crash or a lone error would), or stalls. */
+static void test_fault_apply(const struct ddp_test_hooks *h, int rank, int64_t step)
 {
-    const char *s = getenv("DDP_TEST_FAULT");
-    f->rank = f->step = -1;
-    if (s && sscanf(s, "%lld:%lld:%7[a-z]:%lf", &f->rank, &f->step, f->action, &f->arg) != 4)
-        f->rank = f->step = -1;
-}
-
-static void test_fault_apply(const struct test_fault *f, int rank, int64_t step)
-{
-    if (f->rank != rank || f->step != step)
+    if (h->fault_rank != rank || h->fault_step != step)
         return;
-    ddp_warn("test hook DDP_TEST_FAULT: %s %g at step %lld", f->action, f->arg, (long long)step);
-    if (strcmp(f->action, "exit") == 0)
-        _exit((int)f->arg);
-    struct timespec ts = {(time_t)f->arg, (long)((f->arg - (double)(time_t)f->arg) * 1e9)};
-    while (strcmp(f->action, "stall") == 0 && nanosleep(&ts, &ts) != 0)
+    ddp_warn("test hook DDP_TEST_FAULT: %s %g at step %lld", h->fault_action, h->fault_arg,
+             (long long)step);
+    if (strcmp(h->fault_action, "exit") == 0)
+        _exit((int)h->fault_arg);
+    struct timespec ts = {(time_t)h->fault_arg,
+                          (long)((h->fault_arg - (double)(time_t)h->fault_arg) * 1e9)};
+    while (strcmp(h->fault_action, "stall") == 0 && nanosleep(&ts, &ts) != 0)
         ;
-}
-
-/* ---- signals: a flag read at step boundaries --------------------------------------------- */
-
-static volatile sig_atomic_t g_stop_signal;
-
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-void ddp_train_catch_early_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-/* The signals [checkpoint] signals may name. */
-static const struct { const char *name; int sig; } known[] = {
-    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
-    {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
-};
-
-/* "USR1" for SIGUSR1: the name [checkpoint] signals uses; "?" for others. */
-static const char *signal_name(int sig)
-{
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (known[i].sig == sig)
-            return known[i].name;
-    return "?";
-}
-
-/* Parse "[checkpoint] signals" ("USR1, TERM"); with install, set the handlers (again after
- * MPI_Init, which may have replaced them). Other signals get their default action back. */
-static int install_signals(const struct ddp_job *job, int install, char *err, size_t errlen)
-{
-    char buf[sizeof job->signals], where[DDP_PATH_MAX + 64], *save = NULL;
-    int usr1 = 0, term = 0;
-    snprintf(buf, sizeof buf, "%s", job->signals);
-    for (char *tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        if (!strcasecmp(tok, "none"))
-            continue;
-        const char *name = strncasecmp(tok, "SIG", 3) == 0 ? tok + 3 : tok;
-        int sig = 0;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            if (!strcasecmp(name, known[i].name))
-                sig = known[i].sig;
-        if (!sig)
-            return ddp_err(err, errlen, "%s: unknown signal '%s'; expected names such as USR1, "
-                           "USR2, TERM, INT, HUP, XCPU, or none",
-                           ddp_job_where(job, "checkpoint", "signals", where, sizeof where), tok);
-        usr1 |= sig == SIGUSR1;
-        term |= sig == SIGTERM;
-        if (!install)
-            continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sig, &sa, NULL);
-    }
-    if (install && !usr1) /* main caught these early; the job did not ask for them */
-        signal(SIGUSR1, SIG_DFL);
-    if (install && !term)
-        signal(SIGTERM, SIG_DFL);
-    return 0;
 }
 
 /* Rank 0 writes a checkpoint at position pos; every rank learns that it is done. */
@@ -528,193 +444,182 @@ static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noi
                idx ? (long long)idx[0] : -1LL, why);
 }
 
-static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
+/* Where the loop stands; what the log lines and the summary report. */
+struct loop {
+    const struct ddp_ckpt_pos *start; /* where this start began */
+    int64_t total_steps;
+    double t0, t_log, last_loss, last_acc;
+    double loss_acc[2]; /* local loss sum, local samples since the last log */
+    int64_t step, first_step, samples_since_log, epoch, cursor, epoch_end, last_saved;
+    int stopped;
+    FILE *sample_log; /* test hook DDP_TEST_SAMPLE_LOG: every sample index this rank trained on */
+};
+
+/* The step function's non-finite hook: ctx is the trainer; the step is the one running. */
+static void nonfinite_hook(void *ctx, const float *x, int n, uint64_t noise, double loss)
+{
+    struct trainer *t = ctx;
+    die_nonfinite(t, x, n, noise, t->lp->step + 1, loss);
+}
+
+/* Every log_every steps and at the last: reduce the loss, log a line and a metrics record. */
+static void log_progress(struct trainer *t, struct loop *lp, double lr)
+{
+    const struct ddp_job *job = &t->job;
+    int W = t->world.world_size;
+    char el[32], left[32];
+    double red[2] = {lp->loss_acc[0], lp->loss_acc[1]};
+    ddp_comm_allreduce(t->comm, red, 2, DDP_F64);
+    double now = ddp_now();
+    double mean = red[0] / red[1];
+    double sps = (double)lp->samples_since_log / (now - lp->t_log);
+    double per_step = (now - lp->t0) / (double)(lp->step - lp->first_step);
+    double comm_s, busbw;
+    ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
+    double comm_frac = W > 1 ? comm_s / (now - lp->t_log) : -1;
+    char comm[64] = "";
+    if (W > 1)
+        snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s", 100 * comm_frac, busbw);
+    fmt_duration(now - lp->t0, el, sizeof el);
+    fmt_duration(per_step * (double)(lp->total_steps - lp->step), left, sizeof left);
+    ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f%s elapsed %s "
+            "left %s",
+            (long long)lp->epoch + 1, (long long)job->epochs, (long long)lp->step,
+            (long long)lp->total_steps, mean, lr, sps, comm, el, left);
+    ddp_metrics_train(&t->metrics, lp->epoch + 1, lp->step, mean, lr, sps, comm_frac, busbw);
+    lp->loss_acc[0] = lp->loss_acc[1] = 0;
+    lp->samples_since_log = 0;
+    lp->t_log = ddp_now();
+    if (!isfinite(mean))
+        ddp_die("training diverged: loss is %g at step %lld; lower [optim] lr", mean,
+                (long long)lp->step);
+}
+
+/* After a step: test hooks, the replica check, checkpoints and stop requests. Returns 0 (with
+ * lp->stopped set when a signal stopped the run, after a checkpoint) or an exit code. */
+static int after_step(struct trainer *t, struct loop *lp)
+{
+    const struct ddp_job *job = &t->job;
+    int W = t->world.world_size, rank = t->world.rank;
+    char err[DDP_ERR_LEN];
+    if (t->hooks->flip_step == lp->step && t->hooks->flip_rank == rank)
+        ddp_step_flip_bit(t->be, t->model.params); /* test hook: corrupt one bit */
+    test_fault_apply(t->hooks, rank, lp->step);
+    if (job->check_every > 0 && lp->step % job->check_every == 0 &&
+        ddp_sync_check_replicas(&t->sync, t->hosts, HOST_FIELD, err, sizeof err) != 0) {
+        if (rank == 0)
+            ddp_warn("%s", err);
+        ddp_comm_barrier(t->comm);
+        return DDP_EXIT_RUNTIME;
+    }
+    if (t->be->step_end) /* the GPU twin's per-step counters */
+        t->be->step_end(rank, (long)lp->step,
+                        lp->step % job->log_every == 0 || lp->step == lp->total_steps);
+    /* stop request: every rank agrees at this step boundary */
+    int64_t stop = ddp_signals_stop_requested();
+    if (W > 1)
+        ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
+    int at_end = lp->cursor >= lp->epoch_end;
+    if (stop || (job->ckpt_every_steps > 0 && lp->step % job->ckpt_every_steps == 0)) {
+        struct ddp_ckpt_pos pos = {at_end ? lp->epoch + 1 : lp->epoch, lp->step,
+                                   at_end ? 0 : lp->cursor, W, job->batch_size * W, job->seed,
+                                   total_ms(lp->start, lp->t0)};
+        save_checkpoint(t, &pos);
+        lp->last_saved = lp->step;
+    }
+    if (!stop)
+        return 0;
+    ddp_log("stopped by signal %d (SIG%s) at step %lld after saving a checkpoint; exit 75: "
+            "the job resumes from it when it is requeued or run again",
+            (int)stop, ddp_signal_name((int)stop), (long long)lp->step);
+    lp->stopped = 1;
+    return 0;
+}
+
+/* The steps of one epoch, from lp->cursor. Returns 0 (lp->stopped may be set) or an exit code. */
+static int run_epoch(struct trainer *t, struct loop *lp)
+{
+    const struct ddp_job *job = &t->job;
+    int W = t->world.world_size, rank = t->world.rank;
+    const struct ddp_step step = {&t->model, &t->sync, &t->optim, NULL, NULL, nonfinite_hook, t};
+    char err[DDP_ERR_LEN];
+    const float *x;
+    const int32_t *y;
+    int n, rc = 0;
+    while (lp->step < lp->total_steps && rc == 0 && !lp->stopped) {
+        n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
+        if (n < 0)
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
+        if (n == 0)
+            break;
+        if (lp->sample_log) {
+            const int64_t *idx = ddp_loader_indices(t->train_loader);
+            for (int i = 0; i < n; i++)
+                fprintf(lp->sample_log, "%lld %lld\n", (long long)lp->epoch, (long long)idx[i]);
+        }
+        to_device(t, &x, &y, n);
+        double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
+        uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
+                         ((uint64_t)lp->step << 20) ^ (uint64_t)rank;
+        lp->loss_acc[0] += ddp_step_run(&step, x, y, n, noise, lr);
+        lp->loss_acc[1] += n;
+        lp->step++;
+        lp->cursor += job->batch_size * W;
+        lp->samples_since_log += (int64_t)n * W;
+        if (lp->step == lp->first_step + 1 && t->hooks->trace && rank == 0) {
+            FILE *f = fopen(t->hooks->trace, "w");
+            if (f) {
+                ddp_sync_write_trace(&t->sync, f);
+                fclose(f);
+            }
+        }
+        if (lp->step % job->log_every == 0 || lp->step == lp->total_steps)
+            log_progress(t, lp, lr);
+        rc = after_step(t, lp);
+    }
+    return rc;
+}
+
+/* At the end of an epoch: evaluate and checkpoint when due. */
+static void end_epoch(struct trainer *t, struct loop *lp)
+{
+    const struct ddp_job *job = &t->job;
+    int W = t->world.world_size;
+    int last = lp->epoch + 1 == job->epochs || lp->step >= lp->total_steps;
+    if (t->test && (last || (job->eval_every > 0 && (lp->epoch + 1) % job->eval_every == 0))) {
+        evaluate(t, &lp->last_loss, &lp->last_acc);
+        ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f",
+                (long long)lp->epoch + 1, (long long)lp->step, lp->last_loss, lp->last_acc);
+        ddp_metrics_eval(&t->metrics, lp->epoch + 1, lp->step, lp->last_loss, lp->last_acc);
+    }
+    if (job->ckpt_every_epochs > 0 && (lp->epoch + 1) % job->ckpt_every_epochs == 0 &&
+        lp->last_saved != lp->step && lp->cursor >= lp->epoch_end) {
+        struct ddp_ckpt_pos pos = {lp->epoch + 1, lp->step, 0, W, job->batch_size * W,
+                                   job->seed, total_ms(lp->start, lp->t0)};
+        save_checkpoint(t, &pos);
+        lp->last_saved = lp->step;
+    }
+}
+
+/* After the last epoch: the final evaluation if none ran, model.h5, the summary record. */
+static void finish_training(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     struct ddp_model *m = &t->model;
-    int W = t->world.world_size, rank = t->world.rank;
+    int W = t->world.world_size;
     int64_t G = job->batch_size * W;
-    int64_t spe = t->steps_per_epoch;
-    int64_t total_steps = spe * job->epochs;
-    if (job->max_steps > 0 && job->max_steps < total_steps)
-        total_steps = job->max_steps;
-    const char *trace_path = getenv("DDP_TRACE");
-    if (trace_path && rank == 0)
-        t->sync.trace_on = 1;
-    FILE *sample_log = NULL; /* test mode: every sample index this rank trained on */
-    const char *sample_prefix = getenv("DDP_SAMPLE_LOG");
-    if (sample_prefix) {
-        char p[DDP_PATH_MAX];
-        snprintf(p, sizeof p, "%s.%d", sample_prefix, rank);
-        sample_log = fopen(p, "a");
+    char err[DDP_ERR_LEN];
+    if (t->test && !isfinite(lp->last_acc)) { /* e.g. resumed a finished run: still report */
+        evaluate(t, &lp->last_loss, &lp->last_acc);
+        ddp_metrics_eval(&t->metrics, lp->epoch, lp->step, lp->last_loss, lp->last_acc);
     }
-
-    double t0 = ddp_now(), t_log = t0, last_loss = NAN, last_acc = NAN;
-    double loss_acc[2] = {0, 0}; /* local loss sum, local samples since the last log */
-    int64_t step = start->step, first_step = start->step, samples_since_log = 0;
-    int64_t epoch = start->epoch, cursor = start->cursor;
-    int64_t last_saved = -1;
-    int stopped = 0;
-    /* test hook DDP_TEST_FLIP_BIT=RANK:STEP flips a bit of one parameter on RANK after STEP */
-    int64_t flip_rank = -1, flip_step = -1;
-    const char *flip = getenv("DDP_TEST_FLIP_BIT");
-    if (flip && sscanf(flip, "%lld:%lld", (long long *)&flip_rank, (long long *)&flip_step) != 2)
-        flip_rank = flip_step = -1;
-    struct test_fault fault;
-    test_fault_read(&fault);
-    char err[DDP_ERR_LEN], el[32], left[32];
-    if (epoch >= job->epochs || step >= total_steps)
-        ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
-                "or max_steps to continue)", (long long)step, (long long)total_steps);
-    for (; epoch < job->epochs && step < total_steps && !stopped; epoch++, cursor = 0) {
-        ddp_sampler_set_epoch(&t->train_sampler, epoch);
-        ddp_sampler_set_cursor(&t->train_sampler, cursor);
-        ddp_loader_start(t->train_loader, epoch, 0);
-        const float *x;
-        const int32_t *y;
-        int n;
-        int64_t epoch_end = t->train_sampler.total;
-        while (step < total_steps) {
-            n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
-            if (n < 0)
-                ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
-            if (n == 0)
-                break;
-            if (sample_log) {
-                const int64_t *idx = ddp_loader_indices(t->train_loader);
-                for (int i = 0; i < n; i++)
-                    fprintf(sample_log, "%lld %lld\n", (long long)epoch, (long long)idx[i]);
-            }
-            to_device(t, &x, &y, n);
-            double lr = ddp_optim_lr(&t->optim, epoch, step, spe);
-            uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
-                             ((uint64_t)step << 20) ^ (uint64_t)rank;
-            t->be->zero(m->grads, m->nparams);
-            const float *logits = ddp_model_forward(m, x, n, 1, noise);
-            double loss = t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
-                                      1.0f / (float)n);
-            if (!isfinite(loss))
-                die_nonfinite(t, x, n, noise, step + 1, loss);
-            loss_acc[0] += loss;
-            loss_acc[1] += n;
-            ddp_sync_begin(&t->sync);
-            ddp_model_backward(m, x, n, ddp_sync_layer_done, &t->sync);
-            ddp_sync_finish(&t->sync);
-            ddp_optim_step(&t->optim, m->params, m->grads, lr);
-            step++;
-            cursor += G;
-            samples_since_log += (int64_t)n * W;
-            if (step == first_step + 1 && trace_path && rank == 0) {
-                FILE *f = fopen(trace_path, "w");
-                if (f) {
-                    ddp_sync_write_trace(&t->sync, f);
-                    fclose(f);
-                }
-            }
-            if (step % job->log_every == 0 || step == total_steps) {
-                double red[2] = {loss_acc[0], loss_acc[1]};
-                ddp_comm_allreduce(t->comm, red, 2, DDP_F64);
-                double now = ddp_now();
-                double mean = red[0] / red[1];
-                double sps = (double)samples_since_log / (now - t_log);
-                double per_step = (now - t0) / (double)(step - first_step);
-                double comm_s, busbw;
-                ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
-                double comm_frac = W > 1 ? comm_s / (now - t_log) : -1;
-                char comm[64] = "";
-                if (W > 1)
-                    snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s",
-                             100 * comm_frac, busbw);
-                fmt_duration(now - t0, el, sizeof el);
-                fmt_duration(per_step * (double)(total_steps - step), left, sizeof left);
-                ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f%s "
-                        "elapsed %s left %s",
-                        (long long)epoch + 1, (long long)job->epochs, (long long)step,
-                        (long long)total_steps, mean, lr, sps, comm, el, left);
-                ddp_metrics_train(&t->metrics, epoch + 1, step, mean, lr, sps, comm_frac,
-                                  busbw);
-                loss_acc[0] = loss_acc[1] = 0;
-                samples_since_log = 0;
-                t_log = ddp_now();
-                if (!isfinite(mean))
-                    ddp_die("training diverged: loss is %g at step %lld; lower [optim] lr",
-                            mean, (long long)step);
-            }
-            if (flip_step == step && flip_rank == rank) { /* test hook: corrupt one bit */
-                float v;
-                t->be->download(&v, m->params, sizeof v);
-                uint32_t bits;
-                memcpy(&bits, &v, sizeof bits);
-                bits ^= 1u << 3;
-                memcpy(&v, &bits, sizeof v);
-                t->be->upload(m->params, &v, sizeof v);
-            }
-            test_fault_apply(&fault, rank, step);
-            if (job->check_every > 0 && step % job->check_every == 0 &&
-                ddp_sync_check_replicas(&t->sync, t->hosts, HOST_FIELD, err, sizeof err) != 0) {
-                if (rank == 0)
-                    ddp_warn("%s", err);
-                ddp_comm_barrier(t->comm);
-                return DDP_EXIT_RUNTIME;
-            }
-#if HAVE_CUDA
-            if (strcmp(t->be->name, "cuda") == 0) /* the GPU twin's per-step counters */
-                ddp_cuda_step_end(rank, (long)step,
-                                  step % job->log_every == 0 || step == total_steps);
-#endif
-            /* stop request: every rank agrees at this step boundary */
-            int64_t stop = g_stop_signal;
-            if (W > 1)
-                ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
-            int at_end = cursor >= epoch_end;
-            if (stop || (job->ckpt_every_steps > 0 && step % job->ckpt_every_steps == 0)) {
-                struct ddp_ckpt_pos pos = {at_end ? epoch + 1 : epoch, step, at_end ? 0 : cursor,
-                                           W, G, job->seed, total_ms(start, t0)};
-                save_checkpoint(t, &pos);
-                last_saved = step;
-            }
-            if (stop) {
-                ddp_log("stopped by signal %d (SIG%s) at step %lld after saving a checkpoint; "
-                        "exit 75: the job resumes from it when it is requeued or run again",
-                        (int)stop, signal_name((int)stop), (long long)step);
-                stopped = 1;
-                break;
-            }
-        }
-        ddp_loader_stop(t->train_loader);
-        if (stopped)
-            break;
-        int last = epoch + 1 == job->epochs || step >= total_steps;
-        if (t->test && (last || (job->eval_every > 0 && (epoch + 1) % job->eval_every == 0))) {
-            evaluate(t, &last_loss, &last_acc);
-            ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f", (long long)epoch + 1,
-                    (long long)step, last_loss, last_acc);
-            ddp_metrics_eval(&t->metrics, epoch + 1, step, last_loss, last_acc);
-        }
-        if (job->ckpt_every_epochs > 0 && (epoch + 1) % job->ckpt_every_epochs == 0 &&
-            last_saved != step && cursor >= epoch_end) {
-            struct ddp_ckpt_pos pos = {epoch + 1, step, 0, W, G, job->seed, total_ms(start, t0)};
-            save_checkpoint(t, &pos);
-            last_saved = step;
-        }
-    }
-    if (sample_log)
-        fclose(sample_log);
-    if (stopped) {
-        ddp_comm_barrier(t->comm);
-        return DDP_EXIT_REQUEUE;
-    }
-    if (t->test && !isfinite(last_acc)) { /* e.g. resumed a finished run: still report */
-        evaluate(t, &last_loss, &last_acc);
-        ddp_metrics_eval(&t->metrics, epoch, step, last_loss, last_acc);
-    }
-    double start_s = ddp_now() - t0, train_s = (double)total_ms(start, t0) / 1000.0;
+    double start_s = ddp_now() - lp->t0, train_s = (double)total_ms(lp->start, lp->t0) / 1000.0;
     char slice[48] = ""; /* after a resume: this start's share of the time */
-    if (start->step > 0 && start->train_ms > 0)
+    if (lp->start->step > 0 && lp->start->train_ms > 0)
         snprintf(slice, sizeof slice, " (%.1fs in this start)", start_s);
 
     /* final weights: rank 0's running statistics are the model's */
-    if (rank == 0) {
+    if (t->world.rank == 0) {
         char path[DDP_PATH_MAX + 64];
         snprintf(path, sizeof path, "%s/model.h5", job->output);
         if (ddp_weights_save(path, m, err, sizeof err) != 0)
@@ -722,23 +627,69 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
         ddp_log("final weights: %s", path);
     }
     char members[512], l[32] = "null", a[32] = "null";
-    if (isfinite(last_loss))
-        snprintf(l, sizeof l, "%.6g", last_loss);
-    if (isfinite(last_acc))
-        snprintf(a, sizeof a, "%.6g", last_acc);
+    if (isfinite(lp->last_loss))
+        snprintf(l, sizeof l, "%.6g", lp->last_loss);
+    if (isfinite(lp->last_acc))
+        snprintf(a, sizeof a, "%.6g", lp->last_acc);
     snprintf(members, sizeof members,
              "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
              "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s,"
              "\"test_acc\":%s",
-             (long long)epoch, (long long)step, W, (long long)G, m->nparams, train_s,
-             (double)(step - first_step) * (double)G / start_s, l, a);
+             (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s,
+             (double)(lp->step - lp->first_step) * (double)G / start_s, l, a);
     ddp_metrics_summary(&t->metrics, members);
-    if (isfinite(last_acc))
-        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", last_acc,
-                last_loss, (long long)step, train_s, slice);
+    if (isfinite(lp->last_acc))
+        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s",
+                lp->last_acc, lp->last_loss, (long long)lp->step, train_s, slice);
     else
-        ddp_log("done: %lld steps in %.1fs%s (no test split evaluated)", (long long)step,
+        ddp_log("done: %lld steps in %.1fs%s (no test split evaluated)", (long long)lp->step,
                 train_s, slice);
+}
+
+static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
+{
+    const struct ddp_job *job = &t->job;
+    struct loop lp = {.start = start, .last_loss = NAN, .last_acc = NAN, .last_saved = -1};
+    lp.total_steps = t->steps_per_epoch * job->epochs;
+    if (job->max_steps > 0 && job->max_steps < lp.total_steps)
+        lp.total_steps = job->max_steps;
+    if (t->hooks->trace && t->world.rank == 0)
+        t->sync.trace_on = 1;
+    if (t->hooks->sample_log) {
+        char p[DDP_PATH_MAX];
+        snprintf(p, sizeof p, "%s.%d", t->hooks->sample_log, t->world.rank);
+        lp.sample_log = fopen(p, "a");
+    }
+    lp.t0 = lp.t_log = ddp_now();
+    lp.step = lp.first_step = start->step;
+    lp.epoch = start->epoch;
+    lp.cursor = start->cursor;
+    t->lp = &lp;
+    if (lp.epoch >= job->epochs || lp.step >= lp.total_steps)
+        ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
+                "or max_steps to continue)", (long long)lp.step, (long long)lp.total_steps);
+    int rc = 0;
+    for (; lp.epoch < job->epochs && lp.step < lp.total_steps; lp.epoch++, lp.cursor = 0) {
+        ddp_sampler_set_epoch(&t->train_sampler, lp.epoch);
+        ddp_sampler_set_cursor(&t->train_sampler, lp.cursor);
+        ddp_loader_start(t->train_loader, lp.epoch, 0);
+        lp.epoch_end = t->train_sampler.total;
+        rc = run_epoch(t, &lp);
+        ddp_loader_stop(t->train_loader);
+        if (rc || lp.stopped)
+            break;
+        end_epoch(t, &lp);
+    }
+    if (lp.sample_log)
+        fclose(lp.sample_log);
+    t->lp = NULL;
+    if (rc)
+        return rc;
+    if (lp.stopped) {
+        ddp_comm_barrier(t->comm);
+        return DDP_EXIT_REQUEUE;
+    }
+    finish_training(t, &lp);
     return 0;
 }
 
@@ -750,7 +701,6 @@ static int expand_output(struct trainer *t, char *err, size_t errlen)
 {
     struct ddp_job *job = &t->job;
     char out[DDP_PATH_MAX], why[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
-    t->lock_fd = -1;
     if (!t->eval_only &&
         ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
         return ddp_err(err, errlen, "%s: %s",
@@ -767,76 +717,11 @@ static void abort_hook(int code)
         ddp_comm_abort(g_comm, code);
 }
 
-int ddp_cmd_train(int argc, char **argv)
+/* The job's checks that need no peer: signals, eval's test split, the output directory. */
+static int check_job(struct trainer *t)
 {
-    static struct trainer tr; /* large; one per process */
-    struct trainer *t = &tr;
     char err[DDP_ERR_LEN * 2];
-    const char *job_path = NULL;
-    ddp_job_defaults(&t->job);
-
-    /* arguments: JOB.ini and --set overrides (applied after the file) */
-    const char *sets[256];
-    int nsets = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--set") == 0 || strcmp(a, "-s") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ddptrain: --set needs SECTION.KEY=VALUE\n");
-                return DDP_EXIT_USAGE;
-            }
-            a = argv[++i];
-        } else if (strncmp(a, "--set=", 6) == 0) {
-            a += 6;
-        } else if (strcmp(a, "--checkpoint") == 0 && strcmp(argv[0], "eval") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ddptrain: --checkpoint needs a path\n");
-                return DDP_EXIT_USAGE;
-            }
-            t->eval_only = argv[++i];
-            continue;
-        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (a[0] == '-') {
-            ddp_warn("unknown option '%s'", a);
-            usage(stderr);
-            return DDP_EXIT_USAGE;
-        } else {
-            if (job_path) {
-                ddp_warn("two job files given ('%s' and '%s'); give one", job_path, a);
-                return DDP_EXIT_USAGE;
-            }
-            job_path = a;
-            continue;
-        }
-        if (nsets == (int)(sizeof sets / sizeof sets[0])) {
-            fprintf(stderr, "ddptrain: too many --set options\n");
-            return DDP_EXIT_USAGE;
-        }
-        sets[nsets++] = a;
-    }
-    if (strcmp(argv[0], "eval") == 0 && !t->eval_only) {
-        fprintf(stderr, "ddptrain: eval needs --checkpoint PATH\n");
-        usage(stderr);
-        return DDP_EXIT_USAGE;
-    }
-    if (!job_path) {
-        fprintf(stderr, "ddptrain: no job file given\n");
-        usage(stderr);
-        return DDP_EXIT_USAGE;
-    }
-    if (ddp_job_load(&t->job, job_path, err, sizeof err) != 0) {
-        ddp_warn("%s", err);
-        return DDP_EXIT_USAGE;
-    }
-    for (int i = 0; i < nsets; i++)
-        if (ddp_job_set(&t->job, sets[i], err, sizeof err) != 0) {
-            ddp_warn("%s", err);
-            return DDP_EXIT_USAGE;
-        }
-    if (ddp_job_validate(&t->job, err, sizeof err) != 0 ||
-        install_signals(&t->job, 0, err, sizeof err) != 0) {
+    if (ddp_signals_install(&t->job, 0, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
@@ -848,18 +733,16 @@ int ddp_cmd_train(int argc, char **argv)
         fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_USAGE;
     }
-    const struct ddp_job *job = &t->job;
+    return 0;
+}
 
-    /* world and collectives */
-    if (ddp_world_detect(&t->world, NULL, NULL, (int)job->port, err, sizeof err) != 0) {
-        ddp_warn("%s", err);
-        return DDP_EXIT_LAUNCH;
-    }
+/* Device and collectives: the rank's bound GPU (binding doctor) or the CPU, then the
+ * communicator. Returns 0 or an exit code (the reason printed). */
+static int start_comm(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
     const struct ddp_world *w = &t->world;
-    ddp_log_set_identity(w->host, w->rank, w->world_size);
-    if (w->warning[0] && w->rank == 0)
-        ddp_warn("warning: %s", w->warning);
-    /* device: the rank's bound GPU (binding doctor) or the CPU */
+    char err[DDP_ERR_LEN * 2];
     int use_cuda = 0;
     struct ddp_binding bind = {.device = -1};
 #if HAVE_CUDA
@@ -924,9 +807,28 @@ int ddp_cmd_train(int argc, char **argv)
     } else {
         snprintf(t->device, sizeof t->device, "cpu");
     }
+    return 0;
+}
+
+/* World, device, communicator, abort hook, signals, the host table, the liveness watch and
+ * compute threads. Returns 0 or an exit code (the reason printed). */
+static int start_world(struct trainer *t)
+{
+    char err[DDP_ERR_LEN * 2];
+    if (ddp_world_detect(&t->world, NULL, NULL, (int)t->job.port, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    const struct ddp_world *w = &t->world;
+    ddp_log_set_identity(w->host, w->rank, w->world_size);
+    if (w->warning[0] && w->rank == 0)
+        ddp_warn("warning: %s", w->warning);
+    int rc = start_comm(t);
+    if (rc)
+        return rc;
     g_comm = t->comm;
     ddp_set_abort_hook(abort_hook);
-    install_signals(job, 1, err, sizeof err); /* after MPI_Init; replaces main's catch-all */
+    ddp_signals_install(&t->job, 1, err, sizeof err); /* after MPI_Init; replaces main's catch-all */
     t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
     char me[HOST_FIELD];
     snprintf(me, sizeof me, "%s", w->host);
@@ -935,13 +837,18 @@ int ddp_cmd_train(int argc, char **argv)
         t->liveness = ddp_liveness_create(t->comm, w->host);
         ddp_comm_set_peer_probe(t->comm, ddp_liveness_probe, t->liveness);
     }
-
-    t->threads = choose_threads(job, w);
+    t->threads = choose_threads(&t->job, w);
     if (t->be->set_threads)
         t->be->set_threads(t->threads);
+    return 0;
+}
 
-    /* setup, agreed on by all ranks */
-    double t_setup = ddp_now();
+/* Output directory, data, model and weights, agreed on by all ranks; then the device batch,
+ * the buckets and rank 0's state everywhere. Returns 0 or an exit code. */
+static int setup_model(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    char err[DDP_ERR_LEN * 2];
     int code = prepare_output(t, err, sizeof err);
     if (!code)
         code = open_data(t, err, sizeof err);
@@ -954,7 +861,7 @@ int ddp_cmd_train(int argc, char **argv)
         code = DDP_EXIT_DATA;
     int rc = agree(t, code, err);
     if (rc)
-        goto done;
+        return rc;
     struct ddp_model *m = &t->model;
     if (t->be != ddp_backend_cpu()) {
         t->dev_x = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
@@ -962,57 +869,39 @@ int ddp_cmd_train(int argc, char **argv)
     }
     ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
     if (ddp_sync_check_fingerprint(&t->sync, err, sizeof err) != 0) {
-        if (w->rank == 0)
+        if (t->world.rank == 0)
             ddp_warn("%s", err);
-        rc = DDP_EXIT_USAGE;
-        goto done;
+        return DDP_EXIT_USAGE;
     }
     ddp_sync_broadcast_state(&t->sync);
-    if (job->sync_bn && w->world_size > 1) {
+    if (job->sync_bn && t->world.world_size > 1) {
         m->sync_sums = sync_sums;
         m->sync_ctx = t->comm;
     }
-    if (t->eval_only) {
-        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
-                              w->rank);
-        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
-        double loss, acc;
-        evaluate(t, &loss, &acc);
-        ddp_log("%s on %s %s: test loss %.4f accuracy %.4f (%lld samples, %d rank%s)",
-                t->eval_only, job->data_file, job->data_test, loss, acc,
-                (long long)ddp_h5split_count(t->test), w->world_size,
-                w->world_size > 1 ? "s" : "");
-        rc = 0;
-        goto done;
-    }
-    ddp_optim_init(&t->optim, t->be, job, m->nparams, w->world_size);
-    struct ddp_ckpt_pos start;
-    rc = resume(t, &start, err, sizeof err);
-    if (rc)
-        goto done;
-    ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
-                     (uint64_t)job->seed, job->shuffle, job->drop_last);
-    t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
-    if (t->steps_per_epoch < 1) {
-        if (w->rank == 0)
-            ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
-                     "with drop_last; lower [data] batch_size or set drop_last = false",
-                     job->data_file, (long long)ddp_h5split_count(t->train),
-                     (long long)job->batch_size, w->world_size);
-        rc = DDP_EXIT_USAGE;
-        goto done;
-    }
-    rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
-    if (rc)
-        goto done;
-    t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
-    if (t->test) {
-        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
-                              w->rank);
-        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
-    }
+    return 0;
+}
 
-    /* banner */
+/* `ddptrain eval`: the test split's loss and accuracy, on every rank's share. */
+static int run_eval(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    const struct ddp_world *w = &t->world;
+    ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
+    t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+    double loss, acc;
+    evaluate(t, &loss, &acc);
+    ddp_log("%s on %s %s: test loss %.4f accuracy %.4f (%lld samples, %d rank%s)", t->eval_only,
+            job->data_file, job->data_test, loss, acc, (long long)ddp_h5split_count(t->test),
+            w->world_size, w->world_size > 1 ? "s" : "");
+    return 0;
+}
+
+/* The banner: versions, world, data, model and the effective job. */
+static void log_banner(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    const struct ddp_world *w = &t->world;
+    struct ddp_model *m = &t->model;
     char desc[2048];
     ddp_model_describe(m, desc, sizeof desc);
     int64_t dims[3];
@@ -1038,10 +927,48 @@ int ddp_cmd_train(int argc, char **argv)
     ddp_log("effective job (also in %s/job.ini):", job->output);
     if (w->rank == 0)
         ddp_job_log_lines(job, log_line);
-    ddp_log("setup took %.3fs", ddp_now() - t_setup);
-    rc = train_loop(t, &start);
+}
 
-done:
+/* Optimiser, resume, sampler and loaders, the output directory committed; then the loop. */
+static int run_training(struct trainer *t, double t_setup)
+{
+    const struct ddp_job *job = &t->job;
+    const struct ddp_world *w = &t->world;
+    char err[DDP_ERR_LEN * 2];
+    ddp_optim_init(&t->optim, t->be, job, t->model.nparams, w->world_size);
+    struct ddp_ckpt_pos start;
+    int rc = resume(t, &start, err, sizeof err);
+    if (rc)
+        return rc;
+    ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
+                     (uint64_t)job->seed, job->shuffle, job->drop_last);
+    t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
+    if (t->steps_per_epoch < 1) {
+        if (w->rank == 0)
+            ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
+                     "with drop_last; lower [data] batch_size or set drop_last = false",
+                     job->data_file, (long long)ddp_h5split_count(t->train),
+                     (long long)job->batch_size, w->world_size);
+        return DDP_EXIT_USAGE;
+    }
+    rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
+    if (rc)
+        return rc;
+    t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
+    if (t->test) {
+        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
+                              w->rank);
+        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+    }
+    log_banner(t);
+    ddp_log("setup took %.3fs", ddp_now() - t_setup);
+    return train_loop(t, &start);
+}
+
+/* The one cleanup path: everything the trainer holds, in reverse order of setup; accepts a
+ * trainer at any point of its setup. */
+static void teardown(struct trainer *t)
+{
     ddp_loader_destroy(t->train_loader);
     ddp_loader_destroy(t->test_loader);
     ddp_sampler_free(&t->train_sampler);
@@ -1066,5 +993,25 @@ done:
     ddp_outdir_unlock(t->lock_fd);
     DDP_FREE(t->job_text);
     ddp_job_free(&t->job);
+}
+
+int ddp_train_run(struct ddp_job *job, const char *eval_only)
+{
+    static struct trainer tr; /* large; one per process */
+    struct trainer *t = &tr;
+    t->job = *job;
+    memset(job, 0, sizeof *job);
+    t->eval_only = eval_only;
+    t->lock_fd = -1;
+    t->hooks = ddp_test_hooks();
+    int rc = check_job(t);
+    if (!rc)
+        rc = start_world(t);
+    double t_setup = ddp_now();
+    if (!rc)
+        rc = setup_model(t);
+    if (!rc)
+        rc = t->eval_only ? run_eval(t) : run_training(t, t_setup);
+    teardown(t);
     return rc;
 }

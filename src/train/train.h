@@ -10,12 +10,11 @@
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
-/* `ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]`; returns the exit code. */
-int ddp_cmd_train(int argc, char **argv);
+#include "core/config.h"
 
-/* Catch the default preemption signals (USR1, TERM) from the first moment of main, so one
- * that arrives while the job is still starting is not lost: it stops the run at its first step
- * boundary with a checkpoint. */
-void ddp_train_catch_early_signals(void);
+/* Train on job (loaded, overrides applied, validated: cli/train.c), or with eval_only, the
+ * path of a checkpoint or weights file, evaluate that on the job's test split. Takes the
+ * job's allocations (job is left empty). Returns the exit code. */
+int ddp_train_run(struct ddp_job *job, const char *eval_only);
 
 #endif

@@ -3,11 +3,11 @@
  * See validate.h for what is checked; docs/validate.md for the file format.
  *
  * Dimension letters: B per-rank batch, W world size, S steps, K classes, D = C*H*W features.
- * The run goes through the same code as training: ddp_model forward/backward on the backend,
- * ddp_sync buckets all-reduced during backward (a bucket cap of a few KB gives several
- * buckets even on this small model), ddp_optim's SGD. Only the data is in memory
- * (ddp_synth_generate, no HDF5 file) and the step loop is this file's own, so that it can
- * watch each rank's local values before they are averaged.
+ * The run goes through the trainer's own step (train/step.h): ddp_model forward/backward on
+ * the backend, ddp_sync buckets all-reduced during backward (a bucket cap of a few KB gives
+ * several buckets even on this small model), ddp_optim's SGD. Only the data is in memory
+ * (ddp_synth_generate, no HDF5 file), and a per-layer hook of this file's own watches each
+ * rank's local gradients before they are averaged.
  * What it leaves to others: judging the trajectory (validate.c), deadlines (comm).
  */
 #include <errno.h>
@@ -21,6 +21,7 @@
 #include "train/grad_sync.h"
 #include "nn/model.h"
 #include "train/optim.h"
+#include "train/step.h"
 #include "core/util.h"
 #include "validate/validate.h"
 
@@ -166,6 +167,7 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     uint64_t *hmine = ddp_calloc((size_t)steps, sizeof(uint64_t)); /* (S) */
     int64_t at_rest = -1;
     struct hook_ctx hc = {&sync, &m, host, 0, 0};
+    const struct ddp_step step = {&m, &sync, &opt, layer_done, &hc, NULL, NULL};
 
     for (int s = 0; s < steps; s++) {
         if (s > 0 && at_rest < 0 && hash_params(&m, host) != hmine[s - 1])
@@ -173,31 +175,17 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
         ddp_synth_generate(gen, 0, ((int64_t)s * W + rank) * G_BATCH, G_BATCH, xh, y);
         be->upload(x, xh, sizeof(float) * D * G_BATCH);
         be->upload(yb, y, sizeof(int32_t) * G_BATCH);
-        be->zero(m.grads, m.nparams);
-        const float *logits = ddp_model_forward(&m, x, G_BATCH, 1, 0);
-        double lsum = be->xent(ddp_model_dlogits(&m), NULL, logits, yb, G_BATCH, m.classes,
-                               1.0f / G_BATCH);
         hc.sumsq = 0;
         hc.scale_now = badg && s == steps / 3;
-        ddp_sync_begin(&sync);
-        ddp_model_backward(&m, x, G_BATCH, layer_done, &hc);
-        ddp_sync_finish(&sync);
-        ddp_optim_step(&opt, m.params, m.grads, G_LR);
+        double lsum = ddp_step_run(&step, x, yb, G_BATCH, 0, G_LR);
         double red[2] = {lsum, G_BATCH};
         ddp_comm_allreduce(c, red, 2, DDP_F64);
         loss[s] = red[0] / red[1];
         mine[2 * s] = lsum / G_BATCH;
         mine[2 * s + 1] = sqrt(hc.sumsq);
         hmine[s] = hash_params(&m, host);
-        if (flip && s == steps / 2) { /* fault: one bit of one parameter, at rest */
-            float v;
-            be->download(&v, m.params, sizeof v);
-            uint32_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            bits ^= 1u << 3;
-            memcpy(&v, &bits, sizeof v);
-            be->upload(m.params, &v, sizeof v);
-        }
+        if (flip && s == steps / 2) /* fault: one bit of one parameter, at rest */
+            ddp_step_flip_bit(be, m.params);
     }
     uint64_t fin = hash_params(&m, host);
     if (at_rest < 0 && fin != hmine[steps - 1])

@@ -30,6 +30,7 @@
 #include "comm/liveness.h"
 #include "core/config.h"
 #include "dist/world.h"
+#include "core/testhooks.h"
 #include "core/util.h"
 #include "validate/validate.h"
 #if HAVE_CUDA
@@ -47,26 +48,6 @@
 /* Measurement rounds at most: a rank below the threshold after the first is measured again
  * with all the others, twice; its best round counts. */
 #define RATE_ROUNDS 3
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ddptrain validate [--quick] [--json FILE] [--config validate.ini]\n"
-            "                         [--record FILE|DIR] [--reference FILE|DIR]\n"
-            "Node validation: inventory, GEMM and memory bandwidth against the median of the\n"
-            "ranks, an all-reduce sweep with every element checked, and a golden training run\n"
-            "(parameters identical on every rank, losses as in a reference). Run it like\n"
-            "training: srun, mpirun, or one process. Exit 0 only if every check passed.\n"
-            "  --quick          fewer and smaller tests (under 30 s: prologs, health checks)\n"
-            "  --json FILE      write the report as JSON (rank 0)\n"
-            "  --config FILE    settings (configs/validate.ini lists every key)\n"
-            "  --record FILE    write the golden run's trajectory as a reference (on a trusted\n"
-            "                   node; a directory gets <backend>-w<ranks>.ref)\n"
-            "  --reference FILE check the golden run against FILE (or DIR/<backend>-w<ranks>.ref)\n"
-            "                   instead of the shipped configs/validate-ref/\n"
-            "Test hooks: DDP_VALIDATE_FAULT=slow_gemm:R,slow_triad:R,bad_allreduce:R,\n"
-            "flip_param:R,bad_grad:R injects a fault on rank R (docs/validate.md).\n");
-}
 
 /* ---- settings ---------------------------------------------------------------------------- */
 
@@ -248,7 +229,7 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
         return 0;
     char buf[512], *save = NULL;
     if (strlen(text) >= sizeof buf)
-        return ddp_err(err, errlen, "DDP_VALIDATE_FAULT is too long");
+        return ddp_err(err, errlen, "DDP_TEST_VALIDATE_FAULT is too long");
     snprintf(buf, sizeof buf, "%s", text);
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         char *colon = strchr(tok, ':');
@@ -262,7 +243,7 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
         }
         if (kind < 0 || ddp_parse_i64(colon + 1, &r) != 0 || r < 0 || r >= DDP_WORLD_SIZE_MAX)
             return ddp_err(err, errlen,
-                           "DDP_VALIDATE_FAULT: '%s%s%s': expected KIND:RANK with KIND one of "
+                           "DDP_TEST_VALIDATE_FAULT: '%s%s%s': expected KIND:RANK with KIND one of "
                            "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad",
                            tok, colon ? ":" : "", colon ? colon + 1 : "");
         f->rank[kind] = (int)r;
@@ -1175,40 +1156,15 @@ static int choose_device(const struct ddp_world *w, const struct ddp_backend **b
     return 0;
 }
 
-int ddp_cmd_validate(int argc, char **argv)
+int ddp_validate_run(const struct ddp_validate_args *a)
 {
     const double t_start = ddp_now();
-    const char *json = NULL, *config = NULL, *record = NULL, *reference = NULL;
-    int quick = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (!strcmp(a, "--quick")) {
-            quick = 1;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if ((r = ddp_opt_value(argc, argv, &i, "--json", &json)) ||
-            (r = ddp_opt_value(argc, argv, &i, "--config", &config)) ||
-            (r = ddp_opt_value(argc, argv, &i, "--record", &record)) ||
-            (r = ddp_opt_value(argc, argv, &i, "--reference", &reference))) {
-            if (r < 0) {
-                fprintf(stderr, "ddptrain: validate: %s needs a value\n", a);
-                return DDP_EXIT_USAGE;
-            }
-            continue;
-        }
-        fprintf(stderr, "ddptrain: validate: unknown argument '%s'\n", a);
-        usage(stderr);
-        return DDP_EXIT_USAGE;
-    }
+    const char *json = a->json, *record = a->record, *reference = a->reference;
+    const int quick = a->quick;
     char err[DDP_ERR_LEN * 2];
     struct ddp_validate_config cfg;
     ddp_validate_config_defaults(&cfg);
-    if (config && ddp_validate_config_load(&cfg, config, err, sizeof err) != 0) {
+    if (a->config && ddp_validate_config_load(&cfg, a->config, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
@@ -1217,7 +1173,7 @@ int ddp_cmd_validate(int argc, char **argv)
         return DDP_EXIT_USAGE;
     }
     struct ddp_validate_faults faults;
-    if (ddp_validate_faults_parse(&faults, getenv("DDP_VALIDATE_FAULT"), err, sizeof err) != 0) {
+    if (ddp_validate_faults_parse(&faults, ddp_test_hooks()->validate_fault, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }

@@ -38,7 +38,7 @@
  *              match a reference for the backend and world size within golden.rtol (a missing
  *              reference is a warning, not a failure).
  *
- * Fault injection (test hooks, DDP_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
+ * Fault injection (test hooks, DDP_TEST_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
  *   slow_gemm:R      rank R sleeps 9 times as long as each timed GEMM took (a tenth of
  *                    the rate)
  *   slow_triad:R     the same for the triad
@@ -59,8 +59,17 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-/* `ddptrain validate ...`; argv[0] is "validate". Returns the exit code. */
-int ddp_cmd_validate(int argc, char **argv);
+/* The command line of `ddptrain validate` (cli/validate.c). */
+struct ddp_validate_args {
+    const char *json;      /* --json FILE, or NULL */
+    const char *config;    /* --config FILE, or NULL */
+    const char *record;    /* --record FILE|DIR, or NULL */
+    const char *reference; /* --reference FILE|DIR, or NULL */
+    int quick;             /* --quick */
+};
+
+/* Run the validation; returns the exit code. */
+int ddp_validate_run(const struct ddp_validate_args *a);
 
 /* ---- settings (configs/validate.ini; every key has a built-in default) ------------------ */
 

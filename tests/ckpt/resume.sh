@@ -3,7 +3,7 @@
 #  1. bitwise: a run of 3 epochs, and the same run stopped by SIGUSR1 mid-epoch (exit 75) and
 #     resumed, end with identical parameter bytes; for 1 rank and for 3 MPI ranks;
 #  2. resume on another world size mid-epoch (4 ranks -> 2 ranks): the samples of that epoch are
-#     exactly the uninterrupted epoch's samples (per-sample log, DDP_SAMPLE_LOG);
+#     exactly the uninterrupted epoch's samples (per-sample log, DDP_TEST_SAMPLE_LOG);
 #  3. damaged checkpoints (truncated, flipped byte, wrong model shape, wrong format version,
 #     missing dataset): resume = auto skips them with a message, resume = PATH stops with one
 #     line and exit 3, never a crash;
@@ -123,12 +123,12 @@ fi
 # ---- 2. 4 ranks -> 2 ranks mid-epoch: the epoch's samples --------------------------------
 "$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 --set data.test= \
     --set job.output=ref > /dev/null 2>&1
-DDP_SAMPLE_LOG=$work/ref.samples "$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 \
+DDP_TEST_SAMPLE_LOG=$work/ref.samples "$DDPTRAIN" j.ini --set data.batch_size=32 --set train.epochs=1 \
     --set data.test= --set job.output=ref2 > /dev/null 2>&1
-DDP_SAMPLE_LOG=$work/w4.samples mpirun -n 4 "$DDPTRAIN" j.ini --set data.batch_size=8 \
+DDP_TEST_SAMPLE_LOG=$work/w4.samples mpirun -n 4 "$DDPTRAIN" j.ini --set data.batch_size=8 \
     --set train.epochs=1 --set data.test= --set train.max_steps=137 --set checkpoint.every_steps=137 \
     --set job.output=ws > ws.log1 2>&1
-DDP_SAMPLE_LOG=$work/w2.samples mpirun -n 2 "$DDPTRAIN" j.ini --set data.batch_size=16 \
+DDP_TEST_SAMPLE_LOG=$work/w2.samples mpirun -n 2 "$DDPTRAIN" j.ini --set data.batch_size=16 \
     --set train.epochs=1 --set data.test= --set job.output=ws > ws.log2 2>&1
 if grep -q "137 \* 32\|4384 samples into the epoch" ws.log2 || grep -q "resuming from" ws.log2; then
     if cmp -s <(cat ref.samples.* | awk '{print $2}' | sort -n) \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # overlap.sh - gradient buckets are contiguous slices of the flat gradient buffer, and the first
 # bucket's all-reduce starts before backward has reached the first layer: the trainer's trace
-# (DDP_TRACE) of the first step on 2 MPI ranks records the order of events.
+# (DDP_TEST_TRACE) of the first step on 2 MPI ranks records the order of events.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
@@ -23,7 +23,7 @@ max_steps = 2
 [dist]
 bucket_mb = 0.25
 INI
-DDP_TRACE=$work/trace.txt timeout 120 mpirun -n 2 "$DDPTRAIN" j.ini --set job.output=out \
+DDP_TEST_TRACE=$work/trace.txt timeout 120 mpirun -n 2 "$DDPTRAIN" j.ini --set job.output=out \
     --set train.threads=1 > log.txt 2>&1 || { cat log.txt; exit 1; }
 cat trace.txt
 awk '

@@ -58,7 +58,7 @@ want='rank=5 local_rank=1 world_size=8 local_size=4 node_id=1 num_nodes=2 host=n
 [ $rc -eq 0 ] && [ "$(cat "$T/out")" = "$want" ] || fail "env slurm: $rc $(cat "$T/out" "$T/err")"
 
 # env: GPU binding. Without a GPU backend the device is cpu and the visible list is shown;
-# DDP_FAKE_GPUS=N stands in for a driver that reports N devices on this node.
+# DDP_TEST_FAKE_GPUS=N stands in for a driver that reports N devices on this node.
 slurm_r5="SLURM_JOB_ID=1234 SLURM_STEP_ID=0 SLURM_NTASKS=8 SLURM_STEP_NUM_NODES=2
     SLURM_STEP_NODELIST=localhost,n2.invalid SLURM_STEP_TASKS_PER_NODE=4(x2) SLURM_PROCID=5
     SLURM_LOCALID=1 SLURM_NODEID=1"
@@ -68,20 +68,20 @@ if [ ! -e /dev/nvidiactl ]; then # a GPU build on a GPU host would bind for real
     [ $rc -eq 0 ] && grep -q ' device=cpu gpus_visible=0,1,2,3 ' "$T/out" || fail "env cpu gpus: $rc $(cat "$T/out" "$T/err")"
 fi
 # shellcheck disable=SC2086
-run env $slurm_r5 CUDA_VISIBLE_DEVICES=0,1,2,3 DDP_FAKE_GPUS=4 "$BIN" env
+run env $slurm_r5 CUDA_VISIBLE_DEVICES=0,1,2,3 DDP_TEST_FAKE_GPUS=4 "$BIN" env
 [ $rc -eq 0 ] && grep -q ' device=cuda:1 gpus_visible=0,1,2,3 ' "$T/out" || fail "env fake gpus: $rc $(cat "$T/out" "$T/err")"
 # shellcheck disable=SC2086
-run env $slurm_r5 CUDA_VISIBLE_DEVICES=2 SLURM_GPUS_ON_NODE=4 DDP_FAKE_GPUS=4 "$BIN" env
+run env $slurm_r5 CUDA_VISIBLE_DEVICES=2 SLURM_GPUS_ON_NODE=4 DDP_TEST_FAKE_GPUS=4 "$BIN" env
 [ $rc -eq 0 ] && grep -q ' device=cuda:0 gpus_visible=2 ' "$T/out" || fail "env gpus-per-task: $rc $(cat "$T/out" "$T/err")"
 # shellcheck disable=SC2086
-run env $slurm_r5 CUDA_VISIBLE_DEVICES=0 SLURM_GPUS_ON_NODE=1 DDP_FAKE_GPUS=4 "$BIN" env
+run env $slurm_r5 CUDA_VISIBLE_DEVICES=0 SLURM_GPUS_ON_NODE=1 DDP_TEST_FAKE_GPUS=4 "$BIN" env
 [ $rc -eq 4 ] && [ ! -s "$T/out" ] && [ "$(lines "$T/err")" = 1 ] &&
     grep -q 'share device 0.*srun --gpus-per-task=1' "$T/err" || fail "env shared gpu: $rc $(cat "$T/out" "$T/err")"
 # shellcheck disable=SC2086
-run env $slurm_r5 DDP_FAKE_GPUS=0 "$BIN" env
+run env $slurm_r5 DDP_TEST_FAKE_GPUS=0 "$BIN" env
 [ $rc -eq 0 ] && grep -q ' device=cpu gpus_visible=none ' "$T/out" || fail "env no gpus: $rc $(cat "$T/out" "$T/err")"
-run env DDP_FAKE_GPUS=lots "$BIN" env
-[ $rc -eq 4 ] && grep -q DDP_FAKE_GPUS "$T/err" || fail "env bad DDP_FAKE_GPUS: $rc $(cat "$T/err")"
+run env DDP_TEST_FAKE_GPUS=lots "$BIN" env
+[ $rc -eq 4 ] && grep -q DDP_TEST_FAKE_GPUS "$T/err" || fail "env bad DDP_TEST_FAKE_GPUS: $rc $(cat "$T/err")"
 
 # env: sbatch shell without srun: one process, warning on stderr
 run env SLURM_JOB_ID=1234 SLURM_NTASKS=8 SLURM_NNODES=2 "$BIN" env

@@ -193,8 +193,8 @@ run "$BIN" launch --help
 run "$BIN" launch --nproc-per-node 2 --bogus job.ini
 [ $rc -eq 2 ] && grep -q "unknown option '--bogus'" "$T/err" || fail "bogus option: $rc $(cat "$T/err")"
 # CPU ranks on one node need mpirun: without it in PATH the launcher refuses (exit 4).
-# DDP_FAKE_GPUS=0: no GPU for the ranks, also in a GPU build on a GPU machine.
-env -i PATH=/nonexistent DDP_FAKE_GPUS=0 "$BIN" launch --nproc-per-node 2 env >"$T/out" 2>"$T/err"
+# DDP_TEST_FAKE_GPUS=0: no GPU for the ranks, also in a GPU build on a GPU machine.
+env -i PATH=/nonexistent DDP_TEST_FAKE_GPUS=0 "$BIN" launch --nproc-per-node 2 env >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc -eq 4 ] && grep -q "talk through MPI" "$T/err" && grep -q -- "--spawn env" "$T/err" ||
     fail "no mpirun: $rc $(cat "$T/err")"

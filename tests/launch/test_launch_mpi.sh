@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 # Keep oversubscribed ranks from spinning on each other's cores (as tests/mpi/mpirun.sh).
 export OMPI_MCA_mpi_yield_when_idle=1
 # CPU ranks (the mpirun default) also in a GPU build on a GPU machine
-export DDP_FAKE_GPUS=0
+export DDP_TEST_FAKE_GPUS=0
 run() { timeout -k 5 60 "$@" >"$T/out" 2>"$T/err"; rc=$?; }
 field() { tr ' ' '\n' <"$2" | sed -n "s/^$1=//p"; }
 lines() { wc -l <"$1" | tr -d ' '; }

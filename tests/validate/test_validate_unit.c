@@ -101,7 +101,7 @@ static void test_faults(void)
                          "slow_gemm:1;flip_param:0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(ddp_validate_faults_parse(&f, bad[i], err, sizeof err) != 0 &&
-                  strstr(err, "DDP_VALIDATE_FAULT"),
+                  strstr(err, "DDP_TEST_VALIDATE_FAULT"),
               "'%s' accepted", bad[i]);
 }
 

@@ -3,7 +3,7 @@
 # fast.ini. A clean run on 2 ranks passes and its JSON holds the all-reduce table with busbw per
 # size, both ranks' GEMM and triad rates and a golden verdict checked against the shipped
 # configs/validate-ref/cpu-w2.ref; one process and 3 ranks pass as well. Each injected fault
-# (DDP_VALIDATE_FAULT) fails the run with exit 1, naming the rank that injected it and its
+# (DDP_TEST_VALIDATE_FAULT) fails the run with exit 1, naming the rank that injected it and its
 # host, and not the other ranks for that check. References: --record then --reference
 # passes; a reference changed in one rank's value names that rank; one for another world size
 # is a warning; a missing one is a usage error (2), as are bad settings and fault strings.
@@ -91,16 +91,16 @@ grep -q '^validate: PASS (2 ranks on 1 node' clean.log || bad "clean run: no PAS
 grep -q '^ *(B) *(elements) *(us) *(GB/s) *(GB/s)' clean.log || bad "clean run: no units row"
 
 # 2. each fault names its rank and host
-DDP_VALIDATE_FAULT=slow_gemm:1 run slow_gemm 2
+DDP_TEST_VALIDATE_FAULT=slow_gemm:1 run slow_gemm 2
 expect_fail slow_gemm gemm 1
-DDP_VALIDATE_FAULT=slow_triad:0 run slow_triad 2
+DDP_TEST_VALIDATE_FAULT=slow_triad:0 run slow_triad 2
 expect_fail slow_triad triad 0
-DDP_VALIDATE_FAULT=bad_allreduce:1 run bad_allreduce 2
+DDP_TEST_VALIDATE_FAULT=bad_allreduce:1 run bad_allreduce 2
 expect_fail bad_allreduce allreduce 1
-DDP_VALIDATE_FAULT=flip_param:0 run flip_param 2
+DDP_TEST_VALIDATE_FAULT=flip_param:0 run flip_param 2
 expect_fail flip_param golden 0
 grep -q 'changed in memory between steps 15 and 16' flip_param.log || bad "flip_param: step"
-DDP_VALIDATE_FAULT=bad_grad:1 run bad_grad 2
+DDP_TEST_VALIDATE_FAULT=bad_grad:1 run bad_grad 2
 expect_fail bad_grad golden 1
 grep -q '^FAIL golden: rank 1 on .*: golden run step 10: ' bad_grad.log || bad "bad_grad: step"
 
@@ -110,7 +110,7 @@ run single 0
 grep -q 'cpu-w1.ref' single.json || bad "single process: not checked against cpu-w1.ref"
 run three 3
 [[ $rc == 0 ]] || { bad "3 ranks: exit $rc"; cat three.log; }
-DDP_VALIDATE_FAULT=flip_param:1,bad_allreduce:2 run three_faults 3
+DDP_TEST_VALIDATE_FAULT=flip_param:1,bad_allreduce:2 run three_faults 3
 [[ $rc == 1 ]] || bad "3 ranks, two faults: exit $rc"
 grep -q "^FAIL golden: rank 1 on $HOST: " three_faults.log || bad "3 ranks: rank 1 not named"
 grep -q "^FAIL allreduce: rank 2 on $HOST: " three_faults.log || bad "3 ranks: rank 2 not named"
@@ -137,8 +137,8 @@ run missing 2 --reference "$work/nope.ref"
 [[ $rc == 2 ]] || bad "missing reference: exit $rc, want 2"
 
 # 5. usage errors
-DDP_VALIDATE_FAULT=slow:1 run badfault 0
-[[ $rc == 2 ]] && grep -q 'DDP_VALIDATE_FAULT' badfault.log || bad "bad fault string: exit $rc"
+DDP_TEST_VALIDATE_FAULT=slow:1 run badfault 0
+[[ $rc == 2 ]] && grep -q 'DDP_TEST_VALIDATE_FAULT' badfault.log || bad "bad fault string: exit $rc"
 printf '[gemm]\nn_quick = 3\n' >bad.ini
 timeout 60 "${V[@]}" --config bad.ini >badcfg.log 2>&1
 rc=$?

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "validate/validate.h"
+#include "cli/cli.h"
 
 int main(int argc, char **argv)
 {

@@ -2,7 +2,7 @@
 # GPU binding under srun --gres=gpu:4 (four fake GPUs per node): with 4 tasks per node every
 # rank binds device = its local rank of CUDA_VISIBLE_DEVICES=0,1,2,3; where Slurm packs more
 # tasks on a node than it has GPUs, every rank there stops (exit 4) with one line that says so
-# and names the srun flag that fixes it. DDP_FAKE_GPUS=4 stands in for a CUDA driver that
+# and names the srun flag that fixes it. DDP_TEST_FAKE_GPUS=4 stands in for a CUDA driver that
 # reports four devices (this machine has none); without it a CPU build prints device=cpu and
 # still lists the GPUs it was given.
 # shellcheck source=tests/slurm/lib.sh
@@ -15,8 +15,8 @@
 # field NAME LINE: the value of NAME=... in one `ddptrain env` line
 field() { tr ' \t' '\n\n' <<<"$2" | sed -n "s/^$1=//p" | head -1; }
 
-echo "# srun -N 2 -n 8 --ntasks-per-node=4 --gres=gpu:4 env DDP_FAKE_GPUS=4 ddptrain env"
-out=$(sr srun -N 2 -n 8 --ntasks-per-node=4 --gres=gpu:4 env DDP_FAKE_GPUS=4 "$DDPTRAIN" env) ||
+echo "# srun -N 2 -n 8 --ntasks-per-node=4 --gres=gpu:4 env DDP_TEST_FAKE_GPUS=4 ddptrain env"
+out=$(sr srun -N 2 -n 8 --ntasks-per-node=4 --gres=gpu:4 env DDP_TEST_FAKE_GPUS=4 "$DDPTRAIN" env) ||
     fail "4 tasks per node: ddptrain env exited non-zero"
 echo "$out"
 expect_eq "$(grep -c '^rank=' <<<"$out")" 8 "lines"
@@ -33,7 +33,7 @@ expect_eq "$(grep -o ' device=cuda:[0-9]' <<<"$out" | sort | uniq -c | awk '{pri
 if "$DDPTRAIN" --version 2>/dev/null | grep -qi cuda; then
     echo "GPU build: device=cpu without a driver is not checked"
 else
-    echo "# CPU build, no DDP_FAKE_GPUS: srun -N 2 -n 2 --gres=gpu:4 ddptrain env"
+    echo "# CPU build, no DDP_TEST_FAKE_GPUS: srun -N 2 -n 2 --gres=gpu:4 ddptrain env"
     out=$(sr srun -N 2 -n 2 --gres=gpu:4 "$DDPTRAIN" env) || fail "cpu build: exit non-zero"
     echo "$out"
     expect_eq "$(grep -o ' device=[^ ]* gpus_visible=[^ ]*' <<<"$out" | sort -u)" \
@@ -42,9 +42,9 @@ fi
 
 # Without --ntasks-per-node Slurm may pack the tasks (7 + 1 here, CPUs=8 per node): the doctor
 # must stop exactly the ranks on the node with more tasks than GPUs.
-echo "# srun -N 2 -n 8 --gres=gpu:4 env DDP_FAKE_GPUS=4 ddptrain env"
+echo "# srun -N 2 -n 8 --gres=gpu:4 env DDP_TEST_FAKE_GPUS=4 ddptrain env"
 set +e
-out=$(sr srun -N 2 -n 8 --gres=gpu:4 env DDP_FAKE_GPUS=4 "$DDPTRAIN" env 2>err)
+out=$(sr srun -N 2 -n 8 --gres=gpu:4 env DDP_TEST_FAKE_GPUS=4 "$DDPTRAIN" env 2>err)
 rc=$?
 set -e
 echo "$out"

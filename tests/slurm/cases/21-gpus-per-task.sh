@@ -3,7 +3,7 @@
 # SLURM_GPUS_ON_NODE counts the step's GPUs on the node), so every rank binds cuda:0, the only
 # device it has, and no two ranks of a node share one. Two tasks given one GPU between them
 # (--gres=gpu:1) both stop with exit 4 and the advice to use --gpus-per-task=1.
-# DDP_FAKE_GPUS=4: a stand-in for a driver with four devices on each node.
+# DDP_TEST_FAKE_GPUS=4: a stand-in for a driver with four devices on each node.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 
@@ -13,8 +13,8 @@
 
 field() { tr ' \t' '\n\n' <<<"$2" | sed -n "s/^$1=//p" | head -1; }
 
-echo "# srun -N 2 -n 4 --gpus-per-task=1 env DDP_FAKE_GPUS=4 ddptrain env"
-out=$(sr srun -N 2 -n 4 --gpus-per-task=1 env DDP_FAKE_GPUS=4 "$DDPTRAIN" env) ||
+echo "# srun -N 2 -n 4 --gpus-per-task=1 env DDP_TEST_FAKE_GPUS=4 ddptrain env"
+out=$(sr srun -N 2 -n 4 --gpus-per-task=1 env DDP_TEST_FAKE_GPUS=4 "$DDPTRAIN" env) ||
     fail "--gpus-per-task=1: ddptrain env exited non-zero"
 echo "$out"
 expect_eq "$(grep -c '^rank=' <<<"$out")" 4 "lines"
@@ -27,9 +27,9 @@ while read -r line; do
 done <<<"$out"
 expect_eq "$(printf '%s\n' "${pairs[@]}" | sort -u | wc -l)" 4 "distinct (node, GPU) pairs"
 
-echo "# srun -N 1 -n 2 --gres=gpu:1 env DDP_FAKE_GPUS=4 ddptrain env (two ranks, one GPU)"
+echo "# srun -N 1 -n 2 --gres=gpu:1 env DDP_TEST_FAKE_GPUS=4 ddptrain env (two ranks, one GPU)"
 set +e
-out=$(sr srun -N 1 -n 2 --gres=gpu:1 env DDP_FAKE_GPUS=4 "$DDPTRAIN" env 2>err)
+out=$(sr srun -N 1 -n 2 --gres=gpu:1 env DDP_TEST_FAKE_GPUS=4 "$DDPTRAIN" env 2>err)
 rc=$?
 set -e
 cat err

@@ -34,7 +34,7 @@ expect_eq "$(grep -c 'rank=2 local_rank=0 world_size=4 local_size=2 node_id=1 nu
 
 if command -v mpirun >/dev/null; then
     echo "# srun -N 1 -n 1 ddptrain launch --nproc-per-node 3 bootstrap-test (auto: mpirun)"
-    out=$(SR_TIMEOUT=90 sr srun -N 1 -n 1 -w n2 env DDP_FAKE_GPUS=0 "$DDPTRAIN" launch --nproc-per-node 3 \
+    out=$(SR_TIMEOUT=90 sr srun -N 1 -n 1 -w n2 env DDP_TEST_FAKE_GPUS=0 "$DDPTRAIN" launch --nproc-per-node 3 \
         bootstrap-test --timeout 30) ||
         fail "mpirun in a step: exit non-zero"
     echo "$out"

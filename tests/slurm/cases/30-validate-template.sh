@@ -48,7 +48,7 @@ for name, ranks, hosts in (("node-n1", 4, ["n1"]), ("node-n2", 4, ["n2"]), ("all
 PY
 
 rc=0
-DDP_VALIDATE_FAULT=bad_allreduce:5,flip_param:6 DDP_VALIDATE_DIR=$CASE_DIR/bad SR_TIMEOUT=140 \
+DDP_TEST_VALIDATE_FAULT=bad_allreduce:5,flip_param:6 DDP_VALIDATE_DIR=$CASE_DIR/bad SR_TIMEOUT=140 \
     sr sbatch --wait -J v-bad -o "$CASE_DIR/bad.out" "$T" --quick --config "$CFG" || rc=$?
 cat bad.out
 grep -E '^(FAIL|validate:)' bad/all.log || true

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `srun -N 2 -n 4 --ntasks-per-node=2 --mpi=pmix ddptrain validate --quick` across the two
 # nodes (ranks 0-1 on n1, 2-3 on n2), with the test settings of tests/validate/fast.ini: clean,
-# it passes; with DDP_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 it exits 1 and names
+# it passes; with DDP_TEST_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 it exits 1 and names
 # rank 1 on n1 (GEMM), rank 2 on n2 (all-reduce) and rank 3 on n2 (golden run), and no other.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -21,7 +21,7 @@ expect_eq "$rc" 0 "clean srun: exit code"
 grep -q '^validate: PASS (4 ranks on 2 nodes' ok.log || fail "clean srun: no PASS line"
 
 rc=0
-DDP_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 SR_TIMEOUT=100 \
+DDP_TEST_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 SR_TIMEOUT=100 \
     sr "${run[@]}" --json "$CASE_DIR/bad.json" >bad.log 2>&1 || rc=$?
 grep -E '^(FAIL|validate:)' bad.log || tail -n 20 bad.log
 expect_eq "$rc" 1 "faulty srun: exit code"

@@ -2,7 +2,7 @@
 # `ddptrain validate --quick` on 2 nodes x 4 twin GPUs (build/ddptrain-twin, docs/gpu.md):
 # srun -N 2 -n 8 --gres=gpu:4 (NCCL id through the TCP rendezvous): every check runs on the
 # ranks' bound GPUs, the all-reduce sweep goes through NCCL and reports its busbw, and it
-# passes; with DDP_VALIDATE_FAULT=bad_allreduce:5,flip_param:2 it exits 1 naming rank 5 on n2
+# passes; with DDP_TEST_VALIDATE_FAULT=bad_allreduce:5,flip_param:2 it exits 1 naming rank 5 on n2
 # GPU 1 (all-reduce) and rank 2 on n1 GPU 2 (golden run), and no other.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -23,7 +23,7 @@ grep -Eq '^ +1048576 +262144 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' ok.log || fail "clean:
 grep -q '^validate: PASS (8 ranks on 2 nodes' ok.log || fail "clean: no PASS line"
 
 rc=0
-DDP_VALIDATE_FAULT=bad_allreduce:5,flip_param:2 SR_TIMEOUT=140 sr "${run[@]}" >bad.log 2>&1 ||
+DDP_TEST_VALIDATE_FAULT=bad_allreduce:5,flip_param:2 SR_TIMEOUT=140 sr "${run[@]}" >bad.log 2>&1 ||
     rc=$?
 grep -E '^(FAIL|validate:)' bad.log || tail -n 20 bad.log
 expect_eq "$rc" 1 "faulty: exit code"

@@ -1,0 +1,58 @@
+/*
+ * cli/version.c - `ddptrain --version` (what was built in, and the libraries' versions) and
+ * `ddptrain --job-reference` (the job schema as Markdown, core/config.h).
+ */
+#include <cblas.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ddp_build.h"
+#include "cli/cli.h"
+#include "core/config.h"
+#include "core/util.h"
+#if HAVE_MPI
+#include <mpi.h>
+#endif
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+#if HAVE_NCCL
+#include "comm/comm_nccl.h"
+#endif
+
+char *openblas_get_config(void);
+
+int ddp_cmd_version(int argc, char **argv)
+{
+    unsigned maj, min, rel;
+    H5get_libversion(&maj, &min, &rel);
+    printf("ddptrain %s\n", DDP_VERSION);
+    printf("compute backends: cpu (%s)", openblas_get_config());
+#if HAVE_CUDA
+    printf(", cuda (%s)", ddp_cuda_version_string());
+#endif
+    printf("\n");
+    printf("comm backends: self");
+#if HAVE_MPI
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    char *nl = strchr(lib, ',');
+    if (nl)
+        *nl = '\0';
+    printf(", mpi (%s)", lib);
+#endif
+#if HAVE_NCCL
+    printf(", nccl (%s)", ddp_nccl_version_string());
+#endif
+    printf("\nbootstrap: %s\n", HAVE_PMI2 ? "pmi2, mpi, tcp" : "mpi, tcp");
+    printf("hdf5: %u.%u.%u\n", maj, min, rel);
+    return 0;
+}
+
+int ddp_cmd_job_reference(int argc, char **argv)
+{
+    ddp_job_write_reference(stdout);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/*
+ * step.h - the one training step of ddptrain: zero the gradients, forward, cross-entropy,
+ * backward with the buckets' all-reduce started from the per-layer hook, wait for the
+ * buckets, optimiser step. The trainer (train.c) and the validator's golden run
+ * (validate/golden.c) both call ddp_step_run; nothing else spells the sequence out.
+ *
+ * Dimension letters: B batch (n here), K classes.
+ * What it leaves to others: the data (the caller passes x and y in backend memory), the
+ * learning rate schedule (optim.h), logging and checkpoints (the trainer).
+ */
+#ifndef DDP_STEP_H
+#define DDP_STEP_H
+
+#include <stdint.h>
+
+#include "nn/model.h"
+#include "train/grad_sync.h"
+#include "train/optim.h"
+
+struct ddp_step {
+    struct ddp_model *model;
+    struct ddp_sync *sync;
+    struct ddp_optim *optim;
+    /* Per-layer backward hook; NULL: ddp_sync_layer_done on sync. A hook of its own must call
+     * ddp_sync_layer_done(sync, layer) itself (the golden run watches local gradients). */
+    void (*layer_done)(void *ctx, int layer);
+    void *layer_ctx;
+    /* Called when the loss is not finite, after the forward and before any gradient or
+     * update (the trainer names the culprit and stops there); NULL: the step goes on. */
+    void (*nonfinite)(void *ctx, const float *x, int n, uint64_t noise, double loss);
+    void *nonfinite_ctx;
+};
+
+/* One step on the batch x (B, in_elems), labels y (B), both in backend memory; noise seeds
+ * dropout. Leaves the averaged update applied to the parameters and returns the summed
+ * (not averaged) loss of the batch on this rank. */
+double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, int n,
+                    uint64_t noise, double lr);
+
+/* Fault injection for tests: flip bit 3 of the first parameter (params in backend memory). */
+void ddp_step_flip_bit(const struct ddp_backend *be, float *params);
+
+#endif
