@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "ddp_build.h"
+#include "comm/comm.h"
 #include "dist/binding.h"
 #include "dist/bootstrap.h"
 #include "dist/hostlist.h"
@@ -211,7 +212,8 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
     ddp_comm *comm = NULL;
     if (kind == DDP_BOOTSTRAP_MPI ||
         (kind == DDP_BOOTSTRAP_AUTO && w.mpi_launched && !ddp_bootstrap_pmi2_live())) {
-        comm = ddp_comm_create("mpi", &w, timeout_s, err, sizeof err);
+        struct ddp_comm_opts o = ddp_comm_opts_of(DDP_COMM_MPI, timeout_s);
+        comm = ddp_comm_create(&o, &w, err, sizeof err);
         if (!comm) {
             ddp_warn("%s", err);
             return DDP_EXIT_LAUNCH;
@@ -226,9 +228,11 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
         struct timespec ts = {(time_t)delay_s, (long)((delay_s - (double)(time_t)delay_s) * 1e9)};
         nanosleep(&ts, NULL);
     }
-    enum ddp_bootstrap_kind used = ddp_bootstrap_choose(kind, comm);
+    struct ddp_bootstrap_bcast bb;
+    const struct ddp_bootstrap_bcast *bcast = ddp_comm_bootstrap_bcast(comm, &bb);
+    enum ddp_bootstrap_kind used = ddp_bootstrap_choose(kind, bcast);
     double t0 = ddp_now();
-    if (ddp_bootstrap_share(&w, kind, comm, blob, (size_t)len, timeout_s, err, sizeof err) < 0) {
+    if (ddp_bootstrap_share(&w, kind, bcast, blob, (size_t)len, timeout_s, err, sizeof err) < 0) {
         ddp_warn("%s", err);
         free(blob);
         if (comm)

@@ -45,9 +45,10 @@
 /* The handle the abort hook tears down (ddp_set_abort_hook takes no context). */
 static ddp_comm *g_hook_comm;
 
+/* ddp_die's hook: tear the job down so no peer waits; one rank only exits. */
 static void comm_abort_hook(int code)
 {
-    if (g_hook_comm)
+    if (g_hook_comm && g_hook_comm->size > 1)
         ddp_comm_abort(g_hook_comm, code);
 }
 
@@ -244,77 +245,88 @@ static void no_mpi_launcher(const struct ddp_world *w, char *err, size_t errlen)
     }
 }
 
-ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double timeout_s,
-                          char *err, size_t errlen)
+const char *const ddp_comm_backend_names[DDP_COMM_BACKEND_COUNT] = {"auto", "nccl", "mpi",
+                                                                    "none"};
+_Static_assert(sizeof ddp_comm_backend_names / sizeof *ddp_comm_backend_names ==
+                   DDP_COMM_BACKEND_COUNT,
+               "one name per comm backend");
+
+struct ddp_comm_opts ddp_comm_opts_of(enum ddp_comm_backend b, double timeout_s)
 {
-    if (!w) {
-        ddp_err(err, errlen, "internal error: no world given to the communicator");
+    struct ddp_comm_opts o = {b, timeout_s, -1, DDP_BOOTSTRAP_AUTO, NULL};
+    return o;
+}
+
+/* The backend that serves o->backend in world w: DDP_COMM_NONE (self), _MPI or _NCCL; or -1
+ * with one line in err. */
+static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                          size_t errlen)
+{
+    int use;
+    switch (o->backend) {
+    case DDP_COMM_NONE:
+        if (w->world_size != 1)
+            return ddp_err(err, errlen, "backend = none runs a single rank, but this world has "
+                           "%d: use backend = auto or mpi", w->world_size);
+        return DDP_COMM_NONE;
+    case DDP_COMM_AUTO:
+        use = w->world_size > 1 || w->mpi_launched ? DDP_COMM_MPI : DDP_COMM_NONE;
+        break;
+    case DDP_COMM_MPI:
+        use = DDP_COMM_MPI;
+        if (w->world_size == 1 && !w->mpi_launched) {
+            /* MPI_Init outside an MPI launcher may abort (plain srun): one rank needs none. */
+            ddp_warn("backend = mpi, but MPI did not launch this single process: running "
+                     "without MPI");
+            use = DDP_COMM_NONE;
+        }
+        break;
+    case DDP_COMM_NCCL:
+#if HAVE_NCCL
+        return DDP_COMM_NCCL; /* the NCCL id travels through the bootstrap: no MPI launch */
+#else
+        return ddp_err(err, errlen, "backend = nccl needs a GPU build of ddptrain (CUDA and "
+                       "NCCL); this one has none: use backend = auto or mpi");
+#endif
+    default:
+        return ddp_err(err, errlen, "unknown backend %d (expected auto, mpi, nccl or none)",
+                       (int)o->backend);
+    }
+    if (use == DDP_COMM_MPI && !w->mpi_launched) {
+        no_mpi_launcher(w, err, errlen);
+        return -1;
+    }
+    if (use == DDP_COMM_MPI && !HAVE_MPI)
+        return ddp_err(err, errlen, "%d ranks need MPI, but this ddptrain was built without it: "
+                       "install libopenmpi-dev and rebuild", w->world_size);
+    return use;
+}
+
+ddp_comm *ddp_comm_create(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                          size_t errlen)
+{
+    if (!w || !o) {
+        ddp_err(err, errlen, "internal error: no world or options given to the communicator");
         return NULL;
     }
-    if (!backend || !backend[0])
-        backend = "auto";
-    if (!(timeout_s > 0) || timeout_s > COMM_MAX_TIMEOUT_S) {
+    if (!(o->timeout_s > 0) || o->timeout_s > COMM_MAX_TIMEOUT_S) {
         ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
-                COMM_MAX_TIMEOUT_S, timeout_s);
+                COMM_MAX_TIMEOUT_S, o->timeout_s);
         return NULL;
     }
     if (w->world_size < 1 || w->rank < 0 || w->rank >= w->world_size) {
         ddp_err(err, errlen, "internal error: rank %d of a world of %d", w->rank, w->world_size);
         return NULL;
     }
-
-    int use_mpi, use_nccl = 0;
-    if (strcmp(backend, "none") == 0) {
-        if (w->world_size != 1) {
-            ddp_err(err, errlen,
-                    "backend = none runs a single rank, but this world has %d: use backend = "
-                    "auto or mpi",
-                    w->world_size);
-            return NULL;
-        }
-        use_mpi = 0;
-    } else if (strcmp(backend, "auto") == 0) {
-        use_mpi = w->world_size > 1 || w->mpi_launched;
-    } else if (strcmp(backend, "mpi") == 0) {
-        use_mpi = 1;
-        if (w->world_size == 1 && !w->mpi_launched) {
-            /* MPI_Init outside an MPI launcher may abort (plain srun): one rank needs none. */
-            ddp_warn("backend = mpi, but MPI did not launch this single process: running "
-                     "without MPI");
-            use_mpi = 0;
-        }
-    } else if (strcmp(backend, "nccl") == 0) {
-#if HAVE_NCCL
-        use_mpi = 0;
-        use_nccl = 1; /* the NCCL id travels through the bootstrap: no MPI launch needed */
-#else
-        ddp_err(err, errlen,
-                "backend = nccl needs a GPU build of ddptrain (CUDA and NCCL); this one has "
-                "none: use backend = auto or mpi");
+    int use = choose_backend(o, w, err, errlen);
+    if (use < 0)
         return NULL;
-#endif
-    } else {
-        ddp_err(err, errlen, "unknown backend '%s' (expected auto, mpi, nccl or none)", backend);
-        return NULL;
-    }
-    if (use_mpi && !w->mpi_launched) {
-        no_mpi_launcher(w, err, errlen);
-        return NULL;
-    }
-#if !HAVE_MPI
-    if (use_mpi) {
-        ddp_err(err, errlen,
-                "%d ranks need MPI, but this ddptrain was built without it: install "
-                "libopenmpi-dev and rebuild",
-                w->world_size);
-        return NULL;
-    }
-#endif
 
     ddp_comm *c = ddp_calloc(1, sizeof *c);
     c->rank = w->rank;
     c->size = w->world_size;
-    c->timeout_s = timeout_s;
+    c->timeout_s = o->timeout_s;
+    c->backend = (enum ddp_comm_backend)use;
     snprintf(c->host, sizeof c->host, "%s", w->host);
     if (!c->host[0] && gethostname(c->host, sizeof c->host) != 0)
         snprintf(c->host, sizeof c->host, "?");
@@ -322,17 +334,16 @@ ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double
 
     int rc;
 #if HAVE_NCCL
-    if (use_nccl)
-        rc = ddp_comm_nccl_init(c, w, err, errlen);
+    if (use == DDP_COMM_NCCL)
+        rc = ddp_comm_nccl_init(c, w, o, err, errlen);
     else
 #endif
 #if HAVE_MPI
-    if (use_mpi)
+    if (use == DDP_COMM_MPI)
         rc = ddp_comm_mpi_init(c, w, err, errlen);
     else
 #endif
         rc = ddp_comm_self_init(c, err, errlen);
-    (void)use_nccl;
     if (rc != 0) {
         free(c);
         return NULL;
@@ -340,6 +351,29 @@ ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double
     g_hook_comm = c;
     ddp_set_abort_hook(comm_abort_hook);
     return c;
+}
+
+/* The bootstrap's broadcast through c. */
+static void bootstrap_bcast(void *ctx, void *buf, size_t len)
+{
+    ddp_comm_broadcast(ctx, buf, len, 0);
+}
+
+const struct ddp_bootstrap_bcast *ddp_comm_bootstrap_bcast(ddp_comm *c,
+                                                           struct ddp_bootstrap_bcast *b)
+{
+    if (!c)
+        return NULL;
+    memset(b, 0, sizeof *b);
+    b->rank = c->rank;
+    b->size = c->size;
+    if (c->backend == DDP_COMM_MPI) {
+        b->fn = bootstrap_bcast;
+        b->ctx = c;
+    } else {
+        b->why_not = "the communicator is not MPI";
+    }
+    return b;
 }
 
 void ddp_comm_destroy(ddp_comm *c)

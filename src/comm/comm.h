@@ -2,14 +2,15 @@
  * comm.h - collectives between the ranks of one job, behind a table of backends:
  *   self  one process (world size 1): every collective is a copy or a no-op;
  *   mpi   OpenMPI (CPU ranks), MPI_Init only where MPI really launched the process;
- *   nccl  (GPU, later) NCCL communicator whose unique id travels through the bootstrap.
+ *   nccl  NCCL (one GPU per rank; comm_nccl.h), whose unique id travels through the
+ *         bootstrap (dist/bootstrap.h).
  *
  * Every wait on a peer has a deadline (timeout_s given at create): a collective that does not
  * complete in time aborts the communicator on this rank and exits DDP_EXIT_PEER with a message
  * that names the rank that stopped answering where it can be known. Nothing here returns a
  * half-finished collective to the caller.
  *
- * Buffers are host memory for self and mpi. The caller owns every buffer it passes; a buffer
+ * Buffers are host memory for self and mpi; nccl takes device or host memory. The caller owns every buffer it passes; a buffer
  * given to an async all-reduce must stay untouched until ddp_comm_wait returns.
  */
 #ifndef DDP_COMM_H
@@ -17,6 +18,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dist/bootstrap.h"
 
 struct ddp_world;
 
@@ -26,12 +29,41 @@ typedef struct ddp_comm_req ddp_comm_req;
 
 enum ddp_dtype { DDP_F32, DDP_F64, DDP_I64 };
 
-/* backend: "auto" | "mpi" | "none" (self; only for world size 1).
- * Returns NULL with a one-line message in err (caller exits DDP_EXIT_LAUNCH) when the backend
- * cannot serve this world, e.g. several Slurm tasks started without --mpi=pmix. */
-ddp_comm *ddp_comm_create(const char *backend, const struct ddp_world *w, double timeout_s,
-                          char *err, size_t errlen);
+/* [dist] backend; ddp_comm_backend_names holds the job file's words, in this order.
+ * auto: mpi for several ranks (or where MPI launched the process), else self; none: self,
+ * one rank only. */
+enum ddp_comm_backend {
+    DDP_COMM_AUTO,
+    DDP_COMM_NCCL,
+    DDP_COMM_MPI,
+    DDP_COMM_NONE,
+    DDP_COMM_BACKEND_COUNT
+};
+extern const char *const ddp_comm_backend_names[DDP_COMM_BACKEND_COUNT];
+
+struct ddp_comm_opts {
+    enum ddp_comm_backend backend;
+    double timeout_s;                  /* deadline of every wait on a peer ([dist] timeout_s) */
+    /* nccl only: */
+    int device;                        /* CUDA device of this rank; -1: the CUDA backend's */
+    enum ddp_bootstrap_kind bootstrap; /* how the NCCL id travels */
+    ddp_comm *boot_comm;               /* bootstrap mpi: the MPI communicator to carry it */
+};
+
+/* Returns NULL with a one-line message in err (caller exits DDP_EXIT_LAUNCH) when the backend
+ * cannot serve this world, e.g. several Slurm tasks started without --mpi=pmix. The last
+ * communicator made is the one ddp_die aborts (so no peer waits on a rank that died), until it
+ * is destroyed; in a world of one rank ddp_die only exits. */
+ddp_comm *ddp_comm_create(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                          size_t errlen);
+/* The options for backend b with the deadline timeout_s and no NCCL settings. */
+struct ddp_comm_opts ddp_comm_opts_of(enum ddp_comm_backend b, double timeout_s);
 void ddp_comm_destroy(ddp_comm *c); /* accepts NULL; finalizes MPI if it initialised it */
+
+/* The broadcast c offers the bootstrap (dist/bootstrap.h, kind mpi): c's own broadcast when c
+ * is the MPI backend; else none, saying why. c may be NULL (returns NULL then). */
+const struct ddp_bootstrap_bcast *ddp_comm_bootstrap_bcast(ddp_comm *c,
+                                                           struct ddp_bootstrap_bcast *b);
 
 const char *ddp_comm_name(const ddp_comm *c); /* "self", "mpi", ... */
 int ddp_comm_rank(const ddp_comm *c);

@@ -122,19 +122,6 @@ struct nccl_req {
     size_t host_bytes;
 };
 
-static struct {
-    int device;
-    enum ddp_bootstrap_kind bootstrap;
-    ddp_comm *boot_comm;
-} g_cfg = {-1, DDP_BOOTSTRAP_AUTO, NULL};
-
-void ddp_comm_nccl_configure(int device, enum ddp_bootstrap_kind bootstrap, ddp_comm *boot_comm)
-{
-    g_cfg.device = device;
-    g_cfg.bootstrap = bootstrap;
-    g_cfg.boot_comm = boot_comm;
-}
-
 const char *ddp_nccl_version_string(void)
 {
     static char buf[96];
@@ -521,6 +508,7 @@ static void nccl_destroy(ddp_comm *c)
     cudaGetLastError();
     free(st);
     c->impl = NULL;
+    ddp_bootstrap_finalize(); /* PMI2, when the id travelled that way */
 }
 
 /* Seconds ncclCommAbort may take before the process leaves without it. */
@@ -583,9 +571,10 @@ static int setup_fail(ddp_comm *c, struct nccl_state *st)
     return -1;
 }
 
-int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t errlen)
+int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, const struct ddp_comm_opts *o,
+                       char *err, size_t errlen)
 {
-    int device = g_cfg.device >= 0 ? g_cfg.device : ddp_cuda_device();
+    int device = o->device >= 0 ? o->device : ddp_cuda_device();
     cudaError_t e;
     if (nccl_open(err, errlen) != 0)
         return -1;
@@ -602,12 +591,16 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t
         if (rc != ncclSuccess)
             return nccl_fail(NULL, "ncclGetUniqueId", rc, err, errlen);
     }
-    const enum ddp_bootstrap_kind kind = ddp_bootstrap_choose(g_cfg.bootstrap, g_cfg.boot_comm);
+    struct ddp_bootstrap_bcast bb;
+    const struct ddp_bootstrap_bcast *bcast = ddp_comm_bootstrap_bcast(o->boot_comm, &bb);
+    const enum ddp_bootstrap_kind kind = ddp_bootstrap_choose(o->bootstrap, bcast);
     char berr[DDP_ERR_LEN];
-    if (ddp_bootstrap_share(w, kind, g_cfg.boot_comm, &id, sizeof id, c->timeout_s, berr,
-                            sizeof berr) != 0)
+    if (ddp_bootstrap_share(w, kind, bcast, &id, sizeof id, c->timeout_s, berr,
+                            sizeof berr) != 0) {
+        ddp_bootstrap_finalize();
         return ddp_err(err, errlen, "NCCL id through bootstrap %s: %s", ddp_bootstrap_name(kind),
                        berr);
+    }
 
     struct nccl_state *st = ddp_calloc(1, sizeof *st);
     st->device = device;

@@ -1,9 +1,9 @@
 /*
  * comm_nccl.h - the NCCL collective backend (comm_nccl.c), one GPU per rank. Built only where
  * ddp_build.h says HAVE_NCCL; the trainer reaches it through comm.h (ddp_comm_create with
- * backend "nccl") after one call to ddp_comm_nccl_configure.
+ * backend DDP_COMM_NCCL; the options name the device and the bootstrap).
  *
- * Setup: rank 0 makes the NCCL unique id, the bootstrap (launch/bootstrap.h: PMI2 KVS, MPI or
+ * Setup: rank 0 makes the NCCL unique id, the bootstrap (dist/bootstrap.h: PMI2 KVS, MPI or
  * the TCP rendezvous, [dist] bootstrap) carries it to every rank, then a non-blocking
  * ncclCommInitRankConfig is polled under the [dist] timeout_s deadline: a rank that never
  * comes makes setup fail with one line (the caller exits DDP_EXIT_LAUNCH), not hang.
@@ -32,14 +32,14 @@
 #include "dist/bootstrap.h"
 #include "dist/world.h"
 
-/* Before ddp_comm_create("nccl", ...): the CUDA device this rank drives (-1: the CUDA
- * backend's device, else the current one), how the NCCL id travels, and for kind mpi the MPI
- * communicator to carry it (NULL otherwise; auto never picks mpi without one). */
-void ddp_comm_nccl_configure(int device, enum ddp_bootstrap_kind bootstrap, ddp_comm *boot_comm);
-
-/* comm.c's constructor for backend "nccl": fills c->ops and c->impl, or returns -1 with one
- * line in err. c->rank, c->size, c->timeout_s and c->host are set by the caller. */
-int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, char *err, size_t errlen);
+/* comm.c's constructor for backend nccl: fills c->ops and c->impl, or returns -1 with one
+ * line in err. c->rank, c->size, c->timeout_s and c->host are set by the caller. From o: the
+ * CUDA device this rank drives (-1: the CUDA backend's device, else the current one), how the
+ * NCCL id travels, and for bootstrap mpi the MPI communicator to carry it (NULL otherwise;
+ * auto never picks mpi without one). When the bootstrap used PMI2, destroying the
+ * communicator releases it (ddp_bootstrap_finalize). */
+int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, const struct ddp_comm_opts *o,
+                       char *err, size_t errlen);
 
 /* "NCCL 2.28.9" (the library loaded at run time); needs no GPU. Static storage. */
 const char *ddp_nccl_version_string(void);

@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/select.h"
+#include "comm/comm.h"
 #include "core/util.h"
+#include "dist/bootstrap.h"
 
 enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
 
@@ -26,9 +29,29 @@ struct key_def {
     size_t off, size;   /* field in struct ddp_job; size for strings */
     const char *def;    /* default, as text */
     double min, max;    /* inclusive range for numbers */
-    const char *choices; /* T_ENUM: "a|b|c", stored as the index */
+    const struct names *choices; /* T_ENUM: the words, stored as the index */
     const char *doc;
 };
+
+/* A name table: the words of an enum, in the enum's order. */
+struct names {
+    const char *const *v;
+    int n;
+};
+#define NAMES(table, count)                                                                    \
+    (&(const struct names){table, count})
+
+static const char *const OPTIM_NAMES[DDP_OPTIM_COUNT] = {"sgd", "adam", "adamw"};
+static const char *const SCALING_NAMES[DDP_LR_SCALING_COUNT] = {"none", "linear", "sqrt"};
+static const char *const SCHEDULE_NAMES[DDP_SCHEDULE_COUNT] = {"constant", "step", "cosine"};
+static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32"};
+_Static_assert(sizeof OPTIM_NAMES / sizeof *OPTIM_NAMES == DDP_OPTIM_COUNT, "optim names");
+_Static_assert(sizeof SCALING_NAMES / sizeof *SCALING_NAMES == DDP_LR_SCALING_COUNT,
+               "lr_scaling names");
+_Static_assert(sizeof SCHEDULE_NAMES / sizeof *SCHEDULE_NAMES == DDP_SCHEDULE_COUNT,
+               "schedule names");
+_Static_assert(sizeof PRECISION_NAMES / sizeof *PRECISION_NAMES == DDP_PRECISION_COUNT,
+               "precision names");
 
 #define F(field) offsetof(struct ddp_job, field), sizeof(((struct ddp_job *)0)->field)
 #define BIG 9.0e15
@@ -62,7 +85,7 @@ static const struct key_def g_keys[] = {
     {"model", "init", T_STR, F(init), "pytorch", 0, 0, NULL,
      "`pytorch` (PyTorch's default initialisation) or an HDF5 file with a /model group"},
 
-    {"optim", "name", T_ENUM, F(optim), "sgd", 0, 0, "sgd|adam|adamw",
+    {"optim", "name", T_ENUM, F(optim), "sgd", 0, 0, NAMES(OPTIM_NAMES, DDP_OPTIM_COUNT),
      "optimiser, with PyTorch's update rules"},
     {"optim", "lr", T_FLOAT, F(lr), "0.1", 0, 1e6, NULL, "learning rate before scaling"},
     {"optim", "momentum", T_FLOAT, F(momentum), "0", 0, 1, NULL, "SGD momentum"},
@@ -73,9 +96,10 @@ static const struct key_def g_keys[] = {
     {"optim", "beta1", T_FLOAT, F(beta1), "0.9", 0, 0.999999, NULL, "Adam/AdamW beta1"},
     {"optim", "beta2", T_FLOAT, F(beta2), "0.999", 0, 0.999999999, NULL, "Adam/AdamW beta2"},
     {"optim", "eps", T_FLOAT, F(eps), "1e-8", 1e-30, 1, NULL, "Adam/AdamW epsilon"},
-    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0, "none|linear|sqrt",
+    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0, NAMES(SCALING_NAMES, DDP_LR_SCALING_COUNT),
      "scale lr by world size (linear) or its square root (sqrt)"},
-    {"optim", "schedule", T_ENUM, F(schedule), "constant", 0, 0, "constant|step|cosine",
+    {"optim", "schedule", T_ENUM, F(schedule), "constant", 0, 0,
+     NAMES(SCHEDULE_NAMES, DDP_SCHEDULE_COUNT),
      "per-epoch schedule after warmup"},
     {"optim", "step_epochs", T_INT, F(step_epochs), "30", 1, 1e9, NULL,
      "step schedule: multiply lr by gamma every step_epochs epochs"},
@@ -90,9 +114,9 @@ static const struct key_def g_keys[] = {
      "epochs between evaluations on the test split (0: only at the end)"},
     {"train", "threads", T_INT_AUTO, F(threads), "auto", 1, 4096, NULL,
      "compute threads per rank; auto = SLURM_CPUS_PER_TASK, else cores / local ranks"},
-    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0, "fp32|tf32",
+    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0, NAMES(PRECISION_NAMES, DDP_PRECISION_COUNT),
      "GEMM precision (tf32 only on GPUs)"},
-    {"train", "device", T_ENUM, F(device), "auto", 0, 0, "auto|cpu|cuda",
+    {"train", "device", T_ENUM, F(device), "auto", 0, 0, NAMES(ddp_device_names, DDP_DEVICE_COUNT),
      "where each rank computes: auto takes its bound GPU when this build has CUDA and the node "
      "has GPUs, else the CPU"},
     {"train", "max_steps", T_INT, F(max_steps), "0", 0, 1e15, NULL,
@@ -109,7 +133,8 @@ static const struct key_def g_keys[] = {
     {"checkpoint", "signals", T_STR, F(signals), "USR1, TERM", 0, 0, NULL,
      "signals that save a checkpoint at the next step and exit 75"},
 
-    {"dist", "backend", T_ENUM, F(backend), "auto", 0, 0, "auto|nccl|mpi|none",
+    {"dist", "backend", T_ENUM, F(backend), "auto", 0, 0,
+     NAMES(ddp_comm_backend_names, DDP_COMM_BACKEND_COUNT),
      "collectives: nccl on GPUs, mpi on CPUs, none for one process"},
     {"dist", "bucket_mb", T_FLOAT, F(bucket_mb), "25", 0.001, 4096, NULL,
      "gradient bucket size in MiB (the first bucket is at most 1 MiB)"},
@@ -117,7 +142,7 @@ static const struct key_def g_keys[] = {
      "deadline for every collective and bootstrap wait"},
     {"dist", "port", T_INT, F(port), "0", 0, 65535, NULL,
      "rendezvous port; 0 derives it from the Slurm job and step ids"},
-    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0, "auto|pmi2|mpi|tcp",
+    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0, NAMES(ddp_bootstrap_names, DDP_BOOTSTRAP_COUNT),
      "how the NCCL id travels"},
     {"dist", "sync_bn", T_BOOL, F(sync_bn), "false", 0, 0, NULL,
      "batchnorm statistics over the global batch (SyncBatchNorm)"},
@@ -126,6 +151,16 @@ static const struct key_def g_keys[] = {
 };
 #define NKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
 _Static_assert(sizeof g_keys / sizeof g_keys[0] <= DDP_JOB_KEYS_MAX, "raise DDP_JOB_KEYS_MAX");
+
+/* A T_ENUM key's words, joined by sep ("a/b/c"). */
+static void choices_text(const struct key_def *k, char sep, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < k->choices->n && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? (char[]){sep, 0} : "",
+                              k->choices->v[i]);
+}
 
 static int find_key(const char *section, const char *key)
 {
@@ -201,21 +236,13 @@ static int assign(struct ddp_job *job, const struct key_def *k, const char *valu
             return ddp_err(why, whylen, "'%s' is not a boolean; expected true or false", value);
         return 0;
     case T_ENUM: {
-        const char *c = k->choices;
-        for (int idx = 0; c && *c; idx++) {
-            const char *bar = strchr(c, '|');
-            size_t n = bar ? (size_t)(bar - c) : strlen(c);
-            if (strlen(low) == n && strncmp(low, c, n) == 0) {
+        for (int idx = 0; idx < k->choices->n; idx++)
+            if (strcmp(low, k->choices->v[idx]) == 0) {
                 *(int *)field = idx;
                 return 0;
             }
-            c = bar ? bar + 1 : NULL;
-        }
         char alts[128];
-        snprintf(alts, sizeof alts, "%s", k->choices);
-        for (char *p = alts; *p; p++)
-            if (*p == '|')
-                *p = '/';
+        choices_text(k, '/', alts, sizeof alts);
         return ddp_err(why, whylen, "'%s' is not a choice; expected one of %s", value, alts);
     }
     case T_STR: {
@@ -259,14 +286,7 @@ static void format_value(const struct ddp_job *job, const struct key_def *k, cha
         break;
     case T_ENUM: {
         int idx = *(const int *)field;
-        const char *c = k->choices;
-        for (int i = 0; i < idx && c; i++) {
-            c = strchr(c, '|');
-            if (c)
-                c++;
-        }
-        size_t n = c ? strcspn(c, "|") : 0;
-        snprintf(out, len, "%.*s", (int)n, c ? c : "");
+        snprintf(out, len, "%s", idx >= 0 && idx < k->choices->n ? k->choices->v[idx] : "");
         break;
     }
     case T_STR:
@@ -647,10 +667,7 @@ void ddp_job_write_reference(FILE *f)
             snprintf(range, sizeof range, "%g to %g%s", k->min, k->max,
                      k->type == T_INT_AUTO ? ", or auto" : "");
         else if (k->type == T_ENUM)
-            snprintf(range, sizeof range, "%s", k->choices);
-        for (char *p = range; *p; p++)
-            if (*p == '|')
-                *p = '/';
+            choices_text(k, '/', range, sizeof range);
         fprintf(f, "| `%s` | %s | `%s` | %s | %s |\n", k->key, tn[k->type], k->def, range,
                 k->doc);
     }

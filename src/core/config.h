@@ -19,13 +19,23 @@
 #define DDP_LAYERS_MAX 4096 /* characters of [model] layers, continuation lines joined */
 #define DDP_JOB_KEYS_MAX 64 /* schema rows; the table in config.c has fewer */
 
-enum ddp_optim_kind { DDP_OPTIM_SGD, DDP_OPTIM_ADAM, DDP_OPTIM_ADAMW };
-enum ddp_schedule { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE };
-enum ddp_lr_scaling { DDP_LR_SCALING_NONE, DDP_LR_SCALING_LINEAR, DDP_LR_SCALING_SQRT };
-enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32 };
-enum ddp_device { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_CUDA };
-enum ddp_dist_backend { DDP_DIST_AUTO, DDP_DIST_NCCL, DDP_DIST_MPI, DDP_DIST_NONE };
-/* [dist] bootstrap is stored as enum ddp_bootstrap_kind of launch/bootstrap.h (same order). */
+/* The job's own choices; each has its name table in config.c, in this order. The choices of
+ * [train] device, [dist] backend and [dist] bootstrap belong to their modules
+ * (backend/select.h, comm/comm.h, dist/bootstrap.h), whose name tables the schema uses. */
+enum ddp_optim_kind { DDP_OPTIM_SGD, DDP_OPTIM_ADAM, DDP_OPTIM_ADAMW, DDP_OPTIM_COUNT };
+enum ddp_schedule {
+    DDP_SCHEDULE_CONSTANT,
+    DDP_SCHEDULE_STEP,
+    DDP_SCHEDULE_COSINE,
+    DDP_SCHEDULE_COUNT
+};
+enum ddp_lr_scaling {
+    DDP_LR_SCALING_NONE,
+    DDP_LR_SCALING_LINEAR,
+    DDP_LR_SCALING_SQRT,
+    DDP_LR_SCALING_COUNT
+};
+enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32, DDP_PRECISION_COUNT };
 
 struct ddp_job {
     char path[DDP_PATH_MAX]; /* the job file as given */
@@ -56,14 +66,14 @@ struct ddp_job {
     /* [train] */
     int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
     int precision; /* enum ddp_precision */
-    int device;    /* enum ddp_device */
+    int device;    /* enum ddp_device (backend/select.h): auto, cpu, cuda */
     /* [checkpoint] */
     int64_t ckpt_every_epochs, ckpt_every_steps, ckpt_keep;
     char resume[DDP_PATH_MAX];
     char signals[128];
     /* [dist] */
-    int backend;   /* enum ddp_dist_backend */
-    int bootstrap; /* enum ddp_bootstrap_kind (launch/bootstrap.h): auto, pmi2, mpi, tcp */
+    int backend;   /* enum ddp_comm_backend (comm/comm.h): auto, nccl, mpi, none */
+    int bootstrap; /* enum ddp_bootstrap_kind (dist/bootstrap.h): auto, pmi2, mpi, tcp */
     double bucket_mb, timeout_s;
     int64_t port, check_every;
     int sync_bn;

@@ -18,16 +18,19 @@
 /* Calls made so far in this process: every rank numbers its calls the same way. */
 static unsigned g_seq;
 
-static const char *const KIND_NAMES[] = {"auto", "pmi2", "mpi", "tcp"};
+const char *const ddp_bootstrap_names[DDP_BOOTSTRAP_COUNT] = {"auto", "pmi2", "mpi", "tcp"};
+#define KIND_NAMES ddp_bootstrap_names
+_Static_assert(sizeof ddp_bootstrap_names / sizeof *ddp_bootstrap_names == DDP_BOOTSTRAP_COUNT,
+               "one name per bootstrap kind");
 
 const char *ddp_bootstrap_name(enum ddp_bootstrap_kind k)
 {
-    return (unsigned)k < sizeof KIND_NAMES / sizeof *KIND_NAMES ? KIND_NAMES[k] : "unknown";
+    return (unsigned)k < DDP_BOOTSTRAP_COUNT ? KIND_NAMES[k] : "unknown";
 }
 
 int ddp_bootstrap_parse(const char *s, enum ddp_bootstrap_kind *out, char *err, size_t errlen)
 {
-    for (unsigned i = 0; s && i < sizeof KIND_NAMES / sizeof *KIND_NAMES; i++)
+    for (unsigned i = 0; s && i < DDP_BOOTSTRAP_COUNT; i++)
         if (strcmp(s, KIND_NAMES[i]) == 0) {
             *out = (enum ddp_bootstrap_kind)i;
             return 0;
@@ -47,19 +50,14 @@ int ddp_bootstrap_pmi2_live(void)
 #endif
 }
 
-/* 1 when comm is the MPI backend. */
-static int comm_is_mpi(const ddp_comm *comm)
-{
-    return comm && strcmp(ddp_comm_name(comm), "mpi") == 0;
-}
-
-enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind, const ddp_comm *comm)
+enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind,
+                                             const struct ddp_bootstrap_bcast *bcast)
 {
     if (kind != DDP_BOOTSTRAP_AUTO)
         return kind;
     if (ddp_bootstrap_pmi2_live())
         return DDP_BOOTSTRAP_PMI2;
-    if (comm_is_mpi(comm))
+    if (bcast && bcast->fn)
         return DDP_BOOTSTRAP_MPI;
     return DDP_BOOTSTRAP_TCP;
 }
@@ -150,24 +148,24 @@ int ddp_bootstrap_format_ranks(const unsigned char *missing, int n, char *out, s
     return count;
 }
 
-/* MPI way: one broadcast from rank 0 through the communicator. */
-static int share_mpi(const struct ddp_world *w, ddp_comm *comm, void *blob, size_t len,
-                     char *err, size_t errlen)
+/* MPI way: one broadcast from rank 0 through the collective the caller offers. */
+static int share_mpi(const struct ddp_world *w, const struct ddp_bootstrap_bcast *bcast,
+                     void *blob, size_t len, char *err, size_t errlen)
 {
-    if (!comm_is_mpi(comm))
+    if (!bcast || !bcast->fn)
         return ddp_err(err, errlen, "bootstrap = mpi needs the MPI communicator, but %s: start "
                        "with mpirun or srun --mpi=pmix, or use bootstrap = tcp or pmi2",
-                       comm ? "the communicator is not MPI" : "none exists yet");
-    if (ddp_comm_size(comm) != w->world_size || ddp_comm_rank(comm) != w->rank)
+                       bcast ? bcast->why_not : "none exists yet");
+    if (bcast->size != w->world_size || bcast->rank != w->rank)
         return ddp_err(err, errlen, "bootstrap = mpi: the communicator has rank %d of %d but "
                        "the launcher says rank %d of %d; the launch mixes two jobs",
-                       ddp_comm_rank(comm), ddp_comm_size(comm), w->rank, w->world_size);
-    ddp_comm_broadcast(comm, blob, len, 0);
+                       bcast->rank, bcast->size, w->rank, w->world_size);
+    bcast->fn(bcast->ctx, blob, len);
     return 0;
 }
 
-int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind, ddp_comm *comm,
-                        void *blob, size_t len, double timeout_s, char *err, size_t errlen)
+int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
+                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len, double timeout_s, char *err, size_t errlen)
 {
     if (!w || !blob || len == 0 || len > DDP_BOOTSTRAP_MAX_LEN)
         return ddp_err(err, errlen, "internal error: bootstrap of %zu bytes (expected 1..%d)",
@@ -182,7 +180,7 @@ int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
     if (w->world_size == 1)
         return 0;
 
-    switch (ddp_bootstrap_choose(kind, comm)) {
+    switch (ddp_bootstrap_choose(kind, bcast)) {
     case DDP_BOOTSTRAP_PMI2:
 #if HAVE_PMI2
         if (!ddp_bootstrap_pmi2_live())
@@ -196,7 +194,9 @@ int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
                        "tcp");
 #endif
     case DDP_BOOTSTRAP_MPI:
-        return share_mpi(w, comm, blob, len, err, errlen);
+        return share_mpi(w, bcast, blob, len, err, errlen);
+    case DDP_BOOTSTRAP_COUNT:
+        break;
     case DDP_BOOTSTRAP_TCP:
     case DDP_BOOTSTRAP_AUTO: {
         char token[DDP_BOOTSTRAP_TOKEN_MAX + 1];

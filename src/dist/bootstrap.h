@@ -9,9 +9,10 @@
  *        DDP_BOOTSTRAP_PMI2_CHUNK bytes (1022 hex characters; values up to 1023 bytes
  *        round-trip) under keys "ddp-JOB.STEP-SEQ-I"; every rank fences, then gets them.
  *        Built only where HAVE_PMI2 (ddp_build.h); elsewhere asking for it is an error.
- *  mpi   MPI_Bcast through the communicator (comm must be the "mpi" backend); its own
- *        deadline ([dist] timeout_s given at ddp_comm_create) applies, and a failure there is
- *        the comm layer's fatal path (exit 5), not a return.
+ *  mpi   a broadcast from rank 0 that the caller offers (struct ddp_bootstrap_bcast: the
+ *        MPI communicator's, comm/comm.h ddp_comm_bootstrap_bcast); its own deadline applies,
+ *        and a failure there is the comm layer's fatal path (exit 5), not a return. This
+ *        module knows nothing of communicators: it only calls the function it is given.
  *  tcp   A rendezvous served by rank 0 on master_port (all addresses), which every other rank
  *        reaches at master_addr:master_port:
  *          - rank 0 binds with SO_REUSEADDR; a port already taken is the one-line error
@@ -29,7 +30,7 @@
  *          - two peers claiming one rank, or a peer of the same job with another world size
  *            or length, stop rank 0 at once (the launch is wrong, waiting cannot fix it).
  *        Every socket is non-blocking and every wait is a poll() bounded by the deadline.
- *  auto  pmi2 when built and PMI_FD is set, else mpi when comm is the MPI backend, else tcp.
+ *  auto  pmi2 when built and PMI_FD is set, else mpi when a broadcast is offered, else tcp.
  * A world of one rank returns at once, whatever the kind: there is nobody to tell.
  *
  * Every rank calls ddp_bootstrap_share the same number of times in the same order (calls are
@@ -47,14 +48,26 @@
 
 #include <stddef.h>
 
-#include "comm/comm.h"
 #include "dist/world.h"
 
+/* [dist] bootstrap; ddp_bootstrap_names holds the job file's words, in this order. */
 enum ddp_bootstrap_kind {
     DDP_BOOTSTRAP_AUTO,
     DDP_BOOTSTRAP_PMI2,
     DDP_BOOTSTRAP_MPI,
     DDP_BOOTSTRAP_TCP,
+    DDP_BOOTSTRAP_COUNT
+};
+extern const char *const ddp_bootstrap_names[DDP_BOOTSTRAP_COUNT];
+
+/* A broadcast from rank 0 to every rank that an existing collective offers the bootstrap
+ * (kind mpi). fn NULL: there is a communicator but it cannot carry the blob (why_not says
+ * why, e.g. "the communicator is not MPI"). */
+struct ddp_bootstrap_bcast {
+    void (*fn)(void *ctx, void *buf, size_t len);
+    void *ctx;
+    int rank, size; /* of the collective: checked against the world */
+    const char *why_not;
 };
 
 /* Largest blob: an NCCL id is 128 bytes; 64 KiB leaves room for other small startup data
@@ -74,14 +87,15 @@ const char *ddp_bootstrap_name(enum ddp_bootstrap_kind k); /* "auto", "pmi2", "m
 int ddp_bootstrap_pmi2_live(void);
 
 /* The kind `auto` resolves to for this process (any other kind is returned as is). */
-enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind, const ddp_comm *comm);
+enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind,
+                                             const struct ddp_bootstrap_bcast *bcast);
 
-/* Publish rank 0's len bytes at blob to every rank of w (see above). comm: the communicator
- * (NULL when none exists yet; required for kind mpi). timeout_s bounds every wait of pmi2 and
- * tcp. Returns 0, or -1 with one line in err naming the way, the peer or rank and the fix
+/* Publish rank 0's len bytes at blob to every rank of w (see above). bcast: the broadcast an
+ * existing collective offers (NULL when none exists yet; required for kind mpi). timeout_s
+ * bounds every wait of pmi2 and tcp. Returns 0, or -1 with one line in err naming the way, the peer or rank and the fix
  * (caller exits DDP_EXIT_LAUNCH). */
-int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind, ddp_comm *comm,
-                        void *blob, size_t len, double timeout_s, char *err, size_t errlen);
+int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
+                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len, double timeout_s, char *err, size_t errlen);
 
 /* Release PMI2 (PMI2_Finalize) if a share used it; a no-op otherwise. Call once at exit. */
 void ddp_bootstrap_finalize(void);

@@ -20,6 +20,7 @@
 
 #include "ddp_build.h"
 #include "backend/backend.h"
+#include "backend/select.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
 #include "train/ckpt.h"
@@ -28,7 +29,6 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "train/grad_sync.h"
-#include "dist/binding.h"
 #include "dist/bootstrap.h"
 #include "dist/world.h"
 #include "train/metrics.h"
@@ -41,12 +41,6 @@
 #include "train/step.h"
 #include "core/testhooks.h"
 #include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
-#if HAVE_NCCL
-#include "comm/comm_nccl.h"
-#endif
 
 #define HOST_FIELD DDP_HOST_MAX /* bytes per rank in the gathered host table */
 
@@ -693,8 +687,6 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     return 0;
 }
 
-static ddp_comm *g_comm; /* for the die hook */
-
 /* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
  * format the effective job, with the expanded directory, for job.ini and checkpoints. */
 static int expand_output(struct trainer *t, char *err, size_t errlen)
@@ -709,12 +701,6 @@ static int expand_output(struct trainer *t, char *err, size_t errlen)
         snprintf(job->output, sizeof job->output, "%s", out);
     t->job_text = ddp_outdir_job_text(job);
     return 0;
-}
-
-static void abort_hook(int code)
-{
-    if (g_comm && ddp_comm_size(g_comm) > 1)
-        ddp_comm_abort(g_comm, code);
 }
 
 /* The job's checks that need no peer: signals, eval's test split, the output directory. */
@@ -743,74 +729,46 @@ static int start_comm(struct trainer *t)
     const struct ddp_job *job = &t->job;
     const struct ddp_world *w = &t->world;
     char err[DDP_ERR_LEN * 2];
-    int use_cuda = 0;
-    struct ddp_binding bind = {.device = -1};
-#if HAVE_CUDA
-    int ndev = ddp_cuda_device_count();
-    if (job->device == DDP_DEVICE_CUDA ||
-        (job->device == DDP_DEVICE_AUTO && (ndev > 0 || job->backend == DDP_DIST_NCCL))) {
-        if (ddp_binding_compute(w->local_rank, w->local_size, ndev, 1, NULL, NULL, &bind, err,
-                                sizeof err) != 0) {
-            ddp_warn("%s", err);
-            return DDP_EXIT_LAUNCH;
-        }
-        t->be = ddp_backend_cuda(bind.device, job->precision == DDP_PRECISION_TF32, err,
-                                 sizeof err);
-        if (!t->be) {
-            ddp_warn("%s", err);
-            return DDP_EXIT_LAUNCH;
-        }
-        use_cuda = 1;
-    }
-#else
-    if (job->device == DDP_DEVICE_CUDA || job->backend == DDP_DIST_NCCL) {
-        ddp_warn("[train] device = cuda or [dist] backend = nccl, but this ddptrain was built "
-                 "without CUDA/NCCL; use the CPU (ddptrain --version lists the backends)");
+    struct ddp_device_choice dev;
+    if (ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL,
+                           job->precision == DDP_PRECISION_TF32, w->local_rank, w->local_size,
+                           &dev, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-#endif
-    if (!use_cuda)
-        t->be = ddp_backend_cpu();
-    if (use_cuda && job->backend == DDP_DIST_MPI && w->world_size > 1) {
+    t->be = dev.be;
+    snprintf(t->device, sizeof t->device, "%s", dev.name);
+    const int gpu = dev.device >= 0;
+    if (gpu && job->backend == DDP_COMM_MPI && w->world_size > 1) {
         ddp_warn("[dist] backend = mpi cannot reduce GPU gradients; use backend = nccl (or auto), "
                  "or [train] device = cpu");
         return DDP_EXIT_USAGE;
     }
-    static const char *backends[] = {"auto", "nccl", "mpi", "none"};
-    const char *comm_kind = backends[job->backend];
-#if HAVE_NCCL
-    if (use_cuda && (job->backend == DDP_DIST_NCCL ||
-                     (job->backend == DDP_DIST_AUTO && w->world_size > 1))) {
+    struct ddp_comm_opts o = ddp_comm_opts_of(job->backend, job->timeout_s);
+    if (gpu && (job->backend == DDP_COMM_NCCL ||
+                (job->backend == DDP_COMM_AUTO && w->world_size > 1))) {
+        o.backend = DDP_COMM_NCCL;
+        o.device = dev.device;
+        o.bootstrap = (enum ddp_bootstrap_kind)job->bootstrap;
         if (job->bootstrap == DDP_BOOTSTRAP_MPI) { /* the NCCL id travels by MPI_Bcast */
-            t->boot_comm = ddp_comm_create("mpi", w, job->timeout_s, err, sizeof err);
+            struct ddp_comm_opts mo = ddp_comm_opts_of(DDP_COMM_MPI, job->timeout_s);
+            t->boot_comm = ddp_comm_create(&mo, w, err, sizeof err);
             if (!t->boot_comm) {
                 ddp_warn("%s", err);
                 return DDP_EXIT_LAUNCH;
             }
+            o.boot_comm = t->boot_comm;
         }
-        ddp_comm_nccl_configure(bind.device, (enum ddp_bootstrap_kind)job->bootstrap,
-                                t->boot_comm);
-        comm_kind = "nccl";
     }
-#endif
-    t->comm = ddp_comm_create(comm_kind, w, job->timeout_s, err, sizeof err);
+    t->comm = ddp_comm_create(&o, w, err, sizeof err);
     if (!t->comm) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-    if (use_cuda) {
-        snprintf(t->device, sizeof t->device, "cuda:%d", bind.device);
-#if HAVE_CUDA
-        snprintf(t->device, sizeof t->device, "cuda:%d (%s)", bind.device,
-                 ddp_cuda_device_string());
-#endif
-    } else {
-        snprintf(t->device, sizeof t->device, "cpu");
-    }
     return 0;
 }
 
-/* World, device, communicator, abort hook, signals, the host table, the liveness watch and
+/* World, device, communicator (which ddp_die aborts), signals, the host table, the liveness watch and
  * compute threads. Returns 0 or an exit code (the reason printed). */
 static int start_world(struct trainer *t)
 {
@@ -826,8 +784,6 @@ static int start_world(struct trainer *t)
     int rc = start_comm(t);
     if (rc)
         return rc;
-    g_comm = t->comm;
-    ddp_set_abort_hook(abort_hook);
     ddp_signals_install(&t->job, 1, err, sizeof err); /* after MPI_Init; replaces main's catch-all */
     t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
     char me[HOST_FIELD];
@@ -984,11 +940,8 @@ static void teardown(struct trainer *t)
     ddp_h5split_close(t->test);
     ddp_metrics_close(&t->metrics);
     free(t->hosts);
-    ddp_set_abort_hook(NULL);
-    g_comm = NULL;
-    ddp_comm_destroy(t->comm);
+    ddp_comm_destroy(t->comm); /* releases PMI2 if the NCCL id travelled that way */
     ddp_comm_destroy(t->boot_comm);
-    ddp_bootstrap_finalize();
     ddp_liveness_destroy(t->liveness);
     ddp_outdir_unlock(t->lock_fd);
     DDP_FREE(t->job_text);

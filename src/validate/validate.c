@@ -26,6 +26,7 @@
 
 #include "ddp_build.h"
 #include "backend/backend.h"
+#include "backend/select.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
 #include "core/config.h"
@@ -36,9 +37,12 @@
 #if HAVE_CUDA
 #include "backend/cuda.h"
 #endif
-#if HAVE_CUDA && HAVE_NCCL
-#include "comm/comm_nccl.h"
-#include "dist/binding.h"
+
+/* The GPU is validated where NCCL can reduce on it. */
+#if HAVE_NCCL
+#define GPU_DEVICE DDP_DEVICE_AUTO
+#else
+#define GPU_DEVICE DDP_DEVICE_CPU
 #endif
 
 #define CPU_MODEL_LEN 96
@@ -1101,15 +1105,7 @@ static int find_reference(const char *given, const char *backend, int W, char *p
 
 /* ---- the command ------------------------------------------------------------------------- */
 
-static ddp_comm *g_comm; /* for the die hook */
-
 static void barrier_cb(void *c) { ddp_comm_barrier(c); }
-
-static void abort_hook(int code)
-{
-    if (g_comm && ddp_comm_size(g_comm) > 1)
-        ddp_comm_abort(g_comm, code);
-}
 
 /* Every rank learns whether all succeeded; returns the lowest failing rank's code. */
 static int agree(ddp_comm *c, int code)
@@ -1126,33 +1122,24 @@ static int agree(ddp_comm *c, int code)
 
 /* The backend and collectives this rank validates with: where the build has CUDA and NCCL
  * and the driver reports GPUs (as training with device = auto), the rank's bound GPU
- * (launch/binding.h) and NCCL, so the GEMM, the all-reduces and the golden run exercise the
+ * (dist/binding.h) and NCCL, so the GEMM, the all-reduces and the golden run exercise the
  * GPU path; else the CPU backend and comm auto. *device: the CUDA ordinal, -1 for the CPU.
  * Returns 0, or -1 with one line in err (exit DDP_EXIT_LAUNCH). */
-static int choose_device(const struct ddp_world *w, const struct ddp_backend **be,
-                         const char **comm_kind, int *device, char *err, size_t errlen)
+static int choose_device(const struct ddp_world *w, double timeout_s,
+                         const struct ddp_backend **be, struct ddp_comm_opts *o, int *device,
+                         char *err, size_t errlen)
 {
-    *be = ddp_backend_cpu();
-    *comm_kind = "auto";
-    *device = -1;
-#if HAVE_CUDA && HAVE_NCCL
-    const int ndev = ddp_cuda_device_count();
-    if (ndev <= 0)
-        return 0;
-    struct ddp_binding b = {.device = -1};
-    if (ddp_binding_compute(w->local_rank, w->local_size, ndev, 1, NULL, NULL, &b, err,
-                            errlen) != 0)
+    struct ddp_device_choice dev;
+    *o = ddp_comm_opts_of(DDP_COMM_AUTO, timeout_s);
+    if (ddp_backend_select(GPU_DEVICE, 0, 0, w->local_rank,
+                           w->local_size, &dev, err, errlen) != 0)
         return -1;
-    const struct ddp_backend *g = ddp_backend_cuda(b.device, 0, err, errlen);
-    if (!g)
-        return -1;
-    ddp_comm_nccl_configure(b.device, DDP_BOOTSTRAP_AUTO, NULL);
-    *be = g;
-    *comm_kind = "nccl";
-    *device = b.device;
-#else
-    (void)w, (void)err, (void)errlen;
-#endif
+    *be = dev.be;
+    *device = dev.device;
+    if (dev.device >= 0) {
+        o->backend = DDP_COMM_NCCL;
+        o->device = dev.device;
+    }
     return 0;
 }
 
@@ -1188,19 +1175,17 @@ int ddp_validate_run(const struct ddp_validate_args *a)
     if (w.warning[0] && w.rank == 0)
         ddp_warn("%s", w.warning);
     const struct ddp_backend *be;
-    const char *comm_kind;
+    struct ddp_comm_opts copts;
     int device;
-    if (choose_device(&w, &be, &comm_kind, &device, err, sizeof err) != 0) {
+    if (choose_device(&w, cfg.timeout_s, &be, &copts, &device, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-    ddp_comm *c = ddp_comm_create(comm_kind, &w, cfg.timeout_s, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&copts, &w, err, sizeof err);
     if (!c) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-    g_comm = c;
-    ddp_set_abort_hook(abort_hook);
     /* a dead peer stops every rank within seconds (liveness.h) */
     ddp_liveness *live = w.world_size > 1 ? ddp_liveness_create(c, w.host) : NULL;
     if (live)
@@ -1387,8 +1372,6 @@ done_run:
 done:
     machine_unlock(lock);
     ddp_validate_ref_free(&ref);
-    ddp_set_abort_hook(NULL);
-    g_comm = NULL;
     ddp_comm_destroy(c);
     ddp_liveness_destroy(live); /* goodbye after the last collective */
     return rc;

@@ -62,19 +62,20 @@ static float *dev_f(const float *h, size_t n)
  * way. */
 static ddp_comm *make_comm(const struct ddp_world *w, char *err, size_t errlen)
 {
-    ddp_comm *c = ddp_comm_create("nccl", w, 60, err, errlen);
+    const struct ddp_comm_opts o = {DDP_COMM_NCCL, 60, 0, DDP_BOOTSTRAP_AUTO, NULL};
+    ddp_comm *c = ddp_comm_create(&o, w, err, errlen);
     if (c) {
-        printf("communicator through ddp_comm_create(\"nccl\")\n");
+        printf("communicator through ddp_comm_create(nccl)\n");
         return c;
     }
-    printf("note: ddp_comm_create(\"nccl\") refused (%s); testing the backend on a hand-made "
+    printf("note: ddp_comm_create(nccl) refused (%s); testing the backend on a hand-made "
            "handle\n", err);
     c = ddp_calloc(1, sizeof *c);
     c->rank = w->rank;
     c->size = w->world_size;
     c->timeout_s = 60;
     snprintf(c->host, sizeof c->host, "%s", w->host);
-    if (ddp_comm_nccl_init(c, w, err, errlen) != 0) {
+    if (ddp_comm_nccl_init(c, w, &o, err, errlen) != 0) {
         free(c);
         return NULL;
     }
@@ -98,7 +99,6 @@ static int run(void)
     snprintf(w.master_addr, sizeof w.master_addr, "127.0.0.1");
     w.master_port = 29500;
     w.job_id = w.step_id = -1;
-    ddp_comm_nccl_configure(0, DDP_BOOTSTRAP_AUTO, NULL);
     ddp_comm *c = make_comm(&w, err, sizeof err);
     CHECK(c != NULL, "NCCL communicator: %s", err);
     if (!c)

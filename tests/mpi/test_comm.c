@@ -290,7 +290,7 @@ static int run_collectives(void)
     g_size = w.world_size;
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create("auto", &w, 60, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_AUTO, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     g_c = c;
     CHECK(ddp_comm_rank(c) == w.rank && ddp_comm_size(c) == w.world_size, "rank/size");
@@ -317,7 +317,7 @@ static int run_deadline(const char *what)
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     CHECK(g_size >= 2, "needs 2 ranks or more");
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create("mpi", &w, 2.0, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 2.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     g_c = c;
     ddp_comm_barrier(c); /* everybody is up */
@@ -359,7 +359,7 @@ static int run_die(void)
     g_size = w.world_size;
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create("mpi", &w, 60.0, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     ddp_comm_barrier(c);
     if (g_rank == 0) {
@@ -380,7 +380,7 @@ static int run_mismatch(void)
     CHECK(g_size == 2, "needs 2 ranks");
     w.rank = 1 - w.rank; /* the launcher's environment disagrees with MPI */
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create("mpi", &w, 10.0, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 10.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
     CHECK(!c, "a world that disagrees with MPI was accepted");
     char want[128];
     snprintf(want, sizeof want, "MPI says this is rank %d of 2, but the launcher's environment "
@@ -395,11 +395,25 @@ static int run_mismatch(void)
 #endif
 }
 
+/* The job file's word for a backend (NULL or "" as auto, as an unset key; an unknown word
+ * as a value outside the enum). */
+static enum ddp_comm_backend backend_of(const char *name)
+{
+    if (!name || !name[0])
+        return DDP_COMM_AUTO;
+    for (int b = 0; b < DDP_COMM_BACKEND_COUNT; b++)
+        if (strcmp(name, ddp_comm_backend_names[b]) == 0)
+            return (enum ddp_comm_backend)b;
+    return DDP_COMM_BACKEND_COUNT;
+}
+
 static void expect_refused(const char *backend, struct ddp_world *w, double timeout,
                            const char *want)
 {
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(backend, w, timeout, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){backend_of(backend), timeout, -1,
+                                                           DDP_BOOTSTRAP_AUTO, NULL},
+                                  w, err, sizeof err);
     CHECK(!c, "backend %s accepted world of %d (launched by MPI: %d)", backend, w->world_size,
           w->mpi_launched);
     CHECK(strstr(err, want), "backend %s: message '%s' lacks '%s'", backend, err, want);
@@ -434,7 +448,7 @@ static int run_refuse(void)
     expect_refused("none", &w, 300, "backend = none runs a single rank, but this world has 4");
     w.launcher = DDP_LAUNCHER_TORCHRUN;
     expect_refused("auto", &w, 300, "torchrun-style launcher");
-    expect_refused("gloo", &w, 300, "unknown backend 'gloo'");
+    expect_refused("gloo", &w, 300, "unknown backend");
 #if HAVE_NCCL
     /* a GPU build on a machine without a usable GPU: refused by the NCCL backend itself */
     expect_refused("nccl", &w, 300, "GPU");
@@ -458,7 +472,9 @@ static int run_refuse(void)
     const char *backends[] = {"none", "auto", "mpi", ""};
     for (int b = 0; b < 4; b++) {
         char err[DDP_ERR_LEN] = "";
-        ddp_comm *c = ddp_comm_create(backends[b], &w, 5, err, sizeof err);
+        ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){backend_of(backends[b]), 5, -1,
+                                                               DDP_BOOTSTRAP_AUTO, NULL},
+                                      &w, err, sizeof err);
         CHECK(c, "backend '%s' refused one process: %s", backends[b], err);
         CHECK(strcmp(ddp_comm_name(c), "self") == 0, "backend '%s' gave %s", backends[b],
               ddp_comm_name(c));

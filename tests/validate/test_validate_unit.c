@@ -127,7 +127,7 @@ static ddp_comm *self_comm(void)
     w.local_size = 1;
     snprintf(w.host, sizeof w.host, "unit");
     char err[DDP_ERR_LEN];
-    ddp_comm *c = ddp_comm_create("none", &w, 30, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_NONE, 30, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
     if (!c) {
         fprintf(stderr, "comm: %s\n", err);
         exit(1);

@@ -1,0 +1,48 @@
+/*
+ * select.c - device choice (select.h).
+ */
+#include "backend/select.h"
+
+#include <stdio.h>
+
+#include "ddp_build.h"
+#include "core/util.h"
+#include "dist/binding.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+
+const char *const ddp_device_names[DDP_DEVICE_COUNT] = {"auto", "cpu", "cuda"};
+_Static_assert(sizeof ddp_device_names / sizeof *ddp_device_names == DDP_DEVICE_COUNT,
+               "one name per device kind");
+
+int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int local_size,
+                       struct ddp_device_choice *out, char *err, size_t errlen)
+{
+    out->be = ddp_backend_cpu();
+    out->device = -1;
+    snprintf(out->name, sizeof out->name, "cpu");
+#if HAVE_CUDA
+    int ndev = ddp_cuda_device_count();
+    if (want == DDP_DEVICE_CUDA || (want == DDP_DEVICE_AUTO && (ndev > 0 || need_gpu))) {
+        struct ddp_binding bind = {.device = -1};
+        if (ddp_binding_compute(local_rank, local_size, ndev, 1, NULL, NULL, &bind, err,
+                                errlen) != 0)
+            return -1;
+        const struct ddp_backend *be = ddp_backend_cuda(bind.device, tf32, err, errlen);
+        if (!be)
+            return -1;
+        out->be = be;
+        out->device = bind.device;
+        snprintf(out->name, sizeof out->name, "cuda:%d (%s)", bind.device,
+                 ddp_cuda_device_string());
+    }
+#else
+    (void)local_rank, (void)local_size, (void)tf32;
+    if (want == DDP_DEVICE_CUDA || need_gpu)
+        return ddp_err(err, errlen, "[train] device = cuda or [dist] backend = nccl, but this "
+                       "ddptrain was built without CUDA/NCCL; use the CPU (ddptrain --version "
+                       "lists the backends)");
+#endif
+    return 0;
+}

@@ -1,0 +1,31 @@
+/*
+ * select.h - which compute backend a rank runs on: its bound GPU (dist/binding.h: the
+ * local rank's device among those CUDA_VISIBLE_DEVICES leaves) where the build has CUDA and
+ * the job asks for it or the node has GPUs, else the CPU. The only place outside backend/
+ * that knows whether CUDA was built in; the trainer and validate ask here.
+ */
+#ifndef DDP_BACKEND_SELECT_H
+#define DDP_BACKEND_SELECT_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+/* [train] device; ddp_device_names holds the job file's words, in this order. */
+enum ddp_device { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_CUDA, DDP_DEVICE_COUNT };
+extern const char *const ddp_device_names[DDP_DEVICE_COUNT];
+
+struct ddp_device_choice {
+    const struct ddp_backend *be;
+    int device;      /* CUDA ordinal; -1 on the CPU */
+    char name[160];  /* "cpu" or "cuda:N (name)" */
+};
+
+/* Choose for local rank local_rank of local_size: want (enum ddp_device); need_gpu: the job
+ * asked for a GPU-only collective (NCCL), which makes auto take a GPU even where the driver
+ * reports none (so that the error names the missing device); tf32: TF32 GEMMs on the GPU.
+ * Returns 0, or -1 with one line in err (the caller exits DDP_EXIT_LAUNCH). */
+int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int local_size,
+                       struct ddp_device_choice *out, char *err, size_t errlen);
+
+#endif
