@@ -10,6 +10,7 @@
  */
 #include "data/h5data.h"
 
+#include "core/fileio.h"
 #include "core/util.h"
 
 #include <errno.h>
@@ -1161,9 +1162,7 @@ ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *er
     ddp_h5writer *w = ddp_calloc(1, sizeof *w);
     w->file = w->g = w->images = w->labels = H5I_INVALID_HID;
     w->path = ddp_strdup(path);
-    size_t len = strlen(path) + 5;
-    w->tmp = ddp_malloc(len);
-    snprintf(w->tmp, len, "%s.tmp", path);
+    w->tmp = ddp_file_tmp_path(path);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     /* Lock if the file system can, carry on if it cannot (Lustre without flock). */
     H5Pset_file_locking(fapl, 1, 1);
@@ -1378,17 +1377,8 @@ int ddp_h5writer_commit(ddp_h5writer *w, char *err, size_t errlen)
         return ddp_err(err, errlen, "%s: closing failed (%s); check free disk space", w->tmp,
                        h5_reason(why, sizeof why));
     }
-    int fd = open(w->tmp, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return ddp_err(err, errlen, "%s: fsync failed: %s", w->tmp, strerror(e));
-    }
-    close(fd);
-    if (rename(w->tmp, w->path) != 0)
-        return ddp_err(err, errlen, "%s: cannot rename to %s: %s", w->tmp, w->path,
-                       strerror(errno));
+    if (ddp_file_commit(w->tmp, w->path, err, errlen) != 0)
+        return -1;
     w->committed = 1;
     return 0;
 }

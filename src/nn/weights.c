@@ -3,13 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fileio.h"
 #include "core/util.h"
 
 static void dims_str(int ndim, const hsize_t *d, char *buf, size_t len)
@@ -216,37 +216,16 @@ fail:
     return rc;
 }
 
-int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen)
-{
-    int fd = open(tmp, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return ddp_err(err, errlen, "%s: cannot sync: %s", tmp, strerror(errno));
-    }
-    close(fd);
-    if (rename(tmp, final) != 0)
-        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    char dir[DDP_ERR_LEN];
-    snprintf(dir, sizeof dir, "%s", final);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
-}
-
 int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, size_t errlen)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *tmp = ddp_file_tmp_path(path);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
         char why[256];
         ddp_err(err, errlen, "%s: cannot create: %s; check the directory exists, is writable "
                 "and has space", tmp, ddp_h5_error_reason(why, sizeof why));
         unlink(tmp);
+        free(tmp);
         return -1;
     }
     int rc = ddp_weights_write_group(f, m, err, errlen);
@@ -262,6 +241,7 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
         rc = ddp_file_commit(tmp, path, err, errlen);
     if (rc != 0)
         unlink(tmp);
+    free(tmp);
     return rc;
 }
 

@@ -40,7 +40,4 @@ hid_t ddp_h5_open_read(const char *path, const char *what, char *err, size_t err
  * failing call (the next HDF5 call clears the error stack). Returns buf. */
 const char *ddp_h5_error_reason(char *buf, size_t len);
 
-/* Durable replace: fsync path's data, rename it to final, fsync the directory. */
-int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen);
-
 #endif

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "nn/weights.h"
+#include "core/fileio.h"
 #include "core/util.h"
 
 #define CKPT_FORMAT "ddptrain-checkpoint"
@@ -156,9 +157,10 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
     if (ddp_mkdir_p(dir) != 0)
         return ddp_err(err, errlen, "%s: cannot create checkpoint directory: %s", dir,
                        strerror(errno));
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/ckpt-%08lld.h5", dir, (long long)pos->step);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t plen = strlen(dir) + 32;
+    char *path = ddp_malloc(plen);
+    snprintf(path, plen, "%s/ckpt-%08lld.h5", dir, (long long)pos->step);
+    char *tmp = ddp_file_tmp_path(path);
     const struct ddp_backend *be = m->be;
     float *hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
     float *hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
@@ -235,6 +237,8 @@ out:
     free(hb);
     free(s1);
     free(s2);
+    free(tmp);
+    free(path);
     return rc;
 }
 

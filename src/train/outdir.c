@@ -14,6 +14,7 @@
 
 #include "dist/hostlist.h"
 #include "nn/weights.h"
+#include "core/fileio.h"
 #include "core/util.h"
 
 #define WIDTH_MAX 10     /* as Slurm: a wider field is cut to 10 digits of padding */
@@ -288,27 +289,16 @@ char *ddp_outdir_job_text(const struct ddp_job *job)
 
 int ddp_outdir_write_job(const char *dir, const char *text, char *why, size_t whylen)
 {
-    char path[DDP_PATH_MAX + 32], tmp[DDP_PATH_MAX + 48];
+    char path[DDP_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/job.ini", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return ddp_err(why, whylen, "%s: cannot write: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
+    struct ddp_atomic_file a;
+    if (!ddp_atomic_open(&a, path))
+        return ddp_err(why, whylen, "%s.tmp: cannot write: %s", path, strerror(errno));
+    fwrite(text, 1, strlen(text), a.f);
+    int rc = ddp_atomic_close(&a, why, whylen);
+    if (rc == -1) { /* writing failed: a full disk, most likely */
+        size_t n = strlen(why);
+        snprintf(why + n, whylen - n, "; free space there or set [job] output elsewhere");
     }
-    if (!ok) {
-        unlink(tmp);
-        return ddp_err(why, whylen, "%s: cannot write: %s; free space there or set [job] output "
-                       "elsewhere", tmp, strerror(e));
-    }
-    if (ddp_file_commit(tmp, path, why, whylen) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return rc ? -1 : 0;
 }

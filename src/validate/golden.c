@@ -22,6 +22,7 @@
 #include "nn/model.h"
 #include "train/optim.h"
 #include "train/step.h"
+#include "core/fileio.h"
 #include "core/util.h"
 #include "validate/validate.h"
 
@@ -237,11 +238,10 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
 int ddp_validate_ref_write(const struct ddp_validate_golden *g, const char *backend,
                            const char *path, char *err, size_t errlen)
 {
-    char tmp[DDP_PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    struct ddp_atomic_file af;
+    FILE *f = ddp_atomic_open(&af, path);
     if (!f)
-        return ddp_err(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+        return ddp_err(err, errlen, "%s.tmp: cannot write: %s", path, strerror(errno));
     const int W = g->world_size;
     fprintf(f, "# ddptrain validate reference (docs/validate.md): the golden run's trajectory.\n"
                "# step S: the global mean loss, then per rank its local loss and the norm of\n"
@@ -255,17 +255,7 @@ int ddp_validate_ref_write(const struct ddp_validate_golden *g, const char *back
                     g->local[((size_t)s * W + r) * 2 + 1]);
         fputc('\n', f);
     }
-    if (fflush(f) != 0 || ferror(f)) {
-        fclose(f);
-        remove(tmp);
-        return ddp_err(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
-    }
-    fclose(f);
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    }
-    return 0;
+    return ddp_atomic_close(&af, err, errlen) != 0 ? -1 : 0;
 }
 
 void ddp_validate_ref_free(struct ddp_validate_ref *r)

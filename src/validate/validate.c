@@ -31,6 +31,7 @@
 #include "comm/liveness.h"
 #include "core/config.h"
 #include "dist/world.h"
+#include "core/fileio.h"
 #include "core/testhooks.h"
 #include "core/util.h"
 #include "validate/validate.h"
@@ -908,11 +909,10 @@ static int write_json(const char *path, const struct report *rep, const struct r
                       const int *host_of, const int *first_rank, char *err, size_t errlen)
 {
     const int W = rep->W;
-    char tmp[DDP_PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    struct ddp_atomic_file af;
+    FILE *f = ddp_atomic_open(&af, path);
     if (!f)
-        return ddp_err(err, errlen, "--json %s: cannot write: %s", tmp, strerror(errno));
+        return ddp_err(err, errlen, "--json %s.tmp: cannot write: %s", path, strerror(errno));
     fprintf(f, "{\n  \"format\": \"ddptrain-validate-1\",\n  \"version\": \"%s\",\n",
             DDP_VERSION);
     fprintf(f, "  \"verdict\": \"%s\",\n  \"exit_code\": %d,\n  \"quick\": %s,\n",
@@ -1024,17 +1024,9 @@ static int write_json(const char *path, const struct report *rep, const struct r
     }
     free(list);
     fprintf(f, "\n  ]\n}\n");
-    if (fflush(f) != 0 || ferror(f)) {
-        fclose(f);
-        remove(tmp);
-        return ddp_err(err, errlen, "--json %s: write failed: %s", tmp, strerror(errno));
-    }
-    fclose(f);
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        return ddp_err(err, errlen, "--json: cannot rename %s to %s: %s", tmp, path,
-                       strerror(errno));
-    }
+    char why[DDP_ERR_LEN];
+    if (ddp_atomic_close(&af, why, sizeof why) != 0)
+        return ddp_err(err, errlen, "--json %s", why);
     return 0;
 }
 
