@@ -436,42 +436,20 @@ static hid_t open_member(hid_t g, const char *path, const char *group, const cha
     return d;
 }
 
-ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen)
+/* The split's HDF5 calls failed for no reason of the layout: one line, return -1. */
+static int h5_failed(const ddp_h5split *s, const char *path, char *err, size_t errlen)
 {
-    h5_quiet q;
-    quiet_on(&q);
-    ddp_h5split *s = ddp_calloc(1, sizeof *s);
-    hid_t g = H5I_INVALID_HID, lab = H5I_INVALID_HID, ltype = H5I_INVALID_HID;
-    hid_t itype = H5I_INVALID_HID, lspace = H5I_INVALID_HID;
-    s->file = s->images = s->fspace = s->mspace = H5I_INVALID_HID;
-    s->fd = -1;
-    s->path = ddp_strdup(path ? path : "");
+    char why[256];
+    return ddp_err(err, errlen, "%s: %s: HDF5 error (%s); the file may be truncated or "
+                   "corrupt, re-create it", path, s->group, h5_reason(why, sizeof why));
+}
 
-    if (!path || !path[0]) {
-        ddp_err(err, errlen, "no dataset file given; set [data] file to an HDF5 dataset");
-        goto fail;
-    }
-    if (group_path(group, s->group, sizeof s->group) != 0) {
-        ddp_err(err, errlen, "%s: group name `%s` is empty or longer than %d characters; "
-                "give a group such as /train", path, group ? group : "", DDP_H5_MAX_GROUP_LEN);
-        goto fail;
-    }
-    s->file = open_readonly(path, err, errlen);
-    if (s->file < 0)
-        goto fail;
-    if (!path_exists(s->file, s->group)) {
-        ddp_err(err, errlen, "%s: no group %s; `ddptrain data info %s` lists the groups, "
-                "set [data] train/test to one of them", path, s->group, path);
-        goto fail;
-    }
-    g = H5Gopen2(s->file, s->group, H5P_DEFAULT);
-    if (g < 0) {
-        ddp_err(err, errlen, "%s: %s is not a group; expected a group holding `images` and "
-                "`labels`", path, s->group);
-        goto fail;
-    }
-
-    /* images: rank 2 or 4, uint8 or float32, each dimension > 0, bounded sample size */
+/* g/images: rank 2 or 4, uint8 or float32, each dimension > 0, bounded sample size. Fills the
+ * split's shape, count, dtype and fast path. */
+static int open_images(ddp_h5split *s, hid_t g, const char *path, char *err, size_t errlen)
+{
+    hid_t itype = H5I_INVALID_HID;
+    int rc = -1;
     s->images = open_member(g, path, s->group, "images",
                             "images of shape (N, C, H, W) or (N, D)", err, errlen);
     if (s->images < 0)
@@ -523,7 +501,10 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
     s->n = (int64_t)d[0];
     itype = H5Dget_type(s->images);
     if (itype < 0)
-        goto h5fail;
+        {
+        h5_failed(s, path, err, errlen);
+        goto fail;
+    }
     if (H5Tget_class(itype) == H5T_INTEGER && H5Tget_size(itype) == 1 &&
         H5Tget_sign(itype) == H5T_SGN_NONE) {
         s->dtype = DDP_H5DTYPE_UINT8;
@@ -540,7 +521,21 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
 
     find_fast_path(s, itype);
 
-    /* labels: rank 1, integer, same N */
+    rc = 0;
+fail:
+    if (itype >= 0)
+        H5Tclose(itype);
+    return rc;
+}
+
+/* g/labels: rank 1, integer, the images' N; then the classes attribute, the storage and
+ * memory checks, and the labels read into memory. */
+static int open_labels(ddp_h5split *s, hid_t g, const char *path, char *err, size_t errlen)
+{
+    hid_t lab = H5I_INVALID_HID, ltype = H5I_INVALID_HID, lspace = H5I_INVALID_HID;
+    hsize_t d[H5S_MAX_RANK];
+    char shp[128];
+    int rc = -1;
     lab = open_member(g, path, s->group, "labels", "labels of shape (N,), an integer type",
                       err, errlen);
     if (lab < 0)
@@ -556,7 +551,7 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
                 s->labels_type);
         goto fail;
     }
-    r = H5Sget_simple_extent_ndims(lspace);
+    int r = H5Sget_simple_extent_ndims(lspace);
     if (r < 0 || r > H5S_MAX_RANK || H5Sget_simple_extent_dims(lspace, d, NULL) < 0)
         goto h5fail;
     shape_str(d, r, shp, sizeof shp);
@@ -576,28 +571,61 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
         check_split_memory(s, err, errlen) != 0 || read_labels(s, lab, err, errlen) != 0)
         goto fail;
 
-    H5Tclose(itype);
-    H5Tclose(ltype);
-    H5Sclose(lspace);
-    H5Dclose(lab);
-    H5Gclose(g);
-    quiet_off(&q);
-    return s;
-
-h5fail: {
-    char why[256];
-    ddp_err(err, errlen, "%s: %s: HDF5 error (%s); the file may be truncated or corrupt, "
-            "re-create it", path, s->group, h5_reason(why, sizeof why));
-}
+    rc = 0;
+    goto done;
+h5fail:
+    h5_failed(s, path, err, errlen);
 fail:
-    if (itype >= 0)
-        H5Tclose(itype);
+done:
     if (ltype >= 0)
         H5Tclose(ltype);
     if (lspace >= 0)
         H5Sclose(lspace);
     if (lab >= 0)
         H5Dclose(lab);
+    return rc;
+}
+
+ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen)
+{
+    h5_quiet q;
+    quiet_on(&q);
+    ddp_h5split *s = ddp_calloc(1, sizeof *s);
+    hid_t g = H5I_INVALID_HID;
+    s->file = s->images = s->fspace = s->mspace = H5I_INVALID_HID;
+    s->fd = -1;
+    s->path = ddp_strdup(path ? path : "");
+
+    if (!path || !path[0]) {
+        ddp_err(err, errlen, "no dataset file given; set [data] file to an HDF5 dataset");
+        goto fail;
+    }
+    if (group_path(group, s->group, sizeof s->group) != 0) {
+        ddp_err(err, errlen, "%s: group name `%s` is empty or longer than %d characters; "
+                "give a group such as /train", path, group ? group : "", DDP_H5_MAX_GROUP_LEN);
+        goto fail;
+    }
+    s->file = open_readonly(path, err, errlen);
+    if (s->file < 0)
+        goto fail;
+    if (!path_exists(s->file, s->group)) {
+        ddp_err(err, errlen, "%s: no group %s; `ddptrain data info %s` lists the groups, "
+                "set [data] train/test to one of them", path, s->group, path);
+        goto fail;
+    }
+    g = H5Gopen2(s->file, s->group, H5P_DEFAULT);
+    if (g < 0) {
+        ddp_err(err, errlen, "%s: %s is not a group; expected a group holding `images` and "
+                "`labels`", path, s->group);
+        goto fail;
+    }
+
+    if (open_images(s, g, path, err, errlen) != 0 || open_labels(s, g, path, err, errlen) != 0)
+        goto fail;
+    H5Gclose(g);
+    quiet_off(&q);
+    return s;
+fail:
     if (g >= 0)
         H5Gclose(g);
     ddp_h5split_close(s);

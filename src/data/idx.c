@@ -83,6 +83,46 @@ static int gz_corrupt(gzFile gz)
     return code == Z_DATA_ERROR || code == Z_STREAM_ERROR || code == Z_MEM_ERROR;
 }
 
+/* The header's sizes after the magic: f->dims and f->record_bytes, each bounded. */
+static int read_dims(ddp_idx *f, char *err, size_t errlen)
+{
+    const char *path = f->path;
+    int64_t got;
+    uint8_t hd[4 * DDP_IDX_MAX_DIMS];
+    got = gz_read_full(f->gz, hd, 4 * f->ndims);
+    if (got < 0 || got < 4 * f->ndims) {
+        ddp_err(err, errlen, "%s: truncated or corrupt header (%d sizes expected%s%s); download "
+                "the file again", path, f->ndims, got < 0 ? ", zlib: " : "",
+                got < 0 ? gz_reason(f->gz, f->path) : "");
+        return -1;
+    }
+    f->record_bytes = 1;
+    for (int i = 0; i < f->ndims; i++) {
+        const uint8_t *b = hd + 4 * i;
+        f->dims[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
+                               (uint32_t)b[2] << 8 | b[3]);
+        if (f->dims[i] == 0) {
+            ddp_err(err, errlen, "%s: dimension %d is 0; an IDX file must hold at least one "
+                    "record of at least one byte", path, i);
+            return -1;
+        }
+        if (i == 0 && f->dims[0] > DDP_IDX_MAX_RECORDS) {
+            ddp_err(err, errlen, "%s: header declares %lld records; at most %lld are supported",
+                    path, (long long)f->dims[0], (long long)DDP_IDX_MAX_RECORDS);
+            return -1;
+        }
+        if (i > 0) {
+            if (f->dims[i] > DDP_IDX_MAX_RECORD_BYTES ||
+                (f->record_bytes *= f->dims[i]) > DDP_IDX_MAX_RECORD_BYTES) {
+                ddp_err(err, errlen, "%s: header declares records of more than %lld bytes; "
+                        "not an MNIST-style file?", path, (long long)DDP_IDX_MAX_RECORD_BYTES);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
 {
     ddp_idx *f = ddp_calloc(1, sizeof *f);
@@ -133,38 +173,8 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
                 "%d (images)", path, (unsigned)m, f->ndims, DDP_IDX_MAX_DIMS);
         goto fail;
     }
-    uint8_t hd[4 * DDP_IDX_MAX_DIMS];
-    got = gz_read_full(f->gz, hd, 4 * f->ndims);
-    if (got < 0 || got < 4 * f->ndims) {
-        ddp_err(err, errlen, "%s: truncated or corrupt header (%d sizes expected%s%s); download "
-                "the file again", path, f->ndims, got < 0 ? ", zlib: " : "",
-                got < 0 ? gz_reason(f->gz, f->path) : "");
+    if (read_dims(f, err, errlen) != 0)
         goto fail;
-    }
-    f->record_bytes = 1;
-    for (int i = 0; i < f->ndims; i++) {
-        const uint8_t *b = hd + 4 * i;
-        f->dims[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
-                               (uint32_t)b[2] << 8 | b[3]);
-        if (f->dims[i] == 0) {
-            ddp_err(err, errlen, "%s: dimension %d is 0; an IDX file must hold at least one "
-                    "record of at least one byte", path, i);
-            goto fail;
-        }
-        if (i == 0 && f->dims[0] > DDP_IDX_MAX_RECORDS) {
-            ddp_err(err, errlen, "%s: header declares %lld records; at most %lld are supported",
-                    path, (long long)f->dims[0], (long long)DDP_IDX_MAX_RECORDS);
-            goto fail;
-        }
-        if (i > 0) {
-            if (f->dims[i] > DDP_IDX_MAX_RECORD_BYTES ||
-                (f->record_bytes *= f->dims[i]) > DDP_IDX_MAX_RECORD_BYTES) {
-                ddp_err(err, errlen, "%s: header declares records of more than %lld bytes; "
-                        "not an MNIST-style file?", path, (long long)DDP_IDX_MAX_RECORD_BYTES);
-                goto fail;
-            }
-        }
-    }
     if (gzdirect(f->gz)) { /* raw: the size is known now, check it before any data read */
         int64_t want = 4 + 4 * (int64_t)f->ndims + f->dims[0] * f->record_bytes;
         int64_t have = (int64_t)st.st_size;

@@ -99,6 +99,32 @@ int ddp_binding_fake_driver_count(int node_gpus, const char *cvd)
     return n;
 }
 
+/* More local ranks than visible GPUs: one line naming who would share and how to fix it. */
+static int oversubscribed(const struct ddp_binding *b, int local_size, int n, const char *var,
+                          int slurm, char *err, size_t errlen)
+{
+    if (n == 1)
+        return ddp_err(err, errlen, "local ranks 0-%d on this node all see the same single "
+                       "GPU (%s=%s) and would share device 0: %s", local_size - 1, var,
+                       b->visible_list,
+                       slurm ? "give each task its own with srun --gpus-per-task=1, or ask "
+                               "for one per task with srun --gres=gpu:N (N = tasks per node)"
+                             : "make one GPU visible per local rank, or start one rank "
+                               "(ddptrain launch --nproc-per-node 1)");
+    char extra[64];
+    if (local_size - 1 == n)
+        snprintf(extra, sizeof extra, "local rank %d would share a device", n);
+    else
+        snprintf(extra, sizeof extra, "local ranks %d-%d would share devices", n,
+                 local_size - 1);
+    return ddp_err(err, errlen, "more local ranks (%d) than visible GPUs (%d, %s=%s) on "
+                   "this node: %s; %s", local_size, n, var, b->visible_list, extra,
+                   slurm ? "use srun --ntasks-per-node=N with N <= the GPUs per node "
+                           "(--gres=gpu:N), or --gpus-per-task=1"
+                         : "start at most that many ranks per node (ddptrain launch "
+                           "--nproc-per-node N) or make more GPUs visible");
+}
+
 int ddp_binding_compute(int local_rank, int local_size, int driver_count, int require_gpu,
                         ddp_env_fn env, void *ctx, struct ddp_binding *b, char *err,
                         size_t errlen)
@@ -173,26 +199,7 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
     if (b->per_task) {
         idx = 0;
     } else if (local_size > n) {
-        if (n == 1)
-            return ddp_err(err, errlen, "local ranks 0-%d on this node all see the same single "
-                           "GPU (%s=%s) and would share device 0: %s", local_size - 1, var,
-                           b->visible_list,
-                           slurm ? "give each task its own with srun --gpus-per-task=1, or ask "
-                                   "for one per task with srun --gres=gpu:N (N = tasks per node)"
-                                 : "make one GPU visible per local rank, or start one rank "
-                                   "(ddptrain launch --nproc-per-node 1)");
-        char extra[64];
-        if (local_size - 1 == n)
-            snprintf(extra, sizeof extra, "local rank %d would share a device", n);
-        else
-            snprintf(extra, sizeof extra, "local ranks %d-%d would share devices", n,
-                     local_size - 1);
-        return ddp_err(err, errlen, "more local ranks (%d) than visible GPUs (%d, %s=%s) on "
-                       "this node: %s; %s", local_size, n, var, b->visible_list, extra,
-                       slurm ? "use srun --ntasks-per-node=N with N <= the GPUs per node "
-                               "(--gres=gpu:N), or --gpus-per-task=1"
-                             : "start at most that many ranks per node (ddptrain launch "
-                               "--nproc-per-node N) or make more GPUs visible");
+        return oversubscribed(b, local_size, n, var, slurm, err, errlen);
     } else {
         idx = local_rank;
     }

@@ -204,159 +204,186 @@ static void group_materialize(struct group *g)
         }
 }
 
+/* A token split into pieces: lit[0] grp[0] lit[1] grp[1] ... lit[ng]; lit_off/lit_len index
+ * into the token. */
+struct pieces {
+    struct group *g;
+    int ng, gcap;
+    size_t *lit_off, *lit_len;
+    size_t lit_total;
+};
+
+static void pieces_free(struct pieces *p)
+{
+    groups_free(p->g, p->ng);
+    free(p->lit_off);
+    free(p->lit_len);
+}
+
+/* The bracket group of t starting at t[i] == '[': parsed into a new group of p; *next is the
+ * index after its ']'. */
+static int scan_group(const char *t, size_t len, size_t i, const char *tq, struct pieces *p,
+                      size_t *next, char *err, size_t errlen)
+{
+    size_t j = i + 1;
+    while (j < len && t[j] != ']') {
+        if (t[j] == '[')
+            return ddp_err(err, errlen,
+                           "hostlist %s: nested '[' inside brackets; a bracket group holds "
+                           "only numbers and ranges, e.g. n[1-3]",
+                           tq);
+        j++;
+    }
+    if (j == len)
+        return ddp_err(err, errlen,
+                       "hostlist %s: '[' is never closed; finish the group with ']', e.g. "
+                       "n[1-3]",
+                       tq);
+    if (p->ng == p->gcap) {
+        p->gcap = p->gcap ? 2 * p->gcap : 4;
+        p->g = ddp_realloc(p->g, (size_t)p->gcap * sizeof *p->g);
+    }
+    memset(&p->g[p->ng], 0, sizeof p->g[p->ng]);
+    p->ng++;
+    if (parse_group(t + i + 1, j - i - 1, tq, &p->g[p->ng - 1], err, errlen) < 0)
+        return -1;
+    p->lit_off[p->ng] = j + 1;
+    p->lit_len[p->ng] = 0;
+    *next = j + 1;
+    return 0;
+}
+
+/* Split t[0..len) into literal pieces and bracket groups. */
+static int scan_token(const char *t, size_t len, const char *tq, struct pieces *p, char *err,
+                      size_t errlen)
+{
+    p->lit_off = ddp_malloc((len + 2) * sizeof *p->lit_off);
+    p->lit_len = ddp_malloc((len + 2) * sizeof *p->lit_len);
+    p->lit_off[0] = 0;
+    p->lit_len[0] = 0;
+    size_t i = 0;
+    while (i < len) {
+        char c = t[i];
+        if (c == '[') {
+            if (scan_group(t, len, i, tq, p, &i, err, errlen) < 0)
+                return -1;
+        } else if (c == ']') {
+            return ddp_err(err, errlen,
+                           "hostlist %s: ']' without a matching '['; remove it or open the "
+                           "group, e.g. n[1-3]",
+                           tq);
+        } else if (!is_name_char((unsigned char)c)) {
+            return ddp_err(err, errlen,
+                           "hostlist %s: character 0x%02x is not allowed in a host name; use "
+                           "printable ASCII (letters, digits, '-', '.', '_')",
+                           tq, (unsigned)(unsigned char)c);
+        } else {
+            p->lit_len[p->ng]++;
+            p->lit_total++;
+            i++;
+        }
+    }
+    if (p->lit_total > DDP_HOSTLIST_NAME_MAX)
+        return ddp_err(err, errlen,
+                       "hostlist %s: host name longer than %d characters; check the expression",
+                       tq, DDP_HOSTLIST_NAME_MAX);
+    return 0;
+}
+
+/* Size of the product of p's groups, checked against what is left of the host budget. */
+static int product_size(const struct pieces *p, int have, const char *tq, int64_t *prod,
+                        char *err, size_t errlen)
+{
+    int64_t left = DDP_HOSTLIST_MAX_HOSTS - have;
+    *prod = 1;
+    for (int k = 0; k < p->ng && *prod <= left; k++) {
+        if (p->g[k].size > left / *prod)
+            *prod = left + 1;
+        else
+            *prod *= p->g[k].size;
+    }
+    if (*prod > left)
+        return ddp_err(err, errlen,
+                       "hostlist: the expression names more than %d hosts in all, the limit "
+                       "(reached at %s); split it or check for a typo",
+                       DDP_HOSTLIST_MAX_HOSTS, tq);
+    return 0;
+}
+
+/* Name number idx of the product (idx: each group's position) into name; its length, or -1
+ * when longer than DDP_HOSTLIST_NAME_MAX. */
+static int compose_name(const char *t, const struct pieces *p, const int *idx, char *name)
+{
+    size_t pos = 0;
+    for (int k = 0; k <= p->ng; k++) {
+        if (p->lit_len[k] > 0) {
+            /* lit_total <= NAME_MAX, and numbers are checked below */
+            if (pos + p->lit_len[k] > DDP_HOSTLIST_NAME_MAX)
+                return -1;
+            memcpy(name + pos, t + p->lit_off[k], p->lit_len[k]);
+            pos += p->lit_len[k];
+        }
+        if (k < p->ng) {
+            char num[32];
+            int w = snprintf(num, sizeof num, "%0*" PRId64, p->g[k].wid[idx[k]],
+                             p->g[k].val[idx[k]]);
+            if (w < 0 || pos + (size_t)w > DDP_HOSTLIST_NAME_MAX)
+                return -1;
+            memcpy(name + pos, num, (size_t)w);
+            pos += (size_t)w;
+        }
+    }
+    name[pos] = '\0';
+    return (int)pos;
+}
+
 /* Expand one token t[0..len) (no separators outside brackets) into out. */
 static int expand_token(const char *t, size_t len, struct names *out, char *err, size_t errlen)
 {
     char tq[QUOTE_MAX + 8];
     quote(tq, sizeof tq, t, len);
-
-    /* Pieces: lit[0] grp[0] lit[1] grp[1] ... lit[ng]; lit_off/lit_len index into t. */
-    struct group *g = NULL;
-    size_t *lit_off = ddp_malloc((len + 2) * sizeof *lit_off);
-    size_t *lit_len = ddp_malloc((len + 2) * sizeof *lit_len);
-    int ng = 0, gcap = 0, rc = -1;
-    size_t lit_total = 0;
+    struct pieces p = {0};
+    int64_t prod;
+    int rc = -1, *idx = NULL, *order = NULL;
     char name[DDP_HOSTLIST_NAME_MAX + 1];
-    int *idx = NULL, *order = NULL;
-
-    lit_off[0] = 0;
-    lit_len[0] = 0;
-    size_t i = 0;
-    while (i < len) {
-        char c = t[i];
-        if (c == '[') {
-            size_t j = i + 1;
-            while (j < len && t[j] != ']') {
-                if (t[j] == '[') {
-                    ddp_err(err, errlen,
-                            "hostlist %s: nested '[' inside brackets; a bracket group holds "
-                            "only numbers and ranges, e.g. n[1-3]",
-                            tq);
-                    goto fail;
-                }
-                j++;
-            }
-            if (j == len) {
-                ddp_err(err, errlen,
-                        "hostlist %s: '[' is never closed; finish the group with ']', e.g. "
-                        "n[1-3]",
-                        tq);
-                goto fail;
-            }
-            if (ng == gcap) {
-                gcap = gcap ? 2 * gcap : 4;
-                g = ddp_realloc(g, (size_t)gcap * sizeof *g);
-            }
-            memset(&g[ng], 0, sizeof g[ng]);
-            ng++;
-            if (parse_group(t + i + 1, j - i - 1, tq, &g[ng - 1], err, errlen) < 0)
-                goto fail;
-            lit_off[ng] = j + 1;
-            lit_len[ng] = 0;
-            i = j + 1;
-        } else if (c == ']') {
-            ddp_err(err, errlen,
-                    "hostlist %s: ']' without a matching '['; remove it or open the group, "
-                    "e.g. n[1-3]",
-                    tq);
-            goto fail;
-        } else if (!is_name_char((unsigned char)c)) {
-            ddp_err(err, errlen,
-                    "hostlist %s: character 0x%02x is not allowed in a host name; use "
-                    "printable ASCII (letters, digits, '-', '.', '_')",
-                    tq, (unsigned)(unsigned char)c);
-            goto fail;
-        } else {
-            lit_len[ng]++;
-            lit_total++;
-            i++;
-        }
-    }
-    if (lit_total > DDP_HOSTLIST_NAME_MAX) {
-        ddp_err(err, errlen,
-                "hostlist %s: host name longer than %d characters; check the expression",
-                tq, DDP_HOSTLIST_NAME_MAX);
-        goto fail;
-    }
-
-    /* Size of the product, checked against what is left of the host budget. */
-    int64_t prod = 1, left = DDP_HOSTLIST_MAX_HOSTS - out->n;
-    for (int k = 0; k < ng; k++) {
-        if (g[k].size > left / prod) {
-            ddp_err(err, errlen,
-                    "hostlist: the expression names more than %d hosts in all, the limit "
-                    "(reached at %s); split it or check for a typo",
-                    DDP_HOSTLIST_MAX_HOSTS, tq);
-            goto fail;
-        }
-        prod *= g[k].size;
-    }
-    if (prod > left) {
-        ddp_err(err, errlen,
-                "hostlist: the expression names more than %d hosts in all, the limit (reached "
-                "at %s); split it or check for a typo",
-                DDP_HOSTLIST_MAX_HOSTS, tq);
-        goto fail;
-    }
-    for (int k = 0; k < ng; k++)
-        group_materialize(&g[k]);
+    if (scan_token(t, len, tq, &p, err, errlen) < 0 ||
+        product_size(&p, out->n, tq, &prod, err, errlen) < 0)
+        goto done;
+    for (int k = 0; k < p.ng; k++)
+        group_materialize(&p.g[k]);
 
     /* Nesting order, outermost first: G(k-1), ..., G1, Gk (0-based: ng-2 .. 0, ng-1). */
-    order = ddp_malloc((size_t)(ng + 1) * sizeof *order);
-    idx = ddp_calloc((size_t)(ng + 1), sizeof *idx);
-    if (ng >= 1) {
+    order = ddp_malloc((size_t)(p.ng + 1) * sizeof *order);
+    idx = ddp_calloc((size_t)(p.ng + 1), sizeof *idx);
+    if (p.ng >= 1) {
         int m = 0;
-        for (int k = ng - 2; k >= 0; k--)
+        for (int k = p.ng - 2; k >= 0; k--)
             order[m++] = k;
-        order[m] = ng - 1;
+        order[m] = p.ng - 1;
     }
-
     for (int64_t n = 0; n < prod; n++) {
-        size_t pos = 0;
-        for (int k = 0; k <= ng; k++) {
-            if (lit_len[k] > 0) {
-                /* lit_total <= NAME_MAX, and numbers are checked below */
-                if (pos + lit_len[k] > DDP_HOSTLIST_NAME_MAX)
-                    goto too_long;
-                memcpy(name + pos, t + lit_off[k], lit_len[k]);
-                pos += lit_len[k];
-            }
-            if (k < ng) {
-                char num[32];
-                int w = snprintf(num, sizeof num, "%0*" PRId64, g[k].wid[idx[k]],
-                                 g[k].val[idx[k]]);
-                if (w < 0 || pos + (size_t)w > DDP_HOSTLIST_NAME_MAX)
-                    goto too_long;
-                memcpy(name + pos, num, (size_t)w);
-                pos += (size_t)w;
-            }
+        int nl = compose_name(t, &p, idx, name);
+        if (nl < 0) {
+            ddp_err(err, errlen,
+                    "hostlist %s: expands to a host name longer than %d characters; check the "
+                    "expression",
+                    tq, DDP_HOSTLIST_NAME_MAX);
+            goto done;
         }
-        name[pos] = '\0';
-        char *copy = ddp_malloc(pos + 1);
-        memcpy(copy, name, pos + 1);
+        char *copy = ddp_malloc((size_t)nl + 1);
+        memcpy(copy, name, (size_t)nl + 1);
         names_push(out, copy);
         /* odometer: innermost group turns fastest */
-        for (int m = ng - 1; m >= 0; m--) {
+        for (int m = p.ng - 1; m >= 0; m--) {
             int k = order[m];
-            if (++idx[k] < g[k].size)
+            if (++idx[k] < p.g[k].size)
                 break;
             idx[k] = 0;
         }
     }
     rc = 0;
-    goto done;
-
-too_long:
-    ddp_err(err, errlen,
-            "hostlist %s: expands to a host name longer than %d characters; check the "
-            "expression",
-            tq, DDP_HOSTLIST_NAME_MAX);
-fail:
-    rc = -1;
 done:
-    groups_free(g, ng);
-    free(lit_off);
-    free(lit_len);
+    pieces_free(&p);
     free(order);
     free(idx);
     return rc;
@@ -405,6 +432,55 @@ int ddp_hostlist_expand(const char *expr, char ***hosts, int *count, char *err, 
     return 0;
 }
 
+/* Item s[i..e) of a count list: "N" or "N(xR)" -> *val, *rep (q, iq: the list and the item,
+ * quoted for messages). */
+static int count_item(const char *s, size_t i, size_t e, const char *q, const char *iq,
+                      int64_t *val_out, int64_t *rep_out, char *err, size_t errlen)
+{
+    size_t d = i;
+    while (d < e && is_digit(s[d]))
+        d++;
+    if (d == i || d - i > DDP_HOSTLIST_DIGITS_MAX) {
+        ddp_err(err, errlen,
+                "count list %s: item %s does not start with a count; expected N or "
+                "N(xR) with unsigned numbers, e.g. 4(x2)",
+                q, iq);
+        return -1;
+    }
+    int64_t val = digits_value(s + i, d - i), rep = 1;
+    if (val > DDP_HOSTLIST_COUNT_MAX) {
+        ddp_err(err, errlen,
+                "count list %s: count %" PRId64 " in item %s is above the limit %d",
+                q, val, iq, DDP_HOSTLIST_COUNT_MAX);
+        return -1;
+    }
+    if (d < e) {
+        /* must be "(x" digits ")" and then the end of the item */
+        size_t r = d + 2, rd = d + 2;
+        while (rd < e && is_digit(s[rd]))
+            rd++;
+        if (s[d] != '(' || d + 1 >= e || s[d + 1] != 'x' || rd == r || rd + 1 != e ||
+            s[rd] != ')' || rd - r > DDP_HOSTLIST_DIGITS_MAX) {
+            ddp_err(err, errlen,
+                    "count list %s: item %s is malformed; expected N or N(xR), e.g. "
+                    "4(x2) for 4,4",
+                    q, iq);
+            return -1;
+        }
+        rep = digits_value(s + r, rd - r);
+        if (rep < 1) {
+            ddp_err(err, errlen,
+                    "count list %s: item %s repeats zero times; the repeat R in N(xR) "
+                    "must be at least 1",
+                    q, iq);
+            return -1;
+        }
+    }
+    *val_out = val;
+    *rep_out = rep;
+    return 0;
+}
+
 int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err,
                                size_t errlen)
 {
@@ -446,45 +522,9 @@ int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err
                     q);
             goto fail;
         }
-        size_t d = i;
-        while (d < e && is_digit(s[d]))
-            d++;
-        if (d == i || d - i > DDP_HOSTLIST_DIGITS_MAX) {
-            ddp_err(err, errlen,
-                    "count list %s: item %s does not start with a count; expected N or "
-                    "N(xR) with unsigned numbers, e.g. 4(x2)",
-                    q, iq);
+        int64_t val, rep;
+        if (count_item(s, i, e, q, iq, &val, &rep, err, errlen) < 0)
             goto fail;
-        }
-        int64_t val = digits_value(s + i, d - i), rep = 1;
-        if (val > DDP_HOSTLIST_COUNT_MAX) {
-            ddp_err(err, errlen,
-                    "count list %s: count %" PRId64 " in item %s is above the limit %d",
-                    q, val, iq, DDP_HOSTLIST_COUNT_MAX);
-            goto fail;
-        }
-        if (d < e) {
-            /* must be "(x" digits ")" and then the end of the item */
-            size_t r = d + 2, rd = d + 2;
-            while (rd < e && is_digit(s[rd]))
-                rd++;
-            if (s[d] != '(' || d + 1 >= e || s[d + 1] != 'x' || rd == r || rd + 1 != e ||
-                s[rd] != ')' || rd - r > DDP_HOSTLIST_DIGITS_MAX) {
-                ddp_err(err, errlen,
-                        "count list %s: item %s is malformed; expected N or N(xR), e.g. "
-                        "4(x2) for 4,4",
-                        q, iq);
-                goto fail;
-            }
-            rep = digits_value(s + r, rd - r);
-            if (rep < 1) {
-                ddp_err(err, errlen,
-                        "count list %s: item %s repeats zero times; the repeat R in N(xR) "
-                        "must be at least 1",
-                        q, iq);
-                goto fail;
-            }
-        }
         if (rep > DDP_HOSTLIST_MAX_HOSTS - nv) {
             ddp_err(err, errlen, "count list %s: more than %d entries, the limit", q,
                     DDP_HOSTLIST_MAX_HOSTS);

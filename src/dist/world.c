@@ -211,12 +211,67 @@ static int parse_int_list(const char *s, int *v, int cap)
     }
 }
 
+/* Slurm step, after the layout: SLURM_GTIDS (when given) must hold this task, and the master
+ * is the node of rank 0 (unless MASTER_ADDR is set: the caller's). hosts and tpn: the step's
+ * nodes and tasks per node (ntpn of each). */
+static int slurm_master(struct ddp_world *w, const struct envr *e, char **hosts, const int *tpn,
+                        int ntpn, char *err, size_t errlen)
+{
+    char sb[SHOWN_LEN];
+    int *gtids = NULL;
+    /* Global task ids on this node, when given: one per local task, and ours among them. */
+    int holds_rank0 = w->rank == 0;
+    const char *gv = get(e, "SLURM_GTIDS");
+    if (gv) {
+        gtids = ddp_malloc((size_t)w->local_size * sizeof *gtids);
+        int ng = parse_int_list(gv, gtids, w->local_size);
+        int mine = 0;
+        for (int i = 0; i < ng; i++) {
+            mine |= gtids[i] == w->rank;
+            holds_rank0 |= gtids[i] == 0;
+        }
+        if (ng != w->local_size || !mine) {
+            ddp_err(err, errlen, "SLURM_GTIDS=\"%s\" is not a list of the %d task ids on this "
+                    "node including SLURM_PROCID=%d; %s", shown(gv, sb, sizeof sb), w->local_size,
+                    w->rank, FIX_SLURM);
+            goto fail;
+        }
+    }
+
+    /* Master: the node of rank 0, unless MASTER_ADDR says otherwise (caller handles it). */
+    if (!get(e, "MASTER_ADDR")) {
+        const char *dist = get(e, "SLURM_DISTRIBUTION");
+        if (dist && strncmp(dist, "arbitrary", 9) == 0) {
+            ddp_err(err, errlen, "SLURM_DISTRIBUTION=arbitrary: the node of rank 0 cannot be "
+                    "derived from the step layout; set MASTER_ADDR to the host of the first "
+                    "task in SLURM_HOSTFILE");
+            goto fail;
+        }
+        int m = 0;
+        while (m < ntpn && tpn[m] == 0)
+            m++; /* sum == world_size >= 1, so some node has tasks */
+        if (holds_rank0 && w->node_id != m) {
+            ddp_err(err, errlen, "rank 0 runs on this node (%s, SLURM_NODEID=%d) but the step "
+                    "layout puts task 0 on %s; the task distribution is not one ddptrain can "
+                    "derive: set MASTER_ADDR to the host of rank 0", w->host, w->node_id,
+                    hosts[m]);
+            goto fail;
+        }
+        snprintf(w->master_host, sizeof w->master_host, "%s", hosts[m]);
+    }
+    free(gtids);
+    return 0;
+fail:
+    free(gtids);
+    return -1;
+}
+
 /* Slurm step: fills rank layout, host and master_host (unless MASTER_ADDR is set). */
 static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, size_t errlen)
 {
     const int64_t M = DDP_WORLD_SIZE_MAX;
     char **hosts = NULL;
-    int *tpn = NULL, *gtids = NULL, nhosts = 0, ntpn = 0, rc = -1;
+    int *tpn = NULL, nhosts = 0, ntpn = 0, rc = -1;
     char sub[DDP_ERR_LEN], sb[SHOWN_LEN];
 
     if (get_i(e, "SLURM_PROCID", 0, M - 1, 1, 0, &w->rank, FIX_SLURM, err, errlen) < 0 ||
@@ -305,51 +360,12 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
     }
     snprintf(w->host, sizeof w->host, "%s", hosts[w->node_id]);
 
-    /* Global task ids on this node, when given: one per local task, and ours among them. */
-    int holds_rank0 = w->rank == 0;
-    const char *gv = get(e, "SLURM_GTIDS");
-    if (gv) {
-        gtids = ddp_malloc((size_t)w->local_size * sizeof *gtids);
-        int ng = parse_int_list(gv, gtids, w->local_size);
-        int mine = 0;
-        for (int i = 0; i < ng; i++) {
-            mine |= gtids[i] == w->rank;
-            holds_rank0 |= gtids[i] == 0;
-        }
-        if (ng != w->local_size || !mine) {
-            ddp_err(err, errlen, "SLURM_GTIDS=\"%s\" is not a list of the %d task ids on this "
-                    "node including SLURM_PROCID=%d; %s", shown(gv, sb, sizeof sb), w->local_size,
-                    w->rank, FIX_SLURM);
-            goto out;
-        }
-    }
-
-    /* Master: the node of rank 0, unless MASTER_ADDR says otherwise (caller handles it). */
-    if (!get(e, "MASTER_ADDR")) {
-        const char *dist = get(e, "SLURM_DISTRIBUTION");
-        if (dist && strncmp(dist, "arbitrary", 9) == 0) {
-            ddp_err(err, errlen, "SLURM_DISTRIBUTION=arbitrary: the node of rank 0 cannot be "
-                    "derived from the step layout; set MASTER_ADDR to the host of the first "
-                    "task in SLURM_HOSTFILE");
-            goto out;
-        }
-        int m = 0;
-        while (m < ntpn && tpn[m] == 0)
-            m++; /* sum == world_size >= 1, so some node has tasks */
-        if (holds_rank0 && w->node_id != m) {
-            ddp_err(err, errlen, "rank 0 runs on this node (%s, SLURM_NODEID=%d) but the step "
-                    "layout puts task 0 on %s; the task distribution is not one ddptrain can "
-                    "derive: set MASTER_ADDR to the host of rank 0", w->host, w->node_id,
-                    hosts[m]);
-            goto out;
-        }
-        snprintf(w->master_host, sizeof w->master_host, "%s", hosts[m]);
-    }
+    if (slurm_master(w, e, hosts, tpn, ntpn, err, errlen) < 0)
+        goto out;
     rc = 0;
 out:
     ddp_hostlist_free(hosts, nhosts);
     free(tpn);
-    free(gtids);
     return rc;
 }
 
@@ -459,11 +475,56 @@ static int detect_batch(struct ddp_world *w, const struct envr *e, char *err, si
     return 0;
 }
 
+/* Master address and port, after the launcher's detection: MASTER_ADDR wins, else what the
+ * launcher gave (Slurm: node of rank 0); the port from [dist] port, MASTER_PORT, the job, or
+ * the default (0 if the master is unknown). */
+static int master_address(struct ddp_world *w, const struct envr *e, int port_override,
+                          char *err, size_t errlen)
+{
+    char why[256], sb[SHOWN_LEN];
+    /* Master: MASTER_ADDR wins; else what the launcher gave (Slurm: node of rank 0). */
+    const char *ma = get(e, "MASTER_ADDR");
+    if (ma && w->launcher != DDP_LAUNCHER_SINGLE) {
+        if (strlen(ma) >= sizeof w->master_host)
+            return ddp_err(err, errlen, "MASTER_ADDR is longer than %d characters; expected a "
+                           "host name or address", (int)sizeof w->master_host - 1);
+        snprintf(w->master_host, sizeof w->master_host, "%s", ma);
+        if (resolve(ma, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
+            return ddp_err(err, errlen, "MASTER_ADDR=%s does not resolve (%s); set it to a "
+                           "host name or address every node can reach", shown(ma, sb, sizeof sb),
+                           why);
+    } else if (w->launcher == DDP_LAUNCHER_SLURM) {
+        if (resolve(w->master_host, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
+            return ddp_err(err, errlen, "master host %s (node of rank 0 in SLURM_STEP_NODELIST) "
+                           "does not resolve (%s); set MASTER_ADDR to its address",
+                           w->master_host, why);
+    }
+
+    /* Port: [dist] port, MASTER_PORT, derived from the job, default; 0 if master unknown. */
+    int mp = 0;
+    if (get_i(e, "MASTER_PORT", 1, 65535, 0, 0, &mp, "expected a TCP port; unset it to derive "
+              "one from the job", err, errlen) < 0)
+        return -1;
+    if (port_override > 0)
+        w->master_port = port_override;
+    else if (mp > 0)
+        w->master_port = mp;
+    else if (w->master_host[0] == '\0')
+        w->master_port = 0;
+    else if (w->job_id >= 0)
+        /* under mpirun the ranks inherit different steps (none next to mpirun, the orted
+         * step elsewhere): only the job id is common to all of them */
+        w->master_port = ddp_world_derive_port(
+            w->job_id, w->launcher == DDP_LAUNCHER_OMPI ? -1 : w->step_id);
+    else
+        w->master_port = DDP_WORLD_PORT_DEFAULT;
+    return 0;
+}
+
 int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_override, char *err,
                      size_t errlen)
 {
     struct envr e = {env, ctx};
-    char why[256], sb[SHOWN_LEN];
     memset(w, 0, sizeof *w);
     w->job_id = w->step_id = -1;
     w->local_size = w->world_size = w->num_nodes = 1;
@@ -531,43 +592,7 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
         snprintf(w->master_addr, sizeof w->master_addr, "127.0.0.1");
     }
 
-    /* Master: MASTER_ADDR wins; else what the launcher gave (Slurm: node of rank 0). */
-    const char *ma = get(&e, "MASTER_ADDR");
-    if (ma && w->launcher != DDP_LAUNCHER_SINGLE) {
-        if (strlen(ma) >= sizeof w->master_host)
-            return ddp_err(err, errlen, "MASTER_ADDR is longer than %d characters; expected a "
-                           "host name or address", (int)sizeof w->master_host - 1);
-        snprintf(w->master_host, sizeof w->master_host, "%s", ma);
-        if (resolve(ma, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
-            return ddp_err(err, errlen, "MASTER_ADDR=%s does not resolve (%s); set it to a "
-                           "host name or address every node can reach", shown(ma, sb, sizeof sb),
-                           why);
-    } else if (w->launcher == DDP_LAUNCHER_SLURM) {
-        if (resolve(w->master_host, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
-            return ddp_err(err, errlen, "master host %s (node of rank 0 in SLURM_STEP_NODELIST) "
-                           "does not resolve (%s); set MASTER_ADDR to its address",
-                           w->master_host, why);
-    }
-
-    /* Port: [dist] port, MASTER_PORT, derived from the job, default; 0 if master unknown. */
-    int mp = 0;
-    if (get_i(&e, "MASTER_PORT", 1, 65535, 0, 0, &mp, "expected a TCP port; unset it to derive "
-              "one from the job", err, errlen) < 0)
-        return -1;
-    if (port_override > 0)
-        w->master_port = port_override;
-    else if (mp > 0)
-        w->master_port = mp;
-    else if (w->master_host[0] == '\0')
-        w->master_port = 0;
-    else if (w->job_id >= 0)
-        /* under mpirun the ranks inherit different steps (none next to mpirun, the orted
-         * step elsewhere): only the job id is common to all of them */
-        w->master_port = ddp_world_derive_port(
-            w->job_id, w->launcher == DDP_LAUNCHER_OMPI ? -1 : w->step_id);
-    else
-        w->master_port = DDP_WORLD_PORT_DEFAULT;
-    return 0;
+    return master_address(w, &e, port_override, err, errlen);
 }
 
 int ddp_world_default_threads(const struct ddp_world *w)

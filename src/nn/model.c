@@ -69,12 +69,58 @@ static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind,
     return 0;
 }
 
+static const char *const LAYERS_USAGE =
+    "expected flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), maxpool(k), "
+    "avgpool(k), batchnorm or dropout(p)";
+
+/* A layer's arguments (the text between its parentheses): up to 4 positional numbers into
+ * pos_args (*npos of them), then conv2d's stride= and pad= into spec. pos, orig: the layer's
+ * place and text, for messages. */
+static int parse_args(char *args, int pos, const char *orig, struct ddp_layer_spec *spec,
+                      double pos_args[4], int *npos, char *err, size_t errlen)
+{
+    const char *usage = LAYERS_USAGE;
+    int has_stride = 0, has_pad = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(args, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        tok = trim(tok);
+        char *eq = strchr(tok, '=');
+        double v;
+        if (eq) {
+            *eq = '\0';
+            char *key = trim(tok);
+            if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
+                return ddp_err(err, errlen, "layer %d '%s': %s needs a whole number", pos, orig,
+                               key);
+            if (v > LAYER_ARG_MAX)
+                return ddp_err(err, errlen, "layer %d '%s': %s %.0f exceeds the limit %d "
+                               "(2^20)", pos, orig, key, v, LAYER_ARG_MAX);
+            if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "stride") == 0) {
+                spec->stride = (int)v;
+                has_stride = 1;
+            } else if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "pad") == 0) {
+                spec->pad = (int)v;
+                has_pad = 1;
+            } else
+                return ddp_err(err, errlen, "layer %d '%s': unknown argument '%s'; %s", pos,
+                               orig, key, usage);
+            continue;
+        }
+        if (has_stride || has_pad)
+            return ddp_err(err, errlen, "layer %d '%s': positional argument after stride=/pad=",
+                           pos, orig);
+        if (*npos == 4 || ddp_parse_f64(tok, &v) != 0)
+            return ddp_err(err, errlen, "layer %d '%s': '%s' is not a number; %s", pos, orig,
+                           tok, usage);
+        pos_args[(*npos)++] = v;
+    }
+    return 0;
+}
+
 /* Parse "name" or "name(args)" into spec. pos is 1-based, for messages. */
 static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *err, size_t errlen)
 {
-    static const char *usage =
-        "expected flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), maxpool(k), "
-        "avgpool(k), batchnorm or dropout(p)";
+    const char *usage = LAYERS_USAGE;
     char orig[ITEM_MAX];
     snprintf(orig, sizeof orig, "%s", item);
     memset(spec, 0, sizeof *spec);
@@ -103,42 +149,9 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
 
     /* arguments: positional numbers, then name=value */
     double pos_args[4];
-    int npos = 0, has_stride = 0, has_pad = 0;
-    if (args) {
-        char *save = NULL;
-        for (char *tok = strtok_r(args, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            tok = trim(tok);
-            char *eq = strchr(tok, '=');
-            double v;
-            if (eq) {
-                *eq = '\0';
-                char *key = trim(tok);
-                if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
-                    return ddp_err(err, errlen, "layer %d '%s': %s needs a whole number", pos,
-                                   orig, key);
-                if (v > LAYER_ARG_MAX)
-                    return ddp_err(err, errlen, "layer %d '%s': %s %.0f exceeds the limit %d "
-                                   "(2^20)", pos, orig, key, v, LAYER_ARG_MAX);
-                if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "stride") == 0) {
-                    spec->stride = (int)v;
-                    has_stride = 1;
-                } else if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "pad") == 0) {
-                    spec->pad = (int)v;
-                    has_pad = 1;
-                } else
-                    return ddp_err(err, errlen, "layer %d '%s': unknown argument '%s'; %s", pos,
-                                   orig, key, usage);
-                continue;
-            }
-            if (has_stride || has_pad)
-                return ddp_err(err, errlen,
-                               "layer %d '%s': positional argument after stride=/pad=", pos, orig);
-            if (npos == 4 || ddp_parse_f64(tok, &v) != 0)
-                return ddp_err(err, errlen, "layer %d '%s': '%s' is not a number; %s", pos, orig,
-                               tok, usage);
-            pos_args[npos++] = v;
-        }
-    }
+    int npos = 0;
+    if (args && parse_args(args, pos, orig, spec, pos_args, &npos, err, errlen) != 0)
+        return -1;
     int want_min = 0, want_max = 0;
     switch (spec->kind) {
     case DDP_LAYER_LINEAR: want_min = want_max = 1; break;
@@ -326,111 +339,67 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
                    ddp_fmt_bytes(big, need, sizeof need), all, have, which);
 }
 
-int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
-                     int in_ndim, const int64_t *in_dims, int max_batch, char *err,
-                     size_t errlen)
+/* Layer i's output shape from its input shape (*ndim, d; shp: the input as text), checked:
+ * updates *ndim and d in place. */
+static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], const char *shp,
+                       char *err, size_t errlen)
 {
-    struct ddp_layer_spec specs[DDP_MODEL_LAYERS_MAX];
-    memset(m, 0, sizeof *m);
-    int n = ddp_model_parse(layers, specs, DDP_MODEL_LAYERS_MAX, err, errlen);
-    if (n < 0)
-        return -1;
-    m->be = be;
-    m->nlayers = n;
-    m->max_batch = max_batch;
-    m->layers = ddp_calloc((size_t)n, sizeof *m->layers);
-    m->tensors = ddp_calloc((size_t)n * 5, sizeof *m->tensors);
-    m->in_ndim = in_ndim;
-    for (int i = 0; i < in_ndim; i++) {
-        if (in_dims[i] < 1 || in_dims[i] > (1 << 24))
-            return ddp_err(err, errlen, "sample dimension %lld out of range",
-                           (long long)in_dims[i]);
-        m->ishape[i] = (int)in_dims[i];
+    const struct ddp_layer_spec *s = &l->spec;
+    switch (s->kind) {
+    case DDP_LAYER_FLATTEN:
+        d[0] = (int)l->in_elems;
+        *ndim = 1;
+        break;
+    case DDP_LAYER_LINEAR:
+        if (*ndim != 1)
+            return ddp_err(err, errlen,
+                           "layer %d linear(%d): input %s is not flat; put flatten before it",
+                           i + 1, s->n, shp);
+        d[0] = s->n;
+        break;
+    case DDP_LAYER_CONV2D: {
+        if (*ndim != 3)
+            return ddp_err(err, errlen,
+                           "layer %d conv2d: input %s is not (C, H, W); conv2d needs image "
+                           "input before any flatten or linear",
+                           i + 1, shp);
+        int oh = (d[1] + 2 * s->pad - s->k) / s->stride + 1;
+        int ow = (d[2] + 2 * s->pad - s->k) / s->stride + 1;
+        if (d[1] + 2 * s->pad < s->k || d[2] + 2 * s->pad < s->k || oh < 1 || ow < 1)
+            return ddp_err(err, errlen,
+                           "layer %d conv2d(%d, %d): kernel larger than its input %s", i + 1,
+                           s->n, s->k, shp);
+        if (s->pad >= s->k)
+            return ddp_err(err, errlen, "layer %d conv2d: pad %d must be smaller than k %d",
+                           i + 1, s->pad, s->k);
+        d[0] = s->n;
+        d[1] = oh;
+        d[2] = ow;
+        break;
     }
-    uint64_t fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
-    for (int i = 0; i < in_ndim; i++)
-        fp = mix(fp, (uint64_t)m->ishape[i]);
-
-    /* shapes */
-    int ndim = in_ndim, d[3] = {m->ishape[0], m->ishape[1], m->ishape[2]};
-    char shp[64];
-    for (int i = 0; i < n; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        l->spec = specs[i];
-        l->index = i;
-        l->in_ndim = ndim;
-        memcpy(l->ishape, d, sizeof d);
-        l->in_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
-        shape_str(ndim, d, shp, sizeof shp);
-        struct ddp_layer_spec *s = &l->spec;
-        switch (s->kind) {
-        case DDP_LAYER_FLATTEN:
-            d[0] = (int)l->in_elems;
-            ndim = 1;
-            break;
-        case DDP_LAYER_LINEAR:
-            if (ndim != 1)
-                return ddp_err(err, errlen,
-                               "layer %d linear(%d): input %s is not flat; put flatten before it",
-                               i + 1, s->n, shp);
-            d[0] = s->n;
-            break;
-        case DDP_LAYER_CONV2D: {
-            if (ndim != 3)
-                return ddp_err(err, errlen,
-                               "layer %d conv2d: input %s is not (C, H, W); conv2d needs image "
-                               "input before any flatten or linear",
-                               i + 1, shp);
-            int oh = (d[1] + 2 * s->pad - s->k) / s->stride + 1;
-            int ow = (d[2] + 2 * s->pad - s->k) / s->stride + 1;
-            if (d[1] + 2 * s->pad < s->k || d[2] + 2 * s->pad < s->k || oh < 1 || ow < 1)
-                return ddp_err(err, errlen,
-                               "layer %d conv2d(%d, %d): kernel larger than its input %s", i + 1,
-                               s->n, s->k, shp);
-            if (s->pad >= s->k)
-                return ddp_err(err, errlen, "layer %d conv2d: pad %d must be smaller than k %d",
-                               i + 1, s->pad, s->k);
-            d[0] = s->n;
-            d[1] = oh;
-            d[2] = ow;
-            break;
-        }
-        case DDP_LAYER_MAXPOOL:
-        case DDP_LAYER_AVGPOOL:
-            if (ndim != 3)
-                return ddp_err(err, errlen, "layer %d %s(%d): input %s is not (C, H, W)", i + 1,
-                               kind_name(s->kind), s->k, shp);
-            if (s->k > d[1] || s->k > d[2])
-                return ddp_err(err, errlen, "layer %d %s(%d): window larger than input %s",
-                               i + 1, kind_name(s->kind), s->k, shp);
-            d[1] /= s->k;
-            d[2] /= s->k;
-            break;
-        default:
-            break;
-        }
-        l->out_ndim = ndim;
-        memcpy(l->oshape, d, sizeof d);
-        l->out_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
-        if (l->out_elems > (1u << 28) || (size_t)max_batch * l->out_elems > (1ULL << 34))
-            return ddp_err(err, errlen, "layer %d: output of %zu values per sample is too large",
-                           i + 1, l->out_elems);
-        fp = mix(fp, (uint64_t)s->kind);
-        fp = mix(fp, (uint64_t)s->n);
-        fp = mix(fp, (uint64_t)s->k * 131 + (uint64_t)s->stride * 7 + (uint64_t)s->pad);
+    case DDP_LAYER_MAXPOOL:
+    case DDP_LAYER_AVGPOOL:
+        if (*ndim != 3)
+            return ddp_err(err, errlen, "layer %d %s(%d): input %s is not (C, H, W)", i + 1,
+                           kind_name(s->kind), s->k, shp);
+        if (s->k > d[1] || s->k > d[2])
+            return ddp_err(err, errlen, "layer %d %s(%d): window larger than input %s",
+                           i + 1, kind_name(s->kind), s->k, shp);
+        d[1] /= s->k;
+        d[2] /= s->k;
+        break;
+    default:
+        break;
     }
-    struct ddp_layer *last = &m->layers[n - 1];
-    if (last->out_ndim != 1 || last->oshape[0] < 2)
-        return ddp_err(err, errlen,
-                       "the last layer must produce class scores (a flat vector of at least 2); "
-                       "end with linear(classes)");
-    m->classes = last->oshape[0];
-    m->in_elems = m->layers[0].in_elems;
-    m->fingerprint = fp;
+    return 0;
+}
 
-    /* flat layout: parameters in reverse layer order; tensors listed in forward order */
+/* The flat layout: parameters in reverse layer order (buffers likewise); tensors listed in
+ * forward order. */
+static int layout_params(struct ddp_model *m, char *err, size_t errlen)
+{
     size_t cursor = 0, bcursor = 0;
-    for (int i = n - 1; i >= 0; i--) {
+    for (int i = m->nlayers - 1; i >= 0; i--) {
         struct ddp_layer *l = &m->layers[i];
         switch (l->spec.kind) {
         case DDP_LAYER_LINEAR:
@@ -459,7 +428,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
                        DDP_MODEL_PARAMS_MAX);
     m->nparams = cursor;
     m->nbuffers = bcursor;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         int64_t dims[4];
         if (l->spec.kind == DDP_LAYER_LINEAR) {
@@ -482,15 +451,18 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
         }
     }
 
-    if (check_memory(m, max_batch, err, errlen) != 0)
-        return -1;
+    return 0;
+}
 
-    /* memory */
+/* Parameters, gradients, buffers, and each layer's activations and scratch for max_batch. */
+static void alloc_buffers(struct ddp_model *m, int max_batch)
+{
+    const struct ddp_backend *be = m->be;
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
     size_t col = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         size_t act = (size_t)max_batch * l->out_elems;
         if (l->spec.kind == DDP_LAYER_FLATTEN) {
@@ -530,13 +502,78 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     }
     /* A flatten that follows a layer shares that layer's dout, so the earlier layer must
      * see the flatten's (identical-size) buffer: walk forward once more. */
-    for (int i = 1; i < n; i++)
+    for (int i = 1; i < m->nlayers; i++)
         if (m->layers[i].spec.kind == DDP_LAYER_FLATTEN)
             m->layers[i].dout = m->layers[i - 1].dout;
     m->col = col ? be->alloc(sizeof(float) * col) : NULL;
-    return 0;
 }
 
+int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
+                     int in_ndim, const int64_t *in_dims, int max_batch, char *err,
+                     size_t errlen)
+{
+    struct ddp_layer_spec specs[DDP_MODEL_LAYERS_MAX];
+    memset(m, 0, sizeof *m);
+    int n = ddp_model_parse(layers, specs, DDP_MODEL_LAYERS_MAX, err, errlen);
+    if (n < 0)
+        return -1;
+    m->be = be;
+    m->nlayers = n;
+    m->max_batch = max_batch;
+    m->layers = ddp_calloc((size_t)n, sizeof *m->layers);
+    m->tensors = ddp_calloc((size_t)n * 5, sizeof *m->tensors);
+    m->in_ndim = in_ndim;
+    for (int i = 0; i < in_ndim; i++) {
+        if (in_dims[i] < 1 || in_dims[i] > (1 << 24))
+            return ddp_err(err, errlen, "sample dimension %lld out of range",
+                           (long long)in_dims[i]);
+        m->ishape[i] = (int)in_dims[i];
+    }
+    uint64_t fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
+    for (int i = 0; i < in_ndim; i++)
+        fp = mix(fp, (uint64_t)m->ishape[i]);
+
+    /* shapes */
+    int ndim = in_ndim, d[3] = {m->ishape[0], m->ishape[1], m->ishape[2]};
+    char shp[64];
+    for (int i = 0; i < n; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        l->spec = specs[i];
+        l->index = i;
+        l->in_ndim = ndim;
+        memcpy(l->ishape, d, sizeof d);
+        l->in_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
+        shape_str(ndim, d, shp, sizeof shp);
+        if (layer_shape(l, i, &ndim, d, shp, err, errlen) != 0)
+            return -1;
+        l->out_ndim = ndim;
+        memcpy(l->oshape, d, sizeof d);
+        l->out_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
+        if (l->out_elems > (1u << 28) || (size_t)max_batch * l->out_elems > (1ULL << 34))
+            return ddp_err(err, errlen, "layer %d: output of %zu values per sample is too large",
+                           i + 1, l->out_elems);
+        const struct ddp_layer_spec *s = &l->spec;
+        fp = mix(fp, (uint64_t)s->kind);
+        fp = mix(fp, (uint64_t)s->n);
+        fp = mix(fp, (uint64_t)s->k * 131 + (uint64_t)s->stride * 7 + (uint64_t)s->pad);
+    }
+    struct ddp_layer *last = &m->layers[n - 1];
+    if (last->out_ndim != 1 || last->oshape[0] < 2)
+        return ddp_err(err, errlen,
+                       "the last layer must produce class scores (a flat vector of at least 2); "
+                       "end with linear(classes)");
+    m->classes = last->oshape[0];
+    m->in_elems = m->layers[0].in_elems;
+    m->fingerprint = fp;
+
+    if (layout_params(m, err, errlen) != 0)
+        return -1;
+    if (check_memory(m, max_batch, err, errlen) != 0)
+        return -1;
+
+    alloc_buffers(m, max_batch);
+    return 0;
+}
 void ddp_model_free(struct ddp_model *m)
 {
     if (!m || !m->be)

@@ -100,6 +100,76 @@ void ddp_validate_golden_free(struct ddp_validate_golden *g)
     DDP_FREE(g->final_hash);
 }
 
+/* The golden run's data: steps global batches of synthetic images, in memory. */
+static ddp_synth *golden_data(int steps, int W, char *err, size_t errlen)
+{
+    ddp_synth_spec spec;
+    ddp_synth_defaults(&spec);
+    spec.rank = 3;
+    spec.dims[0] = G_C;
+    spec.dims[1] = G_H;
+    spec.dims[2] = G_W;
+    spec.classes = G_CLASSES;
+    spec.n_train = (int64_t)steps * G_BATCH * W;
+    spec.n_test = 1;
+    spec.seed = G_DATA_SEED;
+    spec.dtype = DDP_H5DTYPE_FLOAT32;
+    return ddp_synth_create(&spec, err, errlen);
+}
+
+/* The golden run's optimiser: SGD with momentum and weight decay, constant lr. */
+static void golden_optim(struct ddp_optim *opt, const struct ddp_backend *be, size_t nparams,
+                         int W)
+{
+    struct ddp_job job;
+    ddp_job_defaults(&job);
+    job.optim = DDP_OPTIM_SGD;
+    job.lr = G_LR;
+    job.momentum = G_MOMENTUM;
+    job.nesterov = 0;
+    job.weight_decay = G_WD;
+    job.lr_scaling = DDP_LR_SCALING_NONE;
+    job.schedule = DDP_SCHEDULE_CONSTANT;
+    job.warmup_epochs = 0;
+    ddp_optim_init(opt, be, &job, nparams, W);
+    ddp_job_free(&job);
+}
+
+/* Everybody's trajectory into g, on every rank: loss (S) global, mine (S, 2) this rank's
+ * local loss and gradient norm, hmine (S) its parameter hashes, at_rest and fin its tail. */
+static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int steps,
+                              double *loss, const double *mine, const uint64_t *hmine,
+                              int64_t at_rest, uint64_t fin)
+{
+    const int W = ddp_comm_size(c);
+    g->steps = steps;
+    g->world_size = W;
+    g->loss = loss;
+    double *lall = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W); /* (W, S, 2) */
+    ddp_comm_allgather(c, mine, lall, sizeof(double) * (size_t)steps * 2);
+    uint64_t *hall = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W); /* (W, S) */
+    ddp_comm_allgather(c, hmine, hall, sizeof(uint64_t) * (size_t)steps);
+    int64_t tail[2] = {at_rest, (int64_t)fin}, *tails = ddp_malloc(sizeof tail * (size_t)W);
+    ddp_comm_allgather(c, tail, tails, sizeof tail);
+    g->local = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W);
+    g->hash = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W);
+    g->at_rest = ddp_malloc(sizeof(int) * (size_t)W);
+    g->final_hash = ddp_malloc(sizeof(uint64_t) * (size_t)W);
+    for (int r = 0; r < W; r++) {
+        for (int s = 0; s < steps; s++) {
+            const size_t to = (size_t)s * W + (size_t)r, from = (size_t)r * steps + (size_t)s;
+            g->local[2 * to] = lall[2 * from];
+            g->local[2 * to + 1] = lall[2 * from + 1];
+            g->hash[to] = hall[from];
+        }
+        g->at_rest[r] = (int)tails[2 * r];
+        g->final_hash[r] = (uint64_t)tails[2 * r + 1];
+    }
+    free(lall);
+    free(hall);
+    free(tails);
+}
+
 int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
                             const struct ddp_validate_faults *faults,
                             struct ddp_validate_golden *g, char *err, size_t errlen)
@@ -112,18 +182,7 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     const int flip = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_FLIP_PARAM, rank);
     const int badg = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_BAD_GRAD, rank);
 
-    ddp_synth_spec spec;
-    ddp_synth_defaults(&spec);
-    spec.rank = 3;
-    spec.dims[0] = G_C;
-    spec.dims[1] = G_H;
-    spec.dims[2] = G_W;
-    spec.classes = G_CLASSES;
-    spec.n_train = (int64_t)steps * G_BATCH * W;
-    spec.n_test = 1;
-    spec.seed = G_DATA_SEED;
-    spec.dtype = DDP_H5DTYPE_FLOAT32;
-    ddp_synth *gen = ddp_synth_create(&spec, err, errlen);
+    ddp_synth *gen = golden_data(steps, W, err, errlen);
     if (!gen)
         return -1;
     struct ddp_model m;
@@ -143,19 +202,8 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
         return -1;
     }
     ddp_sync_broadcast_state(&sync);
-    struct ddp_job job;
-    ddp_job_defaults(&job);
-    job.optim = DDP_OPTIM_SGD;
-    job.lr = G_LR;
-    job.momentum = G_MOMENTUM;
-    job.nesterov = 0;
-    job.weight_decay = G_WD;
-    job.lr_scaling = DDP_LR_SCALING_NONE;
-    job.schedule = DDP_SCHEDULE_CONSTANT;
-    job.warmup_epochs = 0;
     struct ddp_optim opt;
-    ddp_optim_init(&opt, be, &job, m.nparams, W);
-    ddp_job_free(&job);
+    golden_optim(&opt, be, m.nparams, W);
 
     const size_t D = (size_t)G_C * G_H * G_W;
     float *xh = ddp_malloc(sizeof(float) * D * G_BATCH); /* (B, D) host */
@@ -192,33 +240,7 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     if (at_rest < 0 && fin != hmine[steps - 1])
         at_rest = steps;
 
-    /* everybody's trajectory, on every rank */
-    g->steps = steps;
-    g->world_size = W;
-    g->loss = loss;
-    double *lall = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W); /* (W, S, 2) */
-    ddp_comm_allgather(c, mine, lall, sizeof(double) * (size_t)steps * 2);
-    uint64_t *hall = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W); /* (W, S) */
-    ddp_comm_allgather(c, hmine, hall, sizeof(uint64_t) * (size_t)steps);
-    int64_t tail[2] = {at_rest, (int64_t)fin}, *tails = ddp_malloc(sizeof tail * (size_t)W);
-    ddp_comm_allgather(c, tail, tails, sizeof tail);
-    g->local = ddp_malloc(sizeof(double) * (size_t)steps * 2 * (size_t)W);
-    g->hash = ddp_malloc(sizeof(uint64_t) * (size_t)steps * (size_t)W);
-    g->at_rest = ddp_malloc(sizeof(int) * (size_t)W);
-    g->final_hash = ddp_malloc(sizeof(uint64_t) * (size_t)W);
-    for (int r = 0; r < W; r++) {
-        for (int s = 0; s < steps; s++) {
-            const size_t to = (size_t)s * W + (size_t)r, from = (size_t)r * steps + (size_t)s;
-            g->local[2 * to] = lall[2 * from];
-            g->local[2 * to + 1] = lall[2 * from + 1];
-            g->hash[to] = hall[from];
-        }
-        g->at_rest[r] = (int)tails[2 * r];
-        g->final_hash[r] = (uint64_t)tails[2 * r + 1];
-    }
-    free(lall);
-    free(hall);
-    free(tails);
+    gather_trajectory(c, g, steps, loss, mine, hmine, at_rest, fin);
     free(mine);
     free(hmine);
     free(host);
@@ -282,6 +304,32 @@ static int next_double(char **p, double *out)
     return 0;
 }
 
+/* The values of a line "step S LOSS (LOCAL_LOSS GRAD_NORM) x W", S being the next expected. */
+static int read_step(struct ddp_validate_ref *r, int format, const char *val, int seen,
+                     char *err, size_t errlen)
+{
+    if (!format || !r->world_size || !r->steps)
+        return ddp_err(err, errlen, "step before the format, world_size and steps lines");
+    if (!r->loss) {
+        r->loss = ddp_calloc((size_t)r->steps, sizeof(double));
+        r->local = ddp_calloc((size_t)r->steps * 2 * (size_t)r->world_size, sizeof(double));
+    }
+    char *p = (char *)val, *end;
+    long s = strtol(p, &end, 10);
+    if (end == p || s != seen || s >= r->steps)
+        return ddp_err(err, errlen, "expected 'step %d ...'", seen);
+    p = end;
+    int ok = next_double(&p, &r->loss[s]) == 0;
+    for (int k = 0; ok && k < 2 * r->world_size; k++)
+        ok = next_double(&p, &r->local[(size_t)s * 2 * r->world_size + k]) == 0;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (!ok || *p)
+        return ddp_err(err, errlen, "expected 1 + 2 x %d finite numbers after the step index",
+                       r->world_size);
+    return 0;
+}
+
 int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
@@ -331,37 +379,13 @@ int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *er
             else
                 r->steps = (int)v;
         } else if (!strcmp(line, "step")) {
-            if (!format || !r->world_size || !r->steps) {
-                ddp_err(err, errlen, "%s:%d: step before the format, world_size and steps lines",
-                        path, lineno);
+            if (read_step(r, format, val, seen, err, errlen) != 0) {
+                char why[DDP_ERR_LEN];
+                snprintf(why, sizeof why, "%s", err);
+                ddp_err(err, errlen, "%s:%d: %s", path, lineno, why);
                 goto done;
             }
-            if (!r->loss) {
-                r->loss = ddp_calloc((size_t)r->steps, sizeof(double));
-                r->local = ddp_calloc((size_t)r->steps * 2 * (size_t)r->world_size, sizeof(double));
-            }
-            char *p = (char *)val, *end;
-            long s = strtol(p, &end, 10);
-            if (end == p || s != seen || s >= r->steps) {
-                ddp_err(err, errlen, "%s:%d: expected 'step %d ...'", path, lineno, seen);
-                goto done;
-            }
-            p = end;
-            if (next_double(&p, &r->loss[s]) != 0)
-                goto bad_numbers;
-            for (int k = 0; k < 2 * r->world_size; k++)
-                if (next_double(&p, &r->local[(size_t)s * 2 * r->world_size + k]) != 0)
-                    goto bad_numbers;
-            while (*p == ' ' || *p == '\t')
-                p++;
-            if (*p)
-                goto bad_numbers;
             seen++;
-            continue;
-        bad_numbers:
-            ddp_err(err, errlen, "%s:%d: expected 1 + 2 x %d finite numbers after the step index",
-                    path, lineno, r->world_size);
-            goto done;
         } else {
             ddp_err(err, errlen, "%s:%d: unknown line '%s'", path, lineno, line);
             goto done;

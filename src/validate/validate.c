@@ -626,27 +626,12 @@ struct golden_verdict {
     uint64_t hash;
 };
 
-static void judge_golden(struct report *rep, const struct ddp_validate_golden *g,
-                         const struct ddp_validate_ref *ref, const char *ref_path,
-                         const char *no_ref_why, double rtol, int recording,
-                         struct golden_verdict *gv)
+/* The golden run's final parameter hashes: the value a strict majority holds is right; the
+ * ranks that differ are marked in bad and failed. Returns the new count of bad ranks. */
+static int judge_hashes(struct report *rep, const struct ddp_validate_golden *g,
+                        struct golden_verdict *gv, int *bad, int nbad)
 {
     const int W = rep->W, S = g->steps;
-    memset(gv, 0, sizeof *gv);
-    snprintf(gv->verdict, sizeof gv->verdict, "PASS");
-    int *bad = ddp_calloc((size_t)W, sizeof(int));
-    int nbad = 0;
-    /* 1. parameters changed at rest */
-    for (int r = 0; r < W; r++)
-        if (g->at_rest[r] >= 0) {
-            bad[r] = 1;
-            nbad++;
-            add_failure(rep, r, "golden",
-                        "rank %d on %s: golden run parameters changed in memory between steps "
-                        "%d and %d while nothing wrote them (silent data corruption)",
-                        r, rep->ri[r].where, g->at_rest[r] - 1, g->at_rest[r]);
-        }
-    /* 2. final hashes: the value a strict majority holds is right */
     int best = 0, best_count = 0;
     for (int r = 0; r < W; r++) {
         int c = 0;
@@ -689,6 +674,30 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
             nbad = W;
         }
     }
+    return nbad;
+}
+
+static void judge_golden(struct report *rep, const struct ddp_validate_golden *g,
+                         const struct ddp_validate_ref *ref, const char *ref_path,
+                         const char *no_ref_why, double rtol, int recording,
+                         struct golden_verdict *gv)
+{
+    const int W = rep->W, S = g->steps;
+    memset(gv, 0, sizeof *gv);
+    snprintf(gv->verdict, sizeof gv->verdict, "PASS");
+    int *bad = ddp_calloc((size_t)W, sizeof(int));
+    int nbad = 0;
+    /* 1. parameters changed at rest */
+    for (int r = 0; r < W; r++)
+        if (g->at_rest[r] >= 0) {
+            bad[r] = 1;
+            nbad++;
+            add_failure(rep, r, "golden",
+                        "rank %d on %s: golden run parameters changed in memory between steps "
+                        "%d and %d while nothing wrote them (silent data corruption)",
+                        r, rep->ri[r].where, g->at_rest[r] - 1, g->at_rest[r]);
+        }
+    nbad = judge_hashes(rep, g, gv, bad, nbad);
     /* 3. the trajectory against the reference */
     if (recording) {
         snprintf(gv->reason, sizeof gv->reason, "recorded as a reference");
@@ -903,6 +912,63 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
     fflush(stdout);
 }
 
+/* The "ranks" array's members: one object per rank. */
+static void json_ranks(FILE *f, const struct report *rep, const struct run_facts *rf)
+{
+    const int W = rep->W;
+    for (int r = 0; r < W; r++) {
+        const struct rank_info *x = &rep->ri[r];
+        fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", r ? "," : "", r);
+        json_str(f, x->host);
+        fprintf(f, ", \"cpu_model\": ");
+        json_str(f, x->cpu_model);
+        fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"threads\": %d, "
+                   "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"%s\", "
+                   "\"gpu_count\": %d, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": ",
+                x->cpus_online, x->cpus_allowed, x->threads, (long long)x->mem_total,
+                (long long)x->mem_avail, x->gpu_count > 0 ? "cuda" : "none", x->gpu_count);
+        json_str(f, x->gpu_driver);
+        fprintf(f, ", \"gemm_gflops\": ");
+        json_num(f, x->gemm, "%.3f");
+        fprintf(f, ", \"gemm_ratio\": ");
+        json_num(f, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : NAN, "%.4f");
+        fprintf(f, ", \"triad_gbs\": ");
+        json_num(f, x->triad, "%.3f");
+        fprintf(f, ", \"triad_ratio\": ");
+        json_num(f, rf->med_triad > 0 ? x->triad / rf->med_triad : NAN, "%.4f");
+        fprintf(f, ", \"verdict\": \"%s\"}", rank_failed(rep, r) ? "FAIL" : "PASS");
+    }
+}
+
+/* The "allreduce" object, after the ranks: the sweep's rows with everybody's wrong elements. */
+static void json_allreduce(FILE *f, const struct report *rep, const struct run_facts *rf,
+                           const struct ddp_validate_ar_row *ar)
+{
+    const int W = rep->W;
+    int ar_bad = 0;
+    for (int i = 0; i < rep->nfail; i++)
+        ar_bad |= !strcmp(rep->fail[i].check, "allreduce");
+    fprintf(f, "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
+               "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
+               "\"rows\": [",
+            W, W > 1 ? 2.0 * (W - 1) / W : 0.0, ar_bad ? "FAIL" : "PASS");
+    for (int s = 0; s < rf->nsizes; s++) {
+        int64_t wrong = 0;
+        for (int r = 0; r < W; r++)
+            wrong += ar[(size_t)r * rf->nsizes + s].bad_elems;
+        const struct ddp_validate_ar_row *x = &ar[s];
+        fprintf(f, "%s\n    {\"bytes\": %lld, \"count\": %lld, \"time_us\": ", s ? "," : "",
+                (long long)x->bytes, (long long)x->count);
+        json_num(f, x->time_s * 1e6, "%.6g");
+        fprintf(f, ", \"algbw_gbs\": ");
+        json_num(f, x->algbw, "%.6g");
+        fprintf(f, ", \"busbw_gbs\": ");
+        json_num(f, x->busbw, "%.6g");
+        fprintf(f, ", \"iters\": %d, \"blocks\": %d, \"wrong_elements\": %lld}", x->iters,
+                x->blocks, (long long)wrong);
+    }
+}
+
 static int write_json(const char *path, const struct report *rep, const struct run_facts *rf,
                       const struct ddp_validate_config *cfg, const struct ddp_validate_ar_row *ar,
                       const struct golden_verdict *gv, const struct ddp_validate_golden *g,
@@ -940,50 +1006,8 @@ static int write_json(const char *path, const struct report *rep, const struct r
             (long long)rf->triad_mib);
     json_num(f, rf->med_triad, "%.3f");
     fprintf(f, ", \"min_fraction\": %g},\n  \"ranks\": [", cfg->min_fraction);
-    for (int r = 0; r < W; r++) {
-        const struct rank_info *x = &rep->ri[r];
-        fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", r ? "," : "", r);
-        json_str(f, x->host);
-        fprintf(f, ", \"cpu_model\": ");
-        json_str(f, x->cpu_model);
-        fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"threads\": %d, "
-                   "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"%s\", "
-                   "\"gpu_count\": %d, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": ",
-                x->cpus_online, x->cpus_allowed, x->threads, (long long)x->mem_total,
-                (long long)x->mem_avail, x->gpu_count > 0 ? "cuda" : "none", x->gpu_count);
-        json_str(f, x->gpu_driver);
-        fprintf(f, ", \"gemm_gflops\": ");
-        json_num(f, x->gemm, "%.3f");
-        fprintf(f, ", \"gemm_ratio\": ");
-        json_num(f, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : NAN, "%.4f");
-        fprintf(f, ", \"triad_gbs\": ");
-        json_num(f, x->triad, "%.3f");
-        fprintf(f, ", \"triad_ratio\": ");
-        json_num(f, rf->med_triad > 0 ? x->triad / rf->med_triad : NAN, "%.4f");
-        fprintf(f, ", \"verdict\": \"%s\"}", rank_failed(rep, r) ? "FAIL" : "PASS");
-    }
-    int ar_bad = 0;
-    for (int i = 0; i < rep->nfail; i++)
-        ar_bad |= !strcmp(rep->fail[i].check, "allreduce");
-    fprintf(f, "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
-               "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
-               "\"rows\": [",
-            W, W > 1 ? 2.0 * (W - 1) / W : 0.0, ar_bad ? "FAIL" : "PASS");
-    for (int s = 0; s < rf->nsizes; s++) {
-        int64_t wrong = 0;
-        for (int r = 0; r < W; r++)
-            wrong += ar[(size_t)r * rf->nsizes + s].bad_elems;
-        const struct ddp_validate_ar_row *x = &ar[s];
-        fprintf(f, "%s\n    {\"bytes\": %lld, \"count\": %lld, \"time_us\": ", s ? "," : "",
-                (long long)x->bytes, (long long)x->count);
-        json_num(f, x->time_s * 1e6, "%.6g");
-        fprintf(f, ", \"algbw_gbs\": ");
-        json_num(f, x->algbw, "%.6g");
-        fprintf(f, ", \"busbw_gbs\": ");
-        json_num(f, x->busbw, "%.6g");
-        fprintf(f, ", \"iters\": %d, \"blocks\": %d, \"wrong_elements\": %lld}", x->iters,
-                x->blocks, (long long)wrong);
-    }
+    json_ranks(f, rep, rf);
+    json_allreduce(f, rep, rf, ar);
     fprintf(f, "\n  ]},\n  \"golden\": {\"verdict\": \"%s\", \"reason\": ", gv->verdict);
     json_str(f, gv->reason);
     fprintf(f, ", \"steps\": %d, \"world_size\": %d, \"spec\": ", g->steps, W);
@@ -1135,236 +1159,307 @@ static int choose_device(const struct ddp_world *w, double timeout_s,
     return 0;
 }
 
-int ddp_validate_run(const struct ddp_validate_args *a)
-{
-    const double t_start = ddp_now();
-    const char *json = a->json, *record = a->record, *reference = a->reference;
-    const int quick = a->quick;
-    char err[DDP_ERR_LEN * 2];
+/* One validation run: what its phases share. */
+struct vrun {
+    const struct ddp_validate_args *a;
+    double t_start;
     struct ddp_validate_config cfg;
-    ddp_validate_config_defaults(&cfg);
-    if (a->config && ddp_validate_config_load(&cfg, a->config, err, sizeof err) != 0) {
+    struct ddp_validate_faults faults;
+    struct ddp_world w;
+    const struct ddp_backend *be;
+    int device; /* CUDA ordinal, -1 on the CPU */
+    ddp_comm *c;
+    ddp_liveness *live;
+    int W, me, threads, lock;
+    struct ddp_validate_ref ref;
+    int have_ref;
+    char ref_path[DDP_PATH_MAX + 64], rec_path[DDP_PATH_MAX + 64];
+    char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX];
+    struct rank_info mine, *all;     /* all: (W) */
+    struct ddp_validate_ar_row *rows; /* (DDP_VALIDATE_MAX_SIZES) this rank's sweep */
+    struct ddp_validate_ar_row *ar_all; /* (W, nsizes) everybody's */
+    int nsizes, steps;
+    struct ddp_validate_golden g;
+};
+
+/* Settings, faults, world and collectives (as training sets them up), the liveness watch and
+ * threads. Returns 0 or an exit code (the reason printed). */
+static int vrun_start(struct vrun *v)
+{
+    const struct ddp_validate_args *a = v->a;
+    char err[DDP_ERR_LEN * 2];
+    ddp_validate_config_defaults(&v->cfg);
+    if (a->config && ddp_validate_config_load(&v->cfg, a->config, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
-    if (reference && record) {
+    if (a->reference && a->record) {
         fprintf(stderr, "ddptrain: validate: --record and --reference exclude each other\n");
         return DDP_EXIT_USAGE;
     }
-    struct ddp_validate_faults faults;
-    if (ddp_validate_faults_parse(&faults, ddp_test_hooks()->validate_fault, err, sizeof err) != 0) {
+    if (ddp_validate_faults_parse(&v->faults, ddp_test_hooks()->validate_fault, err,
+                                  sizeof err) != 0) {
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
-
-    /* world and collectives, as training sets them up */
-    struct ddp_world w;
-    if (ddp_world_detect(&w, NULL, NULL, 0, err, sizeof err) != 0) {
+    struct ddp_world *w = &v->w;
+    if (ddp_world_detect(w, NULL, NULL, 0, err, sizeof err) != 0) {
         fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_LAUNCH;
     }
-    ddp_log_set_identity(w.host, w.rank, w.world_size);
-    if (w.warning[0] && w.rank == 0)
-        ddp_warn("%s", w.warning);
-    const struct ddp_backend *be;
+    ddp_log_set_identity(w->host, w->rank, w->world_size);
+    if (w->warning[0] && w->rank == 0)
+        ddp_warn("%s", w->warning);
     struct ddp_comm_opts copts;
-    int device;
-    if (choose_device(&w, cfg.timeout_s, &be, &copts, &device, err, sizeof err) != 0) {
+    if (choose_device(w, v->cfg.timeout_s, &v->be, &copts, &v->device, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-    ddp_comm *c = ddp_comm_create(&copts, &w, err, sizeof err);
-    if (!c) {
+    v->c = ddp_comm_create(&copts, w, err, sizeof err);
+    if (!v->c) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
     /* a dead peer stops every rank within seconds (liveness.h) */
-    ddp_liveness *live = w.world_size > 1 ? ddp_liveness_create(c, w.host) : NULL;
-    if (live)
-        ddp_comm_set_peer_probe(c, ddp_liveness_probe, live);
-    const int W = w.world_size, me = w.rank;
-    const int threads = choose_threads(&cfg, &w);
-    if (be->set_threads)
-        be->set_threads(threads);
+    v->live = w->world_size > 1 ? ddp_liveness_create(v->c, w->host) : NULL;
+    if (v->live)
+        ddp_comm_set_peer_probe(v->c, ddp_liveness_probe, v->live);
+    v->W = w->world_size;
+    v->me = w->rank;
+    v->threads = choose_threads(&v->cfg, w);
+    if (v->be->set_threads)
+        v->be->set_threads(v->threads);
+    return 0;
+}
 
-    /* rank 0 finds and reads the reference now: a bad file is a usage error before any work */
-    struct ddp_validate_ref ref;
-    memset(&ref, 0, sizeof ref);
-    int have_ref = 0, code = 0, lock = -1;
-    char ref_path[DDP_PATH_MAX + 64] = "", rec_path[DDP_PATH_MAX + 64] = "";
-    char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX] = "";
-    const char *given = reference ? reference : cfg.reference[0] ? cfg.reference : NULL;
-    if (me == 0 && !record) {
-        if (find_reference(given, be->name, W, ref_path, sizeof ref_path, no_ref,
-                           sizeof no_ref)) {
-            if (ddp_validate_ref_read(&ref, ref_path, err, sizeof err) != 0) {
+/* Rank 0 finds and reads the reference now: a bad file is a usage error before any work.
+ * Returns the code every rank agrees on. */
+static int vrun_reference(struct vrun *v)
+{
+    const char *record = v->a->record;
+    const char *given = v->a->reference ? v->a->reference
+                        : v->cfg.reference[0] ? v->cfg.reference : NULL;
+    char err[DDP_ERR_LEN * 2];
+    int code = 0;
+    if (v->me == 0 && !record) {
+        if (find_reference(given, v->be->name, v->W, v->ref_path, sizeof v->ref_path,
+                           v->no_ref, sizeof v->no_ref)) {
+            if (ddp_validate_ref_read(&v->ref, v->ref_path, err, sizeof err) != 0) {
                 ddp_warn("validate: %s", err);
                 code = DDP_EXIT_USAGE;
-            } else if (strcmp(ref.spec, DDP_VALIDATE_GOLDEN_SPEC) != 0 ||
-                       strcmp(ref.backend, be->name) != 0) {
-                snprintf(no_ref, sizeof no_ref,
-                         "%s was recorded for another golden run or backend (%s: %s)", ref_path,
-                         ref.backend, ref.spec);
-                ddp_validate_ref_free(&ref);
-            } else if (ref.world_size != W) {
-                snprintf(no_ref, sizeof no_ref, "%s is for %d rank%s, this run has %d", ref_path,
-                         ref.world_size, ref.world_size == 1 ? "" : "s", W);
-                ddp_validate_ref_free(&ref);
+            } else if (strcmp(v->ref.spec, DDP_VALIDATE_GOLDEN_SPEC) != 0 ||
+                       strcmp(v->ref.backend, v->be->name) != 0) {
+                snprintf(v->no_ref, sizeof v->no_ref,
+                         "%s was recorded for another golden run or backend (%s: %s)",
+                         v->ref_path, v->ref.backend, v->ref.spec);
+                ddp_validate_ref_free(&v->ref);
+            } else if (v->ref.world_size != v->W) {
+                snprintf(v->no_ref, sizeof v->no_ref, "%s is for %d rank%s, this run has %d",
+                         v->ref_path, v->ref.world_size, v->ref.world_size == 1 ? "" : "s",
+                         v->W);
+                ddp_validate_ref_free(&v->ref);
             } else {
-                have_ref = 1;
+                v->have_ref = 1;
             }
         } else if (given) {
-            ddp_warn("validate: reference %s", no_ref);
+            ddp_warn("validate: reference %s", v->no_ref);
             code = DDP_EXIT_USAGE;
         }
     }
-    if (me == 0 && record) {
+    if (v->me == 0 && record) {
         if (is_dir(record))
-            snprintf(rec_path, sizeof rec_path, "%s/%s-w%d.ref", record, be->name, W);
+            snprintf(v->rec_path, sizeof v->rec_path, "%s/%s-w%d.ref", record, v->be->name,
+                     v->W);
         else
-            snprintf(rec_path, sizeof rec_path, "%s", record);
+            snprintf(v->rec_path, sizeof v->rec_path, "%s", record);
     }
-    int rc = agree(c, code);
-    if (rc)
-        goto done;
+    return agree(v->c, code);
+}
 
-    /* inventory, then the rates, in turns where ranks would share CPUs */
-    struct rank_info mine, *all = ddp_calloc((size_t)W, sizeof *all);
-    inventory(&mine, &w, threads);
-    if (device >= 0) {
-        mine.device = device;
-        snprintf(mine.where, sizeof mine.where, "%s GPU %d", w.host, device);
+/* One round of rates: each turn's ranks measure, the others meet them in the kernels' sync;
+ * then everybody's results into v->all. */
+static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
+{
+    const struct ddp_validate_config *cfg = &v->cfg;
+    const int quick = v->a->quick;
+    struct rank_info *mine = &v->mine;
+    mine->gemm = mine->triad = 0;
+    for (int t = 0; t < turns; t++) {
+        if (t != my_turn) {
+            ddp_comm_barrier(v->c);
+            ddp_comm_barrier(v->c);
+            continue;
+        }
+        mine->gemm = ddp_validate_gemm(
+            v->be, quick ? cfg->gemm_n_quick : cfg->gemm_n,
+            quick ? cfg->gemm_reps_quick : cfg->gemm_reps, quick ? cfg->gemm_s_quick : cfg->gemm_s,
+            ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_GEMM, v->me), barrier_cb,
+            v->c);
+        mine->triad = ddp_validate_triad(
+            quick ? cfg->triad_mib_quick : cfg->triad_mib,
+            quick ? cfg->triad_reps_quick : cfg->triad_reps,
+            quick ? cfg->triad_s_quick : cfg->triad_s, v->threads,
+            ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me),
+            barrier_cb, v->c);
+        *triad_bad |= mine->triad < 0;
     }
-    ddp_comm_allgather(c, &mine, all, sizeof mine);
-    int my_turn, shared, turns = measurement_turns(all, W, me, &my_turn, &shared);
-    const int gemm_n = quick ? cfg.gemm_n_quick : cfg.gemm_n;
-    const int64_t triad_mib = quick ? cfg.triad_mib_quick : cfg.triad_mib;
+    mine->triad_bad = *triad_bad;
+    ddp_comm_allgather(v->c, mine, v->all, sizeof *mine);
+}
+
+/* Inventory, then the rates, in turns where ranks would share CPUs, in rounds: when a rank
+ * falls below the threshold, everybody measures again under the same conditions (a passing
+ * burst of noise clears; a slow rank stays slow). The round that comes closest to passing is
+ * judged, whole: mixing rounds would pit one rank's lucky moment against another's unlucky
+ * one. Wrong triad values in any round stay wrong. */
+static void vrun_rates(struct vrun *v)
+{
+    const int W = v->W, quick = v->a->quick;
+    v->all = ddp_calloc((size_t)W, sizeof *v->all);
+    inventory(&v->mine, &v->w, v->threads);
+    if (v->device >= 0) {
+        v->mine.device = v->device;
+        snprintf(v->mine.where, sizeof v->mine.where, "%s GPU %d", v->w.host, v->device);
+    }
+    ddp_comm_allgather(v->c, &v->mine, v->all, sizeof v->mine);
+    int my_turn, shared, turns = measurement_turns(v->all, W, v->me, &my_turn, &shared);
     ddp_log("ddptrain %s validate%s: %d rank%s, launcher %s, comm %s, backend %s, %d thread%s "
             "per rank%s",
             DDP_VERSION, quick ? " --quick" : "", W, W == 1 ? "" : "s",
-            ddp_launcher_name(w.launcher), ddp_comm_name(c), be->name, threads,
-            threads == 1 ? "" : "s",
+            ddp_launcher_name(v->w.launcher), ddp_comm_name(v->c), v->be->name, v->threads,
+            v->threads == 1 ? "" : "s",
             turns > 1 ? "; ranks sharing CPUs measure their rates in turns" : "");
     if (shared && my_turn == 0)
-        lock = machine_lock();
-    /* rounds: when a rank falls below the threshold, everybody measures again under the same
-     * conditions (a passing burst of noise clears; a slow rank stays slow). The round that
-     * comes closest to passing is judged, whole: mixing rounds would pit one rank's lucky
-     * moment against another's unlucky one. Wrong triad values in any round stay wrong. */
+        v->lock = machine_lock();
     int rounds = 0, triad_bad = 0;
     struct rank_info *kept = ddp_calloc((size_t)W, sizeof *kept);
     double kept_score = -1;
     for (int round = 0; round < RATE_ROUNDS; round++) {
-        mine.gemm = mine.triad = 0;
-        for (int t = 0; t < turns; t++) {
-            /* the measuring ranks line up in the kernels' sync; the others meet them there */
-            if (t != my_turn) {
-                ddp_comm_barrier(c);
-                ddp_comm_barrier(c);
-                continue;
-            }
-            mine.gemm = ddp_validate_gemm(
-                be, gemm_n, quick ? cfg.gemm_reps_quick : cfg.gemm_reps,
-                quick ? cfg.gemm_s_quick : cfg.gemm_s,
-                ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_GEMM, me), barrier_cb, c);
-            mine.triad = ddp_validate_triad(
-                triad_mib, quick ? cfg.triad_reps_quick : cfg.triad_reps,
-                quick ? cfg.triad_s_quick : cfg.triad_s, threads,
-                ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, me), barrier_cb, c);
-            triad_bad |= mine.triad < 0;
-        }
-        mine.triad_bad = triad_bad;
-        ddp_comm_allgather(c, &mine, all, sizeof mine);
+        rates_round(v, turns, my_turn, &triad_bad);
         rounds++;
-        const double score = rates_score(all, W);
+        const double score = rates_score(v->all, W);
         if (score > kept_score) {
             kept_score = score;
-            memcpy(kept, all, sizeof *all * (size_t)W);
+            memcpy(kept, v->all, sizeof *v->all * (size_t)W);
         }
-        if (score >= cfg.min_fraction)
+        if (score >= v->cfg.min_fraction)
             break;
     }
     for (int r = 0; r < W; r++)
-        if (all[r].triad_bad)
+        if (v->all[r].triad_bad)
             kept[r].triad = -1;
-    memcpy(all, kept, sizeof *all * (size_t)W);
+    memcpy(v->all, kept, sizeof *v->all * (size_t)W);
     free(kept);
     ddp_log("rates measured in %d round%s (%.1f s); all-reduce sweep", rounds,
-            rounds == 1 ? "" : "s", ddp_now() - t_start);
+            rounds == 1 ? "" : "s", ddp_now() - v->t_start);
+}
 
-    /* the all-reduce sweep; every rank's checks to everybody */
+/* The all-reduce sweep; every rank's checks to everybody. */
+static void vrun_sweep(struct vrun *v)
+{
+    const struct ddp_validate_config *cfg = &v->cfg;
+    const int quick = v->a->quick;
     struct ddp_validate_ar_opts ao = {
-        cfg.ar_min_bytes, quick ? cfg.ar_max_bytes_quick : cfg.ar_max_bytes,
-        quick ? cfg.ar_blocks_quick : cfg.ar_blocks, cfg.ar_block_ms / 1e3,
-        ddp_validate_fault_here(&faults, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, me)};
-    struct ddp_validate_ar_row *rows = ddp_calloc(DDP_VALIDATE_MAX_SIZES, sizeof *rows);
-    const int nsizes = ddp_validate_allreduce_sweep(c, &ao, rows);
-    struct ddp_validate_ar_row *ar_all = ddp_calloc((size_t)W * (size_t)nsizes, sizeof *ar_all);
-    ddp_comm_allgather(c, rows, ar_all, sizeof *rows * (size_t)nsizes);
-    ddp_log("all-reduce sweep done (%.1f s); golden run", ddp_now() - t_start);
+        cfg->ar_min_bytes, quick ? cfg->ar_max_bytes_quick : cfg->ar_max_bytes,
+        quick ? cfg->ar_blocks_quick : cfg->ar_blocks, cfg->ar_block_ms / 1e3,
+        ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, v->me)};
+    v->rows = ddp_calloc(DDP_VALIDATE_MAX_SIZES, sizeof *v->rows);
+    v->nsizes = ddp_validate_allreduce_sweep(v->c, &ao, v->rows);
+    v->ar_all = ddp_calloc((size_t)v->W * (size_t)v->nsizes, sizeof *v->ar_all);
+    ddp_comm_allgather(v->c, v->rows, v->ar_all, sizeof *v->rows * (size_t)v->nsizes);
+    ddp_log("all-reduce sweep done (%.1f s); golden run", ddp_now() - v->t_start);
+}
 
-    /* the golden run */
-    const int steps = record || !quick ? cfg.golden_steps : cfg.golden_steps_quick;
-    struct ddp_validate_golden g;
-    code = ddp_validate_golden_run(c, be, steps, &faults, &g, err, sizeof err) != 0
-               ? DDP_EXIT_RUNTIME
-               : 0;
+/* The golden run; returns the code every rank agrees on. */
+static int vrun_golden(struct vrun *v)
+{
+    char err[DDP_ERR_LEN * 2];
+    v->steps = v->a->record || !v->a->quick ? v->cfg.golden_steps : v->cfg.golden_steps_quick;
+    int code = ddp_validate_golden_run(v->c, v->be, v->steps, &v->faults, &v->g, err,
+                                       sizeof err) != 0
+                   ? DDP_EXIT_RUNTIME
+                   : 0;
     if (code)
         ddp_warn("validate: %s", err);
-    rc = agree(c, code);
-    if (rc)
-        goto done_run;
+    return agree(v->c, code);
+}
 
-    /* rank 0 judges */
-    int64_t verdict = 0;
-    if (me == 0) {
-        struct report rep = {.W = W, .ri = all};
-        double med_gemm = median_of(all, W, 0), med_triad = median_of(all, W, 1);
-        judge_rates(&rep, cfg.min_fraction, med_gemm, med_triad);
-        judge_allreduce(&rep, ar_all, nsizes);
-        struct golden_verdict gv;
-        judge_golden(&rep, &g, have_ref ? &ref : NULL, ref_path, no_ref, cfg.golden_rtol,
-                     record != NULL, &gv);
-        int *host_of = ddp_malloc(sizeof(int) * (size_t)W);
-        int *first_rank = ddp_malloc(sizeof(int) * (size_t)W);
-        struct run_facts rf = {quick, nsizes, gemm_n, steps, triad_mib,
-                               ddp_launcher_name(w.launcher), ddp_comm_name(c), be->name,
-                               med_gemm, med_triad, 0, 0};
-        rf.nnodes = group_hosts(all, W, host_of, first_rank);
-        if (record && !strcmp(gv.verdict, "PASS")) {
-            if (ddp_validate_ref_write(&g, be->name, rec_path, err, sizeof err) != 0)
-                add_failure(&rep, 0, "record", "rank 0 on %s: %s", all[0].host, err);
-            else
-                ddp_log("recorded the golden run (%d steps, %d rank%s) as a reference: %s",
-                        steps, W, W == 1 ? "" : "s", rec_path);
-        } else if (record) {
-            add_warning(&rep, "no reference recorded: the golden run failed");
-        }
-        rf.elapsed = ddp_now() - t_start;
-        print_report(&rep, &rf, ar_all, &gv, &g, host_of, first_rank, cfg.min_fraction);
-        if (json && write_json(json, &rep, &rf, &cfg, ar_all, &gv, &g, host_of, first_rank, err,
-                               sizeof err) != 0) {
-            ddp_warn("%s", err);
-            verdict = DDP_EXIT_RUNTIME;
-        }
-        if (rep.nfail)
-            verdict = DDP_EXIT_RUNTIME;
-        free(host_of);
-        free(first_rank);
-        free(rep.fail);
-        free(rep.warn);
+/* Rank 0 judges, records, prints and writes the report. Returns its verdict (exit code). */
+static int vrun_judge(struct vrun *v)
+{
+    const int W = v->W;
+    const char *record = v->a->record;
+    char err[DDP_ERR_LEN * 2];
+    int verdict = 0;
+    struct report rep = {.W = W, .ri = v->all};
+    double med_gemm = median_of(v->all, W, 0), med_triad = median_of(v->all, W, 1);
+    judge_rates(&rep, v->cfg.min_fraction, med_gemm, med_triad);
+    judge_allreduce(&rep, v->ar_all, v->nsizes);
+    struct golden_verdict gv;
+    judge_golden(&rep, &v->g, v->have_ref ? &v->ref : NULL, v->ref_path, v->no_ref,
+                 v->cfg.golden_rtol, record != NULL, &gv);
+    int *host_of = ddp_malloc(sizeof(int) * (size_t)W);
+    int *first_rank = ddp_malloc(sizeof(int) * (size_t)W);
+    const int quick = v->a->quick;
+    struct run_facts rf = {quick, v->nsizes, quick ? v->cfg.gemm_n_quick : v->cfg.gemm_n,
+                           v->steps, quick ? v->cfg.triad_mib_quick : v->cfg.triad_mib,
+                           ddp_launcher_name(v->w.launcher), ddp_comm_name(v->c), v->be->name,
+                           med_gemm, med_triad, 0, 0};
+    rf.nnodes = group_hosts(v->all, W, host_of, first_rank);
+    if (record && !strcmp(gv.verdict, "PASS")) {
+        if (ddp_validate_ref_write(&v->g, v->be->name, v->rec_path, err, sizeof err) != 0)
+            add_failure(&rep, 0, "record", "rank 0 on %s: %s", v->all[0].host, err);
+        else
+            ddp_log("recorded the golden run (%d steps, %d rank%s) as a reference: %s",
+                    v->steps, W, W == 1 ? "" : "s", v->rec_path);
+    } else if (record) {
+        add_warning(&rep, "no reference recorded: the golden run failed");
     }
-    ddp_comm_broadcast(c, &verdict, sizeof verdict, 0);
-    rc = (int)verdict;
-done_run:
-    ddp_validate_golden_free(&g);
-    free(rows);
-    free(ar_all);
-    free(all);
-done:
-    machine_unlock(lock);
-    ddp_validate_ref_free(&ref);
-    ddp_comm_destroy(c);
-    ddp_liveness_destroy(live); /* goodbye after the last collective */
+    rf.elapsed = ddp_now() - v->t_start;
+    print_report(&rep, &rf, v->ar_all, &gv, &v->g, host_of, first_rank, v->cfg.min_fraction);
+    if (v->a->json && write_json(v->a->json, &rep, &rf, &v->cfg, v->ar_all, &gv, &v->g, host_of,
+                                 first_rank, err, sizeof err) != 0) {
+        ddp_warn("%s", err);
+        verdict = DDP_EXIT_RUNTIME;
+    }
+    if (rep.nfail)
+        verdict = DDP_EXIT_RUNTIME;
+    free(host_of);
+    free(first_rank);
+    free(rep.fail);
+    free(rep.warn);
+    return verdict;
+}
+
+int ddp_validate_run(const struct ddp_validate_args *a)
+{
+    static struct vrun run; /* large; one per process */
+    struct vrun *v = &run;
+    memset(v, 0, sizeof *v);
+    v->a = a;
+    v->t_start = ddp_now();
+    v->lock = -1;
+    int rc = vrun_start(v);
+    if (!rc)
+        rc = vrun_reference(v);
+    if (!rc) {
+        vrun_rates(v);
+        vrun_sweep(v);
+        rc = vrun_golden(v);
+    }
+    if (!rc) {
+        int64_t verdict = v->me == 0 ? vrun_judge(v) : 0;
+        ddp_comm_broadcast(v->c, &verdict, sizeof verdict, 0);
+        rc = (int)verdict;
+    }
+    /* the one cleanup path */
+    ddp_validate_golden_free(&v->g);
+    free(v->rows);
+    free(v->ar_all);
+    free(v->all);
+    machine_unlock(v->lock);
+    ddp_validate_ref_free(&v->ref);
+    ddp_comm_destroy(v->c);
+    ddp_liveness_destroy(v->live); /* goodbye after the last collective */
     return rc;
 }
