@@ -1,6 +1,7 @@
 /*
  * backend.h - the table of compute operations the engine runs on: the CPU backend (OpenBLAS
- * + C loops, cpu.c) now, the CUDA backend (cuBLAS + kernels) behind the same table later.
+ * + C loops, cpu.c) and the CUDA backend (cuBLAS + kernels, cuda.cu) behind the same table;
+ * select.h picks one per rank.
  * The model, the optimiser and the trainer call only these; none of them calls BLAS or CUDA.
  *
  * Dimension letters: B batch, C channels in, O channels (or features) out, H W input height and

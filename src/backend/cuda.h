@@ -22,7 +22,7 @@
  * must be called from that thread (the trainer's main thread; the data loader's threads only
  * fill host buffers).
  *
- * What it does not do: choose the device (launch/binding.h does; pass its device here), talk
+ * What it does not do: choose the device (select.c does, with dist/binding.h; pass its device here), talk
  * to other GPUs (comm_nccl.c), or free its state before exit (one backend per process).
  */
 #ifndef DDP_BACKEND_CUDA_H

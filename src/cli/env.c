@@ -1,7 +1,7 @@
 /*
- * cmd_launch.c - the `ddptrain hostlist`, `ddptrain env` (cli.h) and hidden
- * `ddptrain bootstrap-test` (launcher.h) subcommands: thin wrappers that print what
- * hostlist.c, world.c, binding.c and bootstrap.c compute. Argument handling only; the rules
+ * cli/env.c - the `ddptrain hostlist`, `ddptrain env` and hidden `ddptrain bootstrap-test`
+ * subcommands (cli.h): thin wrappers that print what dist/ (hostlist.c, world.c, binding.c,
+ * bootstrap.c) computes. Argument handling only; the rules
  * live in those modules.
  */
 #include <inttypes.h>

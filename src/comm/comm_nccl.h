@@ -20,7 +20,7 @@
  * device bounce buffers owned here, copied back when the request completes): the trainer's
  * small host collectives (setup agreement, metrics, SyncBatchNorm sums) work unchanged.
  *
- * What it does not do: pick or bind the GPU (launch/binding.h), create the compute stream
+ * What it does not do: pick or bind the GPU (dist/binding.h, backend/select.h), create the compute stream
  * (backend/cuda.h), or run several ranks on one GPU (NCCL refuses that).
  */
 #ifndef DDP_COMM_NCCL_H

@@ -1,7 +1,7 @@
 /*
  * util.h - exit codes, logging, allocation and string helpers shared by every module.
  *
- * Two tiers of errors (see docs/design.md):
+ * Two tiers of errors (docs/architecture.md, "Errors"):
  *  - input errors (job file, environment, hostlist, dataset, checkpoint) are returned up to
  *    main as a status plus a one-line message in a caller-supplied buffer; parsers never exit;
  *  - fatal runtime errors (out of memory, libc, HDF5, BLAS, MPI) go through ddp_die(), which
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Exit codes: the contract of docs/design.md section 8. */
+/* Exit codes: the documented contract (README.md, "Exit codes"; docs/checkpoints.md). */
 enum ddp_exit {
     DDP_EXIT_OK = 0,
     DDP_EXIT_RUNTIME = 1,  /* runtime failure */

@@ -1,6 +1,6 @@
 /*
  * h5data.h - the HDF5 dataset layout of ddptrain: the training reader and the writer that
- * `ddptrain data` uses to produce it (docs/data.md, docs/design.md section 5).
+ * `ddptrain data` uses to produce it (docs/data.md).
  *
  * Layout. A file holds groups (normally /train and /test); each group holds
  *   images  (N, C, H, W) or (N, D), uint8 (read as v / 255.0f, as torchvision's ToTensor)

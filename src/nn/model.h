@@ -6,7 +6,7 @@
  * Parameters live in ONE flat buffer (params), gradients in another of the same layout
  * (grads), laid out in reverse layer order: the last layer's weight and bias come first, so the
  * slices that backward finishes first are the first contiguous slices, and every gradient bucket
- * (ddp.c) is a single slice. Batchnorm running statistics live in a separate flat buffer
+ * (train/grad_sync.c) is a single slice. Batchnorm running statistics live in a separate flat buffer
  * (buffers), never in params: they are not trained and not all-reduced.
  *
  * Names follow PyTorch's nn.Sequential: `<index>.weight`, `<index>.bias`, where index counts

@@ -1,5 +1,5 @@
 /*
- * weights.h - model tensors in HDF5, in the `/model` layout of docs/design.md section 6:
+ * weights.h - model tensors in HDF5, in the `/model` layout of docs/checkpoints.md:
  * one float32 dataset per tensor, `/model/<index>.weight`, `/model/<index>.bias`, ... with
  * PyTorch's names and shapes for nn.Sequential (Linear (out, in); Conv2d (out, in, kh, kw);
  * batchnorm running_mean, running_var and a scalar int64 num_batches_tracked), so that

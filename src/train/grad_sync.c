@@ -1,4 +1,4 @@
-/* ddp.c - buckets, overlap and averaging. See ddp.h. */
+/* grad_sync.c - buckets, overlap and averaging. See grad_sync.h. */
 #include "train/grad_sync.h"
 
 #include <stdlib.h>

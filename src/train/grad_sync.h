@@ -1,5 +1,5 @@
 /*
- * ddp.h - the "DDP" of ddptrain: gradient buckets, all-reduce overlapped with backward,
+ * grad_sync.h - the "DDP" of ddptrain: gradient buckets, all-reduce overlapped with backward,
  * averaging, rank-0 broadcast of the initial state and the model fingerprint check.
  *
  * Buckets are contiguous slices of the flat gradient buffer (model.h lays parameters out in

@@ -1,5 +1,5 @@
 /*
- * metrics.h - `<output>/metrics.jsonl`, one JSON object a line (docs/design.md section 7):
+ * metrics.h - `<output>/metrics.jsonl`, one JSON object a line (docs/training.md, Outputs):
  *   {"kind":"train","epoch":E,"step":S,"loss":L,"lr":R,"samples_per_s":X}
  *     (+ "allreduce_frac":F,"busbw_gbs":B with several ranks: comm_frac >= 0)
  *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}

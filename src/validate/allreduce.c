@@ -1,5 +1,5 @@
 /*
- * validate_allreduce.c - the all-reduce sweep of `ddptrain validate`: in-place f32 sums
+ * allreduce.c - the all-reduce sweep of `ddptrain validate`: in-place f32 sums
  * through the comm layer over sizes from min_bytes to max_bytes (factor 2), every element of
  * every checked result compared with the exact value, timed as nccl-tests times. See
  * validate.h.

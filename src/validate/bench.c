@@ -1,5 +1,5 @@
 /*
- * validate_bench.c - the per-rank rates of `ddptrain validate`: a square f32 GEMM through the
+ * bench.c - the per-rank rates of `ddptrain validate`: a square f32 GEMM through the
  * backend (cblas_sgemm on the CPU) and STREAM's triad on the rank's threads. See validate.h.
  *
  * Dimension letters: N the GEMM side, n the elements of one triad array, T threads.

@@ -1,5 +1,5 @@
 /*
- * validate_golden.c - the golden training run of `ddptrain validate` and its reference files.
+ * golden.c - the golden training run of `ddptrain validate` and its reference files.
  * See validate.h for what is checked; docs/validate.md for the file format.
  *
  * Dimension letters: B per-rank batch, W world size, S steps, K classes, D = C*H*W features.

@@ -1,12 +1,12 @@
 /*
- * validate.c - `ddptrain validate`: the command line, settings, fault hooks, the order of the
+ * validate.c - `ddptrain validate`: settings, fault hooks, the order of the
  * checks, and rank 0's judgement, tables and JSON report. See validate.h for the checks and
  * docs/validate.md for the user's version.
  *
  * Every rank measures itself and sends its numbers to everybody (allgather); rank 0 judges,
  * attributes each failure to a rank and its host, prints, and broadcasts the exit code so that
- * every rank returns the same one. The measurements live in validate_bench.c,
- * validate_allreduce.c and validate_golden.c.
+ * every rank returns the same one. The measurements live in bench.c, allreduce.c and
+ * golden.c (this directory); the command line in cli/validate.c.
  */
 #include <ctype.h>
 #include <errno.h>

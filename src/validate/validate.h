@@ -132,7 +132,7 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
 int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_validate_fault_kind k,
                             int rank);
 
-/* ---- measurements (validate_bench.c) ------------------------------------------------------ */
+/* ---- measurements (bench.c) ------------------------------------------------------ */
 
 /* GFLOP/s of a square N GEMM through be->linear_fwd; GB/s of the triad over three arrays of
  * mib MiB each on threads threads (-1 when an element of the result is wrong: memory that
@@ -146,7 +146,7 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double s
 double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
                           void (*sync)(void *), void *sync_ctx);
 
-/* ---- the all-reduce sweep (validate_allreduce.c) ------------------------------------------ */
+/* ---- the all-reduce sweep (allreduce.c) ------------------------------------------ */
 
 struct ddp_validate_ar_row {
     int64_t bytes, count;  /* count f32 elements */
@@ -172,7 +172,7 @@ struct ddp_validate_ar_opts {
 int ddp_validate_allreduce_sweep(ddp_comm *c, const struct ddp_validate_ar_opts *o,
                                  struct ddp_validate_ar_row *rows);
 
-/* ---- the golden run (validate_golden.c) --------------------------------------------------- */
+/* ---- the golden run (golden.c) --------------------------------------------------- */
 
 /* What the golden run is; written into references, which must match it. */
 #define DDP_VALIDATE_GOLDEN_SPEC                                                             \
