@@ -89,6 +89,21 @@ int ddp_cmd_hostlist(int argc, char **argv)
     return DDP_EXIT_OK;
 }
 
+/* This process's world, with its identity set for log lines and any warning printed.
+ * Returns 0, or -1 with the reason printed (exit DDP_EXIT_LAUNCH). */
+static int detect_world(struct ddp_world *w)
+{
+    char err[DDP_ERR_LEN];
+    if (ddp_world_detect(w, NULL, NULL, 0, err, sizeof err) < 0) {
+        ddp_warn("%s", err);
+        return -1;
+    }
+    ddp_log_set_identity(w->host, w->rank, w->world_size);
+    if (w->warning[0])
+        ddp_warn("warning: %s", w->warning);
+    return 0;
+}
+
 int ddp_cmd_env(int argc, char **argv)
 {
     if (argc == 2 && is_help(argv[1])) {
@@ -102,13 +117,8 @@ int ddp_cmd_env(int argc, char **argv)
     }
     struct ddp_world w;
     char err[DDP_ERR_LEN];
-    if (ddp_world_detect(&w, NULL, NULL, 0, err, sizeof err) < 0) {
-        ddp_warn("%s", err);
+    if (detect_world(&w) != 0)
         return DDP_EXIT_LAUNCH;
-    }
-    ddp_log_set_identity(w.host, w.rank, w.world_size);
-    if (w.warning[0])
-        ddp_warn("warning: %s", w.warning);
 
     /* GPU binding: the driver's device count comes from DDP_TEST_FAKE_GPUS=N (tests: N devices
      * on this node), else from the CUDA backend where one is built (-1 without a usable
@@ -199,13 +209,8 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
     }
 
     struct ddp_world w;
-    if (ddp_world_detect(&w, NULL, NULL, 0, err, sizeof err) < 0) {
-        ddp_warn("%s", err);
+    if (detect_world(&w) != 0)
         return DDP_EXIT_LAUNCH;
-    }
-    ddp_log_set_identity(w.host, w.rank, w.world_size);
-    if (w.warning[0])
-        ddp_warn("warning: %s", w.warning);
 
     /* The MPI way needs the communicator; auto uses it when MPI launched us (as training
      * would have one by then) and PMI2 is not live. */

@@ -398,6 +398,11 @@ void ddp_comm_destroy(ddp_comm *c)
 }
 
 const char *ddp_comm_name(const ddp_comm *c) { return c->ops->name; }
+
+double ddp_comm_busbw_factor(int world_size)
+{
+    return world_size > 1 ? 2.0 * (world_size - 1) / world_size : 0.0;
+}
 int ddp_comm_rank(const ddp_comm *c) { return c->rank; }
 int ddp_comm_size(const ddp_comm *c) { return c->size; }
 

@@ -89,6 +89,10 @@ void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes)
 void ddp_comm_set_peer_probe(ddp_comm *c, void (*probe)(void *ctx, char *buf, size_t len),
                              void *ctx);
 
+/* The bus bandwidth factor of an all-reduce among world_size ranks, 2 (W - 1) / W, as
+ * nccl-tests define it: busbw = bytes x factor / time. 0 for one rank. */
+double ddp_comm_busbw_factor(int world_size);
+
 /* Tear the job down from this rank so no peer waits: MPI_Abort or equivalent, then exit. */
 void ddp_comm_abort(ddp_comm *c, int code) __attribute__((noreturn));
 

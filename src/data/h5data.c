@@ -665,6 +665,17 @@ int ddp_h5split_shape(const ddp_h5split *s, int64_t dims[3])
     return s->rank;
 }
 
+const char *ddp_h5split_shape_text(const ddp_h5split *s, char *buf, size_t len)
+{
+    int64_t d[3];
+    if (ddp_h5split_shape(s, d) == 1)
+        snprintf(buf, len, "(%lld)", (long long)d[0]);
+    else
+        snprintf(buf, len, "(%lld, %lld, %lld)", (long long)d[0], (long long)d[1],
+                 (long long)d[2]);
+    return buf;
+}
+
 int64_t ddp_h5split_sample_elems(const ddp_h5split *s) { return s->elems; }
 enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s) { return s->dtype; }
 int ddp_h5split_classes(const ddp_h5split *s) { return s->classes; }

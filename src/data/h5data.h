@@ -71,6 +71,8 @@ void ddp_h5split_close(ddp_h5split *s); /* accepts NULL */
 int64_t ddp_h5split_count(const ddp_h5split *s); /* N */
 /* Sample shape without N: returns 1 with dims[0]=D for (N,D), or 3 with dims = C,H,W. */
 int ddp_h5split_shape(const ddp_h5split *s, int64_t dims[3]);
+/* The sample shape as text for messages, "(D)" or "(C, H, W)"; returns buf. */
+const char *ddp_h5split_shape_text(const ddp_h5split *s, char *buf, size_t len);
 int64_t ddp_h5split_sample_elems(const ddp_h5split *s); /* D or C*H*W */
 enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s);
 /* The group's `classes` attribute, or 0 when the group has none (or it is not an integer). */

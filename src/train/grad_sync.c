@@ -132,7 +132,7 @@ void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs)
 {
     const int W = s->world_size;
     *comm_s = s->comm_s;
-    *busbw_gbs = s->comm_s > 0 ? s->comm_floats * sizeof(float) * 2.0 * (W - 1) / W /
+    *busbw_gbs = s->comm_s > 0 ? s->comm_floats * sizeof(float) * ddp_comm_busbw_factor(W) /
                                      s->comm_s / 1e9
                                : 0;
     s->comm_s = s->comm_floats = 0;

@@ -144,15 +144,10 @@ static int build_model(struct trainer *t, char *err, size_t errlen)
     int nd = ddp_h5split_shape(t->train, dims);
     if (ddp_model_create(&t->model, t->be, job->layers, nd, dims, (int)job->batch_size, why,
                          sizeof why) != 0) {
-        char shape[64];
-        if (nd == 1)
-            snprintf(shape, sizeof shape, "(%lld)", (long long)dims[0]);
-        else
-            snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)dims[0],
-                     (long long)dims[1], (long long)dims[2]);
+        char shape[96];
         ddp_err(err, errlen, "%s: %s (samples of %s are %s)",
                 ddp_job_where(job, "model", "layers", where, sizeof where), why, job->data_file,
-                shape);
+                ddp_h5split_shape_text(t->train, shape, sizeof shape));
         return DDP_EXIT_USAGE;
     }
     int K = t->model.classes;
@@ -860,19 +855,13 @@ static void log_banner(struct trainer *t)
     struct ddp_model *m = &t->model;
     char desc[2048];
     ddp_model_describe(m, desc, sizeof desc);
-    int64_t dims[3];
-    int nd = ddp_h5split_shape(t->train, dims);
     ddp_log("ddptrain %s: job %s (%s), %d rank%s, launcher %s, comm %s, device %s, %d "
             "thread%s per rank",
             DDP_VERSION, job->name, job->path, w->world_size, w->world_size > 1 ? "s" : "",
             ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->device, t->threads,
             t->threads > 1 ? "s" : "");
     char shape[96];
-    if (nd == 1)
-        snprintf(shape, sizeof shape, "(%lld)", (long long)dims[0]);
-    else
-        snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)dims[0],
-                 (long long)dims[1], (long long)dims[2]);
+    ddp_h5split_shape_text(t->train, shape, sizeof shape);
     ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",
             job->data_file, job->data_train, (long long)ddp_h5split_count(t->train), shape,
             job->data_test[0] ? job->data_test : "-",

@@ -82,7 +82,7 @@ int ddp_validate_allreduce_sweep(ddp_comm *c, const struct ddp_validate_ar_opts 
 {
     const int W = ddp_comm_size(c), rank = ddp_comm_rank(c);
     const float w = weight_of(rank, W), S = (float)weight_sum(W);
-    const double busf = W > 1 ? 2.0 * (W - 1) / W : 0.0;
+    const double busf = ddp_comm_busbw_factor(W);
     int64_t lo = o->min_bytes < 4 ? 4 : o->min_bytes;
     int64_t hi = o->max_bytes < lo ? lo : o->max_bytes;
     if (hi > DDP_VALIDATE_MAX_BYTES)

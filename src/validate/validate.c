@@ -951,7 +951,7 @@ static void json_allreduce(FILE *f, const struct report *rep, const struct run_f
     fprintf(f, "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
                "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
                "\"rows\": [",
-            W, W > 1 ? 2.0 * (W - 1) / W : 0.0, ar_bad ? "FAIL" : "PASS");
+            W, ddp_comm_busbw_factor(W), ar_bad ? "FAIL" : "PASS");
     for (int s = 0; s < rf->nsizes; s++) {
         int64_t wrong = 0;
         for (int r = 0; r < W; r++)
