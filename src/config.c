@@ -40,6 +40,10 @@ static const struct key_def g_keys[] = {
     {"job", "output", T_STR, F(output), "runs/ddptrain", 0, 0, NULL,
      "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes and locks "
      "it); Slurm's %j %A %a %x %u %N %% expand (docs/checkpoints.md, The output directory)"},
+    {"job", "report", T_BOOL, F(report), "true", 0, 0, NULL,
+     "rank 0 writes report.html (curves, job, machine; docs/report.md) at the end of the run"},
+    {"job", "tensorboard", T_BOOL, F(tensorboard), "false", 0, 0, NULL,
+     "also write the metrics as TensorBoard event files under tb/ (docs/report.md)"},
 
     {"data", "file", T_STR, F(data_file), "datasets/fashion-mnist.h5", 0, 0, NULL,
      "HDF5 dataset (docs/data.md); relative paths are taken from the working directory"},
