@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "suggest.h"
 #include "util.h"
 
 /* ---- parsing ---------------------------------------------------------------------------- */
@@ -96,8 +97,16 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
     for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
         if (strcmp(name, kind_name((enum ddp_layer_kind)k)) == 0)
             kind = k;
-    if (kind < 0)
-        return ddp_err(err, errlen, "layer %d '%s': unknown layer; %s", pos, orig, usage);
+    if (kind < 0) {
+        const char *names[DDP_LAYER_BATCHNORM + 1];
+        for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
+            names[k] = kind_name((enum ddp_layer_kind)k);
+        const char *near = ddp_suggest(name, names, DDP_LAYER_BATCHNORM + 1);
+        char hint[48] = "";
+        if (near)
+            snprintf(hint, sizeof hint, " did you mean '%s'?", near);
+        return ddp_err(err, errlen, "layer %d '%s': unknown layer;%s %s", pos, orig, hint, usage);
+    }
     spec->kind = (enum ddp_layer_kind)kind;
     spec->stride = 1;
 
