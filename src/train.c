@@ -802,6 +802,31 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     return 0;
 }
 
+/* `ddptrain check`: setup is done; print what it found. */
+static int check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, double t_setup)
+{
+    struct ddp_check_facts cf = {&t->job, &t->world, t->device, ddp_comm_name(t->comm),
+                                 t->threads, t->sync.nbuckets, &t->model,
+                                 ddp_h5split_count(t->train),
+                                 t->test ? ddp_h5split_count(t->test) : 0, t->steps_per_epoch,
+                                 start, t->resumed, ddp_now() - t_setup};
+    return ddp_check_print(&cf);
+}
+
+/* Rank 0, after training ended with rc: report.html ([job] report), a warning if it fails. */
+static void write_report(struct trainer *t, int rc)
+{
+    char err[DDP_ERR_LEN + DDP_PATH_MAX];
+    if (t->world.rank != 0 || !t->job.report || (rc != 0 && rc != DDP_EXIT_REQUEUE))
+        return;
+    ddp_metrics_close(&t->metrics); /* the report reads every line */
+    const char *dirs[1] = {t->job.output};
+    if (ddp_report_write(dirs, 1, err, sizeof err) == 0)
+        ddp_log("report: %s/report.html", t->job.output);
+    else
+        ddp_warn("warning: no report.html: %s", err);
+}
+
 static ddp_comm *g_comm; /* for the die hook */
 
 /* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
@@ -1064,12 +1089,7 @@ int ddp_cmd_train(int argc, char **argv)
         goto done;
     }
     if (t->args.mode == DDP_RUN_CHECK) {
-        struct ddp_check_facts cf = {job, w, t->device, ddp_comm_name(t->comm), t->threads,
-                                     t->sync.nbuckets, m, ddp_h5split_count(t->train),
-                                     t->test ? ddp_h5split_count(t->test) : 0,
-                                     t->steps_per_epoch, &start, t->resumed,
-                                     ddp_now() - t_setup};
-        rc = ddp_check_print(&cf);
+        rc = check_summary(t, &start, t_setup);
         goto done;
     }
     rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
@@ -1111,14 +1131,7 @@ int ddp_cmd_train(int argc, char **argv)
         ddp_job_log_lines(job, log_line);
     ddp_log("setup took %.3fs", ddp_now() - t_setup);
     rc = train_loop(t, &start);
-    if (w->rank == 0 && job->report && (rc == 0 || rc == DDP_EXIT_REQUEUE)) {
-        ddp_metrics_close(&t->metrics); /* the report reads every line */
-        const char *dirs[1] = {job->output};
-        if (ddp_report_write(dirs, 1, err, sizeof err) == 0)
-            ddp_log("report: %s/report.html", job->output);
-        else
-            ddp_warn("warning: no report.html: %s", err);
-    }
+    write_report(t, rc);
 
 done:
     ddp_loader_destroy(t->train_loader);

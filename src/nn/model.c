@@ -54,6 +54,20 @@ static char *trim(char *s)
     return s;
 }
 
+/* " did you mean 'linear'?" for an unknown layer name, or "". */
+static const char *near_layer(const char *name)
+{
+    static char hint[48];
+    const char *names[DDP_LAYER_BATCHNORM + 1];
+    for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
+        names[k] = kind_name((enum ddp_layer_kind)k);
+    const char *near = ddp_suggest(name, names, DDP_LAYER_BATCHNORM + 1);
+    hint[0] = '\0';
+    if (near)
+        snprintf(hint, sizeof hint, " did you mean '%s'?", near);
+    return hint;
+}
+
 /* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
  * LAYER_ARG_MAX, which the message names. */
 static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, int pos,
@@ -97,16 +111,9 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
     for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
         if (strcmp(name, kind_name((enum ddp_layer_kind)k)) == 0)
             kind = k;
-    if (kind < 0) {
-        const char *names[DDP_LAYER_BATCHNORM + 1];
-        for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
-            names[k] = kind_name((enum ddp_layer_kind)k);
-        const char *near = ddp_suggest(name, names, DDP_LAYER_BATCHNORM + 1);
-        char hint[48] = "";
-        if (near)
-            snprintf(hint, sizeof hint, " did you mean '%s'?", near);
-        return ddp_err(err, errlen, "layer %d '%s': unknown layer;%s %s", pos, orig, hint, usage);
-    }
+    if (kind < 0)
+        return ddp_err(err, errlen, "layer %d '%s': unknown layer;%s %s", pos, orig,
+                       near_layer(name), usage);
     spec->kind = (enum ddp_layer_kind)kind;
     spec->stride = 1;
 
