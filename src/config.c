@@ -153,7 +153,8 @@ static const char *hint_section(const char *section, char *out, size_t len)
 {
     const char *cands[NKEYS];
     for (int i = 0; i < NKEYS; i++)
-        cands[i] = i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL : g_keys[i].section;
+        cands[i] = i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL
+                                                                          : g_keys[i].section;
     const char *near = ddp_suggest(section, cands, NKEYS);
     if (near)
         snprintf(out, len, " did you mean [%s]?", near);

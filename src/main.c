@@ -86,7 +86,8 @@ int main(int argc, char **argv)
     H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
     if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
-        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") && strcmp(argv[1], "report") && argv[1][0] != '-')
+        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") &&
+        strcmp(argv[1], "report") && argv[1][0] != '-')
         ddp_train_catch_early_signals();
     if (argc < 2) {
         print_help(stderr);

@@ -23,7 +23,8 @@ if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
 fi
 log=$(mktemp)
 if /usr/bin/python3 -m venv --system-site-packages "$venv" >"$log" 2>&1 &&
-    timeout 900 "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req" >>"$log" 2>&1; then
+    timeout 900 "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
+        >>"$log" 2>&1; then
     cp "$req" "$stamp"
     rm -f "$log"
     echo "$venv/bin/python"

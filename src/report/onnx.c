@@ -58,7 +58,10 @@ static void attr_ints(struct ddp_pb *node, const char *name, const int64_t *v, i
 /* ---- one row per layer kind: operator, attributes, tensors taken after the input ---- */
 static void attrs_flatten(struct ddp_pb *n, const struct ddp_layer *l) { attr_int(n, "axis", 1); }
 static void attrs_linear(struct ddp_pb *n, const struct ddp_layer *l) { attr_int(n, "transB", 1); }
-static void attrs_bn(struct ddp_pb *n, const struct ddp_layer *l) { attr_float(n, "epsilon", 1e-5f); }
+static void attrs_bn(struct ddp_pb *n, const struct ddp_layer *l)
+{
+    attr_float(n, "epsilon", 1e-5f); /* BN_EPS of nn/model.c */
+}
 static void attrs_conv(struct ddp_pb *n, const struct ddp_layer *l)
 {
     int64_t k[2] = {l->spec.k, l->spec.k}, s[2] = {l->spec.stride, l->spec.stride};

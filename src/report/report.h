@@ -23,7 +23,8 @@
 /* Write the report of n run directories to out (NULL: dirs[0]/report.html). */
 int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err,
                         size_t errlen);
-#define ddp_report_write(dirs, n, err, errlen) ddp_report_write_to((dirs), (n), NULL, (err), (errlen))
+#define ddp_report_write(dirs, n, err, errlen) \
+    ddp_report_write_to((dirs), (n), NULL, (err), (errlen))
 /* A `validate --json` file as an HTML node table into out. */
 int ddp_report_validate(const char *json_path, const char *out, char *err, size_t errlen);
 /* `ddptrain report ...`; returns the exit code. */

@@ -87,7 +87,8 @@ def main():
         for s in c["series"]:
             checked += check_series(c, s, recs, errors)
         m = c["map"]
-        px = lambda step: m["left"] + (step - m["x0"]) / (m["x1"] - m["x0"]) * (m["right"] - m["left"])
+        def px(step):
+            return m["left"] + (step - m["x0"]) / (m["x1"] - m["x0"]) * (m["right"] - m["left"])
         for cls, step in (("stop", stop[0]["step"]), ("resume", starts[1]["step"])):
             if not any(k == cls and abs(x - px(step)) < 0.1 for k, x in c["markers"]):
                 errors.append(f"{c['title']}: no {cls} marker at step {step}")
