@@ -3,7 +3,8 @@
 resumed, rank 0 writes report.html at the end; every <polyline> of every chart, mapped back
 through the chart's axes, must equal the records of metrics.jsonl in order (to the SVG's
 0.001 px), the preemption and the resume must be marked at their steps, the page must hold no
-script and fetch nothing, and `ddptrain report A B` must overlay a second run (data-run=1)."""
+script and fetch nothing, `ddptrain report A B` must overlay a second run (data-run=1), and
+`ddptrain report V.json` must render `validate --json` as a node and rank table."""
 import os
 import re
 import sys
@@ -103,7 +104,20 @@ def main():
     for c in sweep:
         for s in c["series"]:
             checked += check_series(c, s, recs, errors)
-    for e in errors[:20]:
+    # `validate --json` through the same command: one row per node and per rank
+    v = seelib.run(["validate", "--quick", "--json", "v.json"], tmp, check=False)
+    if v.returncode in (0, 1):
+        seelib.run(["report", "v.json"], tmp)
+        page = open(os.path.join(tmp, "v.html")).read()
+        vj = __import__("json").load(open(os.path.join(tmp, "v.json")))
+        for r in vj["ranks"]:
+            if f"<td>{r['rank']}</td><td>{r['host']}</td>" not in page:
+                errors.append(f"v.html lacks the row of rank {r['rank']}")
+        if "<h2>nodes</h2>" not in page or vj["nodes"][0]["host"] not in page:
+            errors.append("v.html has no node table")
+    else:
+        errors.append(f"ddptrain validate --quick exited {v.returncode}")
+
         print("FAIL:", e)
     print(f"report-svg: {checked} points checked against metrics.jsonl, {len(errors)} errors")
     return 1 if errors or checked < 100 else 0
