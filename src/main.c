@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "config.h"
 #include "launch/launcher.h"
+#include "report/report.h"
 #include "validate.h"
 #include "train.h"
 #include "util.h"
@@ -38,6 +39,11 @@ static void print_help(FILE *f)
             "  ddptrain data ...                                import or synthesise HDF5 datasets\n"
             "  ddptrain validate [--quick] [--json FILE]        node validation for admins\n"
             "  ddptrain launch --nproc-per-node N JOB.ini ...   start N local ranks (torchrun-like)\n"
+            "  ddptrain check JOB.ini [--set ...]               everything before the first step\n"
+            "  ddptrain report RUN_DIR [RUN_DIR...]             RUN_DIR/report.html: the curves\n"
+            "  ddptrain export JOB.ini --checkpoint F --onnx O  the model as ONNX\n"
+            "  ddptrain predict JOB.ini --checkpoint F --input X.h5 --output Y.h5\n"
+            "                                                   logits of X's samples into Y.h5\n"
             "  ddptrain --version                               version and backends built in\n"
             "  ddptrain --job-reference                         every job-file key (Markdown)\n\n"
             "Run several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: README.md, "
@@ -80,7 +86,8 @@ int main(int argc, char **argv)
     H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* we report HDF5 failures ourselves, in one line */
     if (argc > 1 && strcmp(argv[1], "env") && strcmp(argv[1], "hostlist") &&
-        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") && argv[1][0] != '-')
+        strcmp(argv[1], "data") && strcmp(argv[1], "launch") && strcmp(argv[1], "validate") &&
+        strcmp(argv[1], "report") && argv[1][0] != '-')
         ddp_train_catch_early_signals();
     if (argc < 2) {
         print_help(stderr);
@@ -97,8 +104,11 @@ int main(int argc, char **argv)
         ddp_job_write_reference(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train") || !strcmp(cmd, "eval"))
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "check") ||
+        !strcmp(cmd, "export") || !strcmp(cmd, "predict"))
         return ddp_cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return ddp_cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "env"))
         return ddp_cmd_env(argc - 1, argv + 1);
     if (!strcmp(cmd, "hostlist"))

@@ -37,6 +37,9 @@
 #include "optim.h"
 #include "outdir.h"
 #include "jobdiff.h"
+#include "cli/check.h"
+#include "cli/run_args.h"
+#include "report/report.h"
 #include "util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
@@ -62,7 +65,8 @@ struct trainer {
     struct ddp_optim optim;
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
-    const char *eval_only; /* `ddptrain eval`: the checkpoint or weights file to evaluate */
+    const char *eval_only; /* eval, export, predict: the checkpoint or weights file */
+    struct ddp_run_args args; /* check, export, predict (cli/run_args.h) */
     ddp_liveness *liveness; /* names dead peers when a collective fails */
     ddp_comm *boot_comm;    /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
     char device[160];       /* "cpu" or "cuda:N (name)" */
@@ -77,6 +81,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
                "       ddptrain eval JOB.ini --checkpoint PATH [--set ...]\n"
+               "       ddptrain check JOB.ini [--set ...]\n"
+               "       ddptrain export JOB.ini --checkpoint PATH --onnx OUT.onnx [--set ...]\n"
+               "       ddptrain predict JOB.ini --checkpoint PATH --input X.h5 --output Y.h5 "
+               "[--group G]\n"
                "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n"
                "  PATH     a checkpoint or model.h5: its /model weights are evaluated on the\n"
                "           job's test split, on any number of ranks\n");
@@ -197,9 +205,14 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
     if (t->world.rank != 0 || t->eval_only)
         return 0;
     char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN];
-    t->lock_fd = ddp_outdir_lock(t->job.output, why, sizeof why);
-    if (t->lock_fd >= 0)
-        return 0;
+    if (t->args.mode == DDP_RUN_CHECK) { /* what the lock would say, touching nothing */
+        if (ddp_outdir_probe(t->job.output, why, sizeof why) == 0)
+            return 0;
+    } else {
+        t->lock_fd = ddp_outdir_lock(t->job.output, why, sizeof why);
+        if (t->lock_fd >= 0)
+            return 0;
+    }
     ddp_err(err, errlen, "%s: %s", ddp_job_where(&t->job, "job", "output", where, sizeof where),
             why);
     return DDP_EXIT_USAGE;
@@ -229,7 +242,7 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     }
     char path[DDP_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
-    if (ddp_metrics_open(&t->metrics, path, t->resumed, err, errlen) != 0)
+    if (ddp_metrics_open(&t->metrics, path, t->resumed, job->tensorboard, err, errlen) != 0)
         return DDP_EXIT_USAGE;
     return 0;
 }
@@ -528,6 +541,45 @@ static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noi
                idx ? (long long)idx[0] : -1LL, why);
 }
 
+/* Rank 0: a "start" (what ran where, for report.html) or "stop" (the signal) record. */
+static void log_event(struct trainer *t, const char *kind, int64_t epoch, int64_t step,
+                      const char *signal)
+{
+    if (t->world.rank != 0)
+        return;
+    char m[4096], h[256];
+    int n = snprintf(m, sizeof m, "\"epoch\":%lld,\"step\":%lld,\"time\":%.3f",
+                     (long long)epoch, (long long)step, ddp_wall_time());
+    if (signal) {
+        snprintf(m + n, sizeof m - (size_t)n, ",\"signal\":\"%s\"", signal);
+    } else {
+        const struct ddp_world *w = &t->world;
+        n += snprintf(m + n, sizeof m - (size_t)n,
+                      ",\"version\":\"%s\",\"world_size\":%d,\"launcher\":\"%s\",\"comm\":"
+                      "\"%s\",\"device\":\"%s\",\"threads\":%d,\"resumed\":%s,\"hosts\":[",
+                      DDP_VERSION, w->world_size, ddp_launcher_name(w->launcher),
+                      ddp_comm_name(t->comm), ddp_json_str(t->device, h, sizeof h), t->threads,
+                      t->resumed ? "true" : "false");
+        for (int r = 0; r < w->world_size && n < (int)sizeof m - 300; r++)
+            n += snprintf(m + n, sizeof m - (size_t)n, "%s\"%s\"", r ? "," : "",
+                          ddp_json_str(host_of(t, r), h, sizeof h));
+        snprintf(m + n, sizeof m - (size_t)n, "]");
+    }
+    ddp_metrics_line(&t->metrics, kind, m);
+}
+
+/* Every rank's compute seconds per step over the last log interval (busy s over steps):
+ * the fastest and the slowest rank's into r. Collective. */
+static void step_spread(struct trainer *t, double busy_s, int64_t steps, 
+                        struct ddp_train_record *r)
+{
+    double per = steps > 0 ? busy_s / (double)steps : 0;
+    double mm[2] = {per, -per};
+    ddp_comm_allreduce_max(t->comm, mm, 2, DDP_F64);
+    r->step_s_max = mm[0];
+    r->step_s_min = -mm[1];
+}
+
 static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 {
     const struct ddp_job *job = &t->job;
@@ -550,8 +602,9 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     }
 
     double t0 = ddp_now(), t_log = t0, last_loss = NAN, last_acc = NAN;
-    double loss_acc[2] = {0, 0}; /* local loss sum, local samples since the last log */
+    double loss_acc[3] = {0, 0, 0}; /* local loss sum, samples, correct since the last log */
     int64_t step = start->step, first_step = start->step, samples_since_log = 0;
+    int64_t log_first = start->step; /* the step of the last log line */
     int64_t epoch = start->epoch, cursor = start->cursor;
     int64_t last_saved = -1;
     int stopped = 0;
@@ -591,12 +644,14 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                              ((uint64_t)step << 20) ^ (uint64_t)rank;
             t->be->zero(m->grads, m->nparams);
             const float *logits = ddp_model_forward(m, x, n, 1, noise);
-            double loss = t->be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
+            int64_t correct = 0; /* counted by the loss kernel during forward: free */
+            double loss = t->be->xent(ddp_model_dlogits(m), &correct, logits, y, n, m->classes,
                                       1.0f / (float)n);
             if (!isfinite(loss))
                 die_nonfinite(t, x, n, noise, step + 1, loss);
             loss_acc[0] += loss;
             loss_acc[1] += n;
+            loss_acc[2] += (double)correct;
             ddp_sync_begin(&t->sync);
             ddp_model_backward(m, x, n, ddp_sync_layer_done, &t->sync);
             ddp_sync_finish(&t->sync);
@@ -612,8 +667,8 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 }
             }
             if (step % job->log_every == 0 || step == total_steps) {
-                double red[2] = {loss_acc[0], loss_acc[1]};
-                ddp_comm_allreduce(t->comm, red, 2, DDP_F64);
+                double red[3] = {loss_acc[0], loss_acc[1], loss_acc[2]};
+                ddp_comm_allreduce(t->comm, red, 3, DDP_F64);
                 double now = ddp_now();
                 double mean = red[0] / red[1];
                 double sps = (double)samples_since_log / (now - t_log);
@@ -621,6 +676,10 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 double comm_s, busbw;
                 ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
                 double comm_frac = W > 1 ? comm_s / (now - t_log) : -1;
+                struct ddp_train_record rec = {epoch + 1, step, mean, red[2] / red[1], lr, sps,
+                                               comm_frac, busbw, -1, -1};
+                if (W > 1) /* per-rank spread of the time not spent waiting on all-reduce */
+                    step_spread(t, now - t_log - comm_s, step - log_first, &rec);
                 char comm[64] = "";
                 if (W > 1)
                     snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s",
@@ -631,9 +690,9 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                         "elapsed %s left %s",
                         (long long)epoch + 1, (long long)job->epochs, (long long)step,
                         (long long)total_steps, mean, lr, sps, comm, el, left);
-                ddp_metrics_train(&t->metrics, epoch + 1, step, mean, lr, sps, comm_frac,
-                                  busbw);
-                loss_acc[0] = loss_acc[1] = 0;
+                ddp_metrics_train(&t->metrics, &rec);
+                loss_acc[0] = loss_acc[1] = loss_acc[2] = 0;
+                log_first = step;
                 samples_since_log = 0;
                 t_log = ddp_now();
                 if (!isfinite(mean))
@@ -674,6 +733,7 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 last_saved = step;
             }
             if (stop) {
+                log_event(t, "stop", epoch + 1, step, signal_name((int)stop));
                 ddp_log("stopped by signal %d (SIG%s) at step %lld after saving a checkpoint; "
                         "exit 75: the job resumes from it when it is requeued or run again",
                         (int)stop, signal_name((int)stop), (long long)step);
@@ -742,6 +802,31 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     return 0;
 }
 
+/* `ddptrain check`: setup is done; print what it found. */
+static int check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, double t_setup)
+{
+    struct ddp_check_facts cf = {&t->job, &t->world, t->device, ddp_comm_name(t->comm),
+                                 t->threads, t->sync.nbuckets, &t->model,
+                                 ddp_h5split_count(t->train),
+                                 t->test ? ddp_h5split_count(t->test) : 0, t->steps_per_epoch,
+                                 start, t->resumed, ddp_now() - t_setup};
+    return ddp_check_print(&cf);
+}
+
+/* Rank 0, after training ended with rc: report.html ([job] report), a warning if it fails. */
+static void write_report(struct trainer *t, int rc)
+{
+    char err[DDP_ERR_LEN + DDP_PATH_MAX];
+    if (t->world.rank != 0 || !t->job.report || (rc != 0 && rc != DDP_EXIT_REQUEUE))
+        return;
+    ddp_metrics_close(&t->metrics); /* the report reads every line */
+    const char *dirs[1] = {t->job.output};
+    if (ddp_report_write(dirs, 1, err, sizeof err) == 0)
+        ddp_log("report: %s/report.html", t->job.output);
+    else
+        ddp_warn("warning: no report.html: %s", err);
+}
+
 static ddp_comm *g_comm; /* for the die hook */
 
 /* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
@@ -788,12 +873,9 @@ int ddp_cmd_train(int argc, char **argv)
             a = argv[++i];
         } else if (strncmp(a, "--set=", 6) == 0) {
             a += 6;
-        } else if (strcmp(a, "--checkpoint") == 0 && strcmp(argv[0], "eval") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ddptrain: --checkpoint needs a path\n");
+        } else if (a[0] == '-' && ddp_run_args_option(&t->args, argc, argv, &i)) {
+            if (t->args.bad)
                 return DDP_EXIT_USAGE;
-            }
-            t->eval_only = argv[++i];
             continue;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -816,11 +898,11 @@ int ddp_cmd_train(int argc, char **argv)
         }
         sets[nsets++] = a;
     }
-    if (strcmp(argv[0], "eval") == 0 && !t->eval_only) {
-        fprintf(stderr, "ddptrain: eval needs --checkpoint PATH\n");
+    if (ddp_run_args_check(&t->args, argv[0]) != 0) {
         usage(stderr);
         return DDP_EXIT_USAGE;
     }
+    t->eval_only = t->args.checkpoint;
     if (!job_path) {
         fprintf(stderr, "ddptrain: no job file given\n");
         usage(stderr);
@@ -840,7 +922,7 @@ int ddp_cmd_train(int argc, char **argv)
         ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
-    if (t->eval_only && !t->job.data_test[0]) {
+    if (t->args.mode == DDP_RUN_EVAL && !t->job.data_test[0]) {
         fprintf(stderr, "ddptrain: eval: [data] test is empty; name the test split to evaluate\n");
         return DDP_EXIT_USAGE;
     }
@@ -972,6 +1054,10 @@ int ddp_cmd_train(int argc, char **argv)
         m->sync_sums = sync_sums;
         m->sync_ctx = t->comm;
     }
+    if (t->args.mode == DDP_RUN_EXPORT || t->args.mode == DDP_RUN_PREDICT) {
+        rc = ddp_run_args_finish(&t->args, &t->model, job, err, sizeof err);
+        goto done;
+    }
     if (t->eval_only) {
         ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
                               w->rank);
@@ -1002,9 +1088,14 @@ int ddp_cmd_train(int argc, char **argv)
         rc = DDP_EXIT_USAGE;
         goto done;
     }
+    if (t->args.mode == DDP_RUN_CHECK) {
+        rc = check_summary(t, &start, t_setup);
+        goto done;
+    }
     rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
     if (rc)
         goto done;
+    log_event(t, "start", start.epoch + 1, start.step, NULL);
     t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
     if (t->test) {
         ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
@@ -1040,6 +1131,7 @@ int ddp_cmd_train(int argc, char **argv)
         ddp_job_log_lines(job, log_line);
     ddp_log("setup took %.3fs", ddp_now() - t_setup);
     rc = train_loop(t, &start);
+    write_report(t, rc);
 
 done:
     ddp_loader_destroy(t->train_loader);
