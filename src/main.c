@@ -10,6 +10,7 @@
 
 #include "ddp_build.h"
 #include "cli/cli.h"
+#include "report/report.h"
 #include "core/util.h"
 #include "train/signals.h"
 
@@ -35,6 +36,12 @@ static const struct subcommand COMMANDS[] = {
      "node validation for admins"},
     {"launch", ddp_cmd_launch, 0, "launch --nproc-per-node N JOB.ini ...",
      "start N local ranks (torchrun-like)"},
+    {"check", ddp_cmd_train, 1, "check JOB.ini [--set ...]", "everything before the first step"},
+    {"report", ddp_cmd_report, 0, "report RUN_DIR [RUN_DIR...]",
+     "RUN_DIR/report.html: the curves"},
+    {"export", ddp_cmd_train, 1, "export JOB.ini --checkpoint F --onnx OUT", "the model as ONNX"},
+    {"predict", ddp_cmd_train, 1, "predict JOB.ini --checkpoint F --input X --output Y",
+     "logits of X.h5's samples into Y.h5"},
     {"--version", ddp_cmd_version, 0, "--version", "version and backends built in"},
     {"version", ddp_cmd_version, 0, NULL, NULL},
     {"--job-reference", ddp_cmd_job_reference, 0, "--job-reference",

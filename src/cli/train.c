@@ -1,12 +1,14 @@
 /*
- * cli/train.c - the arguments of `ddptrain [train] JOB.ini` and `ddptrain eval`: the job file,
- * --set overrides (applied after the file), --checkpoint for eval. Loads and validates the
+ * cli/train.c - the arguments of `ddptrain [train] JOB.ini`, `eval`, `check`, `export` and
+ * `predict`: the job file, --set overrides (applied after the file), and the options of the
+ * mode (cli/run_args.h). Loads and validates the
  * job, then hands it to the trainer (train/train.h).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run_args.h"
 #include "core/config.h"
 #include "core/util.h"
 #include "train/train.h"
@@ -17,6 +19,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
                "       ddptrain eval JOB.ini --checkpoint PATH [--set ...]\n"
+               "       ddptrain check JOB.ini [--set ...]\n"
+               "       ddptrain export JOB.ini --checkpoint PATH --onnx OUT.onnx [--set ...]\n"
+               "       ddptrain predict JOB.ini --checkpoint PATH --input X.h5 --output Y.h5 "
+               "[--group G]\n"
                "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n"
                "  PATH     a checkpoint or model.h5: its /model weights are evaluated on the\n"
                "           job's test split, on any number of ranks\n");
@@ -24,7 +30,7 @@ static void usage(FILE *f)
 
 struct train_args {
     const char *job_path;
-    const char *eval_only; /* eval: --checkpoint PATH */
+    struct ddp_run_args run; /* eval, check, export, predict (cli/run_args.h) */
     const char *sets[MAX_SETS];
     int nsets;
 };
@@ -32,7 +38,6 @@ struct train_args {
 /* Returns -1 to go on, else the exit code (0 for --help). */
 static int parse(int argc, char **argv, struct train_args *a)
 {
-    const int eval = strcmp(argv[0], "eval") == 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--set") == 0 || strcmp(arg, "-s") == 0) {
@@ -43,12 +48,9 @@ static int parse(int argc, char **argv, struct train_args *a)
             arg = argv[++i];
         } else if (strncmp(arg, "--set=", 6) == 0) {
             arg += 6;
-        } else if (strcmp(arg, "--checkpoint") == 0 && eval) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ddptrain: --checkpoint needs a path\n");
+        } else if (arg[0] == '-' && ddp_run_args_option(&a->run, argc, argv, &i)) {
+            if (a->run.bad)
                 return DDP_EXIT_USAGE;
-            }
-            a->eval_only = argv[++i];
             continue;
         } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
@@ -71,8 +73,7 @@ static int parse(int argc, char **argv, struct train_args *a)
         }
         a->sets[a->nsets++] = arg;
     }
-    if (eval && !a->eval_only) {
-        fprintf(stderr, "ddptrain: eval needs --checkpoint PATH\n");
+    if (ddp_run_args_check(&a->run, argv[0]) != 0) {
         usage(stderr);
         return DDP_EXIT_USAGE;
     }
@@ -101,7 +102,7 @@ int ddp_cmd_train(int argc, char **argv)
             goto usage_error;
     if (ddp_job_validate(&job, err, sizeof err) != 0)
         goto usage_error;
-    return ddp_train_run(&job, a.eval_only);
+    return ddp_train_run(&job, &a.run);
 usage_error:
     ddp_warn("%s", err);
     ddp_job_free(&job);

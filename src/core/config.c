@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "dist/bootstrap.h"
+#include "core/suggest.h"
 
 enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
 
@@ -63,6 +64,10 @@ static const struct key_def g_keys[] = {
     {"job", "output", T_STR, F(output), "runs/ddptrain", 0, 0, NULL,
      "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes and locks "
      "it); Slurm's %j %A %a %x %u %N %% expand (docs/checkpoints.md, The output directory)"},
+    {"job", "report", T_BOOL, F(report), "true", 0, 0, NULL,
+     "rank 0 writes report.html (curves, job, machine; docs/report.md) at the end of the run"},
+    {"job", "tensorboard", T_BOOL, F(tensorboard), "false", 0, 0, NULL,
+     "also write the metrics as TensorBoard event files under tb/ (docs/report.md)"},
 
     {"data", "file", T_STR, F(data_file), "datasets/fashion-mnist.h5", 0, 0, NULL,
      "HDF5 dataset (docs/data.md); relative paths are taken from the working directory"},
@@ -176,6 +181,44 @@ static int section_known(const char *section)
         if (strcmp(g_keys[i].section, section) == 0)
             return 1;
     return 0;
+}
+
+/* " did you mean [optim]?" for an unknown section, or "". */
+static const char *hint_section(const char *section, char *out, size_t len)
+{
+    const char *cands[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        cands[i] = i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL
+                                                                          : g_keys[i].section;
+    const char *near = ddp_suggest(section, cands, NKEYS);
+    if (near)
+        snprintf(out, len, " did you mean [%s]?", near);
+    else
+        out[0] = '\0';
+    return out;
+}
+
+/* " did you mean 'epochs'?" (a near key of the section) or " did you mean [optim] lr?" (the
+ * key, or a near one, of another section) for an unknown key; or "". */
+static const char *hint_key(const char *section, const char *key, char *out, size_t len)
+{
+    const char *here[NKEYS], *all[NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        here[i] = strcmp(g_keys[i].section, section) == 0 ? g_keys[i].key : NULL;
+        all[i] = g_keys[i].key;
+    }
+    const char *near = ddp_suggest(key, here, NKEYS);
+    out[0] = '\0';
+    if (near) {
+        snprintf(out, len, " did you mean '%s'?", near);
+        return out;
+    }
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(g_keys[i].key, key) == 0 || g_keys[i].key == ddp_suggest(key, all, NKEYS)) {
+            snprintf(out, len, " did you mean [%s] %s?", g_keys[i].section, g_keys[i].key);
+            break;
+        }
+    return out;
 }
 
 /* Lowercase copy of s trimmed of blanks, for enum and bool matching. */
@@ -368,9 +411,10 @@ static int on_value(void *user, const char *section, const char *name, const cha
         return fail_at(ps, "", name, NULL,
                        "key outside any section; put it under its [section] header");
     if (!section_known(section)) {
+        char hint[96];
         snprintf(why, sizeof why,
-                 "unknown section; expected one of [job] [data] [model] [optim] [train] "
-                 "[checkpoint] [dist]");
+                 "unknown section;%s expected one of [job] [data] [model] [optim] [train] "
+                 "[checkpoint] [dist]", hint_section(section, hint, sizeof hint));
         return fail_at(ps, section, NULL, "%s:%d: [%s]: %s", why);
     }
     int k = find_key(section, name);
@@ -381,7 +425,9 @@ static int on_value(void *user, const char *section, const char *name, const cha
             if (strcmp(g_keys[i].section, section) == 0 && used < sizeof known - 40)
                 used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
                                          used ? ", " : "", g_keys[i].key);
-        snprintf(why, sizeof why, "unknown key; [%s] takes %s", section, known);
+        char hint[160];
+        snprintf(why, sizeof why, "unknown key;%s [%s] takes %s",
+                 hint_key(section, name, hint, sizeof hint), section, known);
         return fail_at(ps, section, name, NULL, why);
     }
     const struct key_def *kd = &g_keys[k];
@@ -535,9 +581,15 @@ int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t e
     while (*value == ' ')
         value++;
     int k = find_key(section, key);
-    if (k < 0)
-        return ddp_err(err, errlen, "--set %s.%s: unknown %s; see docs/job-file.md", section, key,
-                       section_known(section) ? "key" : "section");
+    if (k < 0) {
+        char hint[160];
+        if (section_known(section))
+            hint_key(section, key, hint, sizeof hint);
+        else
+            hint_section(section, hint, sizeof hint);
+        return ddp_err(err, errlen, "--set %s.%s: unknown %s;%s see docs/job-file.md", section,
+                       key, section_known(section) ? "key" : "section", hint);
+    }
     char why[DDP_ERR_LEN];
     if (assign(job, &g_keys[k], value, why, sizeof why) != 0)
         return ddp_err(err, errlen, "--set %s.%s: %s", section, key, why);

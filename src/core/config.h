@@ -45,6 +45,8 @@ struct ddp_job {
     char name[128];
     int64_t seed;
     char output[DDP_PATH_MAX];
+    int report;      /* write report.html at the end */
+    int tensorboard; /* write tb/events.out.tfevents.* */
     /* [data] */
     char data_file[DDP_PATH_MAX];
     char data_train[256];

@@ -449,3 +449,29 @@ const char *ddp_fmt_bytes(double bytes, char *buf, size_t len)
         snprintf(buf, len, "%.1f %s", bytes, unit[u]);
     return buf;
 }
+
+double ddp_wall_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *ddp_json_str(const char *s, char *out, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 7 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(out + o, len - o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    if (len)
+        out[o < len ? o : len - 1] = '\0';
+    return out;
+}

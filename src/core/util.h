@@ -95,4 +95,10 @@ const char *ddp_fmt_bytes(double bytes, char *buf, size_t len);
 /* mkdir -p; returns 0 or -1 with errno set. */
 int ddp_mkdir_p(const char *path);
 
+/* Seconds since the epoch (wall clock, for records that outlive the process). */
+double ddp_wall_time(void);
+/* s as the inside of a JSON string (quotes, backslashes and control bytes escaped), cut to
+ * fit out; returns out. */
+const char *ddp_json_str(const char *s, char *out, size_t len);
+
 #endif

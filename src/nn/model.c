@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/suggest.h"
 #include "core/util.h"
 
 /* ---- parsing ---------------------------------------------------------------------------- */
@@ -51,6 +52,20 @@ static char *trim(char *s)
     while (n > 0 && isspace((unsigned char)s[n - 1]))
         s[--n] = '\0';
     return s;
+}
+
+/* " did you mean 'linear'?" for an unknown layer name, or "". */
+static const char *near_layer(const char *name)
+{
+    static char hint[48];
+    const char *names[DDP_LAYER_BATCHNORM + 1];
+    for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
+        names[k] = kind_name((enum ddp_layer_kind)k);
+    const char *near = ddp_suggest(name, names, DDP_LAYER_BATCHNORM + 1);
+    hint[0] = '\0';
+    if (near)
+        snprintf(hint, sizeof hint, " did you mean '%s'?", near);
+    return hint;
 }
 
 /* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
@@ -143,7 +158,8 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
         if (strcmp(name, kind_name((enum ddp_layer_kind)k)) == 0)
             kind = k;
     if (kind < 0)
-        return ddp_err(err, errlen, "layer %d '%s': unknown layer; %s", pos, orig, usage);
+        return ddp_err(err, errlen, "layer %d '%s': unknown layer;%s %s", pos, orig,
+                       near_layer(name), usage);
     spec->kind = (enum ddp_layer_kind)kind;
     spec->stride = 1;
 
@@ -299,9 +315,33 @@ static double layer_bytes(const struct ddp_layer *l, int i, int B)
  * process can have. Only for host memory (the CPU backend). Names the largest layer. */
 static int check_memory(const struct ddp_model *m, int max_batch, char *err, size_t errlen)
 {
-    const struct ddp_backend *be = m->be;
-    if (!be->name || strcmp(be->name, "cpu") != 0)
+    if (!m->be->name || strcmp(m->be->name, "cpu") != 0)
         return 0;
+    struct ddp_model_mem mm;
+    int worst = ddp_model_memory(m, max_batch, &mm);
+    double params = mm.params, total = mm.total, big = mm.largest_layer;
+    const char *which = NULL;
+    size_t avail = ddp_mem_available(&which);
+    if (total <= (double)avail)
+        return 0;
+    char need[32], have[32], all[32], what[64];
+    ddp_fmt_bytes((double)avail, have, sizeof have);
+    ddp_fmt_bytes(total, all, sizeof all);
+    if (params >= big)
+        return ddp_err(err, errlen, "the model's %zu parameters need %s with their gradients "
+                       "and optimiser state (%s in all) but this machine has %s available (%s); "
+                       "make the layers narrower", m->nparams, ddp_fmt_bytes(params, need,
+                       sizeof need), all, have, which);
+    layer_str(&m->layers[worst].spec, what, sizeof what);
+    return ddp_err(err, errlen, "layer %d %s: its outputs for a batch of %d need %s (the model "
+                   "%s in all) but this machine has %s available (%s); lower [data] batch_size "
+                   "or the layer's size", worst + 1, what, max_batch,
+                   ddp_fmt_bytes(big, need, sizeof need), all, have, which);
+}
+
+int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
+{
+    const struct ddp_backend *be = m->be;
     double params = 4.0 * sizeof(float) * (double)m->nparams, total = params, col = 0, big = 0;
     int worst = 0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -320,23 +360,12 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
         }
     }
     total += col;
-    const char *which = NULL;
-    size_t avail = ddp_mem_available(&which);
-    if (total <= (double)avail)
-        return 0;
-    char need[32], have[32], all[32], what[64];
-    ddp_fmt_bytes((double)avail, have, sizeof have);
-    ddp_fmt_bytes(total, all, sizeof all);
-    if (params >= big)
-        return ddp_err(err, errlen, "the model's %zu parameters need %s with their gradients "
-                       "and optimiser state (%s in all) but this machine has %s available (%s); "
-                       "make the layers narrower", m->nparams, ddp_fmt_bytes(params, need,
-                       sizeof need), all, have, which);
-    layer_str(&m->layers[worst].spec, what, sizeof what);
-    return ddp_err(err, errlen, "layer %d %s: its outputs for a batch of %d need %s (the model "
-                   "%s in all) but this machine has %s available (%s); lower [data] batch_size "
-                   "or the layer's size", worst + 1, what, max_batch,
-                   ddp_fmt_bytes(big, need, sizeof need), all, have, which);
+    out->params = params;
+    out->activations = total - params - col;
+    out->scratch = col;
+    out->total = total;
+    out->largest_layer = big;
+    return worst;
 }
 
 /* Layer i's output shape from its input shape (*ndim, d; shp: the input as text), checked:

@@ -129,6 +129,14 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
 int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint64_t noise_seed,
                                 char *why, size_t len);
 
+/* Bytes the model needs for batches of max_batch (what ddp_model_create checks against the
+ * memory available): parameters with gradients and two optimiser states, activations and
+ * their gradients, conv scratch. Returns the index of the layer with the largest share. */
+struct ddp_model_mem {
+    double params, activations, scratch, total, largest_layer;
+};
+int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out);
+
 /* Human summary "flatten, linear(784->512), ..." into buf. */
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);
 

@@ -20,7 +20,7 @@ static const char *const g_may_differ[] = {
     "train.epochs",    "train.max_steps", "train.log_every",   "train.eval_every",
     "train.threads",   "train.device",    "checkpoint.*",      "dist.backend",
     "dist.bucket_mb",  "dist.timeout_s",  "dist.port",         "dist.bootstrap",
-    "dist.check_every",
+    "dist.check_every", "job.report",     "job.tensorboard",
 };
 
 struct item {

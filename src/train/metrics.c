@@ -1,19 +1,30 @@
-/* metrics.c - metrics.jsonl writer. See metrics.h. */
+/* metrics.c - metrics.jsonl writer (and the TensorBoard copy of its series). See metrics.h. */
 #include "train/metrics.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "report/tbevents.h"
 
-int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, char *err,
-                     size_t errlen)
+int ddp_metrics_open(struct ddp_metrics *mt, const char *path, int append, int tensorboard,
+                     char *err, size_t errlen)
 {
     snprintf(mt->path, sizeof mt->path, "%s", path);
     mt->f = fopen(path, append ? "a" : "w");
     if (!mt->f)
         return ddp_err(err, errlen, "%s: cannot write metrics: %s", path, strerror(errno));
+    if (tensorboard) {
+        char dir[sizeof mt->path];
+        snprintf(dir, sizeof dir, "%s", path);
+        mt->tb = ddp_tb_open(dirname(dir), err, errlen);
+        if (!mt->tb) {
+            ddp_metrics_close(mt);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -23,6 +34,10 @@ void ddp_metrics_close(struct ddp_metrics *mt)
         fclose(mt->f);
         mt->f = NULL;
     }
+    if (mt) {
+        ddp_tb_close(mt->tb);
+        mt->tb = NULL;
+    }
 }
 
 /* Push the line out; a failed write stops the run naming the file and the reason. */
@@ -31,34 +46,43 @@ static void flush_line(struct ddp_metrics *mt)
     if (fflush(mt->f) != 0 || ferror(mt->f))
         ddp_die("%s: cannot write metrics: %s; free space there or set [job] output elsewhere",
                 mt->path, strerror(errno));
+    ddp_tb_flush(mt->tb);
 }
 
-/* JSON has no NaN or Infinity: write null for them. */
-static void num(FILE *f, double v)
+/* ,"name":value, both to the JSON line and as TensorBoard scalar prefix/name. JSON has no NaN
+ * or Infinity: null for them. */
+static void field(struct ddp_metrics *mt, const char *name, double v, const char *prefix,
+                  int64_t step)
 {
+    fprintf(mt->f, ",\"%s\":", name);
     if (isfinite(v))
-        fprintf(f, "%.9g", v);
+        fprintf(mt->f, "%.9g", v);
     else
-        fputs("null", f);
+        fputs("null", mt->f);
+    if (mt->tb) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s/%s", prefix, name);
+        ddp_tb_scalar(mt->tb, tag, step, v);
+    }
 }
 
-void ddp_metrics_train(struct ddp_metrics *mt, int64_t epoch, int64_t step, double loss,
-                       double lr, double samples_per_s, double comm_frac, double busbw_gbs)
+void ddp_metrics_train(struct ddp_metrics *mt, const struct ddp_train_record *r)
 {
     if (!mt->f)
         return;
-    fprintf(mt->f, "{\"kind\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":", (long long)epoch,
-            (long long)step);
-    num(mt->f, loss);
-    fputs(",\"lr\":", mt->f);
-    num(mt->f, lr);
-    fputs(",\"samples_per_s\":", mt->f);
-    num(mt->f, samples_per_s);
-    if (comm_frac >= 0) {
-        fputs(",\"allreduce_frac\":", mt->f);
-        num(mt->f, comm_frac);
-        fputs(",\"busbw_gbs\":", mt->f);
-        num(mt->f, busbw_gbs);
+    fprintf(mt->f, "{\"kind\":\"train\",\"epoch\":%lld,\"step\":%lld", (long long)r->epoch,
+            (long long)r->step);
+    field(mt, "loss", r->loss, "train", r->step);
+    field(mt, "acc", r->acc, "train", r->step);
+    field(mt, "lr", r->lr, "train", r->step);
+    field(mt, "samples_per_s", r->samples_per_s, "train", r->step);
+    if (r->comm_frac >= 0) {
+        field(mt, "allreduce_frac", r->comm_frac, "train", r->step);
+        field(mt, "busbw_gbs", r->busbw_gbs, "train", r->step);
+    }
+    if (r->step_s_min >= 0) {
+        field(mt, "step_s_min", r->step_s_min, "train", r->step);
+        field(mt, "step_s_max", r->step_s_max, "train", r->step);
     }
     fputs("}\n", mt->f);
     flush_line(mt);
@@ -69,19 +93,23 @@ void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, doubl
 {
     if (!mt->f)
         return;
-    fprintf(mt->f, "{\"kind\":\"eval\",\"epoch\":%lld,\"step\":%lld,\"test_loss\":",
-            (long long)epoch, (long long)step);
-    num(mt->f, test_loss);
-    fputs(",\"test_acc\":", mt->f);
-    num(mt->f, test_acc);
+    fprintf(mt->f, "{\"kind\":\"eval\",\"epoch\":%lld,\"step\":%lld", (long long)epoch,
+            (long long)step);
+    struct ddp_tb *tb = mt->tb;
+    mt->tb = NULL; /* TensorBoard tags test/loss, test/acc rather than test/test_loss */
+    field(mt, "test_loss", test_loss, "", step);
+    field(mt, "test_acc", test_acc, "", step);
+    mt->tb = tb;
+    ddp_tb_scalar(tb, "test/loss", step, test_loss);
+    ddp_tb_scalar(tb, "test/acc", step, test_acc);
     fputs("}\n", mt->f);
     flush_line(mt);
 }
 
-void ddp_metrics_summary(struct ddp_metrics *mt, const char *members)
+void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *members)
 {
     if (!mt->f)
         return;
-    fprintf(mt->f, "{\"kind\":\"summary\",%s}\n", members);
+    fprintf(mt->f, "{\"kind\":\"%s\",%s}\n", kind, members);
     flush_line(mt);
 }

@@ -23,7 +23,7 @@
 
 /* The files of a run, as this program writes them (nothing else is moved aside). */
 static const char *const g_run_files[] = {"job.ini", "metrics.jsonl", "model.h5", "checkpoints",
-                                          "report.html"};
+                                          "report.html", "tb"};
 #define NRUNFILES ((int)(sizeof g_run_files / sizeof g_run_files[0]))
 
 /* 1 when s is a non-empty string of decimal digits. */
@@ -173,6 +173,45 @@ static void holder_record(char *buf, size_t len)
              when);
 }
 
+/* The message for a lock held by another run, from its holder record rec. Returns -2. */
+static int in_use(const char *dir, char *rec, char *why, size_t whylen)
+{
+    rec[strcspn(rec, "\n")] = '\0';
+    ddp_err(why, whylen, "%s is in use by another ddptrain run (%s); wait for that run to "
+            "end, or use another [job] output", dir,
+            rec[0] ? rec : "the holder left no record of itself");
+    return -2;
+}
+
+int ddp_outdir_probe(const char *dir, char *why, size_t whylen)
+{
+    char path[DDP_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s", dir);
+    while (access(path, F_OK) != 0) { /* the nearest directory that exists must be writable */
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path) {
+            snprintf(path, sizeof path, "%s", slash == path ? "/" : ".");
+            break;
+        }
+        *slash = '\0';
+    }
+    if (access(path, W_OK) != 0)
+        return ddp_err(why, whylen, "cannot create directory %s: %s is not writable", dir, path);
+    snprintf(path, sizeof path, "%s/%s", dir, DDP_OUTDIR_LOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int rc = 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        char rec[HOLDER_MAX + 1];
+        ssize_t got = pread(fd, rec, HOLDER_MAX, 0);
+        rec[got > 0 ? got : 0] = '\0';
+        rc = in_use(dir, rec, why, whylen);
+    }
+    close(fd);
+    return rc;
+}
+
 int ddp_outdir_lock(const char *dir, char *why, size_t whylen)
 {
     char path[DDP_PATH_MAX + 32];
@@ -190,11 +229,7 @@ int ddp_outdir_lock(const char *dir, char *why, size_t whylen)
         if (e != EWOULDBLOCK)
             return ddp_err(why, whylen, "cannot lock %s: %s", path, strerror(e));
         rec[got > 0 ? got : 0] = '\0';
-        rec[strcspn(rec, "\n")] = '\0';
-        ddp_err(why, whylen, "%s is in use by another ddptrain run (%s); wait for that run to "
-                "end, or use another [job] output", dir,
-                rec[0] ? rec : "the holder left no record of itself");
-        return -2;
+        return in_use(dir, rec, why, whylen);
     }
     char rec[HOLDER_MAX];
     holder_record(rec, sizeof rec - 1);

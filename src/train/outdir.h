@@ -33,6 +33,9 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
  * cannot be created or the lock file opened (why says so), or -2 when another process holds
  * the lock (why names it, from its record). */
 int ddp_outdir_lock(const char *dir, char *why, size_t whylen);
+/* What ddp_outdir_lock would say, without creating or locking anything (`ddptrain check`):
+ * 0 when the lock could be taken, -1 when dir could not be created, -2 when held (why). */
+int ddp_outdir_probe(const char *dir, char *why, size_t whylen);
 /* Empty the holder record and release the lock; accepts -1. */
 void ddp_outdir_unlock(int fd);
 

@@ -15,8 +15,11 @@ double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, 
     const struct ddp_backend *be = m->be;
     be->zero(m->grads, m->nparams);
     const float *logits = ddp_model_forward(m, x, n, 1, noise); /* (B, K) */
-    double loss = be->xent(ddp_model_dlogits(m), NULL, logits, y, n, m->classes,
-                           1.0f / (float)n);
+    int64_t correct = 0;
+    double loss = be->xent(ddp_model_dlogits(m), s->correct ? &correct : NULL, logits, y, n,
+                           m->classes, 1.0f / (float)n);
+    if (s->correct)
+        *s->correct += correct;
     if (!isfinite(loss) && s->nonfinite)
         s->nonfinite(s->nonfinite_ctx, x, n, noise, loss);
     ddp_sync_begin(s->sync);

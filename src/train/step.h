@@ -29,6 +29,9 @@ struct ddp_step {
      * update (the trainer names the culprit and stops there); NULL: the step goes on. */
     void (*nonfinite)(void *ctx, const float *x, int n, uint64_t noise, double loss);
     void *nonfinite_ctx;
+    /* NULL, or where each step adds the batch's correct predictions (counted by the loss
+     * kernel during forward: free). */
+    int64_t *correct;
 };
 
 /* One step on the batch x (B, in_elems), labels y (B), both in backend memory; noise seeds

@@ -39,6 +39,8 @@
 #include "train/jobdiff.h"
 #include "train/signals.h"
 #include "train/step.h"
+#include "cli/check.h"
+#include "report/report.h"
 #include "core/testhooks.h"
 #include "core/util.h"
 
@@ -59,7 +61,8 @@ struct trainer {
     struct ddp_optim optim;
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
-    const char *eval_only; /* `ddptrain eval`: the checkpoint or weights file to evaluate */
+    const char *eval_only; /* eval, export, predict: the checkpoint or weights file */
+    struct ddp_run_args args; /* the mode and its options (cli/run_args.h) */
     ddp_liveness *liveness; /* names dead peers when a collective fails */
     ddp_comm *boot_comm;    /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
     char device[160];       /* "cpu" or "cuda:N (name)" */
@@ -182,9 +185,14 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
     if (t->world.rank != 0 || t->eval_only)
         return 0;
     char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN];
-    t->lock_fd = ddp_outdir_lock(t->job.output, why, sizeof why);
-    if (t->lock_fd >= 0)
-        return 0;
+    if (t->args.mode == DDP_RUN_CHECK) { /* what the lock would say, touching nothing */
+        if (ddp_outdir_probe(t->job.output, why, sizeof why) == 0)
+            return 0;
+    } else {
+        t->lock_fd = ddp_outdir_lock(t->job.output, why, sizeof why);
+        if (t->lock_fd >= 0)
+            return 0;
+    }
     ddp_err(err, errlen, "%s: %s", ddp_job_where(&t->job, "job", "output", where, sizeof where),
             why);
     return DDP_EXIT_USAGE;
@@ -214,7 +222,7 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     }
     char path[DDP_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
-    if (ddp_metrics_open(&t->metrics, path, t->resumed, err, errlen) != 0)
+    if (ddp_metrics_open(&t->metrics, path, t->resumed, job->tensorboard, err, errlen) != 0)
         return DDP_EXIT_USAGE;
     return 0;
 }
@@ -433,12 +441,54 @@ static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noi
                idx ? (long long)idx[0] : -1LL, why);
 }
 
+/* Rank 0: a "start" (what ran where, for report.html) or "stop" (the signal) record. */
+static void log_event(struct trainer *t, const char *kind, int64_t epoch, int64_t step,
+                      const char *signal)
+{
+    if (t->world.rank != 0)
+        return;
+    char m[4096], h[256];
+    int n = snprintf(m, sizeof m, "\"epoch\":%lld,\"step\":%lld,\"time\":%.3f",
+                     (long long)epoch, (long long)step, ddp_wall_time());
+    if (signal) {
+        snprintf(m + n, sizeof m - (size_t)n, ",\"signal\":\"%s\"", signal);
+    } else {
+        const struct ddp_world *w = &t->world;
+        n += snprintf(m + n, sizeof m - (size_t)n,
+                      ",\"version\":\"%s\",\"world_size\":%d,\"launcher\":\"%s\",\"comm\":"
+                      "\"%s\",\"device\":\"%s\",\"threads\":%d,\"resumed\":%s,\"hosts\":[",
+                      DDP_VERSION, w->world_size, ddp_launcher_name(w->launcher),
+                      ddp_comm_name(t->comm), ddp_json_str(t->device, h, sizeof h), t->threads,
+                      t->resumed ? "true" : "false");
+        for (int r = 0; r < w->world_size && n < (int)sizeof m - 300; r++)
+            n += snprintf(m + n, sizeof m - (size_t)n, "%s\"%s\"", r ? "," : "",
+                          ddp_json_str(host_of(t, r), h, sizeof h));
+        snprintf(m + n, sizeof m - (size_t)n, "]");
+    }
+    ddp_metrics_line(&t->metrics, kind, m);
+}
+
+/* Every rank's compute seconds per step over the last log interval (busy s over steps):
+ * the fastest and the slowest rank's into r. Collective. */
+static void step_spread(struct trainer *t, double busy_s, int64_t steps, 
+                        struct ddp_train_record *r)
+{
+    double per = steps > 0 ? busy_s / (double)steps : 0;
+    double mm[2] = {per, -per};
+    ddp_comm_allreduce_max(t->comm, mm, 2, DDP_F64);
+    r->step_s_max = mm[0];
+    r->step_s_min = -mm[1];
+}
+
+
 /* Where the loop stands; what the log lines and the summary report. */
 struct loop {
     const struct ddp_ckpt_pos *start; /* where this start began */
     int64_t total_steps;
     double t0, t_log, last_loss, last_acc;
-    double loss_acc[2]; /* local loss sum, local samples since the last log */
+    double loss_acc[3]; /* local loss sum, samples, correct since the last log */
+    int64_t correct;    /* the step function adds each batch's correct predictions here */
+    int64_t log_first;  /* the step of the last log line */
     int64_t step, first_step, samples_since_log, epoch, cursor, epoch_end, last_saved;
     int stopped;
     FILE *sample_log; /* test hook DDP_TEST_SAMPLE_LOG: every sample index this rank trained on */
@@ -457,8 +507,8 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size;
     char el[32], left[32];
-    double red[2] = {lp->loss_acc[0], lp->loss_acc[1]};
-    ddp_comm_allreduce(t->comm, red, 2, DDP_F64);
+    double red[3] = {lp->loss_acc[0], lp->loss_acc[1], lp->loss_acc[2]};
+    ddp_comm_allreduce(t->comm, red, 3, DDP_F64);
     double now = ddp_now();
     double mean = red[0] / red[1];
     double sps = (double)lp->samples_since_log / (now - lp->t_log);
@@ -466,6 +516,10 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
     double comm_s, busbw;
     ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
     double comm_frac = W > 1 ? comm_s / (now - lp->t_log) : -1;
+    struct ddp_train_record rec = {lp->epoch + 1, lp->step, mean, red[2] / red[1], lr, sps,
+                                   comm_frac, busbw, -1, -1};
+    if (W > 1) /* per-rank spread of the time not spent waiting on all-reduce */
+        step_spread(t, now - lp->t_log - comm_s, lp->step - lp->log_first, &rec);
     char comm[64] = "";
     if (W > 1)
         snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s", 100 * comm_frac, busbw);
@@ -475,8 +529,9 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
             "left %s",
             (long long)lp->epoch + 1, (long long)job->epochs, (long long)lp->step,
             (long long)lp->total_steps, mean, lr, sps, comm, el, left);
-    ddp_metrics_train(&t->metrics, lp->epoch + 1, lp->step, mean, lr, sps, comm_frac, busbw);
-    lp->loss_acc[0] = lp->loss_acc[1] = 0;
+    ddp_metrics_train(&t->metrics, &rec);
+    lp->loss_acc[0] = lp->loss_acc[1] = lp->loss_acc[2] = 0;
+    lp->log_first = lp->step;
     lp->samples_since_log = 0;
     lp->t_log = ddp_now();
     if (!isfinite(mean))
@@ -518,6 +573,7 @@ static int after_step(struct trainer *t, struct loop *lp)
     }
     if (!stop)
         return 0;
+    log_event(t, "stop", lp->epoch + 1, lp->step, ddp_signal_name((int)stop));
     ddp_log("stopped by signal %d (SIG%s) at step %lld after saving a checkpoint; exit 75: "
             "the job resumes from it when it is requeued or run again",
             (int)stop, ddp_signal_name((int)stop), (long long)lp->step);
@@ -530,7 +586,8 @@ static int run_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size, rank = t->world.rank;
-    const struct ddp_step step = {&t->model, &t->sync, &t->optim, NULL, NULL, nonfinite_hook, t};
+    const struct ddp_step step = {&t->model, &t->sync, &t->optim, NULL, NULL, nonfinite_hook, t,
+                                  &lp->correct};
     char err[DDP_ERR_LEN];
     const float *x;
     const int32_t *y;
@@ -552,6 +609,8 @@ static int run_epoch(struct trainer *t, struct loop *lp)
                          ((uint64_t)lp->step << 20) ^ (uint64_t)rank;
         lp->loss_acc[0] += ddp_step_run(&step, x, y, n, noise, lr);
         lp->loss_acc[1] += n;
+        lp->loss_acc[2] += (double)lp->correct;
+        lp->correct = 0;
         lp->step++;
         lp->cursor += job->batch_size * W;
         lp->samples_since_log += (int64_t)n * W;
@@ -650,7 +709,7 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
         lp.sample_log = fopen(p, "a");
     }
     lp.t0 = lp.t_log = ddp_now();
-    lp.step = lp.first_step = start->step;
+    lp.step = lp.first_step = lp.log_first = start->step;
     lp.epoch = start->epoch;
     lp.cursor = start->cursor;
     t->lp = &lp;
@@ -682,6 +741,31 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     return 0;
 }
 
+/* `ddptrain check`: setup is done; print what it found. */
+static int check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, double t_setup)
+{
+    struct ddp_check_facts cf = {&t->job, &t->world, t->device, ddp_comm_name(t->comm),
+                                 t->threads, t->sync.nbuckets, &t->model,
+                                 ddp_h5split_count(t->train),
+                                 t->test ? ddp_h5split_count(t->test) : 0, t->steps_per_epoch,
+                                 start, t->resumed, ddp_now() - t_setup};
+    return ddp_check_print(&cf);
+}
+
+/* Rank 0, after training ended with rc: report.html ([job] report), a warning if it fails. */
+static void write_report(struct trainer *t, int rc)
+{
+    char err[DDP_ERR_LEN + DDP_PATH_MAX];
+    if (t->world.rank != 0 || !t->job.report || (rc != 0 && rc != DDP_EXIT_REQUEUE))
+        return;
+    ddp_metrics_close(&t->metrics); /* the report reads every line */
+    const char *dirs[1] = {t->job.output};
+    if (ddp_report_write(dirs, 1, err, sizeof err) == 0)
+        ddp_log("report: %s/report.html", t->job.output);
+    else
+        ddp_warn("warning: no report.html: %s", err);
+}
+
 /* Expand the Slurm patterns of [job] output in place (not for eval, which writes nothing) and
  * format the effective job, with the expanded directory, for job.ini and checkpoints. */
 static int expand_output(struct trainer *t, char *err, size_t errlen)
@@ -706,7 +790,7 @@ static int check_job(struct trainer *t)
         ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
-    if (t->eval_only && !t->job.data_test[0]) {
+    if (t->args.mode == DDP_RUN_EVAL && !t->job.data_test[0]) {
         fprintf(stderr, "ddptrain: eval: [data] test is empty; name the test split to evaluate\n");
         return DDP_EXIT_USAGE;
     }
@@ -896,9 +980,12 @@ static int run_training(struct trainer *t, double t_setup)
                      (long long)job->batch_size, w->world_size);
         return DDP_EXIT_USAGE;
     }
+    if (t->args.mode == DDP_RUN_CHECK)
+        return check_summary(t, &start, t_setup);
     rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
     if (rc)
         return rc;
+    log_event(t, "start", start.epoch + 1, start.step, NULL);
     t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
     if (t->test) {
         ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
@@ -907,7 +994,9 @@ static int run_training(struct trainer *t, double t_setup)
     }
     log_banner(t);
     ddp_log("setup took %.3fs", ddp_now() - t_setup);
-    return train_loop(t, &start);
+    rc = train_loop(t, &start);
+    write_report(t, rc);
+    return rc;
 }
 
 /* The one cleanup path: everything the trainer holds, in reverse order of setup; accepts a
@@ -937,13 +1026,14 @@ static void teardown(struct trainer *t)
     ddp_job_free(&t->job);
 }
 
-int ddp_train_run(struct ddp_job *job, const char *eval_only)
+int ddp_train_run(struct ddp_job *job, const struct ddp_run_args *args)
 {
     static struct trainer tr; /* large; one per process */
     struct trainer *t = &tr;
     t->job = *job;
     memset(job, 0, sizeof *job);
-    t->eval_only = eval_only;
+    t->args = *args;
+    t->eval_only = args->checkpoint;
     t->lock_fd = -1;
     t->hooks = ddp_test_hooks();
     int rc = check_job(t);
@@ -952,8 +1042,12 @@ int ddp_train_run(struct ddp_job *job, const char *eval_only)
     double t_setup = ddp_now();
     if (!rc)
         rc = setup_model(t);
-    if (!rc)
+    if (!rc && (t->args.mode == DDP_RUN_EXPORT || t->args.mode == DDP_RUN_PREDICT)) {
+        char err[DDP_ERR_LEN * 2];
+        rc = ddp_run_args_finish(&t->args, &t->model, &t->job, err, sizeof err);
+    } else if (!rc) {
         rc = t->eval_only ? run_eval(t) : run_training(t, t_setup);
+    }
     teardown(t);
     return rc;
 }

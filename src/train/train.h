@@ -10,11 +10,13 @@
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
+#include "cli/run_args.h"
 #include "core/config.h"
 
-/* Train on job (loaded, overrides applied, validated: cli/train.c), or with eval_only, the
- * path of a checkpoint or weights file, evaluate that on the job's test split. Takes the
+/* Train on job (loaded, overrides applied, validated: cli/train.c), or in the mode of args
+ * (eval: the checkpoint on the job's test split; check: setup only, then a summary; export,
+ * predict: setup with the checkpoint's weights, then the ONNX file or the logits). Takes the
  * job's allocations (job is left empty). Returns the exit code. */
-int ddp_train_run(struct ddp_job *job, const char *eval_only);
+int ddp_train_run(struct ddp_job *job, const struct ddp_run_args *args);
 
 #endif

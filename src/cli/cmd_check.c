@@ -1,0 +1,112 @@
+/*
+ * cmd_check.c - the summary of `ddptrain check` (see check.h). The setup itself is the
+ * trainer's (train.c); this file only measures and prints what setup built.
+ *
+ * Dimension letters: B per-rank batch, W world size, K classes.
+ */
+#include "cli/check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "train/optim.h"
+#include "train/outdir.h"
+#include "core/util.h"
+
+double ddp_model_flops_per_sample(const struct ddp_model *m)
+{
+    double flops = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        double out = (double)l->out_elems, in = (double)l->in_elems;
+        switch (l->spec.kind) {
+        case DDP_LAYER_LINEAR: flops += 2.0 * in * out; break;
+        case DDP_LAYER_CONV2D: /* every output element: C_in * k * k multiply-adds */
+            flops += 2.0 * out * l->ishape[0] * l->spec.k * l->spec.k;
+            break;
+        case DDP_LAYER_MAXPOOL:
+        case DDP_LAYER_AVGPOOL: flops += in; break;
+        case DDP_LAYER_BATCHNORM: flops += 4.0 * out; break;
+        case DDP_LAYER_RELU:
+        case DDP_LAYER_DROPOUT: flops += out; break;
+        default: break;
+        }
+    }
+    return flops;
+}
+
+/* "1.23 G" style, for FLOPs. */
+static const char *si(double v, char *buf, size_t len)
+{
+    static const char *unit[] = {"", "k", "M", "G", "T", "P"};
+    int u = 0;
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, len, "%.3g %s", v, unit[u]);
+    return buf;
+}
+
+/* What the output directory holds and what the run would do with it. */
+static void print_output(const struct ddp_check_facts *f)
+{
+    const struct ddp_job *job = f->job;
+    const char *what = "empty or new: the run starts there";
+    if (f->resumed)
+        what = "the run resumes there and appends to metrics.jsonl";
+    else if (ddp_outdir_has_run(job->output))
+        what = "holds an earlier run: its files would be moved to previous-<time>/";
+    printf("  output        %s (%s; free to lock)\n", job->output, what);
+}
+
+int ddp_check_print(const struct ddp_check_facts *f)
+{
+    if (f->world->rank != 0)
+        return 0;
+    const struct ddp_job *job = f->job;
+    const struct ddp_world *w = f->world;
+    const struct ddp_model *m = f->model;
+    int64_t G = job->batch_size * w->world_size;
+    struct ddp_model_mem mem;
+    ddp_model_memory(m, (int)job->batch_size, &mem);
+    char a[32], b[32], c[32], d[32], desc[2048];
+    ddp_model_describe(m, desc, sizeof desc);
+    double flops = ddp_model_flops_per_sample(m);
+    printf("ddptrain check: %s - the job is ready to run\n", job->path);
+    printf("  world         %d rank%s on %d node%s, launcher %s, comm %s, device %s, %d "
+           "thread%s per rank\n", w->world_size, w->world_size > 1 ? "s" : "", w->num_nodes,
+           w->num_nodes > 1 ? "s" : "", ddp_launcher_name(w->launcher), f->comm, f->device,
+           f->threads, f->threads > 1 ? "s" : "");
+    printf("  data          %s: %s %lld samples, %s %lld\n", job->data_file, job->data_train,
+           (long long)f->train_n, job->data_test[0] ? job->data_test : "(no test split)",
+           (long long)f->test_n);
+    printf("  model         %s\n", desc);
+    printf("  parameters    %zu (%s as float32), %d all-reduce bucket%s\n", m->nparams,
+           ddp_fmt_bytes(4.0 * (double)m->nparams, a, sizeof a), f->nbuckets,
+           f->nbuckets > 1 ? "s" : "");
+    printf("  FLOPs         %sFLOP per sample forward, about %sFLOP per training step per "
+           "rank (forward + backward, batch %lld)\n", si(flops, b, sizeof b),
+           si(3.0 * flops * (double)job->batch_size, c, sizeof c), (long long)job->batch_size);
+    printf("  memory        %s per rank: parameters, gradients and optimiser state %s, "
+           "activations %s, conv scratch %s\n", ddp_fmt_bytes(mem.total, a, sizeof a),
+           ddp_fmt_bytes(mem.params, b, sizeof b), ddp_fmt_bytes(mem.activations, c, sizeof c),
+           ddp_fmt_bytes(mem.scratch, d, sizeof d));
+    int64_t total = f->steps_per_epoch * job->epochs;
+    if (job->max_steps > 0 && job->max_steps < total)
+        total = job->max_steps;
+    printf("  steps         %lld per epoch of global batch %lld, %lld epoch%s, %lld steps in "
+           "all\n", (long long)f->steps_per_epoch, (long long)G, (long long)job->epochs,
+           job->epochs > 1 ? "s" : "", (long long)total);
+    if (f->resumed)
+        printf("  resume        from step %lld (epoch %lld, %lld samples into it)\n",
+               (long long)f->start->step, (long long)f->start->epoch + 1,
+               (long long)f->start->cursor);
+    else
+        printf("  resume        none: starts at step 0 ([checkpoint] resume = %s)\n",
+               job->resume);
+    print_output(f);
+    printf("  setup took    %.3fs\n", f->setup_s);
+    fflush(stdout);
+    return 0;
+}

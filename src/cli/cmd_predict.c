@@ -1,0 +1,135 @@
+/*
+ * cmd_predict.c - batch inference into an HDF5 file. See predict.h.
+ *
+ * Dimension letters: N samples, B batch, K classes, E elements of one sample.
+ */
+#include "cli/predict.h"
+
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "data/h5data.h"
+#include "nn/weights.h"
+#include "core/fileio.h"
+#include "core/util.h"
+
+/* Write a 1-D or 2-D dataset of type (float or int32) into file. 0 or -1. */
+static int write_ds(hid_t file, const char *name, hid_t type, int rank, const hsize_t *dims,
+                    const void *data)
+{
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t ds = sp < 0 ? -1 : H5Dcreate2(file, name, type, sp, H5P_DEFAULT, H5P_DEFAULT,
+                                        H5P_DEFAULT);
+    int rc = ds >= 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
+    if (ds >= 0)
+        H5Dclose(ds);
+    if (sp >= 0)
+        H5Sclose(sp);
+    return rc;
+}
+
+/* logits (N, K) and predictions (N) to output, atomically. */
+static int save(const char *output, const float *logits, const int32_t *pred, int64_t N, int K,
+                char *err, size_t errlen)
+{
+    char tmp[DDP_PATH_MAX + 8], why[256];
+    snprintf(tmp, sizeof tmp, "%s.tmp", output);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d2[2] = {(hsize_t)N, (hsize_t)K};
+    int rc = f < 0 ? -1 : 0;
+    if (!rc)
+        rc = write_ds(f, "logits", H5T_NATIVE_FLOAT, 2, d2, logits);
+    if (!rc)
+        rc = write_ds(f, "predictions", H5T_NATIVE_INT32, 1, d2, pred);
+    if (rc)
+        ddp_h5_error_reason(why, sizeof why);
+    if (f >= 0 && H5Fclose(f) < 0 && !rc) {
+        rc = -1;
+        ddp_h5_error_reason(why, sizeof why);
+    }
+    if (rc) {
+        remove(tmp);
+        return ddp_err(err, errlen, "%s: cannot write predictions: %s", output, why);
+    }
+    return ddp_file_commit(tmp, output, err, errlen);
+}
+
+/* Forward every sample of s in batches of B; logits (N, K) on the host. */
+static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *err,
+               size_t errlen)
+{
+    int64_t N = ddp_h5split_count(s);
+    size_t E = m->in_elems, K = (size_t)m->classes;
+    float *x = ddp_malloc(sizeof(float) * (size_t)B * E);
+    int64_t *idx = ddp_malloc(sizeof(int64_t) * (size_t)B);
+    int cpu = strcmp(m->be->name, "cpu") == 0;
+    float *dev = cpu ? NULL : m->be->alloc(sizeof(float) * (size_t)B * E);
+    int rc = 0;
+    for (int64_t i = 0; i < N && !rc; i += B) {
+        int n = (int)(N - i < B ? N - i : B);
+        for (int j = 0; j < n; j++)
+            idx[j] = i + j;
+        if (ddp_h5split_read(s, idx, n, x, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        if (dev)
+            m->be->upload(dev, x, sizeof(float) * (size_t)n * E);
+        const float *out = ddp_model_forward(m, dev ? dev : x, n, 0, 0);
+        m->be->download(logits + (size_t)i * K, out, sizeof(float) * (size_t)n * K);
+    }
+    if (dev)
+        m->be->free(dev);
+    free(x);
+    free(idx);
+    return rc;
+}
+
+int ddp_predict(struct ddp_model *m, const char *input, const char *group, const char *output,
+                int batch, char *err, size_t errlen)
+{
+    ddp_h5split *s = ddp_h5split_open(input, group, err, errlen);
+    if (!s)
+        return DDP_EXIT_DATA;
+    int64_t dims[3], N = ddp_h5split_count(s);
+    int nd = ddp_h5split_shape(s, dims), K = m->classes, rc = 0;
+    int same = nd == m->in_ndim;
+    for (int d = 0; d < nd && same; d++)
+        same = dims[d] == m->ishape[d];
+    if (!same) {
+        ddp_h5split_close(s);
+        ddp_err(err, errlen, "%s: %s holds samples of another shape than the model's input "
+                "(the job's [data] file); give data in the same layout", input, group);
+        return DDP_EXIT_DATA;
+    }
+    float *logits = ddp_malloc(sizeof(float) * (size_t)N * (size_t)K);
+    int32_t *pred = ddp_malloc(sizeof(int32_t) * (size_t)N);
+    if (run(m, s, batch, logits, err, errlen) != 0) {
+        rc = DDP_EXIT_DATA;
+        goto done;
+    }
+    const int32_t *labels = ddp_h5split_labels(s);
+    int64_t right = 0;
+    for (int64_t i = 0; i < N; i++) {
+        const float *row = logits + (size_t)i * (size_t)K;
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (row[k] > row[best])
+                best = k;
+        pred[i] = best;
+        right += best == labels[i];
+    }
+    if (save(output, logits, pred, N, K, err, errlen) != 0) {
+        rc = DDP_EXIT_RUNTIME;
+        goto done;
+    }
+    ddp_log("predicted %lld samples of %s %s into %s (accuracy against its labels %.4f)",
+            (long long)N, input, group, output, (double)right / (double)N);
+done:
+    free(logits);
+    free(pred);
+    ddp_h5split_close(s);
+    return rc;
+}

@@ -1,0 +1,401 @@
+/*
+ * report.c - report.html from run directories (see report.h): reading metrics.jsonl, the
+ * charts as inline SVG, the tables. The validate node table is in report_validate.c.
+ */
+#include "report/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/config.h"
+#include "nn/weights.h"
+#include "report/html.h"
+#include "report/json.h"
+#include "core/util.h"
+
+#define LINE_MAX_BYTES (1 << 20) /* one metrics line; ddptrain writes < 8 KiB */
+#define JOB_MAX_BYTES (1 << 20)  /* job.ini shown in the page */
+#define RUNS_MAX 64              /* directories overlaid in one page */
+
+struct run {
+    const char *dir;
+    struct ddp_json **rec; /* (n) metrics.jsonl lines, in file order */
+    int n;
+    char *job; /* job.ini, or NULL */
+};
+
+/* ---- reading -------------------------------------------------------------------------- */
+
+/* The whole of path (at most max bytes) as a string; NULL when it cannot be read. */
+static char *slurp(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = ddp_malloc(max + 1);
+    size_t n = fread(buf, 1, max, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static int load_run(struct run *r, const char *dir, char *err, size_t errlen)
+{
+    char path[DDP_PATH_MAX + 32];
+    memset(r, 0, sizeof *r);
+    r->dir = dir;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ddp_err(err, errlen, "%s: cannot read: %s; give a run directory (its [job] "
+                       "output)", path, strerror(errno));
+    char *line = ddp_malloc(LINE_MAX_BYTES);
+    int cap = 0, lineno = 0, rc = 0;
+    while (fgets(line, LINE_MAX_BYTES, f)) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == strlen(line))
+            continue;
+        char why[160];
+        struct ddp_json *v = ddp_json_parse(line, why, sizeof why);
+        if (!v || v->type != DDP_JSON_OBJ) { /* a torn last line of a killed run is skipped */
+            ddp_json_free(v);
+            if (!feof(f) && strchr(line, '\n')) {
+                rc = ddp_err(err, errlen, "%s:%d: not a metrics record: %s", path, lineno,
+                             v ? "not an object" : why);
+                break;
+            }
+            continue;
+        }
+        if (r->n == cap)
+            r->rec = ddp_realloc(r->rec, sizeof *r->rec * (size_t)(cap = cap ? cap * 2 : 256));
+        r->rec[r->n++] = v;
+    }
+    fclose(f);
+    free(line);
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    r->job = slurp(path, JOB_MAX_BYTES);
+    return rc;
+}
+
+static void free_run(struct run *r)
+{
+    for (int i = 0; i < r->n; i++)
+        ddp_json_free(r->rec[i]);
+    free(r->rec);
+    free(r->job);
+}
+
+static int is_kind(const struct ddp_json *v, const char *kind)
+{
+    return strcmp(ddp_json_text(v, "kind", ""), kind) == 0;
+}
+
+/* ---- charts --------------------------------------------------------------------------- */
+
+struct series_def {
+    const char *kind, *field, *label;
+};
+struct chart_def {
+    const char *title;
+    struct series_def s[2];
+};
+
+static const struct chart_def g_charts[] = {
+    {"loss", {{"train", "loss", "train"}, {"eval", "test_loss", "test"}}},
+    {"accuracy", {{"train", "acc", "train"}, {"eval", "test_acc", "test"}}},
+    {"learning rate", {{"train", "lr", "lr"}, {NULL, NULL, NULL}}},
+    {"samples/s (all ranks)", {{"train", "samples_per_s", "samples/s"}, {NULL, NULL, NULL}}},
+    {"all-reduce share of the step time",
+     {{"train", "allreduce_frac", "all-reduce share"}, {NULL, NULL, NULL}}},
+    {"all-reduce bus bandwidth (GB/s)", {{"train", "busbw_gbs", "busbw"}, {NULL, NULL, NULL}}},
+    {"compute time per step, fastest and slowest rank (s)",
+     {{"train", "step_s_min", "fastest rank"}, {"train", "step_s_max", "slowest rank"}}},
+};
+
+static const char *const g_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                       "#8c564b", "#e377c2", "#17becf"};
+
+struct frame {
+    double x0, x1, y0, y1;             /* data */
+    double left, right, top, bottom;   /* pixels */
+};
+
+static double px(const struct frame *fr, double x) {
+    return fr->left + (x - fr->x0) / (fr->x1 - fr->x0) * (fr->right - fr->left);
+}
+static double py(const struct frame *fr, double y) {
+    return fr->bottom - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->bottom - fr->top);
+}
+
+/* The data range of a chart over every run; 0 when it has no point at all. */
+static int chart_range(const struct chart_def *c, const struct run *runs, int nruns,
+                       struct frame *fr)
+{
+    int any = 0;
+    fr->x0 = fr->y0 = INFINITY;
+    fr->x1 = fr->y1 = -INFINITY;
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++)
+            for (int s = 0; s < 2 && c->s[s].kind; s++) {
+                const struct ddp_json *v = runs[r].rec[i];
+                double x = ddp_json_num(v, "step"), y = ddp_json_num(v, c->s[s].field);
+                if (!is_kind(v, c->s[s].kind) || !isfinite(x) || !isfinite(y))
+                    continue;
+                any = 1;
+                fr->x0 = fmin(fr->x0, x);
+                fr->x1 = fmax(fr->x1, x);
+                fr->y0 = fmin(fr->y0, y);
+                fr->y1 = fmax(fr->y1, y);
+            }
+    if (!any)
+        return 0;
+    if (fr->x1 <= fr->x0)
+        fr->x1 = fr->x0 + 1;
+    double pad = (fr->y1 - fr->y0) * 0.05;
+    if (pad <= 0)
+        pad = fabs(fr->y0) > 0 ? fabs(fr->y0) * 0.05 : 1;
+    fr->y0 -= pad;
+    fr->y1 += pad;
+    return 1;
+}
+
+/* Axes with five ticks each, labelled. */
+static void axes(FILE *f, const struct frame *fr)
+{
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" class=\"plot\"/>\n",
+            fr->left, fr->top, fr->right - fr->left, fr->bottom - fr->top);
+    for (int i = 0; i <= 4; i++) {
+        double x = fr->x0 + (fr->x1 - fr->x0) * i / 4, y = fr->y0 + (fr->y1 - fr->y0) * i / 4;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"grid\"/>"
+                "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%.0f</text>\n", px(fr, x), fr->top,
+                px(fr, x), fr->bottom, px(fr, x), fr->bottom + 14, x);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"grid\"/>"
+                "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%.4g</text>\n", fr->left, py(fr, y),
+                fr->right, py(fr, y), fr->left - 4, py(fr, y) + 4, y);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"xl\">step</text>\n",
+            (fr->left + fr->right) / 2, fr->bottom + 30);
+}
+
+/* A vertical marker at step x with a label (epoch boundaries, resumes, preemptions). */
+static void marker(FILE *f, const struct frame *fr, double x, const char *cls, const char *label,
+                   int row)
+{
+    if (x < fr->x0 || x > fr->x1)
+        return;
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"%s\"/>"
+            "<text x=\"%.1f\" y=\"%.0f\" class=\"ml %s\">%s</text>\n", px(fr, x), fr->top,
+            px(fr, x), fr->bottom, cls, px(fr, x) + 2, fr->top + 10 + 10 * row, cls, label);
+}
+
+/* Epoch boundaries (of run 0), resumes and preemptions (of every run). */
+static void markers(FILE *f, const struct frame *fr, const struct run *runs, int nruns)
+{
+    double last_epoch = NAN;
+    int nep = 0;
+    for (int i = 0; i < runs[0].n; i++)
+        if (is_kind(runs[0].rec[i], "train"))
+            nep += ddp_json_num(runs[0].rec[i], "epoch") != last_epoch,
+                last_epoch = ddp_json_num(runs[0].rec[i], "epoch");
+    last_epoch = NAN;
+    for (int i = 0; i < runs[0].n && nep <= 30; i++) {
+        const struct ddp_json *v = runs[0].rec[i];
+        double e = ddp_json_num(v, "epoch"), s = ddp_json_num(v, "step");
+        if (!is_kind(v, "train") || e == last_epoch)
+            continue;
+        if (isfinite(last_epoch)) {
+            char lab[32];
+            snprintf(lab, sizeof lab, "epoch %.0f", e);
+            marker(f, fr, s - 0.5, "epoch", lab, 0);
+        }
+        last_epoch = e;
+    }
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++) {
+            const struct ddp_json *v = runs[r].rec[i];
+            char lab[64];
+            if (is_kind(v, "start") && ddp_json_num(v, "resumed") == 1)
+                marker(f, fr, ddp_json_num(v, "step"), "resume", "resumed", 1);
+            if (is_kind(v, "stop")) {
+                snprintf(lab, sizeof lab, "preempted (SIG%s)", ddp_json_text(v, "signal", "?"));
+                marker(f, fr, ddp_json_num(v, "step"), "stop", lab, 2);
+            }
+        }
+}
+
+/* One series of one run as a polyline (and dots, for sparse series such as evaluations). */
+static void polyline(FILE *f, const struct frame *fr, const struct run *run, int r, int s,
+                     const struct series_def *sd)
+{
+    fprintf(f, "<polyline class=\"series%s\" data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\""
+            " stroke=\"%s\" points=\"", s ? " second" : "", r, sd->kind, sd->field,
+            g_colors[r % 8]);
+    int n = 0;
+    for (int i = 0; i < run->n; i++) {
+        const struct ddp_json *v = run->rec[i];
+        double x = ddp_json_num(v, "step"), y = ddp_json_num(v, sd->field);
+        if (is_kind(v, sd->kind) && isfinite(x) && isfinite(y)) {
+            fprintf(f, "%s%.3f,%.3f", n ? " " : "", px(fr, x), py(fr, y));
+            n++;
+        }
+    }
+    fputs("\"/>\n", f);
+    if (n > 0 && n <= 50)
+        for (int i = 0; i < run->n; i++) {
+            const struct ddp_json *v = run->rec[i];
+            double x = ddp_json_num(v, "step"), y = ddp_json_num(v, sd->field);
+            if (is_kind(v, sd->kind) && isfinite(x) && isfinite(y))
+                fprintf(f, "<circle cx=\"%.3f\" cy=\"%.3f\" r=\"2.5\" fill=\"%s\"/>", px(fr, x),
+                        py(fr, y), g_colors[r % 8]);
+        }
+}
+
+static void chart(FILE *f, const struct chart_def *c, const struct run *runs, int nruns)
+{
+    struct frame fr = {.left = 64, .right = 624, .top = 12, .bottom = 236};
+    if (!chart_range(c, runs, nruns, &fr))
+        return;
+    fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" width=\"640\" "
+            "height=\"276\" viewBox=\"0 0 640 276\" xmlns=\"http://www.w3.org/2000/svg\" "
+            "data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" data-y1=\"%.17g\" "
+            "data-left=\"%g\" data-right=\"%g\" data-top=\"%g\" data-bottom=\"%g\">\n",
+            c->title, fr.x0, fr.x1, fr.y0, fr.y1, fr.left, fr.right, fr.top, fr.bottom);
+    axes(f, &fr);
+    markers(f, &fr, runs, nruns);
+    for (int r = 0; r < nruns; r++)
+        for (int s = 0; s < 2 && c->s[s].kind; s++)
+            polyline(f, &fr, &runs[r], r, s, &c->s[s]);
+    fputs("</svg>\n<div class=\"legend\">", f);
+    for (int r = 0; r < nruns; r++)
+        for (int s = 0; s < 2 && c->s[s].kind; s++) {
+            fprintf(f, "<span><svg width=\"24\" height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
+                    "y2=\"4\" stroke=\"%s\" class=\"%s\"/></svg> ", g_colors[r % 8],
+                    s ? "second" : "first");
+            if (nruns > 1)
+                ddp_html_text(f, runs[r].dir), fputs(": ", f);
+            fprintf(f, "%s</span>", c->s[s].label);
+        }
+    fputs("</div></figure>\n", f);
+}
+
+/* ---- tables --------------------------------------------------------------------------- */
+
+/* The last record of a kind, or NULL. */
+static const struct ddp_json *last_of(const struct run *r, const char *kind)
+{
+    for (int i = r->n - 1; i >= 0; i--)
+        if (is_kind(r->rec[i], kind))
+            return r->rec[i];
+    return NULL;
+}
+
+/* Every member of an object as a row of name and value (arrays as comma lists). */
+static void member_rows(FILE *f, const struct ddp_json *v)
+{
+    for (int i = 0; v && i < v->n; i++) {
+        const struct ddp_json *m = &v->items[i];
+        if (strcmp(v->keys[i], "kind") == 0)
+            continue;
+        fputs("<tr><th>", f);
+        ddp_html_text(f, v->keys[i]);
+        fputs("</th><td>", f);
+        ddp_html_value(f, m);
+        fputs("</td></tr>\n", f);
+    }
+}
+
+/* Starts and stops of a run, in order: the time line of resumes and preemptions. */
+static void timeline(FILE *f, const struct run *r)
+{
+    fputs("<table><tr><th>event</th><th>time (UTC)</th><th>epoch</th><th>step</th><th>world"
+          "</th><th>signal</th></tr>\n", f);
+    for (int i = 0; i < r->n; i++) {
+        const struct ddp_json *v = r->rec[i];
+        int start = is_kind(v, "start");
+        if (!start && !is_kind(v, "stop"))
+            continue;
+        time_t t = (time_t)ddp_json_num(v, "time");
+        char when[32] = "?";
+        struct tm tm;
+        if (isfinite(ddp_json_num(v, "time")) && gmtime_r(&t, &tm))
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        fprintf(f, "<tr><td>%s</td><td>%s</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>",
+                start ? (ddp_json_num(v, "resumed") == 1 ? "resumed" : "started") : "preempted",
+                when, ddp_json_num(v, "epoch"), ddp_json_num(v, "step"),
+                ddp_json_num(v, "world_size"));
+        ddp_html_text(f, ddp_json_text(v, "signal", ""));
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void run_tables(FILE *f, const struct run *r, int idx)
+{
+    fprintf(f, "<h2><span class=\"swatch\" style=\"background:%s\"></span>", g_colors[idx % 8]);
+    ddp_html_text(f, r->dir);
+    fputs("</h2>\n<div class=\"cols\"><div><h3>final numbers</h3><table>\n", f);
+    const struct ddp_json *sum = last_of(r, "summary"), *tr = last_of(r, "train");
+    if (!sum)
+        fputs("<tr><td colspan=\"2\">no summary: the run has not finished</td></tr>\n", f);
+    member_rows(f, sum);
+    if (tr)
+        fprintf(f, "<tr><th>last train loss</th><td>%.6g</td></tr><tr><th>last train acc</th>"
+                "<td>%.6g</td></tr>\n", ddp_json_num(tr, "loss"), ddp_json_num(tr, "acc"));
+    fputs("</table></div><div><h3>machine and launcher (last start)</h3><table>\n", f);
+    member_rows(f, last_of(r, "start"));
+    fputs("</table></div></div>\n<h3>starts, resumes and preemptions</h3>\n", f);
+    timeline(f, r);
+    fputs("<details><summary>effective job (job.ini)</summary><pre>", f);
+    ddp_html_text(f, r->job ? r->job : "(no job.ini)");
+    fputs("</pre></details>\n", f);
+}
+
+static void page(FILE *f, const struct run *runs, int nruns)
+{
+    ddp_html_head(f, "ddptrain report");
+    fputs("<h1>ddptrain report: ", f);
+    for (int r = 0; r < nruns; r++) {
+        fputs(r ? ", " : "", f);
+        ddp_html_text(f, runs[r].dir);
+    }
+    fputs("</h1>\n<div class=\"charts\">\n", f);
+    for (size_t c = 0; c < sizeof g_charts / sizeof g_charts[0]; c++)
+        chart(f, &g_charts[c], runs, nruns);
+    fputs("</div>\n", f);
+    for (int r = 0; r < nruns; r++)
+        run_tables(f, &runs[r], r);
+    ddp_html_tail(f);
+}
+
+int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err,
+                        size_t errlen)
+{
+    if (n < 1 || n > RUNS_MAX)
+        return ddp_err(err, errlen, "report: give 1 to %d run directories", RUNS_MAX);
+    struct run *runs = ddp_calloc((size_t)n, sizeof *runs);
+    int rc = 0, loaded = 0;
+    for (; loaded < n && !rc; loaded++)
+        rc = load_run(&runs[loaded], dirs[loaded], err, errlen);
+    char path[DDP_PATH_MAX + 32];
+    if (out)
+        snprintf(path, sizeof path, "%s", out);
+    else
+        snprintf(path, sizeof path, "%s/report.html", dirs[0]);
+    FILE *f = NULL;
+    if (!rc)
+        f = ddp_html_open(path, err, errlen);
+    if (f) {
+        page(f, runs, n);
+        rc = ddp_html_close(f, path, err, errlen);
+    } else {
+        rc = -1;
+    }
+    for (int i = 0; i < loaded; i++)
+        free_run(&runs[i]);
+    free(runs);
+    return rc;
+}
