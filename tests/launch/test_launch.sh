@@ -167,14 +167,21 @@ run "$BIN" launch --nproc-per-node 2 --spawn env probe --fail 1:0 --sleep 0.5
 [ $rc -eq 0 ] && [ ! -s "$T/err" ] || fail "clean exit: $rc $(cat "$T/err")"
 
 # SIGUSR1, SIGTERM, SIGINT to the launcher reach every child once; all exit 75 -> 75
+# Ready: all three probe lines, printed after the handlers are installed, in a file that exists
+# before the launcher starts (so the count is a number from the first poll on).
 for sig in USR1 TERM INT; do
-    "$BIN" launch --nproc-per-node 3 --spawn env probe >"$T/sig" 2>"$T/sigerr" &
+    : >"$T/sig"
+    "$BIN" launch --nproc-per-node 3 --spawn env probe >>"$T/sig" 2>"$T/sigerr" &
     pl=$!
-    n=0
-    while [ "$(grep -c '^probe rank=.*pid=' "$T/sig")" -lt 3 ] && [ $n -lt 100 ]; do
-        sleep 0.1
+    n=0 ready=0
+    while [ $n -lt 300 ]; do
+        ready=$(grep -c '^probe rank=.*pid=' "$T/sig") || ready=0
+        [ "$ready" -ge 3 ] && break
+        kill -0 $pl 2>/dev/null || break
+        sleep 0.05
         n=$((n + 1))
     done
+    [ "$ready" -ge 3 ] || fail "SIG$sig: ranks not ready: $(cat "$T/sig" "$T/sigerr")"
     kill -s "$sig" $pl
     wait $pl
     rs=$?
