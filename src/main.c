@@ -37,8 +37,7 @@ static const struct subcommand COMMANDS[] = {
     {"launch", ddp_cmd_launch, 0, "launch --nproc-per-node N JOB.ini ...",
      "start N local ranks (torchrun-like)"},
     {"check", ddp_cmd_train, 1, "check JOB.ini [--set ...]", "everything before the first step"},
-    {"report", ddp_cmd_report, 0, "report RUN_DIR [RUN_DIR...]",
-     "RUN_DIR/report.html: the curves"},
+    {"report", ddp_cmd_report, 0, "report RUN_DIR [RUN_DIR...]", "RUN_DIR/report.html: the curves"},
     {"export", ddp_cmd_train, 1, "export JOB.ini --checkpoint F --onnx OUT", "the model as ONNX"},
     {"predict", ddp_cmd_train, 1, "predict JOB.ini --checkpoint F --input X --output Y",
      "logits of X.h5's samples into Y.h5"},
@@ -55,8 +54,7 @@ static const struct subcommand COMMANDS[] = {
 
 static void print_help(FILE *f)
 {
-    fprintf(f, "ddptrain %s - data-parallel training for Slurm clusters\n\nusage:\n",
-            DDP_VERSION);
+    fprintf(f, "ddptrain %s - data-parallel training for Slurm clusters\n\nusage:\n", DDP_VERSION);
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (COMMANDS[i].usage)
             fprintf(f, "  ddptrain %-39s %s\n", COMMANDS[i].usage, COMMANDS[i].summary);

@@ -28,7 +28,7 @@ struct ddp_backend {
     void (*upload)(void *dst, const void *src_host, size_t bytes);
     void (*download)(void *dst_host, const void *src, size_t bytes);
     void (*set_threads)(int n); /* compute threads; optional */
-    void (*sync)(void);          /* wait for queued work; optional */
+    void (*sync)(void);         /* wait for queued work; optional */
     /* end of training step `step` of rank `rank` (log_step: a logging step); optional: the
      * GPU twin writes its per-step counters there (docs/gpu.md) */
     void (*step_end)(int rank, long step, int log_step);
@@ -75,8 +75,8 @@ struct ddp_backend {
     void (*bn_bwd_sums)(double *sums, const float *dout, const float *xhat, int B, int C, int S);
     void (*bn_bwd_apply)(float *dinp, float *dgamma, float *dbeta, const float *dout,
                          const float *xhat, const float *invstd, const float *gamma,
-                         const double *local_sums, const double *global_sums, double count,
-                         int B, int C, int S);
+                         const double *local_sums, const double *global_sums, double count, int B,
+                         int C, int S);
 
     /* dropout: keep with probability 1-p from a counter-based hash of (seed, i); mask holds
      * 0 or 1/(1-p). */

@@ -72,8 +72,9 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i)
 
 #define POOL_MAX 64         /* threads per process; more cores than this get no more threads */
 #define POOL_PARTS_MAX 4096 /* parts of one job (ticket field width) */
-#define POOL_SPIN_NS 100000 /* a worker spins this long after a job before it sleeps: longer
-                             * than the serial gaps inside a step, far shorter than a pause */
+/* A worker spins this long after a job before it sleeps: longer than the serial gaps inside a
+ * step, far shorter than a pause. */
+#define POOL_SPIN_NS 100000
 
 typedef void (*pool_fn)(void *ctx, int part, int parts, int tid);
 
@@ -81,13 +82,13 @@ typedef void (*pool_fn)(void *ctx, int part, int parts, int tid);
 #define TICKET(gen, parts, next) ((uint64_t)(gen) << 32 | (uint64_t)(parts) << 16 | (next))
 #define TICKET_GEN(t) ((unsigned)((t) >> 32))
 #define TICKET_PARTS(t) ((int)(((t) >> 16) & 0xffff))
-#define TICKET_NEXT(t) ((int)((t) & 0xffff))
+#define TICKET_NEXT(t) ((int)((t)&0xffff))
 
 static struct {
     int n; /* threads including the caller (tid 0); workers are tids 1..n-1 */
     pthread_t th[POOL_MAX];
-    atomic_uint gen;   /* bumped once per job */
-    unsigned gen0;     /* gen when the workers were started */
+    atomic_uint gen; /* bumped once per job */
+    unsigned gen0;   /* gen when the workers were started */
     _Atomic uint64_t ticket;
     atomic_int done;   /* parts finished of the current job */
     atomic_int asleep; /* workers blocked on cv */
@@ -187,8 +188,7 @@ static void par_run(pool_fn fn, void *ctx, int parts)
     atomic_store(&g_pool.ticket, TICKET(g, parts, 0)); /* releases fn, ctx, done */
     pool_kick();
     pool_work(g, 0);
-    for (int spin = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < parts;
-         spin++) {
+    for (int spin = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < parts; spin++) {
         cpu_relax();
         if (spin > 4096) /* a worker holding a part was preempted: let it have this core */
             sched_yield();
@@ -208,9 +208,15 @@ static void pool_stop(void)
 }
 
 /* A forked child has no workers: it runs alone until it calls set_threads itself. */
-static void pool_after_fork(void) { g_pool.n = 1; }
+static void pool_after_fork(void)
+{
+    g_pool.n = 1;
+}
 
-static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+static void pool_register_fork(void)
+{
+    pthread_atfork(NULL, NULL, pool_after_fork);
+}
 
 static void pool_start(int n)
 {
@@ -285,8 +291,14 @@ static void *scratch_get(struct scratch *s, size_t bytes)
     return s->p;
 }
 
-static void *cpu_scratch(int tid, size_t bytes) { return scratch_get(&g_scratch[tid], bytes); }
-static void *cpu_partial(int part, size_t bytes) { return scratch_get(&g_partial[part], bytes); }
+static void *cpu_scratch(int tid, size_t bytes)
+{
+    return scratch_get(&g_scratch[tid], bytes);
+}
+static void *cpu_partial(int part, size_t bytes)
+{
+    return scratch_get(&g_partial[part], bytes);
+}
 
 /* ---- the kernels, in both precisions ----------------------------------------------------- */
 
@@ -322,8 +334,14 @@ static void *cpu_alloc(size_t bytes)
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_free(void *p)
+{
+    free(p);
+}
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    memmove(dst, src, bytes);
+}
 
 static void cpu_set_threads(int n)
 {
@@ -410,4 +428,7 @@ static const struct ddp_backend g_cpu = {
     .adam_step = ddp_cpu_adam_step_f32,
 };
 
-const struct ddp_backend *ddp_backend_cpu(void) { return &g_cpu; }
+const struct ddp_backend *ddp_backend_cpu(void)
+{
+    return &g_cpu;
+}

@@ -66,11 +66,10 @@ struct blas_api {
 };
 
 #ifdef DDP_CUDA_TWIN
-static struct blas_api g_blas = {&cublasCreate,      &cublasDestroy,
-                                 &cublasSetStream,   &cublasSetMathMode,
-                                 &cublasSgemm,       &cublasSgemmStridedBatched,
-                                 &cublasGetProperty, &cublasGetStatusName,
-                                 &cublasGetStatusString};
+static struct blas_api g_blas = {
+    &cublasCreate,      &cublasDestroy,       &cublasSetStream,
+    &cublasSetMathMode, &cublasSgemm,         &cublasSgemmStridedBatched,
+    &cublasGetProperty, &cublasGetStatusName, &cublasGetStatusString};
 
 static int blas_open(char *err, size_t errlen)
 {
@@ -139,12 +138,12 @@ static cublasMath_t math_mode(int tf32)
 
 /* ---- checks ------------------------------------------------------------------------------ */
 
-#define CUDA_CHECK(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: CUDA error %s: %s", #call,   \
-                       cudaGetErrorName(e_), cudaGetErrorString(e_));                          \
+#define CUDA_CHECK(call)                                                                     \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: CUDA error %s: %s", #call, \
+                       cudaGetErrorName(e_), cudaGetErrorString(e_));                        \
     } while (0)
 
 #define CUBLAS_CHECK(call)                                                                     \
@@ -158,10 +157,10 @@ static cublasMath_t math_mode(int tf32)
 /* Every kernel launch: queued on the compute stream, a bad configuration reported at its
  * launch site. A macro so that tests/gpu/emu can run the very same kernels on the CPU. */
 #ifndef LAUNCH
-#define LAUNCH(kernel, grid, block, ...)                                                       \
-    do {                                                                                       \
-        kernel<<<(grid), (block), 0, g.stream>>>(__VA_ARGS__);                                 \
-        CUDA_CHECK(cudaGetLastError());                                                        \
+#define LAUNCH(kernel, grid, block, ...)                       \
+    do {                                                       \
+        kernel<<<(grid), (block), 0, g.stream>>>(__VA_ARGS__); \
+        CUDA_CHECK(cudaGetLastError());                        \
     } while (0)
 #endif
 
@@ -211,7 +210,10 @@ static void *ws_get(size_t bytes)
     return g.ws;
 }
 
-static size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+static size_t align256(size_t bytes)
+{
+    return (bytes + 255) / 256 * 256;
+}
 
 /* Blocks for a grid-stride loop over n items. */
 static unsigned blocks_for(size_t n)
@@ -220,8 +222,8 @@ static unsigned blocks_for(size_t n)
     return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)(b ? b : 1);
 }
 
-#define GRID_STRIDE(i, n)                                                                      \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                   \
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* ---- device helpers ---------------------------------------------------------------------- */
@@ -360,12 +362,12 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
         LAUNCH(k_fill_bias, blocks_for(n), THREADS, out, b, n, O, 1);
     }
     const float one = 1, beta = b ? 1.0f : 0.0f;
-    CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta,
-                              out, O));
+    CUBLAS_CHECK(
+        g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta, out, O));
 }
 
-static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int B, int C, int O)
+static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int B, int C, int O)
 {
     if (B == 0)
         return;
@@ -547,8 +549,8 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
          * Column-major: y_i^T (P,O) += col_i^T (P,CKK) w^T (CKK,O). */
         const int Q = nb * q.P;
         CUBLAS_CHECK(g_blas.sgemm_strided_batched(
-            g.blas, CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, &one, col, Q, (long long)q.P, w,
-            q.CKK, 0LL, &one, out + (size_t)i0 * O * q.P, q.P, (long long)O * q.P, nb));
+            g.blas, CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, &one, col, Q, (long long)q.P, w, q.CKK,
+            0LL, &one, out + (size_t)i0 * O * q.P, q.P, (long long)O * q.P, nb));
     }
 }
 
@@ -782,8 +784,8 @@ static void cuda_bn_bwd_sums(double *sums, const float *dout, const float *xhat,
 }
 
 __global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
-                               const float *invstd, const float *gamma, const float *beta,
-                               size_t n, int C, int S)
+                               const float *invstd, const float *gamma, const float *beta, size_t n,
+                               int C, int S)
 {
     GRID_STRIDE(i, n)
     {
@@ -977,9 +979,8 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
 
 /* ---- optimisers -------------------------------------------------------------------------- */
 
-static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf, size_t n,
-                          float lr, float momentum, float weight_decay, int nesterov,
-                          int first_step)
+static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf, size_t n, float lr,
+                          float momentum, float weight_decay, int nesterov, int first_step)
 {
     if (!n)
         return;
@@ -987,8 +988,8 @@ static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf,
            nesterov, first_step);
 }
 
-static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v,
-                           size_t n, float lr, float b1, float b2, float eps, float weight_decay,
+static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
+                           float lr, float b1, float b2, float eps, float weight_decay,
                            int decoupled, int64_t t)
 {
     if (!n)
@@ -1052,7 +1053,10 @@ static void cuda_download(void *dst, const void *src, size_t bytes)
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
 }
 
-static void cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
+static void cuda_sync(void)
+{
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
 
 static void cuda_zero(float *x, size_t n)
 {
@@ -1142,12 +1146,14 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
             rt = 0;
         cudaGetLastError();
         if (drv == 0)
-            ddp_err(err, errlen, "no CUDA driver on this machine (is this a GPU node? "
+            ddp_err(err, errlen,
+                    "no CUDA driver on this machine (is this a GPU node? "
                     "nvidia-smi should list the GPUs)");
         else if (e == cudaErrorInsufficientDriver)
-            ddp_err(err, errlen, "the NVIDIA driver supports CUDA %d.%d, older than this "
-                    "build's runtime %d.%d: update the driver", drv / 1000, (drv % 1000) / 10,
-                    rt / 1000, (rt % 1000) / 10);
+            ddp_err(err, errlen,
+                    "the NVIDIA driver supports CUDA %d.%d, older than this "
+                    "build's runtime %d.%d: update the driver",
+                    drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
         else
             ddp_err(err, errlen, "no usable GPU: %s (nvidia-smi should list the GPUs)",
                     cudaGetErrorString(e));
@@ -1248,17 +1254,25 @@ extern "C" const char *ddp_cuda_version_string(void)
 #else
     const char *what = "";
 #endif
-    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", what,
-             rt / 1000, (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)",
-             driver);
+    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", what, rt / 1000,
+             (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)", driver);
     return buf;
 }
 
-extern "C" const char *ddp_cuda_device_string(void) { return g.devname; }
+extern "C" const char *ddp_cuda_device_string(void)
+{
+    return g.devname;
+}
 
-extern "C" void *ddp_cuda_stream(void) { return g.device >= 0 ? (void *)g.stream : NULL; }
+extern "C" void *ddp_cuda_stream(void)
+{
+    return g.device >= 0 ? (void *)g.stream : NULL;
+}
 
-extern "C" int ddp_cuda_device(void) { return g.device; }
+extern "C" int ddp_cuda_device(void)
+{
+    return g.device;
+}
 
 extern "C" void ddp_cuda_step_end(int rank, long step, int log_step)
 {

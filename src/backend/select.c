@@ -26,8 +26,8 @@ int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int loc
     int ndev = ddp_cuda_device_count();
     if (want == DDP_DEVICE_CUDA || (want == DDP_DEVICE_AUTO && (ndev > 0 || need_gpu))) {
         struct ddp_binding bind = {.device = -1};
-        if (ddp_binding_compute(local_rank, local_size, ndev, 1, NULL, NULL, &bind, err,
-                                errlen) != 0)
+        if (ddp_binding_compute(local_rank, local_size, ndev, 1, NULL, NULL, &bind, err, errlen) !=
+            0)
             return -1;
         const struct ddp_backend *be = ddp_backend_cuda(bind.device, tf32, err, errlen);
         if (!be)
@@ -40,7 +40,8 @@ int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int loc
 #else
     (void)local_rank, (void)local_size, (void)tf32;
     if (want == DDP_DEVICE_CUDA || need_gpu)
-        return ddp_err(err, errlen, "[train] device = cuda or [dist] backend = nccl, but this "
+        return ddp_err(err, errlen,
+                       "[train] device = cuda or [dist] backend = nccl, but this "
                        "ddptrain was built without CUDA/NCCL; use the CPU (ddptrain --version "
                        "lists the backends)");
 #endif

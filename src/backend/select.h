@@ -17,8 +17,8 @@ extern const char *const ddp_device_names[DDP_DEVICE_COUNT];
 
 struct ddp_device_choice {
     const struct ddp_backend *be;
-    int device;      /* CUDA ordinal; -1 on the CPU */
-    char name[160];  /* "cpu" or "cuda:N (name)" */
+    int device;     /* CUDA ordinal; -1 on the CPU */
+    char name[160]; /* "cpu" or "cuda:N (name)" */
 };
 
 /* Choose for local rank local_rank of local_size: want (enum ddp_device); need_gpu: the job

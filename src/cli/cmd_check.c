@@ -20,16 +20,25 @@ double ddp_model_flops_per_sample(const struct ddp_model *m)
         const struct ddp_layer *l = &m->layers[i];
         double out = (double)l->out_elems, in = (double)l->in_elems;
         switch (l->spec.kind) {
-        case DDP_LAYER_LINEAR: flops += 2.0 * in * out; break;
+        case DDP_LAYER_LINEAR:
+            flops += 2.0 * in * out;
+            break;
         case DDP_LAYER_CONV2D: /* every output element: C_in * k * k multiply-adds */
             flops += 2.0 * out * l->ishape[0] * l->spec.k * l->spec.k;
             break;
         case DDP_LAYER_MAXPOOL:
-        case DDP_LAYER_AVGPOOL: flops += in; break;
-        case DDP_LAYER_BATCHNORM: flops += 4.0 * out; break;
+        case DDP_LAYER_AVGPOOL:
+            flops += in;
+            break;
+        case DDP_LAYER_BATCHNORM:
+            flops += 4.0 * out;
+            break;
         case DDP_LAYER_RELU:
-        case DDP_LAYER_DROPOUT: flops += out; break;
-        default: break;
+        case DDP_LAYER_DROPOUT:
+            flops += out;
+            break;
+        default:
+            break;
         }
     }
     return flops;
@@ -75,9 +84,10 @@ int ddp_check_print(const struct ddp_check_facts *f)
     double flops = ddp_model_flops_per_sample(m);
     printf("ddptrain check: %s - the job is ready to run\n", job->path);
     printf("  world         %d rank%s on %d node%s, launcher %s, comm %s, device %s, %d "
-           "thread%s per rank\n", w->world_size, w->world_size > 1 ? "s" : "", w->num_nodes,
-           w->num_nodes > 1 ? "s" : "", ddp_launcher_name(w->launcher), f->comm, f->device,
-           f->threads, f->threads > 1 ? "s" : "");
+           "thread%s per rank\n",
+           w->world_size, w->world_size > 1 ? "s" : "", w->num_nodes, w->num_nodes > 1 ? "s" : "",
+           ddp_launcher_name(w->launcher), f->comm, f->device, f->threads,
+           f->threads > 1 ? "s" : "");
     printf("  data          %s: %s %lld samples, %s %lld\n", job->data_file, job->data_train,
            (long long)f->train_n, job->data_test[0] ? job->data_test : "(no test split)",
            (long long)f->test_n);
@@ -86,25 +96,26 @@ int ddp_check_print(const struct ddp_check_facts *f)
            ddp_fmt_bytes(4.0 * (double)m->nparams, a, sizeof a), f->nbuckets,
            f->nbuckets > 1 ? "s" : "");
     printf("  FLOPs         %sFLOP per sample forward, about %sFLOP per training step per "
-           "rank (forward + backward, batch %lld)\n", si(flops, b, sizeof b),
-           si(3.0 * flops * (double)job->batch_size, c, sizeof c), (long long)job->batch_size);
+           "rank (forward + backward, batch %lld)\n",
+           si(flops, b, sizeof b), si(3.0 * flops * (double)job->batch_size, c, sizeof c),
+           (long long)job->batch_size);
     printf("  memory        %s per rank: parameters, gradients and optimiser state %s, "
-           "activations %s, conv scratch %s\n", ddp_fmt_bytes(mem.total, a, sizeof a),
-           ddp_fmt_bytes(mem.params, b, sizeof b), ddp_fmt_bytes(mem.activations, c, sizeof c),
-           ddp_fmt_bytes(mem.scratch, d, sizeof d));
+           "activations %s, conv scratch %s\n",
+           ddp_fmt_bytes(mem.total, a, sizeof a), ddp_fmt_bytes(mem.params, b, sizeof b),
+           ddp_fmt_bytes(mem.activations, c, sizeof c), ddp_fmt_bytes(mem.scratch, d, sizeof d));
     int64_t total = f->steps_per_epoch * job->epochs;
     if (job->max_steps > 0 && job->max_steps < total)
         total = job->max_steps;
     printf("  steps         %lld per epoch of global batch %lld, %lld epoch%s, %lld steps in "
-           "all\n", (long long)f->steps_per_epoch, (long long)G, (long long)job->epochs,
+           "all\n",
+           (long long)f->steps_per_epoch, (long long)G, (long long)job->epochs,
            job->epochs > 1 ? "s" : "", (long long)total);
     if (f->resumed)
         printf("  resume        from step %lld (epoch %lld, %lld samples into it)\n",
                (long long)f->start->step, (long long)f->start->epoch + 1,
                (long long)f->start->cursor);
     else
-        printf("  resume        none: starts at step 0 ([checkpoint] resume = %s)\n",
-               job->resume);
+        printf("  resume        none: starts at step 0 ([checkpoint] resume = %s)\n", job->resume);
     print_output(f);
     printf("  setup took    %.3fs\n", f->setup_s);
     fflush(stdout);

@@ -20,8 +20,8 @@ static int write_ds(hid_t file, const char *name, hid_t type, int rank, const hs
                     const void *data)
 {
     hid_t sp = H5Screate_simple(rank, dims, NULL);
-    hid_t ds = sp < 0 ? -1 : H5Dcreate2(file, name, type, sp, H5P_DEFAULT, H5P_DEFAULT,
-                                        H5P_DEFAULT);
+    hid_t ds =
+        sp < 0 ? -1 : H5Dcreate2(file, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     int rc = ds >= 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
     if (ds >= 0)
         H5Dclose(ds);
@@ -57,8 +57,7 @@ static int save(const char *output, const float *logits, const int32_t *pred, in
 }
 
 /* Forward every sample of s in batches of B; logits (N, K) on the host. */
-static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *err,
-               size_t errlen)
+static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *err, size_t errlen)
 {
     int64_t N = ddp_h5split_count(s);
     size_t E = m->in_elems, K = (size_t)m->classes;
@@ -100,8 +99,10 @@ int ddp_predict(struct ddp_model *m, const char *input, const char *group, const
         same = dims[d] == m->ishape[d];
     if (!same) {
         ddp_h5split_close(s);
-        ddp_err(err, errlen, "%s: %s holds samples of another shape than the model's input "
-                "(the job's [data] file); give data in the same layout", input, group);
+        ddp_err(err, errlen,
+                "%s: %s holds samples of another shape than the model's input "
+                "(the job's [data] file); give data in the same layout",
+                input, group);
         return DDP_EXIT_DATA;
     }
     float *logits = ddp_malloc(sizeof(float) * (size_t)N * (size_t)K);

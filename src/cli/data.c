@@ -55,15 +55,18 @@ static int usage_error(const char *fmt, ...)
     return DDP_EXIT_USAGE;
 }
 
-static int is_help(const char *s) { return !strcmp(s, "--help") || !strcmp(s, "-h"); }
+static int is_help(const char *s)
+{
+    return !strcmp(s, "--help") || !strcmp(s, "-h");
+}
 
 /* Parse an integer option within [lo, hi]; usage error text into msg on failure. */
 static int parse_range(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
                        char *msg, size_t len)
 {
     if (ddp_parse_i64(s, out) != 0 || *out < lo || *out > hi) {
-        snprintf(msg, len, "%s `%s`: expected an integer in [%lld, %lld]", name, s,
-                 (long long)lo, (long long)hi);
+        snprintf(msg, len, "%s `%s`: expected an integer in [%lld, %lld]", name, s, (long long)lo,
+                 (long long)hi);
         return -1;
     }
     return 0;
@@ -140,8 +143,8 @@ static int cmd_idx(int argc, char **argv)
     }
     int64_t classes = 0;
     char msg[DDP_ERR_LEN], err[DDP_ERR_LEN];
-    if (classes_s && parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg,
-                                 sizeof msg) != 0)
+    if (classes_s &&
+        parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
 
     ddp_idx_files files;
@@ -177,9 +180,10 @@ static int cmd_idx(int argc, char **argv)
         snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)sum.dims[0],
                  (long long)sum.dims[1], (long long)sum.dims[2]);
     printf("wrote %s: /train %lld x %s uint8 (labels %d..%d), /test %lld x %s uint8 (labels "
-           "%d..%d), classes %d, %.1f s\n", out, (long long)sum.n_train, shape,
-           sum.label_min[0], sum.label_max[0], (long long)sum.n_test, shape, sum.label_min[1],
-           sum.label_max[1], sum.classes, ddp_now() - t0);
+           "%d..%d), classes %d, %.1f s\n",
+           out, (long long)sum.n_train, shape, sum.label_min[0], sum.label_max[0],
+           (long long)sum.n_test, shape, sum.label_min[1], sum.label_max[1], sum.classes,
+           ddp_now() - t0);
     return DDP_EXIT_OK;
 }
 
@@ -204,7 +208,8 @@ static int cmd_synth(int argc, char **argv)
         } else if ((m = ddp_opt_value(argc, argv, &i, "--shape", &v))) {
             if (m < 0 || parse_shape(v, &spec.rank, spec.dims) != 0)
                 return usage_error("synth: --shape `%s`: expected C,H,W (e.g. 1,28,28) or D "
-                                   "(e.g. 784), positive integers", m < 0 ? "" : v);
+                                   "(e.g. 784), positive integers",
+                                   m < 0 ? "" : v);
         } else if ((m = ddp_opt_value(argc, argv, &i, "--classes", &v))) {
             if (m < 0 || parse_range("--classes", v, 2, DDP_H5_MAX_CLASSES, &x, msg, sizeof msg))
                 return usage_error("synth: %s", m < 0 ? "--classes needs a value" : msg);
@@ -247,8 +252,8 @@ static int cmd_synth(int argc, char **argv)
         ddp_warn("%s", err);
         return DDP_EXIT_DATA;
     }
-    printf("wrote %s: /train %lld, /test %lld samples of %s, %d classes, seed %llu, %.1f s\n",
-           out, (long long)spec.n_train, (long long)spec.n_test, ddp_h5dtype_name(spec.dtype),
+    printf("wrote %s: /train %lld, /test %lld samples of %s, %d classes, seed %llu, %.1f s\n", out,
+           (long long)spec.n_train, (long long)spec.n_test, ddp_h5dtype_name(spec.dtype),
            spec.classes, (unsigned long long)spec.seed, ddp_now() - t0);
     return DDP_EXIT_OK;
 }
@@ -268,8 +273,8 @@ static int info_split(const char *path, const char *group)
     if (rank == 1)
         snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)n, (long long)dims[0]);
     else
-        snprintf(shape, sizeof shape, "(%lld, %lld, %lld, %lld)", (long long)n,
-                 (long long)dims[0], (long long)dims[1], (long long)dims[2]);
+        snprintf(shape, sizeof shape, "(%lld, %lld, %lld, %lld)", (long long)n, (long long)dims[0],
+                 (long long)dims[1], (long long)dims[2]);
     const int32_t *lab = ddp_h5split_labels(s);
     int32_t lo = lab[0], hi = lab[0];
     for (int64_t i = 1; i < n; i++) {
@@ -288,10 +293,9 @@ static int info_split(const char *path, const char *group)
             hist[lab[i]]++;
         if (hn <= INFO_MAX_HIST_CLASSES) {
             for (int k = 0; k < hn; k++)
-                printf("%s%d:%lld%s", k % INFO_HIST_PER_LINE ? " " : "  ", k,
-                       (long long)hist[k],
+                printf("%s%d:%lld%s", k % INFO_HIST_PER_LINE ? " " : "  ", k, (long long)hist[k],
                        (k % INFO_HIST_PER_LINE == INFO_HIST_PER_LINE - 1 || k == hn - 1) ? "\n"
-                                                                                          : "");
+                                                                                         : "");
         } else {
             int64_t mn = INT64_MAX, mx = 0, present = 0;
             for (int k = 0; k < hn; k++) {
@@ -339,7 +343,8 @@ static int cmd_info(int argc, char **argv)
     }
     if (ng == 0) {
         ddp_warn("%s: holds no groups; expected /train and /test with images and labels "
-                 "(see docs/data.md)", path);
+                 "(see docs/data.md)",
+                 path);
         return DDP_EXIT_DATA;
     }
     printf("%s: source \"%s\"\n", path, source);

@@ -55,7 +55,10 @@ static const char BT_USAGE[] =
     "all hashes must agree.\n"
     "--delay S: ranks other than 0 wait S seconds before joining. Exit 0, 2 or 4.\n";
 
-static int is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
+static int is_help(const char *a)
+{
+    return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
+}
 
 int ddp_cmd_hostlist(int argc, char **argv)
 {
@@ -68,7 +71,8 @@ int ddp_cmd_hostlist(int argc, char **argv)
         i++;
     if (argc - i != 1) {
         ddp_warn("hostlist: expected exactly one EXPR argument, got %d; quote the expression, "
-                 "e.g. ddptrain hostlist 'n[1-4]'", argc - i);
+                 "e.g. ddptrain hostlist 'n[1-4]'",
+                 argc - i);
         fputs(HOSTLIST_USAGE, stderr);
         return DDP_EXIT_USAGE;
     }
@@ -129,7 +133,8 @@ int ddp_cmd_env(int argc, char **argv)
         int64_t nf;
         if (ddp_parse_i64(fake, &nf) < 0 || nf < 0 || nf > FAKE_GPUS_MAX) {
             ddp_warn("DDP_TEST_FAKE_GPUS=\"%.20s\" is not a device count in 0..%d; unset it (it "
-                     "is for tests)", fake, FAKE_GPUS_MAX);
+                     "is for tests)",
+                     fake, FAKE_GPUS_MAX);
             return DDP_EXIT_LAUNCH;
         }
         driver = ddp_binding_fake_driver_count((int)nf, getenv("CUDA_VISIBLE_DEVICES"));
@@ -141,8 +146,8 @@ int ddp_cmd_env(int argc, char **argv)
 #endif
     struct ddp_binding b;
     char device[32] = "cpu";
-    int brc = ddp_binding_compute(w.local_rank, w.local_size, driver, 0, NULL, NULL, &b, err,
-                                  sizeof err);
+    int brc =
+        ddp_binding_compute(w.local_rank, w.local_size, driver, 0, NULL, NULL, &b, err, sizeof err);
     if (driver >= 0) {
         if (brc < 0) {
             ddp_warn("%s", err);
@@ -201,7 +206,8 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
             bad = 1;
         if (bad) {
             ddp_warn("bootstrap-test: bad argument '%.40s%s%.40s' (--len 1..%d, --timeout and "
-                     "--delay in seconds)", a, v ? " " : "", v ? v : "", DDP_BOOTSTRAP_MAX_LEN);
+                     "--delay in seconds)",
+                     a, v ? " " : "", v ? v : "", DDP_BOOTSTRAP_MAX_LEN);
             fputs(BT_USAGE, stderr);
             return DDP_EXIT_USAGE;
         }

@@ -18,7 +18,7 @@ struct ddp_run_args {
     const char *checkpoint; /* eval, export, predict: the weights (a checkpoint or model.h5) */
     const char *onnx;       /* export */
     const char *input, *output, *group; /* predict: X.h5, Y.h5, the group in X.h5 */
-    int bad;                /* an option was given without its value (already reported) */
+    int bad; /* an option was given without its value (already reported) */
 };
 
 /* If argv[*i] is an option of the mode named by argv[0], consume it (and its value) and

@@ -81,8 +81,7 @@ int ddp_comm_poll(double timeout_s, int (*test)(void *arg, char *err, size_t err
 
 /* Print the one line that says which collective failed on which rank, then tear the job
  * down. detail is NULL for a deadline expiry, else the backend's reason. */
-static void __attribute__((noreturn))
-comm_fail(ddp_comm *c, const char *what, const char *detail)
+static void __attribute__((noreturn)) comm_fail(ddp_comm *c, const char *what, const char *detail)
 {
     char peer[512] = "a peer";
     if (c->size == 2) /* the only rank we can wait for */
@@ -188,9 +187,12 @@ static void start_failed(ddp_comm *c, struct ddp_comm_req *r, const char *msg)
 static size_t dtype_size(enum ddp_dtype t)
 {
     switch (t) {
-    case DDP_F32: return 4;
-    case DDP_F64: return 8;
-    case DDP_I64: return 8;
+    case DDP_F32:
+        return 4;
+    case DDP_F64:
+        return 8;
+    case DDP_I64:
+        return 8;
     }
     ddp_die("unknown dtype %d given to a collective", (int)t);
 }
@@ -245,8 +247,7 @@ static void no_mpi_launcher(const struct ddp_world *w, char *err, size_t errlen)
     }
 }
 
-const char *const ddp_comm_backend_names[DDP_COMM_BACKEND_COUNT] = {"auto", "nccl", "mpi",
-                                                                    "none"};
+const char *const ddp_comm_backend_names[DDP_COMM_BACKEND_COUNT] = {"auto", "nccl", "mpi", "none"};
 _Static_assert(sizeof ddp_comm_backend_names / sizeof *ddp_comm_backend_names ==
                    DDP_COMM_BACKEND_COUNT,
                "one name per comm backend");
@@ -266,8 +267,10 @@ static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world 
     switch (o->backend) {
     case DDP_COMM_NONE:
         if (w->world_size != 1)
-            return ddp_err(err, errlen, "backend = none runs a single rank, but this world has "
-                           "%d: use backend = auto or mpi", w->world_size);
+            return ddp_err(err, errlen,
+                           "backend = none runs a single rank, but this world has "
+                           "%d: use backend = auto or mpi",
+                           w->world_size);
         return DDP_COMM_NONE;
     case DDP_COMM_AUTO:
         use = w->world_size > 1 || w->mpi_launched ? DDP_COMM_MPI : DDP_COMM_NONE;
@@ -285,7 +288,8 @@ static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world 
 #if HAVE_NCCL
         return DDP_COMM_NCCL; /* the NCCL id travels through the bootstrap: no MPI launch */
 #else
-        return ddp_err(err, errlen, "backend = nccl needs a GPU build of ddptrain (CUDA and "
+        return ddp_err(err, errlen,
+                       "backend = nccl needs a GPU build of ddptrain (CUDA and "
                        "NCCL); this one has none: use backend = auto or mpi");
 #endif
     default:
@@ -297,8 +301,10 @@ static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world 
         return -1;
     }
     if (use == DDP_COMM_MPI && !HAVE_MPI)
-        return ddp_err(err, errlen, "%d ranks need MPI, but this ddptrain was built without it: "
-                       "install libopenmpi-dev and rebuild", w->world_size);
+        return ddp_err(err, errlen,
+                       "%d ranks need MPI, but this ddptrain was built without it: "
+                       "install libopenmpi-dev and rebuild",
+                       w->world_size);
     return use;
 }
 
@@ -339,7 +345,7 @@ ddp_comm *ddp_comm_create(const struct ddp_comm_opts *o, const struct ddp_world 
     else
 #endif
 #if HAVE_MPI
-    if (use == DDP_COMM_MPI)
+        if (use == DDP_COMM_MPI)
         rc = ddp_comm_mpi_init(c, w, err, errlen);
     else
 #endif
@@ -397,14 +403,23 @@ void ddp_comm_destroy(ddp_comm *c)
     free(c);
 }
 
-const char *ddp_comm_name(const ddp_comm *c) { return c->ops->name; }
+const char *ddp_comm_name(const ddp_comm *c)
+{
+    return c->ops->name;
+}
 
 double ddp_comm_busbw_factor(int world_size)
 {
     return world_size > 1 ? 2.0 * (world_size - 1) / world_size : 0.0;
 }
-int ddp_comm_rank(const ddp_comm *c) { return c->rank; }
-int ddp_comm_size(const ddp_comm *c) { return c->size; }
+int ddp_comm_rank(const ddp_comm *c)
+{
+    return c->rank;
+}
+int ddp_comm_size(const ddp_comm *c)
+{
+    return c->size;
+}
 
 ddp_comm_req *ddp_comm_allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t)
 {
@@ -492,8 +507,7 @@ void ddp_comm_barrier(ddp_comm *c)
 void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes)
 {
     if (bytes > COMM_MAX_COUNT)
-        ddp_die("allgather of %zu bytes per rank exceeds the limit of %zu", bytes,
-                COMM_MAX_COUNT);
+        ddp_die("allgather of %zu bytes per rank exceeds the limit of %zu", bytes, COMM_MAX_COUNT);
     struct ddp_comm_req *r = req_get(c, "allgather");
     char msg[256] = "";
     if (c->ops->iallgather(c, r, send, recv, bytes, msg, sizeof msg) != 0)

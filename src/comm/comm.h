@@ -43,7 +43,7 @@ extern const char *const ddp_comm_backend_names[DDP_COMM_BACKEND_COUNT];
 
 struct ddp_comm_opts {
     enum ddp_comm_backend backend;
-    double timeout_s;                  /* deadline of every wait on a peer ([dist] timeout_s) */
+    double timeout_s; /* deadline of every wait on a peer ([dist] timeout_s) */
     /* nccl only: */
     int device;                        /* CUDA device of this rank; -1: the CUDA backend's */
     enum ddp_bootstrap_kind bootstrap; /* how the NCCL id travels */

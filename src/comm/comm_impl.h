@@ -53,7 +53,7 @@ struct ddp_comm_ops {
 struct ddp_comm {
     const struct ddp_comm_ops *ops;
     enum ddp_comm_backend backend; /* the one serving: self is DDP_COMM_NONE */
-    void *impl; /* backend state, owned by the backend */
+    void *impl;                    /* backend state, owned by the backend */
     int rank, size;
     double timeout_s;
     char host[256];

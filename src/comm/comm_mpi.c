@@ -26,8 +26,14 @@ struct mpi_req {
     MPI_Request req;
 };
 
-static MPI_Comm comm_of(ddp_comm *c) { return ((struct mpi_state *)c->impl)->comm; }
-static MPI_Request *req_of(struct ddp_comm_req *r) { return &((struct mpi_req *)r->priv)->req; }
+static MPI_Comm comm_of(ddp_comm *c)
+{
+    return ((struct mpi_state *)c->impl)->comm;
+}
+static MPI_Request *req_of(struct ddp_comm_req *r)
+{
+    return &((struct mpi_req *)r->priv)->req;
+}
 
 /* Describe MPI error rc of call in err; returns -1. */
 static int mpi_err(int rc, const char *call, char *err, size_t errlen)
@@ -43,9 +49,12 @@ static int mpi_err(int rc, const char *call, char *err, size_t errlen)
 static MPI_Datatype mpi_type(enum ddp_dtype t)
 {
     switch (t) {
-    case DDP_F32: return MPI_FLOAT;
-    case DDP_F64: return MPI_DOUBLE;
-    case DDP_I64: return MPI_INT64_T;
+    case DDP_F32:
+        return MPI_FLOAT;
+    case DDP_F64:
+        return MPI_DOUBLE;
+    case DDP_I64:
+        return MPI_INT64_T;
     }
     return MPI_DATATYPE_NULL; /* comm.c validated t */
 }
@@ -58,8 +67,8 @@ static int mpi_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t
     return rc == MPI_SUCCESS ? 0 : mpi_err(rc, "MPI_Iallreduce", err, errlen);
 }
 
-static int mpi_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes,
-                          int root, char *err, size_t errlen)
+static int mpi_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, int root,
+                          char *err, size_t errlen)
 {
     const int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, comm_of(c), req_of(r));
     return rc == MPI_SUCCESS ? 0 : mpi_err(rc, "MPI_Ibcast", err, errlen);
@@ -76,8 +85,8 @@ static int mpi_iallgather(ddp_comm *c, struct ddp_comm_req *r, const void *send,
 {
     /* MPI forbids aliased buffers: the in-place form says so explicitly. */
     const void *s = send == (char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-    const int rc = MPI_Iallgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
-                                  comm_of(c), req_of(r));
+    const int rc =
+        MPI_Iallgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(c), req_of(r));
     return rc == MPI_SUCCESS ? 0 : mpi_err(rc, "MPI_Iallgather", err, errlen);
 }
 

@@ -37,10 +37,12 @@
  * dlopens the soname of the NCCL the build was compiled against (LD_LIBRARY_PATH, the run
  * path, the system's) and every call goes through this table. The GPU twin's build
  * (DDP_TWIN) points the table at the twin's NCCL. */
+// clang-format off
 #define NCCL_FUNCS(X)                                                                          \
     X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommFinalize)        \
     X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString)        \
     X(ncclGetLastError) X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather)
+// clang-format on
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -73,15 +75,15 @@ static int nccl_open(char *err, size_t errlen)
                      "that holds %s to LD_LIBRARY_PATH",
                      NCCL_SONAME, d ? d : "not found", NCCL_MAJOR, NCCL_SONAME);
         }
-#define X(f)                                                                                   \
-    if (state > 0) {                                                                           \
-        void *sym = dlsym(h, #f);                                                              \
-        if (!sym) {                                                                            \
-            snprintf(why, sizeof why, "%s has no %s: an NCCL older than this build expects",   \
-                     NCCL_SONAME, #f);                                                         \
-            state = -1;                                                                        \
-        }                                                                                      \
-        memcpy(&N.f, &sym, sizeof sym);                                                        \
+#define X(f)                                                                                 \
+    if (state > 0) {                                                                         \
+        void *sym = dlsym(h, #f);                                                            \
+        if (!sym) {                                                                          \
+            snprintf(why, sizeof why, "%s has no %s: an NCCL older than this build expects", \
+                     NCCL_SONAME, #f);                                                       \
+            state = -1;                                                                      \
+        }                                                                                    \
+        memcpy(&N.f, &sym, sizeof sym);                                                      \
     }
         NCCL_FUNCS(X)
 #undef X
@@ -107,18 +109,18 @@ struct event_node {
 struct nccl_state {
     ncclComm_t comm;
     int device;
-    cudaStream_t stream;      /* communication stream */
-    cudaEvent_t ready;        /* recorded on the compute stream at each start */
-    int32_t *scratch;         /* one device int for the barrier */
-    struct stage *stages;     /* free bounce buffers */
+    cudaStream_t stream;       /* communication stream */
+    cudaEvent_t ready;         /* recorded on the compute stream at each start */
+    int32_t *scratch;          /* one device int for the barrier */
+    struct stage *stages;      /* free bounce buffers */
     struct event_node *events; /* free events */
     int aborted;
 };
 
 struct nccl_req {
-    struct event_node *done;  /* recorded after the collective (and its copy back) */
-    struct stage *stage;      /* host buffer: the bounce buffers, else NULL */
-    void *host_dst;           /* host buffer to fill from stage->host when done */
+    struct event_node *done; /* recorded after the collective (and its copy back) */
+    struct stage *stage;     /* host buffer: the bounce buffers, else NULL */
+    void *host_dst;          /* host buffer to fill from stage->host when done */
     size_t host_bytes;
 };
 
@@ -130,7 +132,7 @@ const char *ddp_nccl_version_string(void)
     const int have = nccl_open(why, sizeof why) == 0;
     if (!have || N.ncclGetVersion(&v) != ncclSuccess || v <= 0)
         v = NCCL_VERSION_CODE;
-    /* since 2.9: MAJOR * 10000 + MINOR * 100 + PATCH */
+        /* since 2.9: MAJOR * 10000 + MINOR * 100 + PATCH */
 #if DDP_TWIN
     const char *what = "GPU twin: "; /* tests/twin over TCP, not NCCL */
 #else
@@ -141,8 +143,14 @@ const char *ddp_nccl_version_string(void)
     return buf;
 }
 
-static struct nccl_state *state_of(ddp_comm *c) { return c->impl; }
-static struct nccl_req *req_of(struct ddp_comm_req *r) { return r->priv; }
+static struct nccl_state *state_of(ddp_comm *c)
+{
+    return c->impl;
+}
+static struct nccl_req *req_of(struct ddp_comm_req *r)
+{
+    return r->priv;
+}
 
 static int nccl_fail(struct nccl_state *st, const char *call, ncclResult_t rc, char *err,
                      size_t errlen)
@@ -159,30 +167,29 @@ static int cuda_fail(const char *call, cudaError_t e, char *err, size_t errlen)
                    cudaGetErrorString(e));
 }
 
-#define CU(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return cuda_fail(#call, e_, err, errlen);                                          \
+#define CU(call)                                      \
+    do {                                              \
+        cudaError_t e_ = (call);                      \
+        if (e_ != cudaSuccess)                        \
+            return cuda_fail(#call, e_, err, errlen); \
     } while (0)
 
 /* A CUDA error on a collective's path after setup is this rank's GPU failing (a sticky fault
  * of a kernel, say), not a peer: one line that says so, exit DDP_EXIT_RUNTIME. ddp_die runs the
  * trainer's abort hook, which aborts the communicator, so the peers stop too. */
-static void __attribute__((noreturn))
-local_fault(const struct nccl_state *st, const char *call, cudaError_t e, const char *file,
-            int line)
+static void __attribute__((noreturn)) local_fault(const struct nccl_state *st, const char *call,
+                                                  cudaError_t e, const char *file, int line)
 {
     ddp_die_at(file, line, DDP_EXIT_RUNTIME,
                "GPU %d: %s: CUDA error %s: %s (a fault of this rank's GPU, not of a peer)",
                st ? st->device : -1, call, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-#define CU_LOCAL(st, call)                                                                     \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            local_fault((st), #call, e_, __FILE__, __LINE__);                                  \
+#define CU_LOCAL(st, call)                                    \
+    do {                                                      \
+        cudaError_t e_ = (call);                              \
+        if (e_ != cudaSuccess)                                \
+            local_fault((st), #call, e_, __FILE__, __LINE__); \
     } while (0)
 
 /* NCCL's async error: a CUDA error inside NCCL is local too (local_fault), anything else is
@@ -220,8 +227,10 @@ static int settle(ddp_comm *c, const char *what, char *err, size_t errlen)
     if (rc == 1)
         return 0;
     if (rc == 0)
-        return ddp_err(err, errlen, "%s not queued within %g s (NCCL still connecting to its "
-                       "peers)", what, c->timeout_s);
+        return ddp_err(err, errlen,
+                       "%s not queued within %g s (NCCL still connecting to its "
+                       "peers)",
+                       what, c->timeout_s);
     return -1;
 }
 
@@ -348,9 +357,9 @@ static int begin(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, s
     q->host_bytes = bytes;
     if (in_bytes) {
         memcpy((char *)q->stage->host + in_off, in_src, in_bytes);
-        CU_LOCAL(st, cudaMemcpyAsync((char *)q->stage->dev + in_off,
-                                     (char *)q->stage->host + in_off, in_bytes,
-                                     cudaMemcpyHostToDevice, st->stream));
+        CU_LOCAL(st,
+                 cudaMemcpyAsync((char *)q->stage->dev + in_off, (char *)q->stage->host + in_off,
+                                 in_bytes, cudaMemcpyHostToDevice, st->stream));
     }
     *devbuf = q->stage->dev;
     return 0;
@@ -358,8 +367,8 @@ static int begin(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, s
 
 /* Common end, after the NCCL call returned rc: wait until queued, copy a staged result back
  * to the bounce buffer, record the request's event. */
-static int finish(ddp_comm *c, struct ddp_comm_req *r, const char *what, ncclResult_t rc,
-                  char *err, size_t errlen)
+static int finish(ddp_comm *c, struct ddp_comm_req *r, const char *what, ncclResult_t rc, char *err,
+                  size_t errlen)
 {
     struct nccl_state *st = state_of(c);
     struct nccl_req *q = req_of(r);
@@ -375,14 +384,20 @@ static int finish(ddp_comm *c, struct ddp_comm_req *r, const char *what, ncclRes
 static ncclDataType_t nccl_type(enum ddp_dtype t)
 {
     switch (t) {
-    case DDP_F32: return ncclFloat32;
-    case DDP_F64: return ncclFloat64;
-    case DDP_I64: return ncclInt64;
+    case DDP_F32:
+        return ncclFloat32;
+    case DDP_F64:
+        return ncclFloat64;
+    case DDP_I64:
+        return ncclInt64;
     }
     return ncclFloat32; /* comm.c validated t */
 }
 
-static size_t type_size(enum ddp_dtype t) { return t == DDP_F32 ? 4 : 8; }
+static size_t type_size(enum ddp_dtype t)
+{
+    return t == DDP_F32 ? 4 : 8;
+}
 
 static int nccl_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t n,
                            enum ddp_dtype t, enum ddp_comm_op op, char *err, size_t errlen)
@@ -391,9 +406,9 @@ static int nccl_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     void *dev = NULL;
     if (begin(c, r, buf, bytes, 0, bytes, buf, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = N.ncclAllReduce(dev, dev, n, nccl_type(t),
-                                      op == DDP_OP_MAX ? ncclMax : ncclSum, state_of(c)->comm,
-                                      state_of(c)->stream);
+    ncclResult_t rc =
+        N.ncclAllReduce(dev, dev, n, nccl_type(t), op == DDP_OP_MAX ? ncclMax : ncclSum,
+                        state_of(c)->comm, state_of(c)->stream);
     return finish(c, r, "ncclAllReduce", rc, err, errlen);
 }
 
@@ -404,8 +419,8 @@ static int nccl_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     const int mine = c->rank == root;
     if (begin(c, r, buf, bytes, 0, mine ? bytes : 0, buf, &dev, err, errlen) != 0)
         return -1;
-    ncclResult_t rc = N.ncclBroadcast(dev, dev, bytes, ncclInt8, root, state_of(c)->comm,
-                                      state_of(c)->stream);
+    ncclResult_t rc =
+        N.ncclBroadcast(dev, dev, bytes, ncclInt8, root, state_of(c)->comm, state_of(c)->stream);
     return finish(c, r, "ncclBroadcast", rc, err, errlen);
 }
 
@@ -595,8 +610,7 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, const struct ddp_
     const struct ddp_bootstrap_bcast *bcast = ddp_comm_bootstrap_bcast(o->boot_comm, &bb);
     const enum ddp_bootstrap_kind kind = ddp_bootstrap_choose(o->bootstrap, bcast);
     char berr[DDP_ERR_LEN];
-    if (ddp_bootstrap_share(w, kind, bcast, &id, sizeof id, c->timeout_s, berr,
-                            sizeof berr) != 0) {
+    if (ddp_bootstrap_share(w, kind, bcast, &id, sizeof id, c->timeout_s, berr, sizeof berr) != 0) {
         ddp_bootstrap_finalize();
         return ddp_err(err, errlen, "NCCL id through bootstrap %s: %s", ddp_bootstrap_name(kind),
                        berr);

@@ -13,8 +13,8 @@ static int self_iallreduce(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_
     return 0;
 }
 
-static int self_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes,
-                           int root, char *err, size_t errlen)
+static int self_ibroadcast(ddp_comm *c, struct ddp_comm_req *r, void *buf, size_t bytes, int root,
+                           char *err, size_t errlen)
 {
     return 0; /* comm.c checked root == 0 */
 }
@@ -32,7 +32,10 @@ static int self_iallgather(ddp_comm *c, struct ddp_comm_req *r, const void *send
     return 0;
 }
 
-static int self_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen) { return 1; }
+static int self_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen)
+{
+    return 1;
+}
 
 static const struct ddp_comm_ops self_ops = {
     .name = "self",

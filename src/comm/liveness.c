@@ -108,9 +108,9 @@ static int listen_socket(uint16_t *port)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t sl = sizeof sa;
-    if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-                    listen(fd, SOMAXCONN) != 0 ||
-                    getsockname(fd, (struct sockaddr *)&sa, &sl) != 0)) {
+    if (fd >= 0 &&
+        (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, SOMAXCONN) != 0 ||
+         getsockname(fd, (struct sockaddr *)&sa, &sl) != 0)) {
         close(fd);
         fd = -1;
     }
@@ -125,9 +125,8 @@ static void ensure_descriptors(int need)
     if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY ||
         r.rlim_cur >= (rlim_t)need + 256)
         return;
-    r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > (rlim_t)need + 256
-                     ? (rlim_t)need + 256
-                     : r.rlim_max;
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > (rlim_t)need + 256 ? (rlim_t)need + 256
+                                                                                : r.rlim_max;
     setrlimit(RLIMIT_NOFILE, &r);
 }
 
@@ -190,8 +189,8 @@ static int watch_connect(ddp_liveness *l, char *why, size_t len)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return ddp_err(why, len, "socket: %s", strerror(errno));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = p->port,
-                             .sin_addr.s_addr = p->addr};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = p->port, .sin_addr.s_addr = p->addr};
     char a[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &sa.sin_addr, a, sizeof a);
     int e = 0;
@@ -206,8 +205,8 @@ static int watch_connect(ddp_liveness *l, char *why, size_t len)
     }
     if (e != 0) {
         close(fd);
-        return ddp_err(why, len, "cannot connect to rank 0 at %s:%d: %s", a,
-                       (int)ntohs(p->port), strerror(e));
+        return ddp_err(why, len, "cannot connect to rank 0 at %s:%d: %s", a, (int)ntohs(p->port),
+                       strerror(e));
     }
     set_link_options(fd);
     send_frame(fd, FRAME_HELLO, l->rank, (int)getpid());
@@ -409,7 +408,8 @@ static void __attribute__((noreturn)) gone(ddp_liveness *l, int r, int why, int 
     if (why == GONE_SILENT)
         n += snprintf(line + n, sizeof line - (size_t)n,
                       "is unresponsive: no heartbeat for %g s (the process is stopped or hung, "
-                      "or its node is gone)", DDP_LIVENESS_LOST_S);
+                      "or its node is gone)",
+                      DDP_LIVENESS_LOST_S);
     else
         n += snprintf(line + n, sizeof line - (size_t)n,
                       "closed its connection without saying goodbye (it exited on an error or "
@@ -547,8 +547,8 @@ void ddp_liveness_probe(void *ctx, char *buf, size_t len)
             continue;
         }
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = p->port,
-                                 .sin_addr.s_addr = p->addr};
+        struct sockaddr_in sa = {
+            .sin_family = AF_INET, .sin_port = p->port, .sin_addr.s_addr = p->addr};
         if (fd < 0)
             continue;
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {

@@ -27,9 +27,9 @@ enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
 struct key_def {
     const char *section, *key;
     enum key_type type;
-    size_t off, size;   /* field in struct ddp_job; size for strings */
-    const char *def;    /* default, as text */
-    double min, max;    /* inclusive range for numbers */
+    size_t off, size;            /* field in struct ddp_job; size for strings */
+    const char *def;             /* default, as text */
+    double min, max;             /* inclusive range for numbers */
     const struct names *choices; /* T_ENUM: the words, stored as the index */
     const char *doc;
 };
@@ -39,8 +39,7 @@ struct names {
     const char *const *v;
     int n;
 };
-#define NAMES(table, count)                                                                    \
-    (&(const struct names){table, count})
+#define NAMES(table, count) (&(const struct names){table, count})
 
 static const char *const OPTIM_NAMES[DDP_OPTIM_COUNT] = {"sgd", "adam", "adamw"};
 static const char *const SCALING_NAMES[DDP_LR_SCALING_COUNT] = {"none", "linear", "sqrt"};
@@ -101,11 +100,11 @@ static const struct key_def g_keys[] = {
     {"optim", "beta1", T_FLOAT, F(beta1), "0.9", 0, 0.999999, NULL, "Adam/AdamW beta1"},
     {"optim", "beta2", T_FLOAT, F(beta2), "0.999", 0, 0.999999999, NULL, "Adam/AdamW beta2"},
     {"optim", "eps", T_FLOAT, F(eps), "1e-8", 1e-30, 1, NULL, "Adam/AdamW epsilon"},
-    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0, NAMES(SCALING_NAMES, DDP_LR_SCALING_COUNT),
+    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0,
+     NAMES(SCALING_NAMES, DDP_LR_SCALING_COUNT),
      "scale lr by world size (linear) or its square root (sqrt)"},
     {"optim", "schedule", T_ENUM, F(schedule), "constant", 0, 0,
-     NAMES(SCHEDULE_NAMES, DDP_SCHEDULE_COUNT),
-     "per-epoch schedule after warmup"},
+     NAMES(SCHEDULE_NAMES, DDP_SCHEDULE_COUNT), "per-epoch schedule after warmup"},
     {"optim", "step_epochs", T_INT, F(step_epochs), "30", 1, 1e9, NULL,
      "step schedule: multiply lr by gamma every step_epochs epochs"},
     {"optim", "gamma", T_FLOAT, F(gamma), "0.1", 0, 1, NULL, "step schedule factor"},
@@ -119,8 +118,8 @@ static const struct key_def g_keys[] = {
      "epochs between evaluations on the test split (0: only at the end)"},
     {"train", "threads", T_INT_AUTO, F(threads), "auto", 1, 4096, NULL,
      "compute threads per rank; auto = SLURM_CPUS_PER_TASK, else cores / local ranks"},
-    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0, NAMES(PRECISION_NAMES, DDP_PRECISION_COUNT),
-     "GEMM precision (tf32 only on GPUs)"},
+    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0,
+     NAMES(PRECISION_NAMES, DDP_PRECISION_COUNT), "GEMM precision (tf32 only on GPUs)"},
     {"train", "device", T_ENUM, F(device), "auto", 0, 0, NAMES(ddp_device_names, DDP_DEVICE_COUNT),
      "where each rank computes: auto takes its bound GPU when this build has CUDA and the node "
      "has GPUs, else the CPU"},
@@ -147,8 +146,8 @@ static const struct key_def g_keys[] = {
      "deadline for every collective and bootstrap wait"},
     {"dist", "port", T_INT, F(port), "0", 0, 65535, NULL,
      "rendezvous port; 0 derives it from the Slurm job and step ids"},
-    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0, NAMES(ddp_bootstrap_names, DDP_BOOTSTRAP_COUNT),
-     "how the NCCL id travels"},
+    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0,
+     NAMES(ddp_bootstrap_names, DDP_BOOTSTRAP_COUNT), "how the NCCL id travels"},
     {"dist", "sync_bn", T_BOOL, F(sync_bn), "false", 0, 0, NULL,
      "batchnorm statistics over the global batch (SyncBatchNorm)"},
     {"dist", "check_every", T_INT, F(check_every), "0", 0, 1e15, NULL,
@@ -163,8 +162,8 @@ static void choices_text(const struct key_def *k, char sep, char *buf, size_t le
     size_t n = 0;
     buf[0] = '\0';
     for (int i = 0; i < k->choices->n && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? (char[]){sep, 0} : "",
-                              k->choices->v[i]);
+        n +=
+            (size_t)snprintf(buf + n, len - n, "%s%s", i ? (char[]){sep, 0} : "", k->choices->v[i]);
 }
 
 static int find_key(const char *section, const char *key)
@@ -188,8 +187,8 @@ static const char *hint_section(const char *section, char *out, size_t len)
 {
     const char *cands[NKEYS];
     for (int i = 0; i < NKEYS; i++)
-        cands[i] = i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL
-                                                                          : g_keys[i].section;
+        cands[i] =
+            i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL : g_keys[i].section;
     const char *near = ddp_suggest(section, cands, NKEYS);
     if (near)
         snprintf(out, len, " did you mean [%s]?", near);
@@ -251,11 +250,11 @@ static int assign(struct ddp_job *job, const struct key_def *k, const char *valu
     case T_INT: {
         int64_t v;
         if (ddp_parse_i64(value, &v) != 0)
-            return ddp_err(why, whylen, "'%s' is not an integer; expected a whole number%s",
-                           value, k->type == T_INT_AUTO ? " or auto" : "");
+            return ddp_err(why, whylen, "'%s' is not an integer; expected a whole number%s", value,
+                           k->type == T_INT_AUTO ? " or auto" : "");
         if ((double)v < k->min || (double)v > k->max)
-            return ddp_err(why, whylen, "%lld is out of range; expected %.0f to %.0f",
-                           (long long)v, k->min, k->max);
+            return ddp_err(why, whylen, "%lld is out of range; expected %.0f to %.0f", (long long)v,
+                           k->min, k->max);
         *(int64_t *)field = v;
         return 0;
     }
@@ -264,8 +263,7 @@ static int assign(struct ddp_job *job, const struct key_def *k, const char *valu
         if (ddp_parse_f64(value, &v) != 0)
             return ddp_err(why, whylen, "'%s' is not a number; expected e.g. 0.01 or 1e-3", value);
         if (v < k->min || v > k->max)
-            return ddp_err(why, whylen, "%g is out of range; expected %g to %g", v, k->min,
-                           k->max);
+            return ddp_err(why, whylen, "%g is out of range; expected %g to %g", v, k->min, k->max);
         *(double *)field = v;
         return 0;
     }
@@ -301,8 +299,7 @@ static int assign(struct ddp_job *job, const struct key_def *k, const char *valu
 }
 
 /* The text of key k's value in job, for job.ini and logs. */
-static void format_value(const struct ddp_job *job, const struct key_def *k, char *out,
-                         size_t len)
+static void format_value(const struct ddp_job *job, const struct key_def *k, char *out, size_t len)
 {
     const char *field = (const char *)job + k->off;
     switch (k->type) {
@@ -352,9 +349,9 @@ void ddp_job_defaults(struct ddp_job *job)
 struct parse_state {
     struct ddp_job *job;
     FILE *f;
-    int line;         /* line number of the line inih is handling */
+    int line; /* line number of the line inih is handling */
     int line_too_long;
-    int cont;         /* the current raw line starts with a blank: a continuation */
+    int cont; /* the current raw line starts with a blank: a continuation */
     char last_section[64], last_key[64];
     char *err;
     size_t errlen;
@@ -387,14 +384,14 @@ static char *read_line(char *str, int num, void *stream)
     return str;
 }
 
-static int fail_at(struct parse_state *ps, const char *section, const char *key,
-                   const char *fmt, const char *why)
+static int fail_at(struct parse_state *ps, const char *section, const char *key, const char *fmt,
+                   const char *why)
 {
     if (!ps->failed) {
         ps->failed = 1;
         if (key)
-            snprintf(ps->err, ps->errlen, "%s:%d: [%s] %s: %s", ps->job->path, ps->line,
-                     section, key, why);
+            snprintf(ps->err, ps->errlen, "%s:%d: [%s] %s: %s", ps->job->path, ps->line, section,
+                     key, why);
         else
             snprintf(ps->err, ps->errlen, fmt, ps->job->path, ps->line, section, why);
     }
@@ -414,7 +411,8 @@ static int on_value(void *user, const char *section, const char *name, const cha
         char hint[96];
         snprintf(why, sizeof why,
                  "unknown section;%s expected one of [job] [data] [model] [optim] [train] "
-                 "[checkpoint] [dist]", hint_section(section, hint, sizeof hint));
+                 "[checkpoint] [dist]",
+                 hint_section(section, hint, sizeof hint));
         return fail_at(ps, section, NULL, "%s:%d: [%s]: %s", why);
     }
     int k = find_key(section, name);
@@ -481,8 +479,10 @@ static int read_job_bytes(int fd, const char *path, char **text, size_t *len, ch
         n += (size_t)got;
         if (n > JOB_FILE_MAX) {
             free(buf);
-            return ddp_err(err, errlen, "%s: larger than %d bytes; is this a job file? give "
-                           "an INI file (docs/job-file.md)", path, JOB_FILE_MAX);
+            return ddp_err(err, errlen,
+                           "%s: larger than %d bytes; is this a job file? give "
+                           "an INI file (docs/job-file.md)",
+                           path, JOB_FILE_MAX);
         }
     }
     buf[n] = '\0';
@@ -493,8 +493,7 @@ static int read_job_bytes(int fd, const char *path, char **text, size_t *len, ch
 
 /* A job file is text: a NUL byte (which would silently cut the line) or a control character
  * other than tab and CR is an error naming line and column. */
-static int check_job_bytes(const char *text, size_t len, const char *path, char *err,
-                           size_t errlen)
+static int check_job_bytes(const char *text, size_t len, const char *path, char *err, size_t errlen)
 {
     int line = 1, col = 1;
     for (size_t i = 0; i < len; i++, col++) {
@@ -508,9 +507,10 @@ static int check_job_bytes(const char *text, size_t len, const char *path, char 
             continue;
         if (c == '\t' || c == '\r')
             continue;
-        return ddp_err(err, errlen, "%s:%d: %s byte 0x%02x at column %d; a job file is plain "
-                       "text, remove it (is this a binary file?)", path, line,
-                       c == 0 ? "NUL" : "control", c, col);
+        return ddp_err(err, errlen,
+                       "%s:%d: %s byte 0x%02x at column %d; a job file is plain "
+                       "text, remove it (is this a binary file?)",
+                       path, line, c == 0 ? "NUL" : "control", c, col);
     }
     return 0;
 }
@@ -521,8 +521,10 @@ int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen
     const char *kind = NULL;
     int fd = ddp_open_regular(path, &kind);
     if (fd < 0 && kind && strcmp(kind, "file") != 0)
-        return ddp_err(err, errlen, "%s: is a %s, not a job file; give the path of an INI file "
-                       "(docs/job-file.md)", path, kind);
+        return ddp_err(err, errlen,
+                       "%s: is a %s, not a job file; give the path of an INI file "
+                       "(docs/job-file.md)",
+                       path, kind);
     if (fd < 0)
         return ddp_err(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
     char *text = NULL;
@@ -538,7 +540,7 @@ int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen
     free(job->text);
     job->text = text; /* the bytes that are parsed, kept for checkpoints */
     if (len == 0)
-        return 0; /* an empty job file: every default */
+        return 0;                       /* an empty job file: every default */
     FILE *f = fmemopen(text, len, "r"); /* inih reads lines from a stream */
     if (!f)
         return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(errno));
@@ -554,8 +556,8 @@ int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen
         return -1;
     if (rc > 0)
         return ddp_err(err, errlen,
-                       "%s:%d: not INI syntax; expected [section], key = value, or ; comment",
-                       path, rc);
+                       "%s:%d: not INI syntax; expected [section], key = value, or ; comment", path,
+                       rc);
     if (rc < 0)
         return ddp_err(err, errlen, "%s: cannot read job file", path);
     return 0;
@@ -587,8 +589,8 @@ int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t e
             hint_key(section, key, hint, sizeof hint);
         else
             hint_section(section, hint, sizeof hint);
-        return ddp_err(err, errlen, "--set %s.%s: unknown %s;%s see docs/job-file.md", section,
-                       key, section_known(section) ? "key" : "section", hint);
+        return ddp_err(err, errlen, "--set %s.%s: unknown %s;%s see docs/job-file.md", section, key,
+                       section_known(section) ? "key" : "section", hint);
     }
     char why[DDP_ERR_LEN];
     if (assign(job, &g_keys[k], value, why, sizeof why) != 0)
@@ -617,11 +619,13 @@ int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen)
 {
     char where[DDP_PATH_MAX + 64];
     if (job->nesterov && job->momentum <= 0)
-        return ddp_err(err, errlen, "%s: Nesterov momentum needs momentum > 0; set [optim] "
+        return ddp_err(err, errlen,
+                       "%s: Nesterov momentum needs momentum > 0; set [optim] "
                        "momentum or nesterov = false",
                        ddp_job_where(job, "optim", "nesterov", where, sizeof where));
     if (job->optim != DDP_OPTIM_SGD && job->momentum != 0)
-        return ddp_err(err, errlen, "%s: momentum applies to sgd only; for adam/adamw use "
+        return ddp_err(err, errlen,
+                       "%s: momentum applies to sgd only; for adam/adamw use "
                        "beta1",
                        ddp_job_where(job, "optim", "momentum", where, sizeof where));
     if (job->output[0] == '\0')
@@ -710,8 +714,10 @@ void ddp_job_write_reference(FILE *f)
         const struct key_def *k = &g_keys[i];
         if (strcmp(section, k->section) != 0) {
             section = k->section;
-            fprintf(f, "\n## [%s]\n\n| key | type | default | range | meaning |\n"
-                       "|---|---|---|---|---|\n", section);
+            fprintf(f,
+                    "\n## [%s]\n\n| key | type | default | range | meaning |\n"
+                    "|---|---|---|---|---|\n",
+                    section);
         }
         char range[96] = "";
         static const char *tn[] = {"integer", "number", "boolean", "text", "choice", "integer"};
@@ -720,8 +726,7 @@ void ddp_job_write_reference(FILE *f)
                      k->type == T_INT_AUTO ? ", or auto" : "");
         else if (k->type == T_ENUM)
             choices_text(k, '/', range, sizeof range);
-        fprintf(f, "| `%s` | %s | `%s` | %s | %s |\n", k->key, tn[k->type], k->def, range,
-                k->doc);
+        fprintf(f, "| `%s` | %s | `%s` | %s | %s |\n", k->key, tn[k->type], k->def, range, k->doc);
     }
 }
 

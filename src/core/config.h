@@ -59,7 +59,7 @@ struct ddp_job {
     char layers[DDP_LAYERS_MAX];
     char init[DDP_PATH_MAX]; /* "pytorch" or a path */
     /* [optim] */
-    int optim;      /* enum ddp_optim_kind */
+    int optim; /* enum ddp_optim_kind */
     double lr, momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
     int nesterov;
     int lr_scaling; /* enum ddp_lr_scaling */

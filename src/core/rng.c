@@ -10,7 +10,10 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 void ddp_rng_seed(struct ddp_rng *r, uint64_t seed)
 {
@@ -31,7 +34,10 @@ uint64_t ddp_rng_next(struct ddp_rng *r)
     return res;
 }
 
-double ddp_rng_uniform(struct ddp_rng *r) { return (double)(ddp_rng_next(r) >> 11) * 0x1.0p-53; }
+double ddp_rng_uniform(struct ddp_rng *r)
+{
+    return (double)(ddp_rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 uint64_t ddp_rng_below(struct ddp_rng *r, uint64_t n)
 {

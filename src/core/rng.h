@@ -14,7 +14,7 @@ struct ddp_rng {
 
 void ddp_rng_seed(struct ddp_rng *r, uint64_t seed);
 uint64_t ddp_rng_next(struct ddp_rng *r);
-double ddp_rng_uniform(struct ddp_rng *r);              /* [0, 1) with 53 bits */
-uint64_t ddp_rng_below(struct ddp_rng *r, uint64_t n);  /* uniform in [0, n), unbiased; n > 0 */
+double ddp_rng_uniform(struct ddp_rng *r);             /* [0, 1) with 53 bits */
+uint64_t ddp_rng_below(struct ddp_rng *r, uint64_t n); /* uniform in [0, n), unbiased; n > 0 */
 
 #endif

@@ -21,11 +21,11 @@
 #define DDP_TESTHOOKS_H
 
 struct ddp_test_hooks {
-    const char *trace;          /* DDP_TEST_TRACE, or NULL */
-    const char *sample_log;     /* DDP_TEST_SAMPLE_LOG, or NULL */
-    long long flip_rank;        /* DDP_TEST_FLIP_BIT; -1 when off */
+    const char *trace;      /* DDP_TEST_TRACE, or NULL */
+    const char *sample_log; /* DDP_TEST_SAMPLE_LOG, or NULL */
+    long long flip_rank;    /* DDP_TEST_FLIP_BIT; -1 when off */
     long long flip_step;
-    long long fault_rank;       /* DDP_TEST_FAULT; -1 when off */
+    long long fault_rank; /* DDP_TEST_FAULT; -1 when off */
     long long fault_step;
     char fault_action[8];       /* "exit" or "stall" */
     double fault_arg;           /* exit code or seconds */

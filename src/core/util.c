@@ -29,7 +29,10 @@ void ddp_log_set_identity(const char *host, int rank, int world_size)
     g_world_size = world_size;
 }
 
-int ddp_log_rank(void) { return g_rank; }
+int ddp_log_rank(void)
+{
+    return g_rank;
+}
 
 /* "host rank N: " when the world has more than one rank or a host is known. */
 static void print_prefix(FILE *f)
@@ -144,7 +147,10 @@ void ddp_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-void ddp_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+void ddp_set_abort_hook(void (*hook)(int code))
+{
+    g_abort_hook = hook;
+}
 
 void ddp_die_at(const char *file, int line, int code, const char *fmt, ...)
 {

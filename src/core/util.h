@@ -50,7 +50,11 @@ void *ddp_malloc(size_t n);
 void *ddp_calloc(size_t count, size_t size);
 void *ddp_realloc(void *p, size_t n);
 char *ddp_strdup(const char *s);
-#define DDP_FREE(p) do { free(p); (p) = NULL; } while (0)
+#define DDP_FREE(p) \
+    do {            \
+        free(p);    \
+        (p) = NULL; \
+    } while (0)
 
 /* Cache-line aligned allocation for numeric buffers (free with free()). */
 void *ddp_malloc_aligned(size_t n);

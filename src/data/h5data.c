@@ -51,7 +51,10 @@ static void quiet_on(h5_quiet *q)
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-static void quiet_off(const h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+static void quiet_off(const h5_quiet *q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+}
 
 typedef struct {
     char *buf;
@@ -175,11 +178,14 @@ static hid_t open_readonly(const char *path, char *err, size_t errlen)
         int e = errno;
         char cwd[1024];
         if (path[0] != '/' && getcwd(cwd, sizeof cwd))
-            ddp_err(err, errlen, "%s: cannot open: %s; relative paths are taken from the "
+            ddp_err(err, errlen,
+                    "%s: cannot open: %s; relative paths are taken from the "
                     "working directory (%s): give an absolute path, or make the dataset there "
-                    "with `ddptrain data idx`", path, strerror(e), cwd);
+                    "with `ddptrain data idx`",
+                    path, strerror(e), cwd);
         else
-            ddp_err(err, errlen, "%s: cannot open: %s; give the path of an HDF5 dataset "
+            ddp_err(err, errlen,
+                    "%s: cannot open: %s; give the path of an HDF5 dataset "
                     "(make one with `ddptrain data idx` or `ddptrain data synth`)",
                     path, strerror(e));
         return H5I_INVALID_HID;
@@ -190,8 +196,10 @@ static hid_t open_readonly(const char *path, char *err, size_t errlen)
     }
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) {
-        ddp_err(err, errlen, "%s: not an HDF5 file (no HDF5 signature); convert it with "
-                "`ddptrain data idx` or write it with h5py", path);
+        ddp_err(err, errlen,
+                "%s: not an HDF5 file (no HDF5 signature); convert it with "
+                "`ddptrain data idx` or write it with h5py",
+                path);
         return H5I_INVALID_HID;
     }
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -203,8 +211,10 @@ static hid_t open_readonly(const char *path, char *err, size_t errlen)
     H5Pset_file_locking(fapl, 0, 1);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (f < 0) /* before any other H5 call: each one clears the error stack */
-        ddp_err(err, errlen, "%s: HDF5 cannot open it (%s); the file may be truncated or "
-                "corrupt, re-create it", path, h5_reason(why, sizeof why));
+        ddp_err(err, errlen,
+                "%s: HDF5 cannot open it (%s); the file may be truncated or "
+                "corrupt, re-create it",
+                path, h5_reason(why, sizeof why));
     H5Pclose(fapl);
     return f;
 }
@@ -222,24 +232,24 @@ struct ddp_h5split {
     char *path;
     char group[DDP_H5_MAX_GROUP_LEN + 2];
     hid_t file, images;
-    hid_t fspace;       /* images file space, re-selected by each streamed read */
-    hid_t mspace;       /* (cap_rows * D) memory space of the row buffer */
-    int rank;           /* 1 for (N,D), 3 for (N,C,H,W) */
-    int file_rank;      /* 2 or 4 */
-    int64_t n;          /* N */
-    int64_t dims[3];    /* D, or C,H,W */
-    int64_t elems;      /* D */
-    size_t row_bytes;   /* D * sizeof(stored element) */
-    int fd;             /* fast path: HDF5's own descriptor of the file, or -1 */
-    int64_t offset;     /* fast path: file offset of row 0 (H5Dget_offset) */
+    hid_t fspace;     /* images file space, re-selected by each streamed read */
+    hid_t mspace;     /* (cap_rows * D) memory space of the row buffer */
+    int rank;         /* 1 for (N,D), 3 for (N,C,H,W) */
+    int file_rank;    /* 2 or 4 */
+    int64_t n;        /* N */
+    int64_t dims[3];  /* D, or C,H,W */
+    int64_t elems;    /* D */
+    size_t row_bytes; /* D * sizeof(stored element) */
+    int fd;           /* fast path: HDF5's own descriptor of the file, or -1 */
+    int64_t offset;   /* fast path: file offset of row 0 (H5Dget_offset) */
     enum ddp_h5dtype dtype;
-    int classes;        /* `classes` attribute, 0 when absent */
+    int classes; /* `classes` attribute, 0 when absent */
     char labels_type[32];
-    int32_t *labels;    /* (N) */
-    uint8_t *cache;     /* (N, D) as stored, or NULL */
-    row_req *reqs;      /* (cap_reqs) scratch: requests sorted by row */
+    int32_t *labels; /* (N) */
+    uint8_t *cache;  /* (N, D) as stored, or NULL */
+    row_req *reqs;   /* (cap_reqs) scratch: requests sorted by row */
     int cap_reqs;
-    uint8_t *rows;      /* (cap_rows, D) scratch: distinct rows in file order */
+    uint8_t *rows; /* (cap_rows, D) scratch: distinct rows in file order */
     int cap_rows;
 };
 
@@ -289,13 +299,15 @@ static int read_classes_attr(ddp_h5split *s, hid_t g, int *classes, char *err, s
         H5Sclose(sp);
     H5Aclose(a);
     if (!ok)
-        return ddp_err(err, errlen, "%s: %s attribute `classes` is not one integer; expected the "
-                       "number of classes (1 to %d), or delete the attribute", s->path, s->group,
-                       DDP_H5_MAX_CLASSES);
+        return ddp_err(err, errlen,
+                       "%s: %s attribute `classes` is not one integer; expected the "
+                       "number of classes (1 to %d), or delete the attribute",
+                       s->path, s->group, DDP_H5_MAX_CLASSES);
     if (v < 1 || v > DDP_H5_MAX_CLASSES)
-        return ddp_err(err, errlen, "%s: %s attribute `classes` is %lld; expected the number of "
-                       "classes, 1 to %d (fix it, or delete the attribute)", s->path, s->group, v,
-                       DDP_H5_MAX_CLASSES);
+        return ddp_err(err, errlen,
+                       "%s: %s attribute `classes` is %lld; expected the number of "
+                       "classes, 1 to %d (fix it, or delete the attribute)",
+                       s->path, s->group, v, DDP_H5_MAX_CLASSES);
     *classes = (int)v;
     return 0;
 }
@@ -304,8 +316,8 @@ static int read_classes_attr(ddp_h5split *s, hid_t g, int *classes, char *err, s
  * must have every chunk written (unwritten chunks read as fill values: a file of 85 KB can
  * declare 2^28 samples), a contiguous one its whole extent allocated and inside the file.
  * Checked before anything of size N is allocated. External storage is not checked. */
-static int check_storage(ddp_h5split *s, hid_t d, const char *name, size_t row_bytes,
-                         char *err, size_t errlen)
+static int check_storage(ddp_h5split *s, hid_t d, const char *name, size_t row_bytes, char *err,
+                         size_t errlen)
 {
     hid_t dcpl = H5Dget_create_plist(d), sp = H5Dget_space(d);
     int rc = 0, rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
@@ -319,26 +331,29 @@ static int check_storage(ddp_h5split *s, hid_t d, const char *name, size_t row_b
         for (int i = 0; i < rank; i++)
             want *= cdims[i] ? (dims[i] + cdims[i] - 1) / cdims[i] : 1;
         if (H5Dget_num_chunks(d, sp, &have) >= 0 && have < want)
-            rc = ddp_err(err, errlen, "%s: %s/%s declares %llu samples but only %llu of its %llu "
+            rc = ddp_err(err, errlen,
+                         "%s: %s/%s declares %llu samples but only %llu of its %llu "
                          "chunks were ever written (the rest would read as fill values); the "
-                         "file is incomplete, re-create it", s->path, s->group, name,
-                         (unsigned long long)dims[0], (unsigned long long)have,
-                         (unsigned long long)want);
+                         "file is incomplete, re-create it",
+                         s->path, s->group, name, (unsigned long long)dims[0],
+                         (unsigned long long)have, (unsigned long long)want);
     } else if (layout == H5D_CONTIGUOUS) {
         double need = (double)dims[0] * (double)row_bytes;
         double got = (double)H5Dget_storage_size(d);
         haddr_t off = H5Dget_offset(d);
         hsize_t fsize = 0;
         if (got < need)
-            rc = ddp_err(err, errlen, "%s: %s/%s declares %llu samples (%.0f bytes) but the "
+            rc = ddp_err(err, errlen,
+                         "%s: %s/%s declares %llu samples (%.0f bytes) but the "
                          "file holds %.0f bytes of it; the file is incomplete, re-create it",
                          s->path, s->group, name, (unsigned long long)dims[0], need, got);
         else if (off != HADDR_UNDEF && H5Fget_filesize(s->file, &fsize) >= 0 &&
                  (double)off + need > (double)fsize)
-            rc = ddp_err(err, errlen, "%s: %s/%s declares %llu samples that end at byte %.0f, "
+            rc = ddp_err(err, errlen,
+                         "%s: %s/%s declares %llu samples that end at byte %.0f, "
                          "but the file has %llu bytes: it is truncated, re-create or re-copy it",
-                         s->path, s->group, name, (unsigned long long)dims[0],
-                         (double)off + need, (unsigned long long)fsize);
+                         s->path, s->group, name, (unsigned long long)dims[0], (double)off + need,
+                         (unsigned long long)fsize);
     }
 out:
     if (dcpl >= 0)
@@ -360,9 +375,10 @@ static int check_split_memory(const ddp_h5split *s, char *err, size_t errlen)
     if (need <= (double)avail)
         return 0;
     char a[32], b[32];
-    return ddp_err(err, errlen, "%s: %s declares %lld samples, whose labels and sampler need %s "
-                   "but this machine has %s available (%s); use a smaller split", s->path,
-                   s->group, (long long)s->n, ddp_fmt_bytes(need, a, sizeof a),
+    return ddp_err(err, errlen,
+                   "%s: %s declares %lld samples, whose labels and sampler need %s "
+                   "but this machine has %s available (%s); use a smaller split",
+                   s->path, s->group, (long long)s->n, ddp_fmt_bytes(need, a, sizeof a),
                    ddp_fmt_bytes((double)avail, b, sizeof b), which);
 }
 
@@ -390,7 +406,8 @@ static int read_labels(ddp_h5split *s, hid_t lab, char *err, size_t errlen)
         msp = H5I_INVALID_HID;
         for (int64_t i = 0; i < k; i++) {
             if (tmp[i] < INT32_MIN || tmp[i] > INT32_MAX) {
-                ddp_err(err, errlen, "%s: %s/labels: value %lld at index %lld does not fit "
+                ddp_err(err, errlen,
+                        "%s: %s/labels: value %lld at index %lld does not fit "
                         "int32; labels must be class numbers in [0, classes)",
                         s->path, s->group, tmp[i], (long long)(at + i));
                 goto fail;
@@ -401,8 +418,10 @@ static int read_labels(ddp_h5split *s, hid_t lab, char *err, size_t errlen)
     rc = 0;
     goto fail;
 h5fail:
-    ddp_err(err, errlen, "%s: %s/labels: read failed (%s); the file may be truncated or "
-            "corrupt, re-create it", s->path, s->group, h5_reason(why, sizeof why));
+    ddp_err(err, errlen,
+            "%s: %s/labels: read failed (%s); the file may be truncated or "
+            "corrupt, re-create it",
+            s->path, s->group, h5_reason(why, sizeof why));
 fail:
     if (msp >= 0)
         H5Sclose(msp);
@@ -417,14 +436,14 @@ static hid_t open_member(hid_t g, const char *path, const char *group, const cha
                          const char *expect, char *err, size_t errlen)
 {
     if (H5Lexists(g, name, H5P_DEFAULT) <= 0) {
-        ddp_err(err, errlen, "%s: %s has no dataset `%s`; expected %s (see docs/data.md)",
-                path, group, name, expect);
+        ddp_err(err, errlen, "%s: %s has no dataset `%s`; expected %s (see docs/data.md)", path,
+                group, name, expect);
         return H5I_INVALID_HID;
     }
     H5O_info_t oi;
     if (H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) {
-        ddp_err(err, errlen, "%s: %s/%s is not a dataset; expected %s (see docs/data.md)",
-                path, group, name, expect);
+        ddp_err(err, errlen, "%s: %s/%s is not a dataset; expected %s (see docs/data.md)", path,
+                group, name, expect);
         return H5I_INVALID_HID;
     }
     hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
@@ -440,8 +459,10 @@ static hid_t open_member(hid_t g, const char *path, const char *group, const cha
 static int h5_failed(const ddp_h5split *s, const char *path, char *err, size_t errlen)
 {
     char why[256];
-    return ddp_err(err, errlen, "%s: %s: HDF5 error (%s); the file may be truncated or "
-                   "corrupt, re-create it", path, s->group, h5_reason(why, sizeof why));
+    return ddp_err(err, errlen,
+                   "%s: %s: HDF5 error (%s); the file may be truncated or "
+                   "corrupt, re-create it",
+                   path, s->group, h5_reason(why, sizeof why));
 }
 
 /* g/images: rank 2 or 4, uint8 or float32, each dimension > 0, bounded sample size. Fills the
@@ -450,8 +471,8 @@ static int open_images(ddp_h5split *s, hid_t g, const char *path, char *err, siz
 {
     hid_t itype = H5I_INVALID_HID;
     int rc = -1;
-    s->images = open_member(g, path, s->group, "images",
-                            "images of shape (N, C, H, W) or (N, D)", err, errlen);
+    s->images = open_member(g, path, s->group, "images", "images of shape (N, C, H, W) or (N, D)",
+                            err, errlen);
     if (s->images < 0)
         goto fail;
     s->fspace = H5Dget_space(s->images);
@@ -459,14 +480,16 @@ static int open_images(ddp_h5split *s, hid_t g, const char *path, char *err, siz
     hsize_t d[H5S_MAX_RANK];
     char shp[128], tn[32];
     if (r < 0 || r > H5S_MAX_RANK || H5Sget_simple_extent_dims(s->fspace, d, NULL) < 0) {
-        ddp_err(err, errlen, "%s: %s/images: cannot read its shape; re-create the file",
-                path, s->group);
+        ddp_err(err, errlen, "%s: %s/images: cannot read its shape; re-create the file", path,
+                s->group);
         goto fail;
     }
     shape_str(d, r, shp, sizeof shp);
     if (r != 2 && r != 4) {
-        ddp_err(err, errlen, "%s: %s/images has rank %d (shape %s); expected (N, C, H, W) or "
-                "(N, D), e.g. reshape (N, H, W) to (N, 1, H, W)", path, s->group, r, shp);
+        ddp_err(err, errlen,
+                "%s: %s/images has rank %d (shape %s); expected (N, C, H, W) or "
+                "(N, D), e.g. reshape (N, H, W) to (N, 1, H, W)",
+                path, s->group, r, shp);
         goto fail;
     }
     s->file_rank = r;
@@ -474,34 +497,39 @@ static int open_images(ddp_h5split *s, hid_t g, const char *path, char *err, siz
     s->elems = 1;
     for (int i = 0; i < r; i++) {
         if (d[i] == 0 && i > 0) {
-            ddp_err(err, errlen, "%s: %s/images has shape %s; every sample dimension must be "
-                    "> 0", path, s->group, shp);
+            ddp_err(err, errlen,
+                    "%s: %s/images has shape %s; every sample dimension must be "
+                    "> 0",
+                    path, s->group, shp);
             goto fail;
         }
         if (i > 0) {
             if (d[i] > (hsize_t)DDP_H5_MAX_SAMPLE_ELEMS ||
                 (s->elems *= (int64_t)d[i]) > DDP_H5_MAX_SAMPLE_ELEMS) {
-                ddp_err(err, errlen, "%s: %s/images has shape %s; a sample may hold at most "
-                        "%lld elements", path, s->group, shp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
+                ddp_err(err, errlen,
+                        "%s: %s/images has shape %s; a sample may hold at most "
+                        "%lld elements",
+                        path, s->group, shp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
                 goto fail;
             }
             s->dims[i - 1] = (int64_t)d[i];
         }
     }
     if (d[0] == 0) {
-        ddp_err(err, errlen, "%s: %s/images is empty (shape %s); a split needs at least one "
-                "sample", path, s->group, shp);
+        ddp_err(err, errlen,
+                "%s: %s/images is empty (shape %s); a split needs at least one "
+                "sample",
+                path, s->group, shp);
         goto fail;
     }
     if (d[0] > (hsize_t)DDP_H5_MAX_SAMPLES) {
-        ddp_err(err, errlen, "%s: %s/images has %llu samples; at most %lld are supported",
-                path, s->group, (unsigned long long)d[0], (long long)DDP_H5_MAX_SAMPLES);
+        ddp_err(err, errlen, "%s: %s/images has %llu samples; at most %lld are supported", path,
+                s->group, (unsigned long long)d[0], (long long)DDP_H5_MAX_SAMPLES);
         goto fail;
     }
     s->n = (int64_t)d[0];
     itype = H5Dget_type(s->images);
-    if (itype < 0)
-        {
+    if (itype < 0) {
         h5_failed(s, path, err, errlen);
         goto fail;
     }
@@ -514,8 +542,10 @@ static int open_images(ddp_h5split *s, hid_t g, const char *path, char *err, siz
         s->row_bytes = (size_t)s->elems * sizeof(float);
     } else {
         type_name(itype, tn, sizeof tn);
-        ddp_err(err, errlen, "%s: %s/images has dtype %s; expected uint8 (pixels 0..255) or "
-                "float32, convert it (e.g. numpy .astype('float32'))", path, s->group, tn);
+        ddp_err(err, errlen,
+                "%s: %s/images has dtype %s; expected uint8 (pixels 0..255) or "
+                "float32, convert it (e.g. numpy .astype('float32'))",
+                path, s->group, tn);
         goto fail;
     }
 
@@ -536,8 +566,8 @@ static int open_labels(ddp_h5split *s, hid_t g, const char *path, char *err, siz
     hsize_t d[H5S_MAX_RANK];
     char shp[128];
     int rc = -1;
-    lab = open_member(g, path, s->group, "labels", "labels of shape (N,), an integer type",
-                      err, errlen);
+    lab = open_member(g, path, s->group, "labels", "labels of shape (N,), an integer type", err,
+                      errlen);
     if (lab < 0)
         goto fail;
     ltype = H5Dget_type(lab);
@@ -546,9 +576,10 @@ static int open_labels(ddp_h5split *s, hid_t g, const char *path, char *err, siz
         goto h5fail;
     type_name(ltype, s->labels_type, sizeof s->labels_type);
     if (H5Tget_class(ltype) != H5T_INTEGER) {
-        ddp_err(err, errlen, "%s: %s/labels has dtype %s; expected an integer type (class "
-                "numbers), convert it (e.g. numpy .astype('int32'))", path, s->group,
-                s->labels_type);
+        ddp_err(err, errlen,
+                "%s: %s/labels has dtype %s; expected an integer type (class "
+                "numbers), convert it (e.g. numpy .astype('int32'))",
+                path, s->group, s->labels_type);
         goto fail;
     }
     int r = H5Sget_simple_extent_ndims(lspace);
@@ -556,13 +587,17 @@ static int open_labels(ddp_h5split *s, hid_t g, const char *path, char *err, siz
         goto h5fail;
     shape_str(d, r, shp, sizeof shp);
     if (r != 1) {
-        ddp_err(err, errlen, "%s: %s/labels has rank %d (shape %s); expected shape (N,), one "
-                "class number per sample", path, s->group, r, shp);
+        ddp_err(err, errlen,
+                "%s: %s/labels has rank %d (shape %s); expected shape (N,), one "
+                "class number per sample",
+                path, s->group, r, shp);
         goto fail;
     }
     if ((int64_t)d[0] != s->n) {
-        ddp_err(err, errlen, "%s: %s: images has %lld samples but labels has %llu; both must "
-                "have the same N", path, s->group, (long long)s->n, (unsigned long long)d[0]);
+        ddp_err(err, errlen,
+                "%s: %s: images has %lld samples but labels has %llu; both must "
+                "have the same N",
+                path, s->group, (long long)s->n, (unsigned long long)d[0]);
         goto fail;
     }
     if (read_classes_attr(s, g, &s->classes, err, errlen) != 0 ||
@@ -601,22 +636,28 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
         goto fail;
     }
     if (group_path(group, s->group, sizeof s->group) != 0) {
-        ddp_err(err, errlen, "%s: group name `%s` is empty or longer than %d characters; "
-                "give a group such as /train", path, group ? group : "", DDP_H5_MAX_GROUP_LEN);
+        ddp_err(err, errlen,
+                "%s: group name `%s` is empty or longer than %d characters; "
+                "give a group such as /train",
+                path, group ? group : "", DDP_H5_MAX_GROUP_LEN);
         goto fail;
     }
     s->file = open_readonly(path, err, errlen);
     if (s->file < 0)
         goto fail;
     if (!path_exists(s->file, s->group)) {
-        ddp_err(err, errlen, "%s: no group %s; `ddptrain data info %s` lists the groups, "
-                "set [data] train/test to one of them", path, s->group, path);
+        ddp_err(err, errlen,
+                "%s: no group %s; `ddptrain data info %s` lists the groups, "
+                "set [data] train/test to one of them",
+                path, s->group, path);
         goto fail;
     }
     g = H5Gopen2(s->file, s->group, H5P_DEFAULT);
     if (g < 0) {
-        ddp_err(err, errlen, "%s: %s is not a group; expected a group holding `images` and "
-                "`labels`", path, s->group);
+        ddp_err(err, errlen,
+                "%s: %s is not a group; expected a group holding `images` and "
+                "`labels`",
+                path, s->group);
         goto fail;
     }
 
@@ -656,7 +697,10 @@ void ddp_h5split_close(ddp_h5split *s)
     free(s);
 }
 
-int64_t ddp_h5split_count(const ddp_h5split *s) { return s->n; }
+int64_t ddp_h5split_count(const ddp_h5split *s)
+{
+    return s->n;
+}
 
 int ddp_h5split_shape(const ddp_h5split *s, int64_t dims[3])
 {
@@ -671,25 +715,40 @@ const char *ddp_h5split_shape_text(const ddp_h5split *s, char *buf, size_t len)
     if (ddp_h5split_shape(s, d) == 1)
         snprintf(buf, len, "(%lld)", (long long)d[0]);
     else
-        snprintf(buf, len, "(%lld, %lld, %lld)", (long long)d[0], (long long)d[1],
-                 (long long)d[2]);
+        snprintf(buf, len, "(%lld, %lld, %lld)", (long long)d[0], (long long)d[1], (long long)d[2]);
     return buf;
 }
 
-int64_t ddp_h5split_sample_elems(const ddp_h5split *s) { return s->elems; }
-enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s) { return s->dtype; }
-int ddp_h5split_classes(const ddp_h5split *s) { return s->classes; }
-const char *ddp_h5split_labels_type(const ddp_h5split *s) { return s->labels_type; }
-const int32_t *ddp_h5split_labels(const ddp_h5split *s) { return s->labels; }
+int64_t ddp_h5split_sample_elems(const ddp_h5split *s)
+{
+    return s->elems;
+}
+enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s)
+{
+    return s->dtype;
+}
+int ddp_h5split_classes(const ddp_h5split *s)
+{
+    return s->classes;
+}
+const char *ddp_h5split_labels_type(const ddp_h5split *s)
+{
+    return s->labels_type;
+}
+const int32_t *ddp_h5split_labels(const ddp_h5split *s)
+{
+    return s->labels;
+}
 
 int ddp_h5split_check_labels(const ddp_h5split *s, int classes, char *err, size_t errlen)
 {
     if (classes <= 0)
-        return ddp_err(err, errlen, "%s: %s: number of classes %d must be > 0", s->path,
-                       s->group, classes);
+        return ddp_err(err, errlen, "%s: %s: number of classes %d must be > 0", s->path, s->group,
+                       classes);
     for (int64_t i = 0; i < s->n; i++) {
         if (s->labels[i] < 0 || s->labels[i] >= classes)
-            return ddp_err(err, errlen, "%s: %s/labels: label %d at index %lld is outside "
+            return ddp_err(err, errlen,
+                           "%s: %s/labels: label %d at index %lld is outside "
                            "[0, %d); fix the labels or raise the model's number of classes",
                            s->path, s->group, (int)s->labels[i], (long long)i, classes);
     }
@@ -748,9 +807,13 @@ static int64_t first_nonfinite(const float *v, size_t n)
 static int nonfinite_err(const ddp_h5split *s, int64_t sample, int64_t elem, float v, char *err,
                          size_t errlen)
 {
-    return ddp_err(err, errlen, "%s: %s/images: sample %lld holds %s at element %lld; float32 "
-                   "images must be finite, fix or drop that sample", s->path, s->group,
-                   (long long)sample, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf",
+    return ddp_err(err, errlen,
+                   "%s: %s/images: sample %lld holds %s at element %lld; float32 "
+                   "images must be finite, fix or drop that sample",
+                   s->path, s->group, (long long)sample,
+                   isnan(v) ? "NaN"
+                   : v > 0  ? "+inf"
+                            : "-inf",
                    (long long)elem);
 }
 
@@ -793,9 +856,11 @@ int ddp_h5split_cache(ddp_h5split *s, size_t max_bytes, char *err, size_t errlen
             H5Dread(s->images, mem_type(s), msp, s->fspace, H5P_DEFAULT,
                     buf + (size_t)at * s->row_bytes) < 0) {
             char why[256];
-            ddp_err(err, errlen, "%s: %s/images: read of rows %lld..%lld failed (%s); the file "
-                    "may be truncated or corrupt, re-create it", s->path, s->group,
-                    (long long)at, (long long)(at + k - 1), h5_reason(why, sizeof why));
+            ddp_err(err, errlen,
+                    "%s: %s/images: read of rows %lld..%lld failed (%s); the file "
+                    "may be truncated or corrupt, re-create it",
+                    s->path, s->group, (long long)at, (long long)(at + k - 1),
+                    h5_reason(why, sizeof why));
             if (msp >= 0)
                 H5Sclose(msp);
             free(buf);
@@ -870,8 +935,7 @@ static int ensure_scratch(ddp_h5split *s, int n, char *err, size_t errlen)
 
 /* Fast path: rows [r0, r0 + k) straight from the file into buf (whole, despite EINTR
  * and short reads). */
-static int pread_rows(ddp_h5split *s, int64_t r0, int64_t k, uint8_t *buf, char *err,
-                      size_t errlen)
+static int pread_rows(ddp_h5split *s, int64_t r0, int64_t k, uint8_t *buf, char *err, size_t errlen)
 {
     size_t want = (size_t)k * s->row_bytes, got = 0;
     off_t at = (off_t)(s->offset + r0 * (int64_t)s->row_bytes);
@@ -881,9 +945,10 @@ static int pread_rows(ddp_h5split *s, int64_t r0, int64_t k, uint8_t *buf, char 
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return ddp_err(err, errlen, "%s: %s/images: read of rows %lld..%lld failed: %s; the "
-                           "file may be truncated, re-create it", s->path, s->group,
-                           (long long)r0, (long long)(r0 + k - 1),
+            return ddp_err(err, errlen,
+                           "%s: %s/images: read of rows %lld..%lld failed: %s; the "
+                           "file may be truncated, re-create it",
+                           s->path, s->group, (long long)r0, (long long)(r0 + k - 1),
                            r < 0 ? strerror(errno) : "end of file");
         got += (size_t)r;
     }
@@ -913,13 +978,14 @@ int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char
                      size_t errlen)
 {
     if (n < 0)
-        return ddp_err(err, errlen, "%s: %s: read of %d samples; the count must be >= 0",
-                       s->path, s->group, n);
+        return ddp_err(err, errlen, "%s: %s: read of %d samples; the count must be >= 0", s->path,
+                       s->group, n);
     for (int i = 0; i < n; i++)
         if (idx[i] < 0 || idx[i] >= s->n)
-            return ddp_err(err, errlen, "%s: %s: sample index %lld (position %d of the batch) "
-                           "is outside [0, %lld)", s->path, s->group, (long long)idx[i], i,
-                           (long long)s->n);
+            return ddp_err(err, errlen,
+                           "%s: %s: sample index %lld (position %d of the batch) "
+                           "is outside [0, %lld)",
+                           s->path, s->group, (long long)idx[i], i, (long long)s->n);
     if (n == 0)
         return 0;
     size_t e = (size_t)s->elems;
@@ -995,11 +1061,12 @@ int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char
     }
     rc = 0;
     goto out;
-h5fail: {
+h5fail : {
     char why[256];
-    ddp_err(err, errlen, "%s: %s/images: read of %d samples failed (%s); the file may be "
-            "truncated or corrupt, re-create it", s->path, s->group, n,
-            h5_reason(why, sizeof why));
+    ddp_err(err, errlen,
+            "%s: %s/images: read of %d samples failed (%s); the file may be "
+            "truncated or corrupt, re-create it",
+            s->path, s->group, n, h5_reason(why, sizeof why));
 }
 out:
     quiet_off(&q);
@@ -1047,8 +1114,8 @@ int ddp_h5data_groups(const char *path, char ***names, char *err, size_t errlen)
     hsize_t at = 0;
     if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &at, collect_group, &l) < 0) {
         char why[256];
-        ddp_err(err, errlen, "%s: cannot list its groups (%s); the file may be corrupt",
-                path, h5_reason(why, sizeof why));
+        ddp_err(err, errlen, "%s: cannot list its groups (%s); the file may be corrupt", path,
+                h5_reason(why, sizeof why));
         ddp_h5data_free_names(l.names, l.count);
         H5Fclose(f);
         quiet_off(&q);
@@ -1113,7 +1180,7 @@ int ddp_h5data_source(const char *path, char *buf, size_t len, char *err, size_t
     }
     rc = 0;
     goto fail;
-h5fail: {
+h5fail : {
     char why[256];
     ddp_err(err, errlen, "%s: attribute `source`: read failed (%s)", path,
             h5_reason(why, sizeof why));
@@ -1193,8 +1260,7 @@ static void close_group(ddp_h5writer *w)
     w->group[0] = '\0';
 }
 
-ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *err,
-                                  size_t errlen)
+ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *err, size_t errlen)
 {
     h5_quiet q;
     quiet_on(&q);
@@ -1210,8 +1276,10 @@ ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *er
     if (w->file < 0) { /* errno from open(2) when that is what failed, else HDF5's reason */
         char why[256];
         int e = errno;
-        ddp_err(err, errlen, "%s: cannot create: %s; check that the directory exists and is "
-                "writable", w->tmp, e ? strerror(e) : h5_reason(why, sizeof why));
+        ddp_err(err, errlen,
+                "%s: cannot create: %s; check that the directory exists and is "
+                "writable",
+                w->tmp, e ? strerror(e) : h5_reason(why, sizeof why));
     }
     H5Pclose(fapl);
     if (w->file < 0)
@@ -1239,20 +1307,22 @@ int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int ra
     hid_t sp = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, ft = H5I_INVALID_HID;
     char gp[DDP_H5_MAX_GROUP_LEN + 2];
     if (w->g >= 0) {
-        ddp_err(err, errlen, "%s: group %s still open; end it before starting %s", w->tmp,
-                w->group, group);
+        ddp_err(err, errlen, "%s: group %s still open; end it before starting %s", w->tmp, w->group,
+                group);
         goto fail;
     }
     if (group_path(group, gp, sizeof gp) != 0) {
         ddp_err(err, errlen, "%s: bad group name `%s`", w->tmp, group ? group : "");
         goto fail;
     }
-    if (count <= 0 || count > DDP_H5_MAX_SAMPLES || (rank != 1 && rank != 3) ||
-        classes <= 0 || classes > DDP_H5_MAX_CLASSES ||
+    if (count <= 0 || count > DDP_H5_MAX_SAMPLES || (rank != 1 && rank != 3) || classes <= 0 ||
+        classes > DDP_H5_MAX_CLASSES ||
         (dtype != DDP_H5DTYPE_UINT8 && dtype != DDP_H5DTYPE_FLOAT32)) {
-        ddp_err(err, errlen, "%s: %s: bad layout (count %lld, rank %d, classes %d); expected "
-                "1..%lld samples, rank 1 or 3, 1..%d classes", w->tmp, gp, (long long)count,
-                rank, classes, (long long)DDP_H5_MAX_SAMPLES, DDP_H5_MAX_CLASSES);
+        ddp_err(err, errlen,
+                "%s: %s: bad layout (count %lld, rank %d, classes %d); expected "
+                "1..%lld samples, rank 1 or 3, 1..%d classes",
+                w->tmp, gp, (long long)count, rank, classes, (long long)DDP_H5_MAX_SAMPLES,
+                DDP_H5_MAX_CLASSES);
         goto fail;
     }
     hsize_t fd[4];
@@ -1261,8 +1331,10 @@ int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int ra
     for (int i = 0; i < rank; i++) {
         if (dims[i] <= 0 || dims[i] > DDP_H5_MAX_SAMPLE_ELEMS ||
             (w->elems *= dims[i]) > DDP_H5_MAX_SAMPLE_ELEMS) {
-            ddp_err(err, errlen, "%s: %s: sample shape must have dimensions > 0 and at most "
-                    "%lld elements", w->tmp, gp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
+            ddp_err(err, errlen,
+                    "%s: %s: sample shape must have dimensions > 0 and at most "
+                    "%lld elements",
+                    w->tmp, gp, (long long)DDP_H5_MAX_SAMPLE_ELEMS);
             goto fail;
         }
         fd[i + 1] = (hsize_t)dims[i];
@@ -1301,10 +1373,12 @@ int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int ra
     H5Pclose(dcpl);
     quiet_off(&q);
     return 0;
-h5fail: {
+h5fail : {
     char why[256];
-    ddp_err(err, errlen, "%s: %s: cannot create the group's datasets (%s); check free disk "
-            "space", w->tmp, gp, h5_reason(why, sizeof why));
+    ddp_err(err, errlen,
+            "%s: %s: cannot create the group's datasets (%s); check free disk "
+            "space",
+            w->tmp, gp, h5_reason(why, sizeof why));
 }
     close_group(w);
 fail:
@@ -1322,9 +1396,10 @@ int ddp_h5writer_append(ddp_h5writer *w, const void *images, const int32_t *labe
     if (w->g < 0)
         return ddp_err(err, errlen, "%s: append with no group begun", w->tmp);
     if (n < 0 || n > w->count - w->written)
-        return ddp_err(err, errlen, "%s: %s: appending %lld samples to %lld of %lld would "
-                       "overflow the group", w->tmp, w->group, (long long)n,
-                       (long long)w->written, (long long)w->count);
+        return ddp_err(err, errlen,
+                       "%s: %s: appending %lld samples to %lld of %lld would "
+                       "overflow the group",
+                       w->tmp, w->group, (long long)n, (long long)w->written, (long long)w->count);
     if (n == 0)
         return 0;
     for (int64_t i = 0; i < n; i++)
@@ -1358,7 +1433,8 @@ int ddp_h5writer_append(ddp_h5writer *w, const void *images, const int32_t *labe
     hsize_t m = (hsize_t)n * (hsize_t)w->elems;
     fsp = H5Dget_space(w->images);
     msp = H5Screate_simple(1, &m, NULL);
-    if (fsp < 0 || msp < 0 || H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
+    if (fsp < 0 || msp < 0 ||
+        H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
         H5Dwrite(w->images, w->dtype == DDP_H5DTYPE_UINT8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT,
                  msp, fsp, H5P_DEFAULT, images) < 0)
         goto h5fail;
@@ -1367,16 +1443,19 @@ int ddp_h5writer_append(ddp_h5writer *w, const void *images, const int32_t *labe
     m = (hsize_t)n;
     fsp = H5Dget_space(w->labels);
     msp = H5Screate_simple(1, &m, NULL);
-    if (fsp < 0 || msp < 0 || H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
+    if (fsp < 0 || msp < 0 ||
+        H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, block) < 0 ||
         H5Dwrite(w->labels, lmt, msp, fsp, H5P_DEFAULT, lsrc) < 0)
         goto h5fail;
     w->written += n;
     rc = 0;
     goto out;
-h5fail: {
+h5fail : {
     char why[256];
-    ddp_err(err, errlen, "%s: %s: write of samples %lld..%lld failed (%s); check free disk "
-            "space", w->tmp, w->group, (long long)w->written, (long long)(w->written + n - 1),
+    ddp_err(err, errlen,
+            "%s: %s: write of samples %lld..%lld failed (%s); check free disk "
+            "space",
+            w->tmp, w->group, (long long)w->written, (long long)(w->written + n - 1),
             h5_reason(why, sizeof why));
 }
 out:

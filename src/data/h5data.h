@@ -120,8 +120,7 @@ typedef struct ddp_h5writer ddp_h5writer;
 
 /* Create "<path>.tmp" (truncating a stale one) and write the file attribute `source`.
  * Returns NULL with err when the file cannot be created. */
-ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *err,
-                                  size_t errlen);
+ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *err, size_t errlen);
 /* Start group `group` of `count` samples of shape dims[0..rank) (rank 1: D; rank 3: C,H,W),
  * element type `dtype`, labels in [0, classes). One group at a time. */
 int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int rank,

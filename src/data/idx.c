@@ -33,13 +33,20 @@ struct ddp_idx {
 static const char *idx_type_name(int t)
 {
     switch (t) {
-    case 0x08: return "unsigned byte";
-    case 0x09: return "signed byte";
-    case 0x0B: return "int16";
-    case 0x0C: return "int32";
-    case 0x0D: return "float32";
-    case 0x0E: return "float64";
-    default: return "unknown";
+    case 0x08:
+        return "unsigned byte";
+    case 0x09:
+        return "signed byte";
+    case 0x0B:
+        return "int16";
+    case 0x0C:
+        return "int32";
+    case 0x0D:
+        return "float32";
+    case 0x0E:
+        return "float64";
+    default:
+        return "unknown";
     }
 }
 
@@ -91,19 +98,23 @@ static int read_dims(ddp_idx *f, char *err, size_t errlen)
     uint8_t hd[4 * DDP_IDX_MAX_DIMS];
     got = gz_read_full(f->gz, hd, 4 * f->ndims);
     if (got < 0 || got < 4 * f->ndims) {
-        ddp_err(err, errlen, "%s: truncated or corrupt header (%d sizes expected%s%s); download "
-                "the file again", path, f->ndims, got < 0 ? ", zlib: " : "",
+        ddp_err(err, errlen,
+                "%s: truncated or corrupt header (%d sizes expected%s%s); download "
+                "the file again",
+                path, f->ndims, got < 0 ? ", zlib: " : "",
                 got < 0 ? gz_reason(f->gz, f->path) : "");
         return -1;
     }
     f->record_bytes = 1;
     for (int i = 0; i < f->ndims; i++) {
         const uint8_t *b = hd + 4 * i;
-        f->dims[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
-                               (uint32_t)b[2] << 8 | b[3]);
+        f->dims[i] =
+            (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
         if (f->dims[i] == 0) {
-            ddp_err(err, errlen, "%s: dimension %d is 0; an IDX file must hold at least one "
-                    "record of at least one byte", path, i);
+            ddp_err(err, errlen,
+                    "%s: dimension %d is 0; an IDX file must hold at least one "
+                    "record of at least one byte",
+                    path, i);
             return -1;
         }
         if (i == 0 && f->dims[0] > DDP_IDX_MAX_RECORDS) {
@@ -114,8 +125,10 @@ static int read_dims(ddp_idx *f, char *err, size_t errlen)
         if (i > 0) {
             if (f->dims[i] > DDP_IDX_MAX_RECORD_BYTES ||
                 (f->record_bytes *= f->dims[i]) > DDP_IDX_MAX_RECORD_BYTES) {
-                ddp_err(err, errlen, "%s: header declares records of more than %lld bytes; "
-                        "not an MNIST-style file?", path, (long long)DDP_IDX_MAX_RECORD_BYTES);
+                ddp_err(err, errlen,
+                        "%s: header declares records of more than %lld bytes; "
+                        "not an MNIST-style file?",
+                        path, (long long)DDP_IDX_MAX_RECORD_BYTES);
                 return -1;
             }
         }
@@ -129,8 +142,10 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
     f->path = ddp_strdup(path);
     struct stat st;
     if (stat(path, &st) != 0) {
-        ddp_err(err, errlen, "%s: cannot open: %s; give an IDX file such as "
-                "train-images-idx3-ubyte.gz", path, strerror(errno));
+        ddp_err(err, errlen,
+                "%s: cannot open: %s; give an IDX file such as "
+                "train-images-idx3-ubyte.gz",
+                path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
@@ -145,32 +160,39 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
     uint8_t magic[4];
     int64_t got = gz_read_full(f->gz, magic, 4);
     if (got < 0) {
-        ddp_err(err, errlen, "%s: corrupt gzip data (zlib: %s); download the file again",
-                path, gz_reason(f->gz, f->path));
+        ddp_err(err, errlen, "%s: corrupt gzip data (zlib: %s); download the file again", path,
+                gz_reason(f->gz, f->path));
         goto fail;
     }
     if (got < 4) {
-        ddp_err(err, errlen, "%s: truncated: %lld bytes, shorter than the 4-byte IDX magic; "
-                "download the file again", path, (long long)got);
+        ddp_err(err, errlen,
+                "%s: truncated: %lld bytes, shorter than the 4-byte IDX magic; "
+                "download the file again",
+                path, (long long)got);
         goto fail;
     }
-    uint32_t m = (uint32_t)magic[0] << 24 | (uint32_t)magic[1] << 16 |
-                 (uint32_t)magic[2] << 8 | magic[3];
+    uint32_t m =
+        (uint32_t)magic[0] << 24 | (uint32_t)magic[1] << 16 | (uint32_t)magic[2] << 8 | magic[3];
     if (magic[0] != 0 || magic[1] != 0) {
-        ddp_err(err, errlen, "%s: bad magic 0x%08x; expected an IDX file (0x00000803 images, "
-                "0x00000801 labels), raw or gzip", path, (unsigned)m);
+        ddp_err(err, errlen,
+                "%s: bad magic 0x%08x; expected an IDX file (0x00000803 images, "
+                "0x00000801 labels), raw or gzip",
+                path, (unsigned)m);
         goto fail;
     }
     if (magic[2] != IDX_TYPE_UBYTE) {
-        ddp_err(err, errlen, "%s: IDX element type 0x%02x (%s) in magic 0x%08x; only unsigned "
-                "byte (0x08) files are supported", path, magic[2], idx_type_name(magic[2]),
-                (unsigned)m);
+        ddp_err(err, errlen,
+                "%s: IDX element type 0x%02x (%s) in magic 0x%08x; only unsigned "
+                "byte (0x08) files are supported",
+                path, magic[2], idx_type_name(magic[2]), (unsigned)m);
         goto fail;
     }
     f->ndims = magic[3];
     if (f->ndims < 1 || f->ndims > DDP_IDX_MAX_DIMS) {
-        ddp_err(err, errlen, "%s: magic 0x%08x declares %d dimensions; expected 1 (labels) to "
-                "%d (images)", path, (unsigned)m, f->ndims, DDP_IDX_MAX_DIMS);
+        ddp_err(err, errlen,
+                "%s: magic 0x%08x declares %d dimensions; expected 1 (labels) to "
+                "%d (images)",
+                path, (unsigned)m, f->ndims, DDP_IDX_MAX_DIMS);
         goto fail;
     }
     if (read_dims(f, err, errlen) != 0)
@@ -179,16 +201,18 @@ ddp_idx *ddp_idx_open(const char *path, char *err, size_t errlen)
         int64_t want = 4 + 4 * (int64_t)f->ndims + f->dims[0] * f->record_bytes;
         int64_t have = (int64_t)st.st_size;
         if (have < want) {
-            ddp_err(err, errlen, "%s: truncated: %lld bytes but the header promises %lld "
-                    "(%lld records of %lld bytes); download the file again", path,
-                    (long long)have, (long long)want, (long long)f->dims[0],
+            ddp_err(err, errlen,
+                    "%s: truncated: %lld bytes but the header promises %lld "
+                    "(%lld records of %lld bytes); download the file again",
+                    path, (long long)have, (long long)want, (long long)f->dims[0],
                     (long long)f->record_bytes);
             goto fail;
         }
         if (have > want) {
-            ddp_err(err, errlen, "%s: %lld bytes of trailing data after %lld records; the "
-                    "header's count is wrong or the file is corrupt", path,
-                    (long long)(have - want), (long long)f->dims[0]);
+            ddp_err(err, errlen,
+                    "%s: %lld bytes of trailing data after %lld records; the "
+                    "header's count is wrong or the file is corrupt",
+                    path, (long long)(have - want), (long long)f->dims[0]);
             goto fail;
         }
     }
@@ -215,37 +239,52 @@ int ddp_idx_shape(const ddp_idx *f, int64_t dims[DDP_IDX_MAX_DIMS])
     return f->ndims;
 }
 
-int64_t ddp_idx_count(const ddp_idx *f) { return f->dims[0]; }
-int64_t ddp_idx_record_bytes(const ddp_idx *f) { return f->record_bytes; }
-const char *ddp_idx_path(const ddp_idx *f) { return f->path; }
+int64_t ddp_idx_count(const ddp_idx *f)
+{
+    return f->dims[0];
+}
+int64_t ddp_idx_record_bytes(const ddp_idx *f)
+{
+    return f->record_bytes;
+}
+const char *ddp_idx_path(const ddp_idx *f)
+{
+    return f->path;
+}
 
 int ddp_idx_read(ddp_idx *f, uint8_t *out, int64_t n, char *err, size_t errlen)
 {
     if (n < 0 || n > f->dims[0] - f->next)
-        return ddp_err(err, errlen, "%s: read of %lld records past record %lld of %lld",
-                       f->path, (long long)n, (long long)f->next, (long long)f->dims[0]);
+        return ddp_err(err, errlen, "%s: read of %lld records past record %lld of %lld", f->path,
+                       (long long)n, (long long)f->next, (long long)f->dims[0]);
     int64_t want = n * f->record_bytes;
     int64_t got = gz_read_full(f->gz, out, want);
     if (got < 0 || (got < want && gz_corrupt(f->gz)))
-        return ddp_err(err, errlen, "%s: corrupt gzip data near record %lld (zlib: %s); "
-                       "download the file again", f->path, (long long)f->next,
-                       gz_reason(f->gz, f->path));
+        return ddp_err(err, errlen,
+                       "%s: corrupt gzip data near record %lld (zlib: %s); "
+                       "download the file again",
+                       f->path, (long long)f->next, gz_reason(f->gz, f->path));
     if (got < want)
-        return ddp_err(err, errlen, "%s: truncated: holds %lld of the %lld records its header "
-                       "declares; download the file again", f->path,
-                       (long long)(f->next + got / f->record_bytes), (long long)f->dims[0]);
+        return ddp_err(err, errlen,
+                       "%s: truncated: holds %lld of the %lld records its header "
+                       "declares; download the file again",
+                       f->path, (long long)(f->next + got / f->record_bytes),
+                       (long long)f->dims[0]);
     f->next += n;
     if (f->next == f->dims[0] && n > 0) {
         /* Past the last record: must be the end, and gzip checks its CRC here. */
         uint8_t extra;
         int r = gzread(f->gz, &extra, 1);
         if (r < 0 || gz_corrupt(f->gz))
-            return ddp_err(err, errlen, "%s: corrupt gzip data at the end (zlib: %s); download "
-                           "the file again", f->path, gz_reason(f->gz, f->path));
+            return ddp_err(err, errlen,
+                           "%s: corrupt gzip data at the end (zlib: %s); download "
+                           "the file again",
+                           f->path, gz_reason(f->gz, f->path));
         if (r > 0)
-            return ddp_err(err, errlen, "%s: trailing data after %lld records; the header's "
-                           "count is wrong or the file is corrupt", f->path,
-                           (long long)f->dims[0]);
+            return ddp_err(err, errlen,
+                           "%s: trailing data after %lld records; the header's "
+                           "count is wrong or the file is corrupt",
+                           f->path, (long long)f->dims[0]);
     }
     return 0;
 }
@@ -267,11 +306,15 @@ int ddp_idx_find(const char *dir, ddp_idx_files *files, char *err, size_t errlen
 {
     struct stat st;
     if (stat(dir, &st) != 0)
-        return ddp_err(err, errlen, "%s: cannot open: %s; give the directory holding the four "
-                       "IDX files", dir, strerror(errno));
+        return ddp_err(err, errlen,
+                       "%s: cannot open: %s; give the directory holding the four "
+                       "IDX files",
+                       dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return ddp_err(err, errlen, "%s: not a directory; give the directory holding the four "
-                       "IDX files", dir);
+        return ddp_err(err, errlen,
+                       "%s: not a directory; give the directory holding the four "
+                       "IDX files",
+                       dir);
     struct {
         const char *name;
         char *out;
@@ -281,7 +324,8 @@ int ddp_idx_find(const char *dir, ddp_idx_files *files, char *err, size_t errlen
                  {"t10k-labels-idx1-ubyte", files->test_labels}};
     for (int i = 0; i < 4; i++)
         if (find_one(dir, want[i].name, want[i].out, DDP_IDX_MAX_PATH) != 0)
-            return ddp_err(err, errlen, "%s: no %s[.gz]; the directory must hold "
+            return ddp_err(err, errlen,
+                           "%s: no %s[.gz]; the directory must hold "
                            "train-images-idx3-ubyte, train-labels-idx1-ubyte, "
                            "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (raw or .gz)",
                            dir, want[i].name);
@@ -294,8 +338,7 @@ static void shape_text(const ddp_idx *f, char *buf, size_t len)
     size_t o = 0;
     buf[0] = '\0';
     for (int i = 1; i < f->ndims && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i > 1 ? "x" : "",
-                              (long long)f->dims[i]);
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i > 1 ? "x" : "", (long long)f->dims[i]);
 }
 
 /* Check an images file's dimension count and map its shape to the HDF5 sample shape. */
@@ -317,9 +360,11 @@ static int image_shape(const ddp_idx *f, int *rank, int64_t dims[3], char *err, 
         dims[1] = d[2];
         dims[2] = d[3];
     } else {
-        return ddp_err(err, errlen, "%s: an images file was expected (magic 0x00000803, "
+        return ddp_err(err, errlen,
+                       "%s: an images file was expected (magic 0x00000803, "
                        "(N, rows, cols)) but the header has %d dimension%s (a labels file?); "
-                       "check the order of the files", f->path, nd, nd == 1 ? "" : "s");
+                       "check the order of the files",
+                       f->path, nd, nd == 1 ? "" : "s");
     }
     return 0;
 }
@@ -330,13 +375,17 @@ static int check_label_file(const ddp_idx *lab, const ddp_idx *img, char *err, s
     int64_t d[DDP_IDX_MAX_DIMS];
     int nd = ddp_idx_shape(lab, d);
     if (nd != 1)
-        return ddp_err(err, errlen, "%s: a labels file was expected (magic 0x00000801, (N)) "
+        return ddp_err(err, errlen,
+                       "%s: a labels file was expected (magic 0x00000801, (N)) "
                        "but the header has %d dimensions (an images file?); check the order "
-                       "of the files", ddp_idx_path(lab), nd);
+                       "of the files",
+                       ddp_idx_path(lab), nd);
     if (d[0] != ddp_idx_count(img))
-        return ddp_err(err, errlen, "%s: %lld labels but %s holds %lld images; the two files "
-                       "must come from the same set", ddp_idx_path(lab), (long long)d[0],
-                       ddp_idx_path(img), (long long)ddp_idx_count(img));
+        return ddp_err(err, errlen,
+                       "%s: %lld labels but %s holds %lld images; the two files "
+                       "must come from the same set",
+                       ddp_idx_path(lab), (long long)d[0], ddp_idx_path(img),
+                       (long long)ddp_idx_count(img));
     return 0;
 }
 
@@ -396,8 +445,10 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
         char a[64], b[64];
         shape_text(vi, a, sizeof a);
         shape_text(ti, b, sizeof b);
-        ddp_err(err, errlen, "%s: sample shape %s differs from %s in %s; train and test must "
-                "come from the same set", files->test_images, a, b, files->train_images);
+        ddp_err(err, errlen,
+                "%s: sample shape %s differs from %s in %s; train and test must "
+                "come from the same set",
+                files->test_images, a, b, files->train_images);
         goto fail;
     }
 
@@ -429,7 +480,8 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
             int64_t n = k ? s.n_test : s.n_train;
             for (int64_t i = 0; i < n; i++)
                 if (l[i] >= classes) {
-                    ddp_err(err, errlen, "%s: label %d at index %lld is not below --classes %d; "
+                    ddp_err(err, errlen,
+                            "%s: label %d at index %lld is not below --classes %d; "
                             "raise --classes or leave it out (largest label + 1)",
                             k ? files->test_labels : files->train_labels, l[i], (long long)i,
                             classes);

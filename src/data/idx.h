@@ -71,8 +71,8 @@ int ddp_idx_find(const char *dir, ddp_idx_files *files, char *err, size_t errlen
 /* What an import wrote (for the caller's report). */
 typedef struct ddp_idx_summary {
     int64_t n_train, n_test;
-    int rank;           /* 1: (N, D); 3: (N, C, H, W) */
-    int64_t dims[3];    /* D, or C, H, W */
+    int rank;        /* 1: (N, D); 3: (N, C, H, W) */
+    int64_t dims[3]; /* D, or C, H, W */
     int classes;
     int label_min[2], label_max[2]; /* [0] train, [1] test */
 } ddp_idx_summary;

@@ -77,7 +77,10 @@ static int slot_free(ddp_loader *ld)
     return atomic_load(&ld->filled) - atomic_load(&ld->released) < ld->nslots;
 }
 
-static int batch_ready(ddp_loader *ld) { return ld->next_take < atomic_load(&ld->filled); }
+static int batch_ready(ddp_loader *ld)
+{
+    return ld->next_take < atomic_load(&ld->filled);
+}
 
 /* Thread body: fill slots in step order until the epoch ends, an error, or stop. */
 static void *prefetch(void *arg)
@@ -120,7 +123,7 @@ ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, i
     ld->elems = ddp_h5split_sample_elems(split);
     double slot_bytes = (double)batch * (double)ld->elems * sizeof(float);
     double fit = DDP_LOADER_BUDGET / (slot_bytes > 1 ? slot_bytes : 1);
-    ld->nslots = fit >= DDP_LOADER_MAX_SLOTS ? DDP_LOADER_MAX_SLOTS
+    ld->nslots = fit >= DDP_LOADER_MAX_SLOTS   ? DDP_LOADER_MAX_SLOTS
                  : fit <= DDP_LOADER_MIN_SLOTS ? DDP_LOADER_MIN_SLOTS
                                                : (int)fit;
     ld->wake_free = ld->nslots / 2 > 2 ? ld->nslots / 2 : 2;
@@ -188,7 +191,10 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
     return n;
 }
 
-const int64_t *ddp_loader_indices(const ddp_loader *ld) { return ld->current; }
+const int64_t *ddp_loader_indices(const ddp_loader *ld)
+{
+    return ld->current;
+}
 
 void ddp_loader_destroy(ddp_loader *ld)
 {

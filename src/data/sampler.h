@@ -22,15 +22,15 @@
 #include <stdint.h>
 
 struct ddp_sampler {
-    int64_t n;          /* samples in the split */
+    int64_t n; /* samples in the split */
     int world_size, rank;
     uint64_t seed;
     int shuffle, drop_last;
-    int64_t cursor;     /* positions already consumed in this epoch (resume), 0 normally */
-    int64_t total;      /* T: padded or cut length of the epoch's order */
-    int64_t per_rank;   /* this rank's share: T / W (eval: positions r + kW < N) */
-    int64_t epoch;      /* epoch of the current order, -1 before set_epoch */
-    int64_t *order;     /* (T) global order of the current epoch (owned) */
+    int64_t cursor;   /* positions already consumed in this epoch (resume), 0 normally */
+    int64_t total;    /* T: padded or cut length of the epoch's order */
+    int64_t per_rank; /* this rank's share: T / W (eval: positions r + kW < N) */
+    int64_t epoch;    /* epoch of the current order, -1 before set_epoch */
+    int64_t *order;   /* (T) global order of the current epoch (owned) */
 };
 
 void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank, uint64_t seed,

@@ -59,7 +59,10 @@ static uint64_t next64(uint64_t *state)
 }
 
 /* Uniform double in [0, 1). */
-static double uniform(uint64_t *state) { return (double)(next64(state) >> 11) * 0x1p-53; }
+static double uniform(uint64_t *state)
+{
+    return (double)(next64(state) >> 11) * 0x1p-53;
+}
 
 void ddp_synth_defaults(ddp_synth_spec *spec)
 {
@@ -85,15 +88,17 @@ int ddp_synth_check(const ddp_synth_spec *spec, char *err, size_t errlen)
     for (int i = 0; i < spec->rank; i++) {
         if (spec->dims[i] <= 0 || spec->dims[i] > DDP_H5_MAX_SAMPLE_ELEMS ||
             (d *= spec->dims[i]) > DDP_H5_MAX_SAMPLE_ELEMS)
-            return ddp_err(err, errlen, "--shape: every dimension must be > 0 and a sample at "
-                           "most %lld elements", (long long)DDP_H5_MAX_SAMPLE_ELEMS);
+            return ddp_err(err, errlen,
+                           "--shape: every dimension must be > 0 and a sample at "
+                           "most %lld elements",
+                           (long long)DDP_H5_MAX_SAMPLE_ELEMS);
     }
     if (spec->classes < 2 || spec->classes > DDP_H5_MAX_CLASSES)
         return ddp_err(err, errlen, "--classes %d: must be in [2, %d]", spec->classes,
                        DDP_H5_MAX_CLASSES);
     if (spec->n_train < 1 || spec->n_train > DDP_H5_MAX_SAMPLES)
-        return ddp_err(err, errlen, "--train %lld: must be in [1, %lld]",
-                       (long long)spec->n_train, (long long)DDP_H5_MAX_SAMPLES);
+        return ddp_err(err, errlen, "--train %lld: must be in [1, %lld]", (long long)spec->n_train,
+                       (long long)DDP_H5_MAX_SAMPLES);
     if (spec->n_test < 1 || spec->n_test > DDP_H5_MAX_SAMPLES)
         return ddp_err(err, errlen, "--test %lld: must be in [1, %lld]", (long long)spec->n_test,
                        (long long)DDP_H5_MAX_SAMPLES);
@@ -103,10 +108,10 @@ int ddp_synth_check(const ddp_synth_spec *spec, char *err, size_t errlen)
         return ddp_err(err, errlen, "--noise %g: must be in [0, %g]", spec->noise,
                        DDP_SYNTH_MAX_NOISE);
     if ((int64_t)spec->classes * d > DDP_SYNTH_MAX_PROTO_BYTES / (2 * (int64_t)sizeof(float)))
-        return ddp_err(err, errlen, "--classes %d x %lld elements per sample: the prototypes "
+        return ddp_err(err, errlen,
+                       "--classes %d x %lld elements per sample: the prototypes "
                        "would need more than %lld MiB; use fewer classes or smaller samples",
-                       spec->classes, (long long)d,
-                       (long long)(DDP_SYNTH_MAX_PROTO_BYTES >> 20));
+                       spec->classes, (long long)d, (long long)(DDP_SYNTH_MAX_PROTO_BYTES >> 20));
     return 0;
 }
 
@@ -172,7 +177,8 @@ ddp_synth *ddp_synth_create(const ddp_synth_spec *spec, char *err, size_t errlen
     size_t per = (size_t)g->elems;
     g->a = ddp_malloc((size_t)spec->classes * per * sizeof *g->a);
     g->q = ddp_malloc((size_t)spec->classes * per * sizeof *g->q);
-    int64_t hw = spec->rank == 3 ? (spec->dims[1] > spec->dims[2] ? spec->dims[1] : spec->dims[2]) : 1;
+    int64_t hw =
+        spec->rank == 3 ? (spec->dims[1] > spec->dims[2] ? spec->dims[1] : spec->dims[2]) : 1;
     float *ry = ddp_malloc((size_t)hw * sizeof *ry), *rx = ddp_malloc((size_t)hw * sizeof *rx);
     for (int k = 0; k < spec->classes; k++) {
         make_field(spec, 2 * (uint64_t)k, g->a + (size_t)k * per, ry, rx);
@@ -248,9 +254,11 @@ int ddp_synth_write(const ddp_synth_spec *spec, const char *out_path, char *err,
     else
         snprintf(shape, sizeof shape, "%lld,%lld,%lld", (long long)spec->dims[0],
                  (long long)spec->dims[1], (long long)spec->dims[2]);
-    snprintf(source, sizeof source, "ddptrain data synth --shape %s --classes %d --seed %llu "
-             "--noise %g --dtype %s", shape, spec->classes, (unsigned long long)spec->seed,
-             spec->noise, ddp_h5dtype_name(spec->dtype));
+    snprintf(source, sizeof source,
+             "ddptrain data synth --shape %s --classes %d --seed %llu "
+             "--noise %g --dtype %s",
+             shape, spec->classes, (unsigned long long)spec->seed, spec->noise,
+             ddp_h5dtype_name(spec->dtype));
     ddp_h5writer *w = ddp_h5writer_create(out_path, source, err, errlen);
     if (!w)
         goto fail;

@@ -44,11 +44,11 @@
 #define DDP_SYNTH_CHUNK_BYTES ((size_t)32 << 20)
 
 typedef struct ddp_synth_spec {
-    int rank;               /* 1: (N, D); 3: (N, C, H, W) */
-    int64_t dims[3];        /* D, or C, H, W */
-    int classes;            /* 2 .. DDP_H5_MAX_CLASSES */
-    int64_t n_train;        /* 1 .. DDP_H5_MAX_SAMPLES */
-    int64_t n_test;         /* 1 .. DDP_H5_MAX_SAMPLES */
+    int rank;        /* 1: (N, D); 3: (N, C, H, W) */
+    int64_t dims[3]; /* D, or C, H, W */
+    int classes;     /* 2 .. DDP_H5_MAX_CLASSES */
+    int64_t n_train; /* 1 .. DDP_H5_MAX_SAMPLES */
+    int64_t n_test;  /* 1 .. DDP_H5_MAX_SAMPLES */
     uint64_t seed;
     enum ddp_h5dtype dtype; /* uint8 (stored round(255 x)) or float32 */
     double noise;           /* 0 .. DDP_SYNTH_MAX_NOISE */

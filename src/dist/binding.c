@@ -89,8 +89,8 @@ int ddp_binding_fake_driver_count(int node_gpus, const char *cvd)
             x = x * 10 + (*q++ - '0');
         while (*q == ' ')
             q++;
-        if (q == p || (*q != ',' && *q != '\0') || x >= node_gpus ||
-            x >= DDP_BINDING_MAX_DEVICES || seen[x])
+        if (q == p || (*q != ',' && *q != '\0') || x >= node_gpus || x >= DDP_BINDING_MAX_DEVICES ||
+            seen[x])
             break; /* CUDA stops enumerating at the first invalid entry */
         seen[x] = 1;
         n++;
@@ -104,9 +104,10 @@ static int oversubscribed(const struct ddp_binding *b, int local_size, int n, co
                           int slurm, char *err, size_t errlen)
 {
     if (n == 1)
-        return ddp_err(err, errlen, "local ranks 0-%d on this node all see the same single "
-                       "GPU (%s=%s) and would share device 0: %s", local_size - 1, var,
-                       b->visible_list,
+        return ddp_err(err, errlen,
+                       "local ranks 0-%d on this node all see the same single "
+                       "GPU (%s=%s) and would share device 0: %s",
+                       local_size - 1, var, b->visible_list,
                        slurm ? "give each task its own with srun --gpus-per-task=1, or ask "
                                "for one per task with srun --gres=gpu:N (N = tasks per node)"
                              : "make one GPU visible per local rank, or start one rank "
@@ -115,10 +116,11 @@ static int oversubscribed(const struct ddp_binding *b, int local_size, int n, co
     if (local_size - 1 == n)
         snprintf(extra, sizeof extra, "local rank %d would share a device", n);
     else
-        snprintf(extra, sizeof extra, "local ranks %d-%d would share devices", n,
-                 local_size - 1);
-    return ddp_err(err, errlen, "more local ranks (%d) than visible GPUs (%d, %s=%s) on "
-                   "this node: %s; %s", local_size, n, var, b->visible_list, extra,
+        snprintf(extra, sizeof extra, "local ranks %d-%d would share devices", n, local_size - 1);
+    return ddp_err(err, errlen,
+                   "more local ranks (%d) than visible GPUs (%d, %s=%s) on "
+                   "this node: %s; %s",
+                   local_size, n, var, b->visible_list, extra,
                    slurm ? "use srun --ntasks-per-node=N with N <= the GPUs per node "
                            "(--gres=gpu:N), or --gpus-per-task=1"
                          : "start at most that many ranks per node (ddptrain launch "
@@ -126,15 +128,13 @@ static int oversubscribed(const struct ddp_binding *b, int local_size, int n, co
 }
 
 int ddp_binding_compute(int local_rank, int local_size, int driver_count, int require_gpu,
-                        ddp_env_fn env, void *ctx, struct ddp_binding *b, char *err,
-                        size_t errlen)
+                        ddp_env_fn env, void *ctx, struct ddp_binding *b, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
     b->device = -1;
     snprintf(b->visible_list, sizeof b->visible_list, "none");
     if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
-        return ddp_err(err, errlen, "internal error: local rank %d of %d", local_rank,
-                       local_size);
+        return ddp_err(err, errlen, "internal error: local rank %d of %d", local_rank, local_size);
 
     const char *cvd = raw(env, ctx, "CUDA_VISIBLE_DEVICES");
     const char *sg = raw(env, ctx, "SLURM_STEP_GPUS");
@@ -152,7 +152,8 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
             copy_list(b->visible_list, sizeof b->visible_list, cvd);
         n = driver_count >= 0 ? driver_count : listed;
         if (driver_count >= 0 && driver_count < listed)
-            snprintf(b->note, sizeof b->note, "CUDA_VISIBLE_DEVICES lists %d devices but the "
+            snprintf(b->note, sizeof b->note,
+                     "CUDA_VISIBLE_DEVICES lists %d devices but the "
                      "driver reports %d: entries after the first bad one are ignored by CUDA",
                      listed, driver_count);
     } else if (sg && *sg) {
@@ -160,7 +161,8 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
         copy_list(b->visible_list, sizeof b->visible_list, sg);
         nstep = parse_ordinals(sg, step_gpus, DDP_BINDING_MAX_DEVICES);
         if (nstep < 0)
-            return ddp_err(err, errlen, "SLURM_STEP_GPUS=\"%s\" is not a list of GPU indices "
+            return ddp_err(err, errlen,
+                           "SLURM_STEP_GPUS=\"%s\" is not a list of GPU indices "
                            "and CUDA_VISIBLE_DEVICES is not set; set CUDA_VISIBLE_DEVICES",
                            b->visible_list);
         n = driver_count >= 0 && driver_count < nstep ? driver_count : nstep;
@@ -179,12 +181,14 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
         if (!require_gpu)
             return 0;
         if (slurm)
-            return ddp_err(err, errlen, "no GPU visible to local rank %d (%s=%s): ask Slurm "
-                           "for GPUs, e.g. srun --gres=gpu:%d or --gpus-per-task=1", local_rank,
-                           var, cvd ? cvd : "unset", local_size);
-        return ddp_err(err, errlen, "no GPU visible to local rank %d (CUDA_VISIBLE_DEVICES=%s):"
-                       " make GPUs visible, or use backend = mpi for CPU ranks", local_rank,
-                       cvd ? cvd : "unset");
+            return ddp_err(err, errlen,
+                           "no GPU visible to local rank %d (%s=%s): ask Slurm "
+                           "for GPUs, e.g. srun --gres=gpu:%d or --gpus-per-task=1",
+                           local_rank, var, cvd ? cvd : "unset", local_size);
+        return ddp_err(err, errlen,
+                       "no GPU visible to local rank %d (CUDA_VISIBLE_DEVICES=%s):"
+                       " make GPUs visible, or use backend = mpi for CPU ranks",
+                       local_rank, cvd ? cvd : "unset");
     }
 
     /* Own devices per task: the step holds more GPUs on this node than this task sees. */
@@ -205,8 +209,7 @@ int ddp_binding_compute(int local_rank, int local_size, int driver_count, int re
     }
     /* Without CUDA_VISIBLE_DEVICES the driver numbers physical devices: when it sees more
      * than the step's, the step's own ids are the ordinals. */
-    b->device = nstep > 0 && driver_count > nstep && step_gpus[idx] < driver_count
-                    ? step_gpus[idx]
-                    : idx;
+    b->device =
+        nstep > 0 && driver_count > nstep && step_gpus[idx] < driver_count ? step_gpus[idx] : idx;
     return 0;
 }

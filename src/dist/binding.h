@@ -53,8 +53,7 @@ struct ddp_binding {
 /* Compute the binding of local rank local_rank of local_size. b->visible_list is filled
  * even when the call fails. Returns 0, or -1 with one line in err. */
 int ddp_binding_compute(int local_rank, int local_size, int driver_count, int require_gpu,
-                        ddp_env_fn env, void *ctx, struct ddp_binding *b, char *err,
-                        size_t errlen);
+                        ddp_env_fn env, void *ctx, struct ddp_binding *b, char *err, size_t errlen);
 
 /* The count a CUDA driver would report on a node with node_gpus devices (ordinals
  * 0..node_gpus-1) given cuda_visible_devices (NULL = unset): the entries are taken in order

@@ -149,15 +149,17 @@ int ddp_bootstrap_format_ranks(const unsigned char *missing, int n, char *out, s
 }
 
 /* MPI way: one broadcast from rank 0 through the collective the caller offers. */
-static int share_mpi(const struct ddp_world *w, const struct ddp_bootstrap_bcast *bcast,
-                     void *blob, size_t len, char *err, size_t errlen)
+static int share_mpi(const struct ddp_world *w, const struct ddp_bootstrap_bcast *bcast, void *blob,
+                     size_t len, char *err, size_t errlen)
 {
     if (!bcast || !bcast->fn)
-        return ddp_err(err, errlen, "bootstrap = mpi needs the MPI communicator, but %s: start "
+        return ddp_err(err, errlen,
+                       "bootstrap = mpi needs the MPI communicator, but %s: start "
                        "with mpirun or srun --mpi=pmix, or use bootstrap = tcp or pmi2",
                        bcast ? bcast->why_not : "none exists yet");
     if (bcast->size != w->world_size || bcast->rank != w->rank)
-        return ddp_err(err, errlen, "bootstrap = mpi: the communicator has rank %d of %d but "
+        return ddp_err(err, errlen,
+                       "bootstrap = mpi: the communicator has rank %d of %d but "
                        "the launcher says rank %d of %d; the launch mixes two jobs",
                        bcast->rank, bcast->size, w->rank, w->world_size);
     bcast->fn(bcast->ctx, blob, len);
@@ -165,11 +167,12 @@ static int share_mpi(const struct ddp_world *w, const struct ddp_bootstrap_bcast
 }
 
 int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
-                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len, double timeout_s, char *err, size_t errlen)
+                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len,
+                        double timeout_s, char *err, size_t errlen)
 {
     if (!w || !blob || len == 0 || len > DDP_BOOTSTRAP_MAX_LEN)
-        return ddp_err(err, errlen, "internal error: bootstrap of %zu bytes (expected 1..%d)",
-                       len, DDP_BOOTSTRAP_MAX_LEN);
+        return ddp_err(err, errlen, "internal error: bootstrap of %zu bytes (expected 1..%d)", len,
+                       DDP_BOOTSTRAP_MAX_LEN);
     if (!(timeout_s > 0) || timeout_s > BOOTSTRAP_MAX_TIMEOUT_S)
         return ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
                        BOOTSTRAP_MAX_TIMEOUT_S, timeout_s);
@@ -184,12 +187,14 @@ int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
     case DDP_BOOTSTRAP_PMI2:
 #if HAVE_PMI2
         if (!ddp_bootstrap_pmi2_live())
-            return ddp_err(err, errlen, "bootstrap = pmi2, but PMI_FD is not set: this process "
+            return ddp_err(err, errlen,
+                           "bootstrap = pmi2, but PMI_FD is not set: this process "
                            "was not started by srun --mpi=pmi2; start it so, or use bootstrap "
                            "= auto or tcp");
         return ddp_bootstrap_pmi2(w, seq, blob, len, timeout_s, err, errlen);
 #else
-        return ddp_err(err, errlen, "bootstrap = pmi2, but this ddptrain was built without "
+        return ddp_err(err, errlen,
+                       "bootstrap = pmi2, but this ddptrain was built without "
                        "libpmi2: install libpmi2-0-dev and rebuild, or use bootstrap = auto or "
                        "tcp");
 #endif

@@ -95,7 +95,8 @@ enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind,
  * bounds every wait of pmi2 and tcp. Returns 0, or -1 with one line in err naming the way, the peer or rank and the fix
  * (caller exits DDP_EXIT_LAUNCH). */
 int ddp_bootstrap_share(const struct ddp_world *w, enum ddp_bootstrap_kind kind,
-                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len, double timeout_s, char *err, size_t errlen);
+                        const struct ddp_bootstrap_bcast *bcast, void *blob, size_t len,
+                        double timeout_s, char *err, size_t errlen);
 
 /* Release PMI2 (PMI2_Finalize) if a share used it; a no-op otherwise. Call once at exit. */
 void ddp_bootstrap_finalize(void);

@@ -43,9 +43,18 @@ struct names {
     int n, cap;
 };
 
-static int is_sep(char c) { return c == ',' || c == ' ' || c == '\t' || c == '\n'; }
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_name_char(unsigned char c) { return c > 0x20 && c < 0x7f; }
+static int is_sep(char c)
+{
+    return c == ',' || c == ' ' || c == '\t' || c == '\n';
+}
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+static int is_name_char(unsigned char c)
+{
+    return c > 0x20 && c < 0x7f;
+}
 
 /* Copy s[0..len) into dst as a quoted string for an error line, cut at QUOTE_MAX, with
  * control and non-ASCII bytes shown as '?' so the message stays one printable line. */
@@ -148,12 +157,12 @@ static int parse_group(const char *s, size_t len, const char *tq, struct group *
         size_t lo_len = dash - i, hi_len = ndash ? j - dash - 1 : 0;
         if (lo_len == 0)
             return ddp_err(err, errlen,
-                           "hostlist %s: range %s has no low bound; write low-high, e.g. 1-3",
-                           tq, iq);
+                           "hostlist %s: range %s has no low bound; write low-high, e.g. 1-3", tq,
+                           iq);
         if (ndash && hi_len == 0)
             return ddp_err(err, errlen,
-                           "hostlist %s: range %s has no high bound; write low-high, e.g. 1-3",
-                           tq, iq);
+                           "hostlist %s: range %s has no high bound; write low-high, e.g. 1-3", tq,
+                           iq);
         if (lo_len > DDP_HOSTLIST_DIGITS_MAX || hi_len > DDP_HOSTLIST_DIGITS_MAX)
             return ddp_err(err, errlen,
                            "hostlist %s: number in %s has more than %d digits; check the "
@@ -285,14 +294,14 @@ static int scan_token(const char *t, size_t len, const char *tq, struct pieces *
     }
     if (p->lit_total > DDP_HOSTLIST_NAME_MAX)
         return ddp_err(err, errlen,
-                       "hostlist %s: host name longer than %d characters; check the expression",
-                       tq, DDP_HOSTLIST_NAME_MAX);
+                       "hostlist %s: host name longer than %d characters; check the expression", tq,
+                       DDP_HOSTLIST_NAME_MAX);
     return 0;
 }
 
 /* Size of the product of p's groups, checked against what is left of the host budget. */
-static int product_size(const struct pieces *p, int have, const char *tq, int64_t *prod,
-                        char *err, size_t errlen)
+static int product_size(const struct pieces *p, int have, const char *tq, int64_t *prod, char *err,
+                        size_t errlen)
 {
     int64_t left = DDP_HOSTLIST_MAX_HOSTS - have;
     *prod = 1;
@@ -325,8 +334,8 @@ static int compose_name(const char *t, const struct pieces *p, const int *idx, c
         }
         if (k < p->ng) {
             char num[32];
-            int w = snprintf(num, sizeof num, "%0*" PRId64, p->g[k].wid[idx[k]],
-                             p->g[k].val[idx[k]]);
+            int w =
+                snprintf(num, sizeof num, "%0*" PRId64, p->g[k].wid[idx[k]], p->g[k].val[idx[k]]);
             if (w < 0 || pos + (size_t)w > DDP_HOSTLIST_NAME_MAX)
                 return -1;
             memcpy(name + pos, num, (size_t)w);
@@ -449,9 +458,8 @@ static int count_item(const char *s, size_t i, size_t e, const char *q, const ch
     }
     int64_t val = digits_value(s + i, d - i), rep = 1;
     if (val > DDP_HOSTLIST_COUNT_MAX) {
-        ddp_err(err, errlen,
-                "count list %s: count %" PRId64 " in item %s is above the limit %d",
-                q, val, iq, DDP_HOSTLIST_COUNT_MAX);
+        ddp_err(err, errlen, "count list %s: count %" PRId64 " in item %s is above the limit %d", q,
+                val, iq, DDP_HOSTLIST_COUNT_MAX);
         return -1;
     }
     if (d < e) {
@@ -481,8 +489,7 @@ static int count_item(const char *s, size_t i, size_t e, const char *q, const ch
     return 0;
 }
 
-int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err,
-                               size_t errlen)
+int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err, size_t errlen)
 {
     *counts = NULL;
     *n = 0;
@@ -518,8 +525,7 @@ int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err
         quote(iq, sizeof iq, s + item, e - item);
         if (e == item) {
             ddp_err(err, errlen,
-                    "count list %s: empty item between commas; expected counts like 4(x2),3",
-                    q);
+                    "count list %s: empty item between commas; expected counts like 4(x2),3", q);
             goto fail;
         }
         int64_t val, rep;

@@ -69,7 +69,6 @@ void ddp_hostlist_free(char **hosts, int count);
  * R >= 1), 0 <= N <= DDP_HOSTLIST_COUNT_MAX, at most DDP_HOSTLIST_MAX_HOSTS entries in all.
  * Blanks are allowed only around the whole list; empty items are errors (Slurm never writes
  * them). Returns 0 with *counts (caller frees) and *n >= 1, or -1 with one line in err. */
-int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err,
-                               size_t errlen);
+int ddp_hostlist_expand_counts(const char *expr, int **counts, int *n, char *err, size_t errlen);
 
 #endif

@@ -66,15 +66,19 @@ static int exchange(struct pmi_call *c)
     if (!g_inited) {
         int spawned = 0, size = 0, rank = 0, appnum = 0;
         if ((rc = PMI2_Init(&spawned, &size, &rank, &appnum)) != PMI2_SUCCESS)
-            return ddp_err(c->msg, sizeof c->msg, "PMI2_Init failed (code %d); start with "
-                           "srun --mpi=pmi2 or use bootstrap = tcp", rc);
+            return ddp_err(c->msg, sizeof c->msg,
+                           "PMI2_Init failed (code %d); start with "
+                           "srun --mpi=pmi2 or use bootstrap = tcp",
+                           rc);
         if ((rc = PMI2_Job_GetId(g_jobid, sizeof g_jobid)) != PMI2_SUCCESS)
             return ddp_err(c->msg, sizeof c->msg, "PMI2_Job_GetId failed (code %d)", rc);
         g_inited = 1;
         if (size != c->size || rank != c->rank)
-            return ddp_err(c->msg, sizeof c->msg, "PMI2 says rank %d of %d but the launcher "
+            return ddp_err(c->msg, sizeof c->msg,
+                           "PMI2 says rank %d of %d but the launcher "
                            "says rank %d of %d: PMI_FD belongs to another launch; unset PMI_* "
-                           "or use bootstrap = tcp", rank, size, c->rank, c->size);
+                           "or use bootstrap = tcp",
+                           rank, size, c->rank, c->size);
     }
     if (c->rank == 0) {
         char lenval[32];
@@ -84,44 +88,48 @@ static int exchange(struct pmi_call *c)
             return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Put(%s) failed (code %d)", key, rc);
         for (size_t i = 0; i < nchunks; i++) {
             size_t off = i * DDP_BOOTSTRAP_PMI2_CHUNK;
-            size_t n = c->len - off < DDP_BOOTSTRAP_PMI2_CHUNK ? c->len - off
-                                                                : DDP_BOOTSTRAP_PMI2_CHUNK;
+            size_t n =
+                c->len - off < DDP_BOOTSTRAP_PMI2_CHUNK ? c->len - off : DDP_BOOTSTRAP_PMI2_CHUNK;
             snprintf(what, sizeof what, "%zu", i);
             key_of(c, what, key, sizeof key);
             ddp_bootstrap_hex_encode(c->data + off, n, val);
             if ((rc = PMI2_KVS_Put(key, val)) != PMI2_SUCCESS)
-                return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Put(%s) failed (code %d)", key,
-                               rc);
+                return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Put(%s) failed (code %d)", key, rc);
         }
     }
     if ((rc = PMI2_KVS_Fence()) != PMI2_SUCCESS)
-        return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Fence failed (code %d); a task of the "
-                       "step may have died", rc);
+        return ddp_err(c->msg, sizeof c->msg,
+                       "PMI2_KVS_Fence failed (code %d); a task of the "
+                       "step may have died",
+                       rc);
     if (c->rank == 0)
         return 0;
     int vlen = 0;
     key_of(c, "len", key, sizeof key);
     if ((rc = PMI2_KVS_Get(g_jobid, PMI2_ID_NULL, key, val, sizeof val, &vlen)) != PMI2_SUCCESS)
-        return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Get(%s) failed (code %d): rank 0 "
-                       "published nothing; do all ranks run the same program?", key, rc);
+        return ddp_err(c->msg, sizeof c->msg,
+                       "PMI2_KVS_Get(%s) failed (code %d): rank 0 "
+                       "published nothing; do all ranks run the same program?",
+                       key, rc);
     int64_t theirs;
     if (ddp_parse_i64(val, &theirs) < 0 || theirs != (int64_t)c->len)
-        return ddp_err(c->msg, sizeof c->msg, "rank 0 published %.20s bytes through PMI2, this "
-                       "rank expects %zu; the ranks run different programs or versions", val,
-                       c->len);
+        return ddp_err(c->msg, sizeof c->msg,
+                       "rank 0 published %.20s bytes through PMI2, this "
+                       "rank expects %zu; the ranks run different programs or versions",
+                       val, c->len);
     for (size_t i = 0; i < nchunks; i++) {
         size_t off = i * DDP_BOOTSTRAP_PMI2_CHUNK;
-        size_t n = c->len - off < DDP_BOOTSTRAP_PMI2_CHUNK ? c->len - off
-                                                            : DDP_BOOTSTRAP_PMI2_CHUNK;
+        size_t n =
+            c->len - off < DDP_BOOTSTRAP_PMI2_CHUNK ? c->len - off : DDP_BOOTSTRAP_PMI2_CHUNK;
         snprintf(what, sizeof what, "%zu", i);
         key_of(c, what, key, sizeof key);
-        if ((rc = PMI2_KVS_Get(g_jobid, PMI2_ID_NULL, key, val, sizeof val, &vlen)) !=
-            PMI2_SUCCESS)
+        if ((rc = PMI2_KVS_Get(g_jobid, PMI2_ID_NULL, key, val, sizeof val, &vlen)) != PMI2_SUCCESS)
             return ddp_err(c->msg, sizeof c->msg, "PMI2_KVS_Get(%s) failed (code %d)", key, rc);
         if (vlen != (int)(2 * n) || ddp_bootstrap_hex_decode(val, c->data + off, n) < 0)
-            return ddp_err(c->msg, sizeof c->msg, "PMI2 value of %s is not %zu hex digits "
-                           "(got %d characters); the key-value store mangled it", key, 2 * n,
-                           vlen);
+            return ddp_err(c->msg, sizeof c->msg,
+                           "PMI2 value of %s is not %zu hex digits "
+                           "(got %d characters); the key-value store mangled it",
+                           key, 2 * n, vlen);
     }
     return 0;
 }
@@ -189,9 +197,11 @@ int ddp_bootstrap_pmi2(const struct ddp_world *w, unsigned seq, void *blob, size
         c->abandoned = 1;
         g_broken = 1;
         pthread_mutex_unlock(&c->mu);
-        return ddp_err(err, errlen, "PMI2 bootstrap did not complete within %g s (rank %d of "
+        return ddp_err(err, errlen,
+                       "PMI2 bootstrap did not complete within %g s (rank %d of "
                        "%d): a task of the step never reached it or died; check the other "
-                       "ranks' errors", timeout_s, w->rank, w->world_size);
+                       "ranks' errors",
+                       timeout_s, w->rank, w->world_size);
     }
     pthread_mutex_unlock(&c->mu);
     int rc = c->rc;

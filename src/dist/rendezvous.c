@@ -197,12 +197,12 @@ struct conn {
     unsigned char in[HELLO_SIZE]; /* hello being read */
     size_t got;
     unsigned char reply[REPLY_SIZE];
-    size_t sent;      /* bytes of reply + blob sent */
-    size_t total;     /* bytes of reply + blob to send */
-    int rank;         /* rank claimed by a valid hello, -1 before */
-    int closing;      /* a refusal: close once sent */
-    double opened;    /* for HELLO_IDLE_S */
-    char peer[64];    /* address, for messages */
+    size_t sent;   /* bytes of reply + blob sent */
+    size_t total;  /* bytes of reply + blob to send */
+    int rank;      /* rank claimed by a valid hello, -1 before */
+    int closing;   /* a refusal: close once sent */
+    double opened; /* for HELLO_IDLE_S */
+    char peer[64]; /* address, for messages */
 };
 
 struct server {
@@ -268,15 +268,18 @@ static int listen_on(const struct ddp_world *w, int port, char *err, size_t errl
         last = errno;
         close(fd);
         if (last == EADDRINUSE)
-            return ddp_err(err, errlen, "port %d on %s is in use: another job? set [dist] port "
-                           "or MASTER_PORT", port, w->host);
+            return ddp_err(err, errlen,
+                           "port %d on %s is in use: another job? set [dist] port "
+                           "or MASTER_PORT",
+                           port, w->host);
         if (last == EACCES)
-            return ddp_err(err, errlen, "port %d on %s: permission denied (ports below 1024 "
-                           "need root): set [dist] port or MASTER_PORT to 1024..65535", port,
-                           w->host);
+            return ddp_err(err, errlen,
+                           "port %d on %s: permission denied (ports below 1024 "
+                           "need root): set [dist] port or MASTER_PORT to 1024..65535",
+                           port, w->host);
     }
-    return ddp_err(err, errlen, "cannot listen on port %d on %s for the TCP rendezvous: %s",
-                   port, w->host, strerror(last));
+    return ddp_err(err, errlen, "cannot listen on port %d on %s for the TCP rendezvous: %s", port,
+                   w->host, strerror(last));
 }
 
 /* Warn when master_addr is not an address of this host: the peers would look elsewhere. */
@@ -293,8 +296,8 @@ static void check_master_is_here(const struct ddp_world *w)
         if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRNOTAVAIL)
             ddp_warn("warning: master address %s%s%s%s is not an address of this host (%s), "
                      "where rank 0 runs: the other ranks will look for the rendezvous there; "
-                     "set MASTER_ADDR to this host", w->master_addr,
-                     strcmp(w->master_host, w->master_addr) ? " (" : "",
+                     "set MASTER_ADDR to this host",
+                     w->master_addr, strcmp(w->master_host, w->master_addr) ? " (" : "",
                      strcmp(w->master_host, w->master_addr) ? w->master_host : "",
                      strcmp(w->master_host, w->master_addr) ? ")" : "", w->host);
         close(fd);
@@ -342,8 +345,8 @@ static int conn_hello(struct server *s, struct conn *c, char *err, size_t errlen
     if (strcmp(tok, s->token) != 0) {
         if (!s->warned_stranger++)
             ddp_warn("warning: refused a rendezvous connection from %s with job token '%s' "
-                     "(this job is '%s'): another job is using port %d", c->peer, tok, s->token,
-                     w->master_port);
+                     "(this job is '%s'): another job is using port %d",
+                     c->peer, tok, s->token, w->master_port);
         conn_reply(s, c, ST_STRANGER, 0);
         return 0;
     }
@@ -355,32 +358,38 @@ static int conn_hello(struct server *s, struct conn *c, char *err, size_t errlen
     }
     if (seq != s->seq) {
         conn_reply(s, c, ST_SEQ, s->seq);
-        return ddp_err(err, errlen, "TCP rendezvous: rank %u (at %s) is at bootstrap call #%u, "
-                       "rank 0 at #%u; the ranks run different programs or versions", rank,
-                       c->peer, seq + 1, s->seq + 1);
+        return ddp_err(err, errlen,
+                       "TCP rendezvous: rank %u (at %s) is at bootstrap call #%u, "
+                       "rank 0 at #%u; the ranks run different programs or versions",
+                       rank, c->peer, seq + 1, s->seq + 1);
     }
     if (size != (uint32_t)w->world_size) {
         conn_reply(s, c, ST_WORLD, (uint32_t)w->world_size);
-        return ddp_err(err, errlen, "TCP rendezvous: a peer at %s (rank %u) has world size %u, "
+        return ddp_err(err, errlen,
+                       "TCP rendezvous: a peer at %s (rank %u) has world size %u, "
                        "rank 0 has %d; every rank must be started with the same WORLD_SIZE",
                        c->peer, rank, size, w->world_size);
     }
     if (rank == 0 || rank >= (uint32_t)w->world_size) {
         conn_reply(s, c, ST_RANK, 0);
-        return ddp_err(err, errlen, "TCP rendezvous: a peer at %s claims rank %u, outside "
+        return ddp_err(err, errlen,
+                       "TCP rendezvous: a peer at %s claims rank %u, outside "
                        "1..%d; the launch gives two processes rank 0 or a rank out of range",
                        c->peer, rank, w->world_size - 1);
     }
     if (len != s->len) {
         conn_reply(s, c, ST_LEN, (uint32_t)s->len);
-        return ddp_err(err, errlen, "TCP rendezvous: rank %u (at %s) expects %u bytes, rank 0 "
-                       "publishes %zu; the ranks run different programs or versions", rank,
-                       c->peer, len, s->len);
+        return ddp_err(err, errlen,
+                       "TCP rendezvous: rank %u (at %s) expects %u bytes, rank 0 "
+                       "publishes %zu; the ranks run different programs or versions",
+                       rank, c->peer, len, s->len);
     }
     if (s->state[rank] != 0) {
         conn_reply(s, c, ST_DUP, 0);
-        return ddp_err(err, errlen, "TCP rendezvous: two processes claim rank %u (the second "
-                       "from %s); the launch gave two processes the same RANK", rank, c->peer);
+        return ddp_err(err, errlen,
+                       "TCP rendezvous: two processes claim rank %u (the second "
+                       "from %s); the launch gave two processes the same RANK",
+                       rank, c->peer);
     }
     s->state[rank] = 1;
     c->rank = (int)rank;
@@ -443,8 +452,7 @@ static int conn_step(struct server *s, int i, char *err, size_t errlen)
 }
 
 static int serve(const struct ddp_world *w, const char *token, unsigned seq,
-                 const unsigned char *blob, size_t len, double timeout_s, char *err,
-                 size_t errlen)
+                 const unsigned char *blob, size_t len, double timeout_s, char *err, size_t errlen)
 {
     int lfd = listen_on(w, w->master_port, err, errlen);
     if (lfd < 0)
@@ -469,11 +477,12 @@ static int serve(const struct ddp_world *w, const char *token, unsigned seq,
             for (int r = 0; r < w->world_size; r++)
                 s.state[r] = s.state[r] != 2;
             int n = ddp_bootstrap_format_ranks(s.state, w->world_size, list, sizeof list);
-            ddp_err(err, errlen, "TCP rendezvous on %s:%d: rank%s %s (%d of %d) did not arrive "
+            ddp_err(err, errlen,
+                    "TCP rendezvous on %s:%d: rank%s %s (%d of %d) did not arrive "
                     "within %g s; they failed to start or look for another master: every rank "
-                    "needs the same MASTER_ADDR/MASTER_PORT (rank 0 is on %s)", w->master_addr,
-                    w->master_port, n > 1 ? "s" : "", list, n, w->world_size - 1, timeout_s,
-                    w->host);
+                    "needs the same MASTER_ADDR/MASTER_PORT (rank 0 is on %s)",
+                    w->master_addr, w->master_port, n > 1 ? "s" : "", list, n, w->world_size - 1,
+                    timeout_s, w->host);
             goto out;
         }
         /* strays that never said hello in time */
@@ -485,8 +494,8 @@ static int serve(const struct ddp_world *w, const char *token, unsigned seq,
             pfd[np++] = (struct pollfd){lfd, POLLIN, 0};
         int base = np;
         for (int i = 0; i < s.nconns; i++)
-            pfd[np++] = (struct pollfd){s.conns[i].fd,
-                                        s.conns[i].state == C_REPLY ? POLLOUT : POLLIN, 0};
+            pfd[np++] =
+                (struct pollfd){s.conns[i].fd, s.conns[i].state == C_REPLY ? POLLOUT : POLLIN, 0};
         int k = poll(pfd, (nfds_t)np, ms_left(deadline, SERVE_TICK_MS));
         if (k < 0 && errno != EINTR) {
             ddp_err(err, errlen, "TCP rendezvous: poll failed: %s", strerror(errno));
@@ -537,8 +546,8 @@ out:
 /* ------------------------------------------------------------- other ranks: fetch the blob */
 
 /* The refusal in reply as one line. */
-static int refused(const struct ddp_world *w, const unsigned char *reply, size_t len,
-                   unsigned seq, const char *token, char *err, size_t errlen)
+static int refused(const struct ddp_world *w, const unsigned char *reply, size_t len, unsigned seq,
+                   const char *token, char *err, size_t errlen)
 {
     char theirs[TOKEN_FIELD];
     uint32_t st = get32(reply + 4), detail = get32(reply + 8);
@@ -547,31 +556,41 @@ static int refused(const struct ddp_world *w, const unsigned char *reply, size_t
     int port = w->master_port;
     switch (st) {
     case ST_STRANGER:
-        return ddp_err(err, errlen, "the rendezvous at %s:%d belongs to another job "
+        return ddp_err(err, errlen,
+                       "the rendezvous at %s:%d belongs to another job "
                        "('%s'; this job is '%s'): port %d is taken: set [dist] port or "
-                       "MASTER_PORT to a free port, the same on every rank", where,
-                       port, theirs, token, port);
+                       "MASTER_PORT to a free port, the same on every rank",
+                       where, port, theirs, token, port);
     case ST_WORLD:
-        return ddp_err(err, errlen, "rank 0 at %s:%d has world size %u, this rank %d; "
-                       "every rank must be started with the same WORLD_SIZE", where,
-                       port, detail, w->world_size);
+        return ddp_err(err, errlen,
+                       "rank 0 at %s:%d has world size %u, this rank %d; "
+                       "every rank must be started with the same WORLD_SIZE",
+                       where, port, detail, w->world_size);
     case ST_LEN:
-        return ddp_err(err, errlen, "rank 0 publishes %u bytes, this rank expects %zu; "
-                       "the ranks run different programs or versions", detail, len);
+        return ddp_err(err, errlen,
+                       "rank 0 publishes %u bytes, this rank expects %zu; "
+                       "the ranks run different programs or versions",
+                       detail, len);
     case ST_RANK:
-        return ddp_err(err, errlen, "rank 0 at %s:%d refused rank %d as out of range; "
-                       "check RANK and WORLD_SIZE", where, port, w->rank);
+        return ddp_err(err, errlen,
+                       "rank 0 at %s:%d refused rank %d as out of range; "
+                       "check RANK and WORLD_SIZE",
+                       where, port, w->rank);
     case ST_DUP:
-        return ddp_err(err, errlen, "another process already took rank %d at the rendezvous "
-                       "%s:%d; the launch gave two processes the same RANK", w->rank, where,
-                       port);
+        return ddp_err(err, errlen,
+                       "another process already took rank %d at the rendezvous "
+                       "%s:%d; the launch gave two processes the same RANK",
+                       w->rank, where, port);
     case ST_SEQ:
-        return ddp_err(err, errlen, "at bootstrap call #%u but rank 0 is at #%u; the "
-                       "ranks run different programs or versions", seq + 1, detail + 1);
+        return ddp_err(err, errlen,
+                       "at bootstrap call #%u but rank 0 is at #%u; the "
+                       "ranks run different programs or versions",
+                       seq + 1, detail + 1);
     case ST_VERSION:
-        return ddp_err(err, errlen, "rank 0 at %s:%d speaks rendezvous protocol %u, "
-                       "this rank %u; run the same ddptrain on every node", where, port,
-                       detail, PROTO_VERSION);
+        return ddp_err(err, errlen,
+                       "rank 0 at %s:%d speaks rendezvous protocol %u, "
+                       "this rank %u; run the same ddptrain on every node",
+                       where, port, detail, PROTO_VERSION);
     }
     return ddp_err(err, errlen, "the rendezvous at %s:%d answered status %u", where, port, st);
 }
@@ -579,8 +598,8 @@ static int refused(const struct ddp_world *w, const unsigned char *reply, size_t
 /* One attempt: connect, hello, reply, blob, ack. Returns 0 done, 1 retry (why in last),
  * -1 refused or failed for good (err). */
 static int fetch_once(const struct ddp_world *w, const struct addrinfo *ai, const char *token,
-                      unsigned seq, unsigned char *tmp, size_t len, double deadline,
-                      char *last, size_t lastlen, char *err, size_t errlen)
+                      unsigned seq, unsigned char *tmp, size_t len, double deadline, char *last,
+                      size_t lastlen, char *err, size_t errlen)
 {
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -598,8 +617,8 @@ static int fetch_once(const struct ddp_world *w, const struct addrinfo *ai, cons
         int soerr = 0;
         socklen_t sl = sizeof soerr;
         if (r <= 0) {
-            snprintf(last, lastlen, "%s", r == 0 ? "connection attempt timed out"
-                                                 : strerror(errno));
+            snprintf(last, lastlen, "%s",
+                     r == 0 ? "connection attempt timed out" : strerror(errno));
             goto out;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
@@ -623,7 +642,8 @@ static int fetch_once(const struct ddp_world *w, const struct addrinfo *ai, cons
         goto out;
     }
     if (memcmp(reply, "DDPR", 4) != 0) {
-        rc = ddp_err(err, errlen, "%s:%d is not a ddptrain rendezvous (another program "
+        rc = ddp_err(err, errlen,
+                     "%s:%d is not a ddptrain rendezvous (another program "
                      "listens there): set [dist] port or MASTER_PORT to a free port",
                      w->master_addr, w->master_port);
         goto out;
@@ -638,8 +658,8 @@ static int fetch_once(const struct ddp_world *w, const struct addrinfo *ai, cons
         goto out;
     }
     if (get32(reply + 12) != len) {
-        rc = ddp_err(err, errlen, "rank 0 sent %u bytes, this rank expects %zu",
-                     get32(reply + 12), len);
+        rc = ddp_err(err, errlen, "rank 0 sent %u bytes, this rank expects %zu", get32(reply + 12),
+                     len);
         goto out;
     }
     if (recv_all(fd, tmp, len, deadline, &why) < 0) {
@@ -669,9 +689,10 @@ static int fetch(const struct ddp_world *w, const char *token, unsigned seq, uns
     snprintf(port, sizeof port, "%d", w->master_port);
     int g = getaddrinfo(w->master_addr, port, &hints, &res);
     if (g != 0 || !res)
-        return ddp_err(err, errlen, "master address '%s' is not a numeric address "
-                       "(%s); set MASTER_ADDR", w->master_addr,
-                       g ? gai_strerror(g) : "no address");
+        return ddp_err(err, errlen,
+                       "master address '%s' is not a numeric address "
+                       "(%s); set MASTER_ADDR",
+                       w->master_addr, g ? gai_strerror(g) : "no address");
     unsigned char *tmp = ddp_malloc(len);
     double backoff = RETRY_MIN_S;
     int rc;
@@ -680,10 +701,11 @@ static int fetch(const struct ddp_world *w, const char *token, unsigned seq, uns
         if (rc <= 0)
             break;
         if (ddp_now() >= deadline) {
-            rc = ddp_err(err, errlen, "could not reach rank 0's rendezvous at %s:%d "
+            rc = ddp_err(err, errlen,
+                         "could not reach rank 0's rendezvous at %s:%d "
                          "(%s) within %g s (last: %s); is rank 0 running, and can this node "
-                         "(%s) reach that address and port?", w->master_addr,
-                         w->master_port, w->master_host, timeout_s, last, w->host);
+                         "(%s) reach that address and port?",
+                         w->master_addr, w->master_port, w->master_host, timeout_s, last, w->host);
             break;
         }
         nap(backoff, deadline);
@@ -700,7 +722,8 @@ int ddp_bootstrap_tcp(const struct ddp_world *w, const char *token, unsigned seq
                       size_t len, double timeout_s, char *err, size_t errlen)
 {
     if (!w->master_addr[0] || w->master_port <= 0 || w->master_port > 65535)
-        return ddp_err(err, errlen, "the TCP rendezvous needs the master's address and port, "
+        return ddp_err(err, errlen,
+                       "the TCP rendezvous needs the master's address and port, "
                        "but they are unknown here (launcher %s): set MASTER_ADDR and "
                        "MASTER_PORT, or use bootstrap = mpi under mpirun",
                        ddp_launcher_name(w->launcher));

@@ -43,10 +43,14 @@ static const char FIX_TORCH[] = "set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_S
 const char *ddp_launcher_name(enum ddp_launcher l)
 {
     switch (l) {
-    case DDP_LAUNCHER_SINGLE: return "single";
-    case DDP_LAUNCHER_SLURM: return "slurm";
-    case DDP_LAUNCHER_OMPI: return "ompi";
-    case DDP_LAUNCHER_TORCHRUN: return "torchrun";
+    case DDP_LAUNCHER_SINGLE:
+        return "single";
+    case DDP_LAUNCHER_SLURM:
+        return "slurm";
+    case DDP_LAUNCHER_OMPI:
+        return "ompi";
+    case DDP_LAUNCHER_TORCHRUN:
+        return "torchrun";
     }
     return "unknown";
 }
@@ -87,15 +91,16 @@ static int get_int(const struct envr *e, const char *name, int64_t lo, int64_t h
     const char *v = get(e, name);
     if (!v) {
         if (required)
-            return ddp_err(err, errlen, "%s is not set; expected an integer in %" PRId64
-                           "..%" PRId64 "; %s", name, lo, hi, fix);
+            return ddp_err(err, errlen,
+                           "%s is not set; expected an integer in %" PRId64 "..%" PRId64 "; %s",
+                           name, lo, hi, fix);
         *out = dflt;
         return 0;
     }
     int64_t x;
     if (ddp_parse_i64(v, &x) < 0 || x < lo || x > hi)
-        return ddp_err(err, errlen, "%s=\"%s\" is not an integer in %" PRId64 "..%" PRId64
-                       "; %s", name, shown(v, sb, sizeof sb), lo, hi, fix);
+        return ddp_err(err, errlen, "%s=\"%s\" is not an integer in %" PRId64 "..%" PRId64 "; %s",
+                       name, shown(v, sb, sizeof sb), lo, hi, fix);
     *out = x;
     return 0;
 }
@@ -231,9 +236,10 @@ static int slurm_master(struct ddp_world *w, const struct envr *e, char **hosts,
             holds_rank0 |= gtids[i] == 0;
         }
         if (ng != w->local_size || !mine) {
-            ddp_err(err, errlen, "SLURM_GTIDS=\"%s\" is not a list of the %d task ids on this "
-                    "node including SLURM_PROCID=%d; %s", shown(gv, sb, sizeof sb), w->local_size,
-                    w->rank, FIX_SLURM);
+            ddp_err(err, errlen,
+                    "SLURM_GTIDS=\"%s\" is not a list of the %d task ids on this "
+                    "node including SLURM_PROCID=%d; %s",
+                    shown(gv, sb, sizeof sb), w->local_size, w->rank, FIX_SLURM);
             goto fail;
         }
     }
@@ -242,7 +248,8 @@ static int slurm_master(struct ddp_world *w, const struct envr *e, char **hosts,
     if (!get(e, "MASTER_ADDR")) {
         const char *dist = get(e, "SLURM_DISTRIBUTION");
         if (dist && strncmp(dist, "arbitrary", 9) == 0) {
-            ddp_err(err, errlen, "SLURM_DISTRIBUTION=arbitrary: the node of rank 0 cannot be "
+            ddp_err(err, errlen,
+                    "SLURM_DISTRIBUTION=arbitrary: the node of rank 0 cannot be "
                     "derived from the step layout; set MASTER_ADDR to the host of the first "
                     "task in SLURM_HOSTFILE");
             goto fail;
@@ -251,10 +258,11 @@ static int slurm_master(struct ddp_world *w, const struct envr *e, char **hosts,
         while (m < ntpn && tpn[m] == 0)
             m++; /* sum == world_size >= 1, so some node has tasks */
         if (holds_rank0 && w->node_id != m) {
-            ddp_err(err, errlen, "rank 0 runs on this node (%s, SLURM_NODEID=%d) but the step "
+            ddp_err(err, errlen,
+                    "rank 0 runs on this node (%s, SLURM_NODEID=%d) but the step "
                     "layout puts task 0 on %s; the task distribution is not one ddptrain can "
-                    "derive: set MASTER_ADDR to the host of rank 0", w->host, w->node_id,
-                    hosts[m]);
+                    "derive: set MASTER_ADDR to the host of rank 0",
+                    w->host, w->node_id, hosts[m]);
             goto fail;
         }
         snprintf(w->master_host, sizeof w->master_host, "%s", hosts[m]);
@@ -264,6 +272,22 @@ static int slurm_master(struct ddp_world *w, const struct envr *e, char **hosts,
 fail:
     free(gtids);
     return -1;
+}
+
+/* This task's own node, as slurmd names it, must be the one SLURM_NODEID points at; copies it
+ * into w->host. */
+static int slurm_own_node(struct ddp_world *w, const struct envr *e, char **hosts, char *err,
+                          size_t errlen)
+{
+    char sb[SHOWN_LEN];
+    const char *nodename = get(e, "SLURMD_NODENAME");
+    if (nodename && strcmp(nodename, hosts[w->node_id]) != 0)
+        return ddp_err(err, errlen,
+                       "SLURMD_NODENAME=%s but SLURM_NODEID=%d is %s in "
+                       "SLURM_STEP_NODELIST; %s",
+                       shown(nodename, sb, sizeof sb), w->node_id, hosts[w->node_id], FIX_SLURM);
+    snprintf(w->host, sizeof w->host, "%s", hosts[w->node_id]);
+    return 0;
 }
 
 /* Slurm step: fills rank layout, host and master_host (unless MASTER_ADDR is set). */
@@ -291,8 +315,10 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
 
     const char *nl = get(e, "SLURM_STEP_NODELIST");
     if (!nl) {
-        ddp_err(err, errlen, "SLURM_STEP_NODELIST is not set inside a Slurm step (SLURM_STEP_ID "
-                "is); expected the step's hostlist, e.g. n[1-2]; %s", FIX_SLURM);
+        ddp_err(err, errlen,
+                "SLURM_STEP_NODELIST is not set inside a Slurm step (SLURM_STEP_ID "
+                "is); expected the step's hostlist, e.g. n[1-2]; %s",
+                FIX_SLURM);
         goto out;
     }
     if (ddp_hostlist_expand(nl, &hosts, &nhosts, sub, sizeof sub) < 0) {
@@ -303,12 +329,14 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
         ddp_err(err, errlen, "SLURM_STEP_NODELIST holds no host name; %s", FIX_SLURM);
         goto out;
     }
-    const char *tpn_var = get(e, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
-                                                               : "SLURM_TASKS_PER_NODE";
+    const char *tpn_var =
+        get(e, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
     const char *tv = get(e, tpn_var);
     if (!tv) {
-        ddp_err(err, errlen, "SLURM_STEP_TASKS_PER_NODE is not set inside a Slurm step; expected "
-                "counts like 4(x2); %s", FIX_SLURM);
+        ddp_err(err, errlen,
+                "SLURM_STEP_TASKS_PER_NODE is not set inside a Slurm step; expected "
+                "counts like 4(x2); %s",
+                FIX_SLURM);
         goto out;
     }
     if (ddp_hostlist_expand_counts(tv, &tpn, &ntpn, sub, sizeof sub) < 0) {
@@ -316,9 +344,10 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
         goto out;
     }
     if (ntpn != nhosts) {
-        ddp_err(err, errlen, "%s=\"%s\" gives %d nodes but SLURM_STEP_NODELIST names %d; "
-                "expected one count per node; %s", tpn_var, shown(tv, sb, sizeof sb), ntpn, nhosts,
-                FIX_SLURM);
+        ddp_err(err, errlen,
+                "%s=\"%s\" gives %d nodes but SLURM_STEP_NODELIST names %d; "
+                "expected one count per node; %s",
+                tpn_var, shown(tv, sb, sizeof sb), ntpn, nhosts, FIX_SLURM);
         goto out;
     }
     int64_t sum = 0;
@@ -329,8 +358,8 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
                 shown(tv, sb, sizeof sb), sum, ntasks_var, w->world_size, FIX_SLURM);
         goto out;
     }
-    if (get_i(e, "SLURM_STEP_NUM_NODES", 1, M, 0, nhosts, &w->num_nodes, FIX_SLURM, err,
-              errlen) < 0)
+    if (get_i(e, "SLURM_STEP_NUM_NODES", 1, M, 0, nhosts, &w->num_nodes, FIX_SLURM, err, errlen) <
+        0)
         goto out;
     if (w->num_nodes != nhosts) {
         ddp_err(err, errlen, "SLURM_STEP_NUM_NODES=%d but SLURM_STEP_NODELIST names %d nodes; %s",
@@ -344,22 +373,15 @@ static int detect_slurm(struct ddp_world *w, const struct envr *e, char *err, si
     }
     w->local_size = tpn[w->node_id];
     if (w->local_rank >= w->local_size) {
-        ddp_err(err, errlen, "SLURM_LOCALID=%d is not below the %d tasks that %s gives node %d "
-                "(%s); %s", w->local_rank, w->local_size, tpn_var, w->node_id,
-                hosts[w->node_id], FIX_SLURM);
+        ddp_err(err, errlen,
+                "SLURM_LOCALID=%d is not below the %d tasks that %s gives node %d "
+                "(%s); %s",
+                w->local_rank, w->local_size, tpn_var, w->node_id, hosts[w->node_id], FIX_SLURM);
         goto out;
     }
 
-    /* This task's own node, as slurmd names it, must be the one SLURM_NODEID points at. */
-    const char *nodename = get(e, "SLURMD_NODENAME");
-    if (nodename && strcmp(nodename, hosts[w->node_id]) != 0) {
-        ddp_err(err, errlen, "SLURMD_NODENAME=%s but SLURM_NODEID=%d is %s in "
-                "SLURM_STEP_NODELIST; %s", shown(nodename, sb, sizeof sb), w->node_id,
-                hosts[w->node_id], FIX_SLURM);
+    if (slurm_own_node(w, e, hosts, err, errlen) < 0)
         goto out;
-    }
-    snprintf(w->host, sizeof w->host, "%s", hosts[w->node_id]);
-
     if (slurm_master(w, e, hosts, tpn, ntpn, err, errlen) < 0)
         goto out;
     rc = 0;
@@ -378,10 +400,10 @@ static int detect_ompi(struct ddp_world *w, const struct envr *e, char *err, siz
         get_i(e, "OMPI_COMM_WORLD_SIZE", 1, M, 1, 0, &w->world_size, FIX_OMPI, err, errlen) < 0 ||
         get_i(e, "OMPI_COMM_WORLD_LOCAL_RANK", 0, M - 1, 1, 0, &w->local_rank, FIX_OMPI, err,
               errlen) < 0 ||
-        get_i(e, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, M, 1, 0, &w->local_size, FIX_OMPI, err,
-              errlen) < 0 ||
-        get_i(e, "OMPI_COMM_WORLD_NODE_RANK", 0, M - 1, 0, 0, &node_rank, FIX_OMPI, err,
-              errlen) < 0)
+        get_i(e, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, M, 1, 0, &w->local_size, FIX_OMPI, err, errlen) <
+            0 ||
+        get_i(e, "OMPI_COMM_WORLD_NODE_RANK", 0, M - 1, 0, 0, &node_rank, FIX_OMPI, err, errlen) <
+            0)
         return -1;
     if (check_layout(w, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", FIX_OMPI, err,
@@ -400,8 +422,8 @@ static int detect_ompi(struct ddp_world *w, const struct envr *e, char *err, siz
     const char *dot = uri ? strchr(uri, '.') : NULL;
     char vbuf[16];
     size_t vlen = dot ? strcspn(dot + 1, ";") : 0;
-    if (hint && ddp_parse_i64(hint, &nn) == 0 && nn >= 1 && nn <= w->world_size &&
-        vlen > 0 && vlen < sizeof vbuf) {
+    if (hint && ddp_parse_i64(hint, &nn) == 0 && nn >= 1 && nn <= w->world_size && vlen > 0 &&
+        vlen < sizeof vbuf) {
         memcpy(vbuf, dot + 1, vlen);
         vbuf[vlen] = '\0';
         if (ddp_parse_i64(vbuf, &vpid) == 0 && vpid >= 0 && vpid < nn) {
@@ -448,12 +470,16 @@ static int detect_torch(struct ddp_world *w, const struct envr *e, char *err, si
               errlen) < 0)
         return -1;
     if (w->node_id >= w->num_nodes)
-        return ddp_err(err, errlen, "node rank %d (GROUP_RANK, or RANK / LOCAL_WORLD_SIZE) is "
+        return ddp_err(err, errlen,
+                       "node rank %d (GROUP_RANK, or RANK / LOCAL_WORLD_SIZE) is "
                        "not below the %d nodes (GROUP_WORLD_SIZE, or WORLD_SIZE / "
-                       "LOCAL_WORLD_SIZE); %s", w->node_id, w->num_nodes, FIX_TORCH);
+                       "LOCAL_WORLD_SIZE); %s",
+                       w->node_id, w->num_nodes, FIX_TORCH);
     if (w->world_size > 1 && !get(e, "MASTER_ADDR"))
-        return ddp_err(err, errlen, "MASTER_ADDR is not set but WORLD_SIZE=%d; expected the host "
-                       "of rank 0; %s", w->world_size, FIX_TORCH);
+        return ddp_err(err, errlen,
+                       "MASTER_ADDR is not set but WORLD_SIZE=%d; expected the host "
+                       "of rank 0; %s",
+                       w->world_size, FIX_TORCH);
     return 0;
 }
 
@@ -478,32 +504,38 @@ static int detect_batch(struct ddp_world *w, const struct envr *e, char *err, si
 /* Master address and port, after the launcher's detection: MASTER_ADDR wins, else what the
  * launcher gave (Slurm: node of rank 0); the port from [dist] port, MASTER_PORT, the job, or
  * the default (0 if the master is unknown). */
-static int master_address(struct ddp_world *w, const struct envr *e, int port_override,
-                          char *err, size_t errlen)
+static int master_address(struct ddp_world *w, const struct envr *e, int port_override, char *err,
+                          size_t errlen)
 {
     char why[256], sb[SHOWN_LEN];
     /* Master: MASTER_ADDR wins; else what the launcher gave (Slurm: node of rank 0). */
     const char *ma = get(e, "MASTER_ADDR");
     if (ma && w->launcher != DDP_LAUNCHER_SINGLE) {
         if (strlen(ma) >= sizeof w->master_host)
-            return ddp_err(err, errlen, "MASTER_ADDR is longer than %d characters; expected a "
-                           "host name or address", (int)sizeof w->master_host - 1);
+            return ddp_err(err, errlen,
+                           "MASTER_ADDR is longer than %d characters; expected a "
+                           "host name or address",
+                           (int)sizeof w->master_host - 1);
         snprintf(w->master_host, sizeof w->master_host, "%s", ma);
         if (resolve(ma, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
-            return ddp_err(err, errlen, "MASTER_ADDR=%s does not resolve (%s); set it to a "
-                           "host name or address every node can reach", shown(ma, sb, sizeof sb),
-                           why);
+            return ddp_err(err, errlen,
+                           "MASTER_ADDR=%s does not resolve (%s); set it to a "
+                           "host name or address every node can reach",
+                           shown(ma, sb, sizeof sb), why);
     } else if (w->launcher == DDP_LAUNCHER_SLURM) {
         if (resolve(w->master_host, w->master_addr, sizeof w->master_addr, why, sizeof why) < 0)
-            return ddp_err(err, errlen, "master host %s (node of rank 0 in SLURM_STEP_NODELIST) "
+            return ddp_err(err, errlen,
+                           "master host %s (node of rank 0 in SLURM_STEP_NODELIST) "
                            "does not resolve (%s); set MASTER_ADDR to its address",
                            w->master_host, why);
     }
 
     /* Port: [dist] port, MASTER_PORT, derived from the job, default; 0 if master unknown. */
     int mp = 0;
-    if (get_i(e, "MASTER_PORT", 1, 65535, 0, 0, &mp, "expected a TCP port; unset it to derive "
-              "one from the job", err, errlen) < 0)
+    if (get_i(e, "MASTER_PORT", 1, 65535, 0, 0, &mp,
+              "expected a TCP port; unset it to derive "
+              "one from the job",
+              err, errlen) < 0)
         return -1;
     if (port_override > 0)
         w->master_port = port_override;
@@ -514,8 +546,8 @@ static int master_address(struct ddp_world *w, const struct envr *e, int port_ov
     else if (w->job_id >= 0)
         /* under mpirun the ranks inherit different steps (none next to mpirun, the orted
          * step elsewhere): only the job id is common to all of them */
-        w->master_port = ddp_world_derive_port(
-            w->job_id, w->launcher == DDP_LAUNCHER_OMPI ? -1 : w->step_id);
+        w->master_port =
+            ddp_world_derive_port(w->job_id, w->launcher == DDP_LAUNCHER_OMPI ? -1 : w->step_id);
     else
         w->master_port = DDP_WORLD_PORT_DEFAULT;
     return 0;
@@ -530,8 +562,10 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
     w->local_size = w->world_size = w->num_nodes = 1;
 
     if (port_override < 0 || port_override > 65535)
-        return ddp_err(err, errlen, "[dist] port = %d is outside 1..65535; use 0 to derive the "
-                       "port from the job", port_override);
+        return ddp_err(err, errlen,
+                       "[dist] port = %d is outside 1..65535; use 0 to derive the "
+                       "port from the job",
+                       port_override);
 
     /* Slurm ids and CPU count, whatever the launcher (mpirun and torchrun may run in a job). */
     const char *job_var = get(&e, "SLURM_JOB_ID") ? "SLURM_JOB_ID" : "SLURM_JOBID";
@@ -560,15 +594,18 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
     } else if (slurm_step) {
         w->launcher = DDP_LAUNCHER_SLURM;
         if (w->job_id < 0)
-            return ddp_err(err, errlen, "SLURM_JOB_ID is not set inside a Slurm step "
-                           "(SLURM_STEP_ID is); %s", FIX_SLURM);
+            return ddp_err(err, errlen,
+                           "SLURM_JOB_ID is not set inside a Slurm step "
+                           "(SLURM_STEP_ID is); %s",
+                           FIX_SLURM);
         if (detect_slurm(w, &e, err, errlen) < 0 ||
-            agree(&e, "OMPI_COMM_WORLD_RANK", w->rank, "SLURM_PROCID", "OpenMPI", err, errlen) < 0 ||
+            agree(&e, "OMPI_COMM_WORLD_RANK", w->rank, "SLURM_PROCID", "OpenMPI", err, errlen) <
+                0 ||
             agree(&e, "OMPI_COMM_WORLD_SIZE", w->world_size, "SLURM_NTASKS", "OpenMPI", err,
                   errlen) < 0 ||
             agree(&e, "RANK", w->rank, "SLURM_PROCID", "torchrun style", err, errlen) < 0 ||
-            agree(&e, "WORLD_SIZE", w->world_size, "SLURM_NTASKS", "torchrun style", err,
-                  errlen) < 0)
+            agree(&e, "WORLD_SIZE", w->world_size, "SLURM_NTASKS", "torchrun style", err, errlen) <
+                0)
             return -1;
         w->mpi_launched = pmix;
     } else if (torch) {
@@ -583,8 +620,10 @@ int ddp_world_detect(struct ddp_world *w, ddp_env_fn env, void *ctx, int port_ov
     } else {
         w->launcher = DDP_LAUNCHER_SINGLE;
         if (w->step_id >= 0)
-            return ddp_err(err, errlen, "%s is set but SLURM_PROCID is not; expected both "
-                           "inside an srun step; %s", step_var, FIX_SLURM);
+            return ddp_err(err, errlen,
+                           "%s is set but SLURM_PROCID is not; expected both "
+                           "inside an srun step; %s",
+                           step_var, FIX_SLURM);
         if (w->job_id >= 0 && detect_batch(w, &e, err, errlen) < 0)
             return -1;
         own_hostname(w->host, sizeof w->host);

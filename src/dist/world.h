@@ -47,7 +47,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ddp_launcher { DDP_LAUNCHER_SINGLE, DDP_LAUNCHER_SLURM, DDP_LAUNCHER_OMPI, DDP_LAUNCHER_TORCHRUN };
+enum ddp_launcher {
+    DDP_LAUNCHER_SINGLE,
+    DDP_LAUNCHER_SLURM,
+    DDP_LAUNCHER_OMPI,
+    DDP_LAUNCHER_TORCHRUN
+};
 
 #define DDP_HOST_MAX 256
 
@@ -64,14 +69,14 @@ enum ddp_launcher { DDP_LAUNCHER_SINGLE, DDP_LAUNCHER_SLURM, DDP_LAUNCHER_OMPI, 
 struct ddp_world {
     enum ddp_launcher launcher;
     int rank, local_rank, world_size, local_size, node_id, num_nodes;
-    char host[DDP_HOST_MAX];         /* this rank's host name */
-    char master_host[DDP_HOST_MAX];  /* host running rank 0 ("" if unknown) */
-    char master_addr[64];            /* numeric address of master_host, "" if unknown */
-    int master_port;                 /* 0 if unknown */
-    int64_t job_id, step_id;         /* -1 when not under Slurm */
-    int mpi_launched;                /* 1: MPI_Init is safe (mpirun/OMPI env, or srun --mpi=pmix) */
-    int cpus_per_task;               /* SLURM_CPUS_PER_TASK, 0 if unset */
-    char warning[512];               /* non-fatal note for the user ("" if none), printed by main */
+    char host[DDP_HOST_MAX];        /* this rank's host name */
+    char master_host[DDP_HOST_MAX]; /* host running rank 0 ("" if unknown) */
+    char master_addr[64];           /* numeric address of master_host, "" if unknown */
+    int master_port;                /* 0 if unknown */
+    int64_t job_id, step_id;        /* -1 when not under Slurm */
+    int mpi_launched;               /* 1: MPI_Init is safe (mpirun/OMPI env, or srun --mpi=pmix) */
+    int cpus_per_task;              /* SLURM_CPUS_PER_TASK, 0 if unset */
+    char warning[512];              /* non-fatal note for the user ("" if none), printed by main */
 };
 
 /* Environment accessor: returns the value of name or NULL. */

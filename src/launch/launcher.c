@@ -45,12 +45,14 @@ extern char **environ;
 #define EXEC_FAILED 127
 
 /* Variables of an outer launcher that would confuse the children's world detection. */
+// clang-format off
 static const char *const STRIP_EXACT[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_BOOTSTRAP_TOKEN",
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURM_STEP_ID",
-    "SLURM_STEPID", "PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_SPAWNED",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURM_STEP_ID", "SLURM_STEPID",
+    "PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_SPAWNED",
 };
+// clang-format on
 static const char *const STRIP_PREFIX[] = {"OMPI_COMM_WORLD_", "PMIX_"};
 
 /* Parse an integer option value in [lo, hi]. */
@@ -59,8 +61,8 @@ static int opt_int(const char *name, const char *v, int lo, int hi, int *out, ch
 {
     int64_t x;
     if (!v || ddp_parse_i64(v, &x) < 0 || x < lo || x > hi)
-        return ddp_err(err, errlen, "launch: %s needs an integer in %d..%d (got '%.40s')", name,
-                       lo, hi, v ? v : "");
+        return ddp_err(err, errlen, "launch: %s needs an integer in %d..%d (got '%.40s')", name, lo,
+                       hi, v ? v : "");
     *out = (int)x;
     return 0;
 }
@@ -86,6 +88,38 @@ static int opt_is(const char *arg, const char *name, const char **val)
     return 0;
 }
 
+/* The option combinations that parse alone cannot refuse; i is the first non-option. */
+static int launch_check(const struct ddp_launch_opts *o, int argc, int have_rank, char *err,
+                        size_t errlen)
+{
+    int i = o->first_arg;
+    if (o->nproc_per_node == 0)
+        return ddp_err(err, errlen,
+                       "launch: --nproc-per-node N is required (ranks to start on "
+                       "this node)");
+    if (i >= argc)
+        return ddp_err(err, errlen,
+                       "launch: no JOB.ini given; usage: ddptrain launch "
+                       "--nproc-per-node N JOB.ini");
+    if ((int64_t)o->nnodes * o->nproc_per_node > DDP_WORLD_SIZE_MAX)
+        return ddp_err(err, errlen, "launch: --nnodes %d x --nproc-per-node %d exceeds %d ranks",
+                       o->nnodes, o->nproc_per_node, DDP_WORLD_SIZE_MAX);
+    if (o->node_rank >= o->nnodes)
+        return ddp_err(err, errlen, "launch: --node-rank %d is not below --nnodes %d", o->node_rank,
+                       o->nnodes);
+    if (o->nnodes > 1 && (!o->master_addr[0] || !have_rank))
+        return ddp_err(err, errlen,
+                       "launch: with --nnodes %d every node needs --node-rank and "
+                       "the same --master-addr (the host of node rank 0)",
+                       o->nnodes);
+    if (o->nnodes > 1 && o->spawn == DDP_SPAWN_MPIRUN)
+        return ddp_err(err, errlen,
+                       "launch: --spawn mpirun starts ranks on this node only; "
+                       "with --nnodes %d use --spawn env, or mpirun / srun yourself",
+                       o->nnodes);
+    return 0;
+}
+
 int ddp_launch_parse(int argc, char **argv, struct ddp_launch_opts *o, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
@@ -103,8 +137,8 @@ int ddp_launch_parse(int argc, char **argv, struct ddp_launch_opts *o, char *err
             return 1;
         if (a[0] != '-' || a[1] == '\0')
             break;
-        static const char *const WITH_VALUE[] = {"--nproc-per-node", "--nnodes", "--node-rank",
-                                                 "--master-addr", "--master-port", "--spawn",
+        static const char *const WITH_VALUE[] = {"--nproc-per-node", "--nnodes",      "--node-rank",
+                                                 "--master-addr",    "--master-port", "--spawn",
                                                  "--grace"};
         int k = -1;
         for (int j = 0; j < (int)(sizeof WITH_VALUE / sizeof *WITH_VALUE); j++)
@@ -113,8 +147,10 @@ int ddp_launch_parse(int argc, char **argv, struct ddp_launch_opts *o, char *err
                 break;
             }
         if (k < 0)
-            return ddp_err(err, errlen, "launch: unknown option '%.60s'; see ddptrain launch "
-                           "--help", a);
+            return ddp_err(err, errlen,
+                           "launch: unknown option '%.60s'; see ddptrain launch "
+                           "--help",
+                           a);
         if (!v) {
             if (i + 1 >= argc)
                 return ddp_err(err, errlen, "launch: %s needs a value", WITH_VALUE[k]);
@@ -135,8 +171,10 @@ int ddp_launch_parse(int argc, char **argv, struct ddp_launch_opts *o, char *err
             break;
         case 3:
             if (!*v || strlen(v) >= sizeof o->master_addr)
-                return ddp_err(err, errlen, "launch: --master-addr needs a host name or "
-                               "address (at most %d characters)", (int)sizeof o->master_addr - 1);
+                return ddp_err(err, errlen,
+                               "launch: --master-addr needs a host name or "
+                               "address (at most %d characters)",
+                               (int)sizeof o->master_addr - 1);
             snprintf(o->master_addr, sizeof o->master_addr, "%s", v);
             break;
         case 4:
@@ -150,39 +188,24 @@ int ddp_launch_parse(int argc, char **argv, struct ddp_launch_opts *o, char *err
             else if (strcmp(v, "mpirun") == 0)
                 o->spawn = DDP_SPAWN_MPIRUN;
             else
-                return ddp_err(err, errlen, "launch: --spawn must be auto, env or mpirun (got "
-                               "'%.40s')", v);
+                return ddp_err(err, errlen,
+                               "launch: --spawn must be auto, env or mpirun (got "
+                               "'%.40s')",
+                               v);
             break;
         case 6:
-            if (ddp_parse_f64(v, &o->grace_s) < 0 || !(o->grace_s >= 0) ||
-                o->grace_s > GRACE_MAX_S)
-                return ddp_err(err, errlen, "launch: --grace needs seconds in 0..%g (got "
-                               "'%.40s')", GRACE_MAX_S, v);
+            if (ddp_parse_f64(v, &o->grace_s) < 0 || !(o->grace_s >= 0) || o->grace_s > GRACE_MAX_S)
+                return ddp_err(err, errlen,
+                               "launch: --grace needs seconds in 0..%g (got "
+                               "'%.40s')",
+                               GRACE_MAX_S, v);
             break;
         }
         if (rc < 0)
             return -1;
     }
     o->first_arg = i;
-    if (o->nproc_per_node == 0)
-        return ddp_err(err, errlen, "launch: --nproc-per-node N is required (ranks to start on "
-                       "this node)");
-    if (i >= argc)
-        return ddp_err(err, errlen, "launch: no JOB.ini given; usage: ddptrain launch "
-                       "--nproc-per-node N JOB.ini");
-    if ((int64_t)o->nnodes * o->nproc_per_node > DDP_WORLD_SIZE_MAX)
-        return ddp_err(err, errlen, "launch: --nnodes %d x --nproc-per-node %d exceeds %d ranks",
-                       o->nnodes, o->nproc_per_node, DDP_WORLD_SIZE_MAX);
-    if (o->node_rank >= o->nnodes)
-        return ddp_err(err, errlen, "launch: --node-rank %d is not below --nnodes %d",
-                       o->node_rank, o->nnodes);
-    if (o->nnodes > 1 && (!o->master_addr[0] || !have_rank))
-        return ddp_err(err, errlen, "launch: with --nnodes %d every node needs --node-rank and "
-                       "the same --master-addr (the host of node rank 0)", o->nnodes);
-    if (o->nnodes > 1 && o->spawn == DDP_SPAWN_MPIRUN)
-        return ddp_err(err, errlen, "launch: --spawn mpirun starts ranks on this node only; "
-                       "with --nnodes %d use --spawn env, or mpirun / srun yourself", o->nnodes);
-    return 0;
+    return launch_check(o, argc, have_rank, err, errlen);
 }
 
 /* 1 when "NAME=..." entry kv belongs to an outer launcher. */
@@ -346,7 +369,7 @@ static void describe(int st, char *out, size_t outlen)
 }
 
 struct child {
-    pid_t pid;  /* 0 once reaped */
+    pid_t pid; /* 0 once reaped */
     int rank, local_rank;
 };
 
@@ -463,10 +486,11 @@ static int supervise_env(struct child *ch, int n, int sfd, double grace_s)
                 describe(st, how, sizeof how);
                 first_code = code;
                 if (live > 0)
-                    fprintf(stderr, "ddptrain launch: rank %d (local rank %d, pid %d) %s; "
+                    fprintf(stderr,
+                            "ddptrain launch: rank %d (local rank %d, pid %d) %s; "
                             "stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)\n",
-                            ch[i].rank, ch[i].local_rank, (int)pid, how, live,
-                            live > 1 ? "s" : "", grace_s);
+                            ch[i].rank, ch[i].local_rank, (int)pid, how, live, live > 1 ? "s" : "",
+                            grace_s);
                 else
                     fprintf(stderr, "ddptrain launch: rank %d (local rank %d, pid %d) %s\n",
                             ch[i].rank, ch[i].local_rank, (int)pid, how);
@@ -511,8 +535,10 @@ static int supervise_mpirun(pid_t mpirun, int sfd)
             if (code != 0 && code != REQUEUE_CODE) {
                 char how[96];
                 describe(st, how, sizeof how);
-                fprintf(stderr, "ddptrain launch: mpirun %s (it names the failing rank "
-                        "above)\n", how);
+                fprintf(stderr,
+                        "ddptrain launch: mpirun %s (it names the failing rank "
+                        "above)\n",
+                        how);
             }
             return code;
         }
@@ -531,8 +557,10 @@ static int resolve_master(struct ddp_launch_opts *o)
     int64_t x;
     if (mp && *mp) {
         if (ddp_parse_i64(mp, &x) < 0 || x < 1 || x > 65535) {
-            fprintf(stderr, "ddptrain: launch: MASTER_PORT=\"%.20s\" is not a port in "
-                    "1..65535; unset it or pass --master-port\n", mp);
+            fprintf(stderr,
+                    "ddptrain: launch: MASTER_PORT=\"%.20s\" is not a port in "
+                    "1..65535; unset it or pass --master-port\n",
+                    mp);
             return DDP_EXIT_USAGE;
         }
         o->master_port = (int)x;
@@ -553,11 +581,11 @@ static char **child_argv(const struct ddp_launch_opts *o, int argc, char **argv,
     char **cargv = ddp_calloc((size_t)nargs + 32, sizeof *cargv);
     int k = 0;
     if (mpirun) {
-        static const char *const OPTS[] = {
-            "--oversubscribe", "--bind-to", "none",
-            /* this node only, even inside a Slurm allocation */
-            "--mca", "plm", "isolated", "--mca", "ras", "^slurm",
-            "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "DDP_BOOTSTRAP_TOKEN"};
+        static const char *const OPTS[] = {"--oversubscribe", "--bind-to", "none",
+                                           /* this node only, even inside a Slurm allocation */
+                                           "--mca", "plm", "isolated", "--mca", "ras", "^slurm",
+                                           "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x",
+                                           "DDP_BOOTSTRAP_TOKEN"};
         snprintf(np, nplen, "%d", o->nproc_per_node);
         cargv[k++] = mpirun;
         cargv[k++] = "-n";
@@ -650,15 +678,17 @@ int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv)
     int code = resolve_master(o);
     if (code)
         return code;
-    int use_mpirun = o->spawn == DDP_SPAWN_MPIRUN ||
-                     (o->spawn == DDP_SPAWN_AUTO && o->nnodes == 1 && o->nproc_per_node > 1 &&
-                      !gpu_ranks());
+    int use_mpirun =
+        o->spawn == DDP_SPAWN_MPIRUN ||
+        (o->spawn == DDP_SPAWN_AUTO && o->nnodes == 1 && o->nproc_per_node > 1 && !gpu_ranks());
     char mpirun[4096];
     if (use_mpirun) {
         if (!HAVE_MPI || find_in_path("mpirun", mpirun, sizeof mpirun) < 0) {
-            fprintf(stderr, "ddptrain: launch: %d CPU ranks talk through MPI, but %s: install "
+            fprintf(stderr,
+                    "ddptrain: launch: %d CPU ranks talk through MPI, but %s: install "
                     "OpenMPI (openmpi-bin) and rebuild, or pass --spawn env for programs that "
-                    "need no collectives\n", o->nproc_per_node,
+                    "need no collectives\n",
+                    o->nproc_per_node,
                     HAVE_MPI ? "mpirun is not in PATH" : "this ddptrain was built without MPI");
             return DDP_EXIT_LAUNCH;
         }

@@ -55,11 +55,11 @@ enum ddp_launch_spawn { DDP_SPAWN_AUTO, DDP_SPAWN_ENV, DDP_SPAWN_MPIRUN };
 
 struct ddp_launch_opts {
     int nproc_per_node, nnodes, node_rank;
-    int master_port;          /* 0: not given (MASTER_PORT, a free port or 29500 later) */
+    int master_port;                /* 0: not given (MASTER_PORT, a free port or 29500 later) */
     char master_addr[DDP_HOST_MAX]; /* "" when not given */
     enum ddp_launch_spawn spawn;
     double grace_s;
-    int first_arg;            /* index in argv of JOB.ini (the children's first argument) */
+    int first_arg; /* index in argv of JOB.ini (the children's first argument) */
 };
 
 /* Parse `launch` arguments (argv[0] is "launch"). Returns 0; 1 when --help was asked (usage

@@ -22,7 +22,7 @@
 
 static const char *kind_name(enum ddp_layer_kind k)
 {
-    static const char *names[] = {"flatten", "linear", "relu", "conv2d",
+    static const char *names[] = {"flatten", "linear",  "relu",    "conv2d",
                                   "maxpool", "avgpool", "dropout", "batchnorm"};
     return names[k];
 }
@@ -108,8 +108,10 @@ static int parse_args(char *args, int pos, const char *orig, struct ddp_layer_sp
                 return ddp_err(err, errlen, "layer %d '%s': %s needs a whole number", pos, orig,
                                key);
             if (v > LAYER_ARG_MAX)
-                return ddp_err(err, errlen, "layer %d '%s': %s %.0f exceeds the limit %d "
-                               "(2^20)", pos, orig, key, v, LAYER_ARG_MAX);
+                return ddp_err(err, errlen,
+                               "layer %d '%s': %s %.0f exceeds the limit %d "
+                               "(2^20)",
+                               pos, orig, key, v, LAYER_ARG_MAX);
             if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "stride") == 0) {
                 spec->stride = (int)v;
                 has_stride = 1;
@@ -117,16 +119,16 @@ static int parse_args(char *args, int pos, const char *orig, struct ddp_layer_sp
                 spec->pad = (int)v;
                 has_pad = 1;
             } else
-                return ddp_err(err, errlen, "layer %d '%s': unknown argument '%s'; %s", pos,
-                               orig, key, usage);
+                return ddp_err(err, errlen, "layer %d '%s': unknown argument '%s'; %s", pos, orig,
+                               key, usage);
             continue;
         }
         if (has_stride || has_pad)
-            return ddp_err(err, errlen, "layer %d '%s': positional argument after stride=/pad=",
-                           pos, orig);
+            return ddp_err(err, errlen,
+                           "layer %d '%s': positional argument after stride=/pad=", pos, orig);
         if (*npos == 4 || ddp_parse_f64(tok, &v) != 0)
-            return ddp_err(err, errlen, "layer %d '%s': '%s' is not a number; %s", pos, orig,
-                           tok, usage);
+            return ddp_err(err, errlen, "layer %d '%s': '%s' is not a number; %s", pos, orig, tok,
+                           usage);
         pos_args[(*npos)++] = v;
     }
     return 0;
@@ -170,23 +172,32 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
         return -1;
     int want_min = 0, want_max = 0;
     switch (spec->kind) {
-    case DDP_LAYER_LINEAR: want_min = want_max = 1; break;
-    case DDP_LAYER_CONV2D: want_min = 2; want_max = 4; break;
+    case DDP_LAYER_LINEAR:
+        want_min = want_max = 1;
+        break;
+    case DDP_LAYER_CONV2D:
+        want_min = 2;
+        want_max = 4;
+        break;
     case DDP_LAYER_MAXPOOL:
     case DDP_LAYER_AVGPOOL:
-    case DDP_LAYER_DROPOUT: want_min = want_max = 1; break;
-    default: break;
+    case DDP_LAYER_DROPOUT:
+        want_min = want_max = 1;
+        break;
+    default:
+        break;
     }
     if (npos < want_min || npos > want_max)
         return ddp_err(err, errlen, "layer %d '%s': %s takes %d%s argument%s, got %d; %s", pos,
-                       orig, kind_name(spec->kind), want_min,
-                       want_max > want_min ? " or more" : "", want_max == 1 ? "" : "s", npos,
-                       usage);
+                       orig, kind_name(spec->kind), want_min, want_max > want_min ? " or more" : "",
+                       want_max == 1 ? "" : "s", npos, usage);
     if (spec->kind != DDP_LAYER_DROPOUT &&
         check_whole_args(pos_args, npos, spec->kind, pos, orig, err, errlen) != 0)
         return -1;
     switch (spec->kind) {
-    case DDP_LAYER_LINEAR: spec->n = (int)pos_args[0]; break;
+    case DDP_LAYER_LINEAR:
+        spec->n = (int)pos_args[0];
+        break;
     case DDP_LAYER_CONV2D:
         spec->n = (int)pos_args[0];
         spec->k = (int)pos_args[1];
@@ -198,14 +209,17 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
             return ddp_err(err, errlen, "layer %d '%s': stride must be >= 1", pos, orig);
         break;
     case DDP_LAYER_MAXPOOL:
-    case DDP_LAYER_AVGPOOL: spec->k = (int)pos_args[0]; break;
+    case DDP_LAYER_AVGPOOL:
+        spec->k = (int)pos_args[0];
+        break;
     case DDP_LAYER_DROPOUT:
         if (!(pos_args[0] >= 0 && pos_args[0] < 1))
-            return ddp_err(err, errlen, "layer %d '%s': dropout probability must be in [0, 1)",
-                           pos, orig);
+            return ddp_err(err, errlen, "layer %d '%s': dropout probability must be in [0, 1)", pos,
+                           orig);
         spec->p = (float)pos_args[0];
         break;
-    default: break;
+    default:
+        break;
     }
     return 0;
 }
@@ -270,8 +284,8 @@ static uint64_t mix(uint64_t h, uint64_t v)
     return h * 0x100000001b3ULL;
 }
 
-static void add_tensor(struct ddp_model *m, int index, const char *what, int is_buffer,
-                       size_t off, size_t n, int ndim, const int64_t *dims)
+static void add_tensor(struct ddp_model *m, int index, const char *what, int is_buffer, size_t off,
+                       size_t n, int ndim, const int64_t *dims)
 {
     struct ddp_tensor_info *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%d.%s", index, what);
@@ -287,12 +301,22 @@ static void add_tensor(struct ddp_model *m, int index, const char *what, int is_
 static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
 {
     switch (s->kind) {
-    case DDP_LAYER_LINEAR: snprintf(buf, len, "linear(%d)", s->n); break;
-    case DDP_LAYER_CONV2D: snprintf(buf, len, "conv2d(%d, %d)", s->n, s->k); break;
+    case DDP_LAYER_LINEAR:
+        snprintf(buf, len, "linear(%d)", s->n);
+        break;
+    case DDP_LAYER_CONV2D:
+        snprintf(buf, len, "conv2d(%d, %d)", s->n, s->k);
+        break;
     case DDP_LAYER_MAXPOOL:
-    case DDP_LAYER_AVGPOOL: snprintf(buf, len, "%s(%d)", kind_name(s->kind), s->k); break;
-    case DDP_LAYER_DROPOUT: snprintf(buf, len, "dropout(%g)", (double)s->p); break;
-    default: snprintf(buf, len, "%s", kind_name(s->kind)); break;
+    case DDP_LAYER_AVGPOOL:
+        snprintf(buf, len, "%s(%d)", kind_name(s->kind), s->k);
+        break;
+    case DDP_LAYER_DROPOUT:
+        snprintf(buf, len, "dropout(%g)", (double)s->p);
+        break;
+    default:
+        snprintf(buf, len, "%s", kind_name(s->kind));
+        break;
     }
 }
 
@@ -328,15 +352,18 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
     ddp_fmt_bytes((double)avail, have, sizeof have);
     ddp_fmt_bytes(total, all, sizeof all);
     if (params >= big)
-        return ddp_err(err, errlen, "the model's %zu parameters need %s with their gradients "
+        return ddp_err(err, errlen,
+                       "the model's %zu parameters need %s with their gradients "
                        "and optimiser state (%s in all) but this machine has %s available (%s); "
-                       "make the layers narrower", m->nparams, ddp_fmt_bytes(params, need,
-                       sizeof need), all, have, which);
+                       "make the layers narrower",
+                       m->nparams, ddp_fmt_bytes(params, need, sizeof need), all, have, which);
     layer_str(&m->layers[worst].spec, what, sizeof what);
-    return ddp_err(err, errlen, "layer %d %s: its outputs for a batch of %d need %s (the model "
+    return ddp_err(err, errlen,
+                   "layer %d %s: its outputs for a batch of %d need %s (the model "
                    "%s in all) but this machine has %s available (%s); lower [data] batch_size "
-                   "or the layer's size", worst + 1, what, max_batch,
-                   ddp_fmt_bytes(big, need, sizeof need), all, have, which);
+                   "or the layer's size",
+                   worst + 1, what, max_batch, ddp_fmt_bytes(big, need, sizeof need), all, have,
+                   which);
 }
 
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
@@ -348,9 +375,10 @@ int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_
         const struct ddp_layer *l = &m->layers[i];
         double b = layer_bytes(l, i, max_batch);
         if (l->spec.kind == DDP_LAYER_CONV2D) {
-            double c = (double)be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1],
-                                                  l->ishape[2], l->spec.k, l->spec.stride,
-                                                  l->spec.pad) * sizeof(float);
+            double c =
+                (double)be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2],
+                                           l->spec.k, l->spec.stride, l->spec.pad) *
+                sizeof(float);
             col = c > col ? c : col;
         }
         total += b;
@@ -395,12 +423,11 @@ static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], co
         int oh = (d[1] + 2 * s->pad - s->k) / s->stride + 1;
         int ow = (d[2] + 2 * s->pad - s->k) / s->stride + 1;
         if (d[1] + 2 * s->pad < s->k || d[2] + 2 * s->pad < s->k || oh < 1 || ow < 1)
-            return ddp_err(err, errlen,
-                           "layer %d conv2d(%d, %d): kernel larger than its input %s", i + 1,
-                           s->n, s->k, shp);
+            return ddp_err(err, errlen, "layer %d conv2d(%d, %d): kernel larger than its input %s",
+                           i + 1, s->n, s->k, shp);
         if (s->pad >= s->k)
-            return ddp_err(err, errlen, "layer %d conv2d: pad %d must be smaller than k %d",
-                           i + 1, s->pad, s->k);
+            return ddp_err(err, errlen, "layer %d conv2d: pad %d must be smaller than k %d", i + 1,
+                           s->pad, s->k);
         d[0] = s->n;
         d[1] = oh;
         d[2] = ow;
@@ -412,8 +439,8 @@ static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], co
             return ddp_err(err, errlen, "layer %d %s(%d): input %s is not (C, H, W)", i + 1,
                            kind_name(s->kind), s->k, shp);
         if (s->k > d[1] || s->k > d[2])
-            return ddp_err(err, errlen, "layer %d %s(%d): window larger than input %s",
-                           i + 1, kind_name(s->kind), s->k, shp);
+            return ddp_err(err, errlen, "layer %d %s(%d): window larger than input %s", i + 1,
+                           kind_name(s->kind), s->k, shp);
         d[1] /= s->k;
         d[2] /= s->k;
         break;
@@ -507,8 +534,8 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
         l->dout = be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
         case DDP_LAYER_CONV2D: {
-            size_t c = be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2], l->spec.k,
-                                          l->spec.stride, l->spec.pad);
+            size_t c = be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2],
+                                          l->spec.k, l->spec.stride, l->spec.pad);
             if (c > col)
                 col = c;
             break;
@@ -538,8 +565,7 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
 }
 
 int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
-                     int in_ndim, const int64_t *in_dims, int max_batch, char *err,
-                     size_t errlen)
+                     int in_ndim, const int64_t *in_dims, int max_batch, char *err, size_t errlen)
 {
     struct ddp_layer_spec specs[DDP_MODEL_LAYERS_MAX];
     memset(m, 0, sizeof *m);
@@ -760,11 +786,12 @@ const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int t
             be->relu_fwd(l->out, x, (size_t)B * l->out_elems);
             break;
         case DDP_LAYER_CONV2D:
-            be->conv2d_fwd(l->out, m->col, x, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2], s->n, s->k,
-                           s->stride, s->pad);
+            be->conv2d_fwd(l->out, m->col, x, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2],
+                           s->n, s->k, s->stride, s->pad);
             break;
         case DDP_LAYER_MAXPOOL:
-            be->maxpool_fwd(l->out, l->argmax, x, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+            be->maxpool_fwd(l->out, l->argmax, x, B, l->ishape[0], l->ishape[1], l->ishape[2],
+                            s->k);
             break;
         case DDP_LAYER_AVGPOOL:
             be->avgpool_fwd(l->out, x, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
@@ -785,7 +812,10 @@ const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int t
     return x;
 }
 
-float *ddp_model_dlogits(struct ddp_model *m) { return m->layers[m->nlayers - 1].dout; }
+float *ddp_model_dlogits(struct ddp_model *m)
+{
+    return m->layers[m->nlayers - 1].dout;
+}
 
 void ddp_model_backward(struct ddp_model *m, const float *x, int B,
                         void (*layer_done)(void *ctx, int layer), void *ctx)
@@ -821,7 +851,8 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             break;
         case DDP_LAYER_MAXPOOL:
             if (dinp)
-                be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+                be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1],
+                                l->ishape[2], s->k);
             break;
         case DDP_LAYER_AVGPOOL:
             if (dinp)
@@ -863,14 +894,12 @@ void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
         char in[48], out[48];
         shape_str(l->in_ndim, l->ishape, in, sizeof in);
         shape_str(l->out_ndim, l->oshape, out, sizeof out);
-        used += (size_t)snprintf(buf + used, len - used, "%s%s%s", i ? ", " : "",
-                                 kind_name(l->spec.kind),
-                                 l->spec.kind == DDP_LAYER_LINEAR ||
-                                         l->spec.kind == DDP_LAYER_CONV2D ||
-                                         l->spec.kind == DDP_LAYER_MAXPOOL ||
-                                         l->spec.kind == DDP_LAYER_AVGPOOL
-                                     ? out
-                                     : "");
+        used += (size_t)snprintf(
+            buf + used, len - used, "%s%s%s", i ? ", " : "", kind_name(l->spec.kind),
+            l->spec.kind == DDP_LAYER_LINEAR || l->spec.kind == DDP_LAYER_CONV2D ||
+                    l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_AVGPOOL
+                ? out
+                : "");
     }
 }
 
@@ -907,8 +936,11 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         layer_str(&l->spec, what, sizeof what);
         max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
         if (bad)
-            return snprintf(why, len, "layer %d %s has non-finite weights: training diverged; "
-                            "lower [optim] lr", i + 1, what), 0;
+            return snprintf(why, len,
+                            "layer %d %s has non-finite weights: training diverged; "
+                            "lower [optim] lr",
+                            i + 1, what),
+                   0;
     }
     ddp_model_forward(m, x, B, 1, noise_seed);
     double prev = in_max;
@@ -924,13 +956,22 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         }
         layer_str(&l->spec, what, sizeof what);
         if (first_param < 0 || first_param == i)
-            return snprintf(why, len, "layer %d %s is the first whose output is non-finite, "
+            return snprintf(why, len,
+                            "layer %d %s is the first whose output is non-finite, "
                             "from finite weights and input values as large as %.3g: scale the "
-                            "dataset's values (e.g. to [0, 1])", i + 1, what, prev), 1;
-        return snprintf(why, len, "layer %d %s is the first whose output is non-finite (its "
+                            "dataset's values (e.g. to [0, 1])",
+                            i + 1, what, prev),
+                   1;
+        return snprintf(why, len,
+                        "layer %d %s is the first whose output is non-finite (its "
                         "input reaches %.3g): training diverged; lower [optim] lr or normalise "
-                        "the input", i + 1, what, prev), 0;
+                        "the input",
+                        i + 1, what, prev),
+               0;
     }
-    return snprintf(why, len, "every layer's output is finite (logits up to %.3g) but the loss "
-                    "is not: training diverged; lower [optim] lr", prev), 0;
+    return snprintf(why, len,
+                    "every layer's output is finite (logits up to %.3g) but the loss "
+                    "is not: training diverged; lower [optim] lr",
+                    prev),
+           0;
 }

@@ -36,40 +36,40 @@ enum ddp_layer_kind {
     DDP_LAYER_BATCHNORM,
 };
 
-#define DDP_MODEL_LAYERS_MAX 256 /* a spec line longer than this is surely a mistake */
+#define DDP_MODEL_LAYERS_MAX 256         /* a spec line longer than this is surely a mistake */
 #define DDP_MODEL_PARAMS_MAX (1LL << 31) /* floats: keeps offsets within int GEMM arguments */
 
 struct ddp_layer_spec {
     enum ddp_layer_kind kind;
-    int n;               /* linear: out features; conv2d: out channels */
-    int k, stride, pad;  /* conv2d, pools: window */
-    float p;             /* dropout */
+    int n;              /* linear: out features; conv2d: out channels */
+    int k, stride, pad; /* conv2d, pools: window */
+    float p;            /* dropout */
 };
 
 /* One named tensor of the model: a parameter (in params/grads) or a buffer (in buffers). */
 struct ddp_tensor_info {
-    char name[48];       /* "3.weight" */
-    int is_buffer;       /* 0: params slice; 1: buffers slice */
-    size_t off, n;       /* floats */
+    char name[48]; /* "3.weight" */
+    int is_buffer; /* 0: params slice; 1: buffers slice */
+    size_t off, n; /* floats */
     int ndim;
-    int64_t dims[4];     /* PyTorch shape */
+    int64_t dims[4]; /* PyTorch shape */
 };
 
 struct ddp_layer {
     struct ddp_layer_spec spec;
-    int index;                     /* position in nn.Sequential */
-    int in_ndim, ishape[3];        /* (D) or (C,H,W) per sample */
+    int index;              /* position in nn.Sequential */
+    int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */
     size_t w_off, w_n, b_off, b_n; /* slices of params/grads; w_n == 0 if none */
     size_t rm_off, rv_off;         /* batchnorm slices of buffers */
     int64_t num_batches_tracked;
-    float *out;                    /* (B, out_elems); flatten aliases its input */
-    float *dout;                   /* (B, out_elems) gradient of out */
-    float *aux;                    /* batchnorm xhat / dropout mask, (B, out_elems) */
-    int32_t *argmax;               /* maxpool */
-    float *mean, *invstd;          /* batchnorm, (C) */
-    double *sums;                  /* batchnorm, 6C+2: forward sums+count, backward local, global+count */
+    float *out;           /* (B, out_elems); flatten aliases its input */
+    float *dout;          /* (B, out_elems) gradient of out */
+    float *aux;           /* batchnorm xhat / dropout mask, (B, out_elems) */
+    int32_t *argmax;      /* maxpool */
+    float *mean, *invstd; /* batchnorm, (C) */
+    double *sums;         /* batchnorm, 6C+2: forward sums+count, backward local, global+count */
 };
 
 struct ddp_model {
@@ -78,15 +78,15 @@ struct ddp_model {
     struct ddp_layer *layers;
     int in_ndim, ishape[3];
     size_t in_elems;
-    int classes;                   /* K: elements of the last layer's output */
+    int classes; /* K: elements of the last layer's output */
     int max_batch;
     size_t nparams, nbuffers;
-    float *params, *grads;         /* (nparams) backend memory */
-    float *buffers;                /* (nbuffers) backend memory */
+    float *params, *grads; /* (nparams) backend memory */
+    float *buffers;        /* (nbuffers) backend memory */
     int ntensors;
     struct ddp_tensor_info *tensors; /* in nn.Sequential order */
-    float *col;                    /* conv scratch */
-    uint64_t fingerprint;          /* hash of the architecture and input shape */
+    float *col;                      /* conv scratch */
+    uint64_t fingerprint;            /* hash of the architecture and input shape */
 
     /* Sum of n doubles over all ranks, in place (SyncBatchNorm); NULL: local statistics. */
     void (*sync_sums)(void *ctx, double *buf, size_t n);
@@ -101,8 +101,7 @@ int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, cha
 /* Build the model for input samples of in_dims (ndim 1: D, ndim 3: C,H,W) and batches of at
  * most max_batch. Fails (-1, err) when the layers do not fit the input shape. */
 int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
-                     int in_ndim, const int64_t *in_dims, int max_batch, char *err,
-                     size_t errlen);
+                     int in_ndim, const int64_t *in_dims, int max_batch, char *err, size_t errlen);
 void ddp_model_free(struct ddp_model *m);
 
 /* PyTorch's default initialisation (kaiming-uniform a=sqrt(5) weights, U(+-1/sqrt(fan_in))

@@ -60,8 +60,10 @@ static int write_failed(hid_t file, const char *what, char *err, size_t errlen)
     ddp_h5_error_reason(why, sizeof why);
     if (H5Fget_name(file, name, sizeof name) < 0)
         snprintf(name, sizeof name, "?");
-    return ddp_err(err, errlen, "%s: cannot write %s: %s; free space on that file system or "
-                   "set [job] output elsewhere", name, what, why);
+    return ddp_err(err, errlen,
+                   "%s: cannot write %s: %s; free space on that file system or "
+                   "set [job] output elsewhere",
+                   name, what, why);
 }
 
 int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, size_t errlen)
@@ -81,10 +83,11 @@ int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, si
         for (int d = 0; d < t->ndim; d++)
             dims[d] = (hsize_t)t->dims[d];
         hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
-        hid_t ds = H5Dcreate2(g, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
-                              H5P_DEFAULT);
+        hid_t ds =
+            H5Dcreate2(g, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         const float *src = (t->is_buffer ? hbuf : host) + t->off;
-        herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+        herr_t st =
+            ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
         if (st < 0) {
             char what[64];
             snprintf(what, sizeof what, "/model/%s", t->name);
@@ -134,8 +137,10 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
     float *hbuf = ddp_calloc(m->nbuffers ? m->nbuffers : 1, sizeof(float));
     m->be->download(hbuf, m->buffers, sizeof(float) * m->nbuffers);
     if (H5Lexists(file, "model", H5P_DEFAULT) <= 0) {
-        ddp_err(err, errlen, "%s: no /model group; expected weights written by ddptrain "
-                "(or h5py, one dataset per state_dict entry)", path);
+        ddp_err(err, errlen,
+                "%s: no /model group; expected weights written by ddptrain "
+                "(or h5py, one dataset per state_dict entry)",
+                path);
         goto fail;
     }
     for (int i = 0; i < m->ntensors; i++) {
@@ -147,8 +152,8 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
             wd[d] = (hsize_t)t->dims[d];
         dims_str(t->ndim, wd, want, sizeof want);
         if (H5Lexists(file, dpath, H5P_DEFAULT) <= 0) {
-            ddp_err(err, errlen, "%s: /%s missing; the model needs it with shape %s", path,
-                    dpath, want);
+            ddp_err(err, errlen, "%s: /%s missing; the model needs it with shape %s", path, dpath,
+                    want);
             goto fail;
         }
         hid_t ds = H5Dopen2(file, dpath, H5P_DEFAULT);
@@ -189,8 +194,8 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
         const float *v = (t->is_buffer ? hbuf : host) + t->off;
         for (size_t j = 0; j < t->n; j++)
             if (!isfinite(v[j])) {
-                ddp_err(err, errlen, "%s: /%s holds a non-finite value at element %zu", path,
-                        dpath, j);
+                ddp_err(err, errlen, "%s: /%s holds a non-finite value at element %zu", path, dpath,
+                        j);
                 goto fail;
             }
     }
@@ -222,8 +227,10 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
         char why[256];
-        ddp_err(err, errlen, "%s: cannot create: %s; check the directory exists, is writable "
-                "and has space", tmp, ddp_h5_error_reason(why, sizeof why));
+        ddp_err(err, errlen,
+                "%s: cannot create: %s; check the directory exists, is writable "
+                "and has space",
+                tmp, ddp_h5_error_reason(why, sizeof why));
         unlink(tmp);
         free(tmp);
         return -1;
@@ -233,9 +240,10 @@ int ddp_weights_save(const char *path, const struct ddp_model *m, char *err, siz
         rc = write_failed(f, "weights", err, errlen);
     if (H5Fclose(f) < 0 && rc == 0) {
         char why[256];
-        rc = ddp_err(err, errlen, "%s: cannot write weights: %s; free space on that file "
-                     "system or set [job] output elsewhere", tmp,
-                     ddp_h5_error_reason(why, sizeof why));
+        rc = ddp_err(err, errlen,
+                     "%s: cannot write weights: %s; free space on that file "
+                     "system or set [job] output elsewhere",
+                     tmp, ddp_h5_error_reason(why, sizeof why));
     }
     if (rc == 0)
         rc = ddp_file_commit(tmp, path, err, errlen);

@@ -14,10 +14,18 @@ void ddp_html_text(FILE *f, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
         default:
             if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
                 fputc('?', f);
@@ -30,10 +38,18 @@ void ddp_html_text(FILE *f, const char *s)
 void ddp_html_value(FILE *f, const struct ddp_json *v)
 {
     switch (v->type) {
-    case DDP_JSON_NULL: fputs("-", f); break;
-    case DDP_JSON_BOOL: fputs(v->num ? "yes" : "no", f); break;
-    case DDP_JSON_NUM: fprintf(f, "%.6g", v->num); break;
-    case DDP_JSON_STR: ddp_html_text(f, v->str); break;
+    case DDP_JSON_NULL:
+        fputs("-", f);
+        break;
+    case DDP_JSON_BOOL:
+        fputs(v->num ? "yes" : "no", f);
+        break;
+    case DDP_JSON_NUM:
+        fprintf(f, "%.6g", v->num);
+        break;
+    case DDP_JSON_STR:
+        ddp_html_text(f, v->str);
+        break;
     default:
         for (int i = 0; i < v->n && i < 64; i++) {
             fputs(i ? ", " : "", f);
@@ -65,10 +81,14 @@ void ddp_html_head(FILE *f, const char *title)
           ".cols{display:flex;flex-wrap:wrap;gap:24px}.swatch{display:inline-block;width:12px;"
           "height:12px;margin-right:6px}\n.FAIL{background:#fdd}.PASS{background:#dfd}\n"
           "pre{background:#f6f6f6;padding:8px;overflow:auto}\n"
-          "</style></head><body>\n", f);
+          "</style></head><body>\n",
+          f);
 }
 
-void ddp_html_tail(FILE *f) { fputs("</body></html>\n", f); }
+void ddp_html_tail(FILE *f)
+{
+    fputs("</body></html>\n", f);
+}
 
 FILE *ddp_html_open(const char *path, char *err, size_t errlen)
 {

@@ -10,7 +10,7 @@
 
 struct ddp_json;
 
-void ddp_html_text(FILE *f, const char *s);          /* escaped text */
+void ddp_html_text(FILE *f, const char *s);             /* escaped text */
 void ddp_html_value(FILE *f, const struct ddp_json *v); /* a JSON value as text */
 void ddp_html_head(FILE *f, const char *title);
 void ddp_html_tail(FILE *f);

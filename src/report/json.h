@@ -13,16 +13,22 @@
 
 #define DDP_JSON_DEPTH_MAX 32 /* ddptrain's own files nest 4 deep */
 
-enum ddp_json_type { DDP_JSON_NULL, DDP_JSON_BOOL, DDP_JSON_NUM, DDP_JSON_STR, DDP_JSON_ARR,
-                     DDP_JSON_OBJ };
+enum ddp_json_type {
+    DDP_JSON_NULL,
+    DDP_JSON_BOOL,
+    DDP_JSON_NUM,
+    DDP_JSON_STR,
+    DDP_JSON_ARR,
+    DDP_JSON_OBJ
+};
 
 struct ddp_json {
     enum ddp_json_type type;
-    double num;              /* NUM; BOOL: 0 or 1 */
-    char *str;               /* STR (owned) */
-    int n;                   /* ARR, OBJ: items */
-    char **keys;             /* OBJ: n keys (owned) */
-    struct ddp_json *items;  /* ARR, OBJ: n values (owned) */
+    double num;             /* NUM; BOOL: 0 or 1 */
+    char *str;              /* STR (owned) */
+    int n;                  /* ARR, OBJ: items */
+    char **keys;            /* OBJ: n keys (owned) */
+    struct ddp_json *items; /* ARR, OBJ: n values (owned) */
 };
 
 /* Parse text (one value, surrounding blanks allowed). NULL with a reason in err. The caller

@@ -20,8 +20,13 @@
 #include "core/util.h"
 
 /* onnx.proto field numbers and enums */
-enum { MODEL_IR = 1, MODEL_PRODUCER = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
-       MODEL_OPSET = 8 };
+enum {
+    MODEL_IR = 1,
+    MODEL_PRODUCER = 2,
+    MODEL_PRODUCER_VERSION = 3,
+    MODEL_GRAPH = 7,
+    MODEL_OPSET = 8
+};
 enum { GRAPH_NODE = 1, GRAPH_NAME = 2, GRAPH_INIT = 5, GRAPH_INPUT = 11, GRAPH_OUTPUT = 12 };
 enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP = 4, NODE_ATTR = 5 };
 enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_INTS = 8, ATTR_TYPE = 20 };
@@ -57,8 +62,14 @@ static void attr_ints(struct ddp_pb *node, const char *name, const int64_t *v, i
 }
 
 /* ---- one row per layer kind: operator, attributes, tensors taken after the input ---- */
-static void attrs_flatten(struct ddp_pb *n, const struct ddp_layer *l) { attr_int(n, "axis", 1); }
-static void attrs_linear(struct ddp_pb *n, const struct ddp_layer *l) { attr_int(n, "transB", 1); }
+static void attrs_flatten(struct ddp_pb *n, const struct ddp_layer *l)
+{
+    attr_int(n, "axis", 1);
+}
+static void attrs_linear(struct ddp_pb *n, const struct ddp_layer *l)
+{
+    attr_int(n, "transB", 1);
+}
 static void attrs_bn(struct ddp_pb *n, const struct ddp_layer *l)
 {
     attr_float(n, "epsilon", 1e-5f); /* BN_EPS of nn/model.c */
@@ -93,7 +104,9 @@ static const struct op_row g_ops[] = {
     {DDP_LAYER_MAXPOOL, "MaxPool", attrs_pool, {NULL}},
     {DDP_LAYER_AVGPOOL, "AveragePool", attrs_pool, {NULL}},
     {DDP_LAYER_DROPOUT, "Identity", NULL, {NULL}}, /* inference: dropout does nothing */
-    {DDP_LAYER_BATCHNORM, "BatchNormalization", attrs_bn,
+    {DDP_LAYER_BATCHNORM,
+     "BatchNormalization",
+     attrs_bn,
      {"weight", "bias", "running_mean", "running_var"}},
 };
 _Static_assert(sizeof g_ops / sizeof g_ops[0] == DDP_LAYER_BATCHNORM + 1,
@@ -121,8 +134,7 @@ static void initializer(struct ddp_pb *graph, const struct ddp_model *m,
 {
     struct ddp_pb tp = {0};
     float *host = ddp_malloc(sizeof(float) * (t->n ? t->n : 1));
-    m->be->download(host, (t->is_buffer ? m->buffers : m->params) + t->off,
-                    sizeof(float) * t->n);
+    m->be->download(host, (t->is_buffer ? m->buffers : m->params) + t->off, sizeof(float) * t->n);
     for (int d = 0; d < t->ndim; d++)
         ddp_pb_varint(&tp, TENSOR_DIMS, (uint64_t)t->dims[d]);
     ddp_pb_varint(&tp, TENSOR_TYPE, ONNX_FLOAT);
@@ -133,8 +145,7 @@ static void initializer(struct ddp_pb *graph, const struct ddp_model *m,
 }
 
 /* A graph input or output: float tensor of shape (N, dims...). */
-static void value_info(struct ddp_pb *graph, int field, const char *name, int ndim,
-                       const int *dims)
+static void value_info(struct ddp_pb *graph, int field, const char *name, int ndim, const int *dims)
 {
     struct ddp_pb shape = {0}, tt = {0}, type = {0}, vi = {0}, dim = {0};
     ddp_pb_string(&dim, 2, "N"); /* Dimension.dim_param */
@@ -207,14 +218,14 @@ static int encode(struct ddp_pb *model, const struct ddp_model *m, const char *g
     ddp_pb_string(model, MODEL_PRODUCER, "ddptrain");
     ddp_pb_string(model, MODEL_PRODUCER_VERSION, DDP_VERSION);
     ddp_pb_message(model, MODEL_GRAPH, &graph);
-    ddp_pb_string(&opset, 1, "");            /* OperatorSetIdProto.domain: the default */
+    ddp_pb_string(&opset, 1, "");             /* OperatorSetIdProto.domain: the default */
     ddp_pb_varint(&opset, 2, DDP_ONNX_OPSET); /* OperatorSetIdProto.version */
     ddp_pb_message(model, MODEL_OPSET, &opset);
     return 0;
 }
 
-int ddp_onnx_write(const struct ddp_model *m, const char *path, const char *graph_name,
-                   char *err, size_t errlen)
+int ddp_onnx_write(const struct ddp_model *m, const char *path, const char *graph_name, char *err,
+                   size_t errlen)
 {
     struct ddp_pb model = {0};
     if (encode(&model, m, graph_name, err, errlen) != 0)

@@ -19,7 +19,7 @@
 #define DDP_ONNX_OPSET 17
 
 /* Write m (weights downloaded from its backend) to path. 0, or -1 with one line in err. */
-int ddp_onnx_write(const struct ddp_model *m, const char *path, const char *graph_name,
-                   char *err, size_t errlen);
+int ddp_onnx_write(const struct ddp_model *m, const char *path, const char *graph_name, char *err,
+                   size_t errlen);
 
 #endif

@@ -51,8 +51,10 @@ static int load_run(struct run *r, const char *dir, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     FILE *f = fopen(path, "r");
     if (!f)
-        return ddp_err(err, errlen, "%s: cannot read: %s; give a run directory (its [job] "
-                       "output)", path, strerror(errno));
+        return ddp_err(err, errlen,
+                       "%s: cannot read: %s; give a run directory (its [job] "
+                       "output)",
+                       path, strerror(errno));
     char *line = ddp_malloc(LINE_MAX_BYTES);
     int cap = 0, lineno = 0, rc = 0;
     while (fgets(line, LINE_MAX_BYTES, f)) {
@@ -116,18 +118,20 @@ static const struct chart_def g_charts[] = {
      {{"train", "step_s_min", "fastest rank"}, {"train", "step_s_max", "slowest rank"}}},
 };
 
-static const char *const g_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                                       "#8c564b", "#e377c2", "#17becf"};
+static const char *const g_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                       "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
 struct frame {
-    double x0, x1, y0, y1;             /* data */
-    double left, right, top, bottom;   /* pixels */
+    double x0, x1, y0, y1;           /* data */
+    double left, right, top, bottom; /* pixels */
 };
 
-static double px(const struct frame *fr, double x) {
+static double px(const struct frame *fr, double x)
+{
     return fr->left + (x - fr->x0) / (fr->x1 - fr->x0) * (fr->right - fr->left);
 }
-static double py(const struct frame *fr, double y) {
+static double py(const struct frame *fr, double y)
+{
     return fr->bottom - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->bottom - fr->top);
 }
 
@@ -170,15 +174,17 @@ static void axes(FILE *f, const struct frame *fr)
             fr->left, fr->top, fr->right - fr->left, fr->bottom - fr->top);
     for (int i = 0; i <= 4; i++) {
         double x = fr->x0 + (fr->x1 - fr->x0) * i / 4, y = fr->y0 + (fr->y1 - fr->y0) * i / 4;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"grid\"/>"
-                "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%.0f</text>\n", px(fr, x), fr->top,
-                px(fr, x), fr->bottom, px(fr, x), fr->bottom + 14, x);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"grid\"/>"
-                "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%.4g</text>\n", fr->left, py(fr, y),
-                fr->right, py(fr, y), fr->left - 4, py(fr, y) + 4, y);
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"grid\"/>"
+                "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%.0f</text>\n",
+                px(fr, x), fr->top, px(fr, x), fr->bottom, px(fr, x), fr->bottom + 14, x);
+        fprintf(f,
+                "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"grid\"/>"
+                "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%.4g</text>\n",
+                fr->left, py(fr, y), fr->right, py(fr, y), fr->left - 4, py(fr, y) + 4, y);
     }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"xl\">step</text>\n",
-            (fr->left + fr->right) / 2, fr->bottom + 30);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"xl\">step</text>\n", (fr->left + fr->right) / 2,
+            fr->bottom + 30);
 }
 
 /* A vertical marker at step x with a label (epoch boundaries, resumes, preemptions). */
@@ -187,9 +193,11 @@ static void marker(FILE *f, const struct frame *fr, double x, const char *cls, c
 {
     if (x < fr->x0 || x > fr->x1)
         return;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"%s\"/>"
-            "<text x=\"%.1f\" y=\"%.0f\" class=\"ml %s\">%s</text>\n", px(fr, x), fr->top,
-            px(fr, x), fr->bottom, cls, px(fr, x) + 2, fr->top + 10 + 10 * row, cls, label);
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"%s\"/>"
+            "<text x=\"%.1f\" y=\"%.0f\" class=\"ml %s\">%s</text>\n",
+            px(fr, x), fr->top, px(fr, x), fr->bottom, cls, px(fr, x) + 2, fr->top + 10 + 10 * row,
+            cls, label);
 }
 
 /* Epoch boundaries (of run 0), resumes and preemptions (of every run). */
@@ -231,9 +239,10 @@ static void markers(FILE *f, const struct frame *fr, const struct run *runs, int
 static void polyline(FILE *f, const struct frame *fr, const struct run *run, int r, int s,
                      const struct series_def *sd)
 {
-    fprintf(f, "<polyline class=\"series%s\" data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\""
-            " stroke=\"%s\" points=\"", s ? " second" : "", r, sd->kind, sd->field,
-            g_colors[r % 8]);
+    fprintf(f,
+            "<polyline class=\"series%s\" data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\""
+            " stroke=\"%s\" points=\"",
+            s ? " second" : "", r, sd->kind, sd->field, g_colors[r % 8]);
     int n = 0;
     for (int i = 0; i < run->n; i++) {
         const struct ddp_json *v = run->rec[i];
@@ -259,7 +268,8 @@ static void chart(FILE *f, const struct chart_def *c, const struct run *runs, in
     struct frame fr = {.left = 64, .right = 624, .top = 12, .bottom = 236};
     if (!chart_range(c, runs, nruns, &fr))
         return;
-    fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" width=\"640\" "
+    fprintf(f,
+            "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" width=\"640\" "
             "height=\"276\" viewBox=\"0 0 640 276\" xmlns=\"http://www.w3.org/2000/svg\" "
             "data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" data-y1=\"%.17g\" "
             "data-left=\"%g\" data-right=\"%g\" data-top=\"%g\" data-bottom=\"%g\">\n",
@@ -272,9 +282,10 @@ static void chart(FILE *f, const struct chart_def *c, const struct run *runs, in
     fputs("</svg>\n<div class=\"legend\">", f);
     for (int r = 0; r < nruns; r++)
         for (int s = 0; s < 2 && c->s[s].kind; s++) {
-            fprintf(f, "<span><svg width=\"24\" height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
-                    "y2=\"4\" stroke=\"%s\" class=\"%s\"/></svg> ", g_colors[r % 8],
-                    s ? "second" : "first");
+            fprintf(f,
+                    "<span><svg width=\"24\" height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
+                    "y2=\"4\" stroke=\"%s\" class=\"%s\"/></svg> ",
+                    g_colors[r % 8], s ? "second" : "first");
             if (nruns > 1)
                 ddp_html_text(f, runs[r].dir), fputs(": ", f);
             fprintf(f, "%s</span>", c->s[s].label);
@@ -312,7 +323,8 @@ static void member_rows(FILE *f, const struct ddp_json *v)
 static void timeline(FILE *f, const struct run *r)
 {
     fputs("<table><tr><th>event</th><th>time (UTC)</th><th>epoch</th><th>step</th><th>world"
-          "</th><th>signal</th></tr>\n", f);
+          "</th><th>signal</th></tr>\n",
+          f);
     for (int i = 0; i < r->n; i++) {
         const struct ddp_json *v = r->rec[i];
         int start = is_kind(v, "start");
@@ -343,8 +355,10 @@ static void run_tables(FILE *f, const struct run *r, int idx)
         fputs("<tr><td colspan=\"2\">no summary: the run has not finished</td></tr>\n", f);
     member_rows(f, sum);
     if (tr)
-        fprintf(f, "<tr><th>last train loss</th><td>%.6g</td></tr><tr><th>last train acc</th>"
-                "<td>%.6g</td></tr>\n", ddp_json_num(tr, "loss"), ddp_json_num(tr, "acc"));
+        fprintf(f,
+                "<tr><th>last train loss</th><td>%.6g</td></tr><tr><th>last train acc</th>"
+                "<td>%.6g</td></tr>\n",
+                ddp_json_num(tr, "loss"), ddp_json_num(tr, "acc"));
     fputs("</table></div><div><h3>machine and launcher (last start)</h3><table>\n", f);
     member_rows(f, last_of(r, "start"));
     fputs("</table></div></div>\n<h3>starts, resumes and preemptions</h3>\n", f);
@@ -371,8 +385,7 @@ static void page(FILE *f, const struct run *runs, int nruns)
     ddp_html_tail(f);
 }
 
-int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err,
-                        size_t errlen)
+int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err, size_t errlen)
 {
     if (n < 1 || n > RUNS_MAX)
         return ddp_err(err, errlen, "report: give 1 to %d run directories", RUNS_MAX);

@@ -21,8 +21,7 @@
 #include <stddef.h>
 
 /* Write the report of n run directories to out (NULL: dirs[0]/report.html). */
-int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err,
-                        size_t errlen);
+int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err, size_t errlen);
 #define ddp_report_write(dirs, n, err, errlen) \
     ddp_report_write_to((dirs), (n), NULL, (err), (errlen))
 /* A `validate --json` file as an HTML node table into out. */

@@ -46,11 +46,10 @@ static void table(FILE *f, const struct ddp_json *arr, const char *const *cols, 
 static void validate_page(FILE *f, const struct ddp_json *v, const char *src)
 {
     static const char *node_cols[] = {"host", "ranks", "verdict", "reasons"};
-    static const char *rank_cols[] = {"rank", "host", "cpu_model", "threads", "gpu_count",
-                                      "gemm_gflops", "gemm_ratio", "triad_gbs", "triad_ratio",
-                                      "verdict"};
-    static const char *ar_cols[] = {"bytes", "time_us", "algbw_gbs", "busbw_gbs",
-                                    "wrong_elements"};
+    static const char *rank_cols[] = {"rank",        "host",        "cpu_model",  "threads",
+                                      "gpu_count",   "gemm_gflops", "gemm_ratio", "triad_gbs",
+                                      "triad_ratio", "verdict"};
+    static const char *ar_cols[] = {"bytes", "time_us", "algbw_gbs", "busbw_gbs", "wrong_elements"};
     const char *verdict = ddp_json_text(v, "verdict", "?");
     ddp_html_head(f, "ddptrain validate");
     fputs("<h1>ddptrain validate: ", f);
@@ -140,8 +139,8 @@ int ddp_cmd_report(int argc, char **argv)
     } else {
         rc = ddp_report_write_to(dirs, n, out, err, sizeof err) ? DDP_EXIT_DATA : 0;
         if (!rc)
-            ddp_log("wrote %s", out ? out : (snprintf(path, sizeof path, "%s/report.html",
-                                                     dirs[0]), path));
+            ddp_log("wrote %s",
+                    out ? out : (snprintf(path, sizeof path, "%s/report.html", dirs[0]), path));
     }
     if (rc == DDP_EXIT_DATA)
         ddp_warn("%s", err);

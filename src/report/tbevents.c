@@ -67,7 +67,8 @@ static void write_record(ddp_tb *tb, const struct ddp_pb *ev)
         fwrite(ev->data, 1, ev->len, tb->f) != ev->len ||
         fwrite(tail, 1, sizeof tail, tb->f) != sizeof tail)
         ddp_die("%s: cannot write TensorBoard events: %s; free space there or set [job] "
-                "tensorboard = false", tb->path, strerror(errno));
+                "tensorboard = false",
+                tb->path, strerror(errno));
 }
 
 ddp_tb *ddp_tb_open(const char *run_dir, char *err, size_t errlen)
@@ -84,13 +85,12 @@ ddp_tb *ddp_tb_open(const char *run_dir, char *err, size_t errlen)
              (long long)wall_now(), host, (int)getpid());
     tb->f = fopen(tb->path, "wb");
     if (!tb->f) {
-        ddp_err(err, errlen, "%s: cannot write TensorBoard events: %s", tb->path,
-                strerror(errno));
+        ddp_err(err, errlen, "%s: cannot write TensorBoard events: %s", tb->path, strerror(errno));
         free(tb);
         return NULL;
     }
     struct ddp_pb ev = {0};
-    ddp_pb_double(&ev, 1, wall_now());     /* Event.wall_time */
+    ddp_pb_double(&ev, 1, wall_now());      /* Event.wall_time */
     ddp_pb_string(&ev, 3, "brain.Event:2"); /* Event.file_version */
     write_record(tb, &ev);
     ddp_pb_free(&ev);
@@ -103,12 +103,12 @@ void ddp_tb_scalar(ddp_tb *tb, const char *tag, int64_t step, double value)
     if (!tb)
         return;
     struct ddp_pb val = {0}, sum = {0}, ev = {0};
-    ddp_pb_string(&val, 1, tag);          /* Summary.Value.tag */
-    ddp_pb_float(&val, 2, (float)value);  /* Summary.Value.simple_value */
-    ddp_pb_message(&sum, 1, &val);        /* Summary.value */
-    ddp_pb_double(&ev, 1, wall_now());    /* Event.wall_time */
+    ddp_pb_string(&val, 1, tag);           /* Summary.Value.tag */
+    ddp_pb_float(&val, 2, (float)value);   /* Summary.Value.simple_value */
+    ddp_pb_message(&sum, 1, &val);         /* Summary.value */
+    ddp_pb_double(&ev, 1, wall_now());     /* Event.wall_time */
     ddp_pb_varint(&ev, 2, (uint64_t)step); /* Event.step */
-    ddp_pb_message(&ev, 5, &sum);         /* Event.summary */
+    ddp_pb_message(&ev, 5, &sum);          /* Event.summary */
     write_record(tb, &ev);
     ddp_pb_free(&ev);
 }
@@ -117,7 +117,8 @@ void ddp_tb_flush(ddp_tb *tb)
 {
     if (tb && (fflush(tb->f) != 0 || ferror(tb->f)))
         ddp_die("%s: cannot write TensorBoard events: %s; free space there or set [job] "
-                "tensorboard = false", tb->path, strerror(errno));
+                "tensorboard = false",
+                tb->path, strerror(errno));
 }
 
 void ddp_tb_close(ddp_tb *tb)

@@ -176,8 +176,10 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
         char why[256];
-        ddp_err(err, errlen, "%s: cannot create checkpoint: %s; check the directory is "
-                "writable and has space", tmp, ddp_h5_error_reason(why, sizeof why));
+        ddp_err(err, errlen,
+                "%s: cannot create checkpoint: %s; check the directory is "
+                "writable and has space",
+                tmp, ddp_h5_error_reason(why, sizeof why));
         unlink(tmp);
         goto out;
     }
@@ -201,8 +203,7 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
          attr_i64(f, "world_size", pos->world_size) == 0 &&
          attr_i64(f, "global_batch", pos->global_batch) == 0 &&
          attr_i64(f, "seed", pos->seed) == 0 && attr_i64(f, "train_ms", pos->train_ms) == 0 &&
-         attr_str(f, "job", job_text ? job_text : "") == 0 &&
-         attr_i64(f, "checksum", crc) == 0;
+         attr_str(f, "job", job_text ? job_text : "") == 0 && attr_i64(f, "checksum", crc) == 0;
     char why[256] = "";
     if (ok && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) /* surfaces a full disk with its reason */
         ok = 0;
@@ -214,8 +215,10 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
     }
     if (!ok) {
         if (!err || !err[0] || strstr(err, "cannot write") == NULL)
-            ddp_err(err, errlen, "%s: cannot write checkpoint: %s; free space on that file "
-                    "system or set [job] output elsewhere", tmp, why);
+            ddp_err(err, errlen,
+                    "%s: cannot write checkpoint: %s; free space on that file "
+                    "system or set [job] output elsewhere",
+                    tmp, why);
         unlink(tmp);
         goto out;
     }
@@ -251,8 +254,8 @@ static int read_f32(hid_t f, const char *name, float *v, size_t n)
         return -1;
     hid_t sp = H5Dget_space(ds);
     hssize_t cnt = H5Sget_simple_extent_npoints(sp);
-    herr_t st = cnt == (hssize_t)n ? H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)
-                                   : -1;
+    herr_t st =
+        cnt == (hssize_t)n ? H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) : -1;
     H5Sclose(sp);
     H5Dclose(ds);
     return st < 0 ? -1 : 0;
@@ -287,8 +290,7 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
         read_attr_i64(f, "cursor", &pos->cursor) || read_attr_i64(f, "optim_t", &t) ||
         read_attr_i64(f, "checksum", &crc_file) ||
         read_attr_str(f, "optimizer", oname, sizeof oname)) {
-        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
-                path);
+        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint", path);
         goto out;
     }
     read_attr_i64(f, "world_size", &pos->world_size);
@@ -298,9 +300,10 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
         pos->train_ms = 0; /* written by an older ddptrain */
     static const char *optim_names[] = {"sgd", "adam", "adamw"};
     if (strcmp(oname, optim_names[o->kind]) != 0) {
-        ddp_err(err, errlen, "%s: saved with optimizer %s, but the job uses %s; resume with the "
-                "same [optim] name or set [checkpoint] resume = never", path, oname,
-                optim_names[o->kind]);
+        ddp_err(err, errlen,
+                "%s: saved with optimizer %s, but the job uses %s; resume with the "
+                "same [optim] name or set [checkpoint] resume = never",
+                path, oname, optim_names[o->kind]);
         goto out;
     }
     if (pos->epoch < 0 || pos->step < 0 || pos->cursor < 0 || t < 0) {
@@ -331,8 +334,10 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
     m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
     uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, o->n, pos, t);
     if ((int64_t)crc != crc_file) {
-        ddp_err(err, errlen, "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
-                "damaged", path, (unsigned long long)crc_file, crc);
+        ddp_err(err, errlen,
+                "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
+                "damaged",
+                path, (unsigned long long)crc_file, crc);
         goto out;
     }
     if (s1)
@@ -367,9 +372,8 @@ int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, 
     int rc = -1;
     hid_t a = H5Aexists(f, "job") > 0 ? H5Aopen(f, "job", H5P_DEFAULT) : -1;
     hid_t ty = a >= 0 ? H5Aget_type(a) : -1;
-    size_t n = ty >= 0 && H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty)
-                   ? H5Tget_size(ty)
-                   : 0;
+    size_t n =
+        ty >= 0 && H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty) ? H5Tget_size(ty) : 0;
     if (n == 0 || n > CKPT_JOB_MAX) {
         ddp_err(err, errlen, "%s: no readable job attribute", path);
         goto out;
@@ -431,16 +435,17 @@ int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size
     if (read_attr_i64(f, "epoch", &pos.epoch) || read_attr_i64(f, "step", &pos.step) ||
         read_attr_i64(f, "cursor", &pos.cursor) || read_attr_i64(f, "optim_t", &t) ||
         read_attr_i64(f, "checksum", &crc_file)) {
-        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
-                path);
+        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint", path);
         goto out;
     }
     if (ddp_weights_read_group(f, path, m, err, errlen) != 0)
         goto out;
     if (read_optional_f32(f, "optim/state1", m->nparams, &s1) != 0 ||
         read_optional_f32(f, "optim/state2", m->nparams, &s2) != 0) {
-        ddp_err(err, errlen, "%s: /optim state of the wrong size (%zu expected): damaged "
-                "checkpoint", path, m->nparams);
+        ddp_err(err, errlen,
+                "%s: /optim state of the wrong size (%zu expected): damaged "
+                "checkpoint",
+                path, m->nparams);
         goto out;
     }
     hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
@@ -449,8 +454,10 @@ int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size
     m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
     uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, m->nparams, &pos, t);
     if ((int64_t)crc != crc_file) {
-        ddp_err(err, errlen, "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
-                "damaged; evaluate an older checkpoint", path, (unsigned long long)crc_file, crc);
+        ddp_err(err, errlen,
+                "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
+                "damaged; evaluate an older checkpoint",
+                path, (unsigned long long)crc_file, crc);
         goto out;
     }
     rc = 0;

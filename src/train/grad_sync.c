@@ -132,17 +132,17 @@ void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs)
 {
     const int W = s->world_size;
     *comm_s = s->comm_s;
-    *busbw_gbs = s->comm_s > 0 ? s->comm_floats * sizeof(float) * ddp_comm_busbw_factor(W) /
-                                     s->comm_s / 1e9
-                               : 0;
+    *busbw_gbs = s->comm_s > 0
+                     ? s->comm_floats * sizeof(float) * ddp_comm_busbw_factor(W) / s->comm_s / 1e9
+                     : 0;
     s->comm_s = s->comm_floats = 0;
 }
 
 void ddp_sync_write_trace(const struct ddp_sync *s, FILE *f)
 {
     for (int b = 0; b < s->nbuckets; b++)
-        fprintf(f, "bucket %d off %zu n %zu layers %d..%d\n", b, s->buckets[b].off,
-                s->buckets[b].n, s->buckets[b].hi, s->buckets[b].lo);
+        fprintf(f, "bucket %d off %zu n %zu layers %d..%d\n", b, s->buckets[b].off, s->buckets[b].n,
+                s->buckets[b].hi, s->buckets[b].lo);
     static const char *names[] = {"layer_done", "bucket_start", "bucket_done"};
     for (int i = 0; i < s->ntrace; i++)
         fprintf(f, "%s %d\n", names[s->trace[i].kind], s->trace[i].id);
@@ -161,9 +161,9 @@ int ddp_sync_check_replicas(struct ddp_sync *s, const char *hosts, size_t host_l
     int64_t *all = ddp_malloc(sizeof(int64_t) * (size_t)T * (size_t)W);
     for (int i = 0; i < T; i++)
         if (!m->tensors[i].is_buffer)
-            mine[i] = (int64_t)crc32_z(crc32(0L, Z_NULL, 0),
-                                       (const Bytef *)(host + m->tensors[i].off),
-                                       m->tensors[i].n * sizeof(float));
+            mine[i] =
+                (int64_t)crc32_z(crc32(0L, Z_NULL, 0), (const Bytef *)(host + m->tensors[i].off),
+                                 m->tensors[i].n * sizeof(float));
     ddp_comm_allgather(s->comm, mine, all, sizeof(int64_t) * (size_t)T);
     int rc = 0;
     for (int i = 0; i < T && rc == 0; i++) {

@@ -30,10 +30,10 @@
 #define DDP_FIRST_BUCKET_BYTES (1u << 20)
 
 struct ddp_bucket {
-    size_t off, n;        /* slice of grads, floats */
-    int hi, lo;           /* layers covered: from index hi down to lo */
-    int nlayers;          /* layers with parameters in it */
-    int pending;          /* layers still to report this step */
+    size_t off, n; /* slice of grads, floats */
+    int hi, lo;    /* layers covered: from index hi down to lo */
+    int nlayers;   /* layers with parameters in it */
+    int pending;   /* layers still to report this step */
     ddp_comm_req *req;
 };
 
@@ -50,7 +50,7 @@ struct ddp_sync {
     int world_size;
     int nbuckets;
     struct ddp_bucket *buckets;
-    int *layer_bucket;    /* layer -> bucket, -1 for layers without parameters */
+    int *layer_bucket; /* layer -> bucket, -1 for layers without parameters */
     /* Since the last ddp_sync_take_stats: seconds this rank spent in all-reduce calls (start,
      * progress, wait: the communication backward did not hide) and floats all-reduced. */
     double comm_s;

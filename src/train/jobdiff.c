@@ -15,12 +15,12 @@
 
 /* Keys that may differ between a checkpoint's job and the job that resumes it. */
 static const char *const g_may_differ[] = {
-    "job.name",        "job.output",      "data.test",         "data.cache_mb",
+    "job.name",         "job.output",      "data.test",       "data.cache_mb",
     "data.batch_size", /* compared as the global batch */
-    "train.epochs",    "train.max_steps", "train.log_every",   "train.eval_every",
-    "train.threads",   "train.device",    "checkpoint.*",      "dist.backend",
-    "dist.bucket_mb",  "dist.timeout_s",  "dist.port",         "dist.bootstrap",
-    "dist.check_every", "job.report",     "job.tensorboard",
+    "train.epochs",     "train.max_steps", "train.log_every", "train.eval_every",
+    "train.threads",    "train.device",    "checkpoint.*",    "dist.backend",
+    "dist.bucket_mb",   "dist.timeout_s",  "dist.port",       "dist.bootstrap",
+    "dist.check_every", "job.report",      "job.tensorboard",
 };
 
 struct item {
@@ -162,8 +162,7 @@ static void append(char *out, size_t outlen, const char *name, const char *was, 
 
 /* The stored items as this ddptrain formats them: set on a default job, written again.
  * Items this ddptrain rejects keep their stored text and are marked bad. */
-static void normalise(const struct items *stored, const struct items *current,
-                      struct items *out)
+static void normalise(const struct items *stored, const struct items *current, struct items *out)
 {
     struct ddp_job *s = ddp_malloc(sizeof *s);
     ddp_job_defaults(s);

@@ -51,8 +51,7 @@ void ddp_optim_free(struct ddp_optim *o)
     memset(o, 0, sizeof *o);
 }
 
-double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
-                    int64_t steps_per_epoch)
+double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int64_t steps_per_epoch)
 {
     double warm = o->warmup_epochs * (double)steps_per_epoch;
     double g = (double)step;
@@ -83,6 +82,6 @@ void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, doub
                         (float)o->momentum, (float)o->weight_decay, o->nesterov, o->t == 1);
     else
         o->be->adam_step(params, grads, o->grad_scale, o->state1, o->state2, o->n, (float)lr,
-                         (float)o->beta1, (float)o->beta2, (float)o->eps,
-                         (float)o->weight_decay, o->kind == DDP_OPTIM_ADAMW, o->t);
+                         (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay,
+                         o->kind == DDP_OPTIM_ADAMW, o->t);
 }

@@ -17,13 +17,13 @@
 #include "core/fileio.h"
 #include "core/util.h"
 
-#define WIDTH_MAX 10     /* as Slurm: a wider field is cut to 10 digits of padding */
-#define HOLDER_MAX 400   /* bytes of the holder record read back (host, pid, job, time) */
+#define WIDTH_MAX 10       /* as Slurm: a wider field is cut to 10 digits of padding */
+#define HOLDER_MAX 400     /* bytes of the holder record read back (host, pid, job, time) */
 #define PREVIOUS_TRIES 100 /* previous-<time>-N suffixes tried before giving up */
 
 /* The files of a run, as this program writes them (nothing else is moved aside). */
-static const char *const g_run_files[] = {"job.ini", "metrics.jsonl", "model.h5", "checkpoints",
-                                          "report.html", "tb"};
+static const char *const g_run_files[] = {"job.ini",     "metrics.jsonl", "model.h5",
+                                          "checkpoints", "report.html",   "tb"};
 #define NRUNFILES ((int)(sizeof g_run_files / sizeof g_run_files[0]))
 
 /* 1 when s is a non-empty string of decimal digits. */
@@ -50,8 +50,10 @@ static int slurm_id(const char *var, const char *alt, const char **val, char *wh
     if (*val && !*val[0])
         *val = NULL;
     if (*val && !all_digits(*val))
-        return ddp_err(why, whylen, "%s='%.40s' is not a Slurm id; expected digits (it is set by "
-                       "Slurm: do not set it by hand)", var, *val);
+        return ddp_err(why, whylen,
+                       "%s='%.40s' is not a Slurm id; expected digits (it is set by "
+                       "Slurm: do not set it by hand)",
+                       var, *val);
     return 0;
 }
 
@@ -98,14 +100,28 @@ static int pattern_value(char c, const char *job_name, char *v, size_t len, char
         return -1;
     const char *name = env_either("SLURM_JOB_NAME", NULL);
     switch (c) {
-    case 'j': snprintf(v, len, "%s", job ? job : "local"); return 0;
-    case 'A': snprintf(v, len, "%s", array_job ? array_job : job ? job : "local"); return 0;
-    case 'a': snprintf(v, len, "%s", task ? task : "0"); return 0;
-    case 'x': snprintf(v, len, "%s", job && name && *name ? name : job_name); return 0;
-    case 'u': user_name(v, len); return 0;
-    case 'N': return first_node(v, len, why, whylen);
-    case '%': snprintf(v, len, "%%"); return 0;
-    default: return 1;
+    case 'j':
+        snprintf(v, len, "%s", job ? job : "local");
+        return 0;
+    case 'A':
+        snprintf(v, len, "%s", array_job ? array_job : job ? job : "local");
+        return 0;
+    case 'a':
+        snprintf(v, len, "%s", task ? task : "0");
+        return 0;
+    case 'x':
+        snprintf(v, len, "%s", job && name && *name ? name : job_name);
+        return 0;
+    case 'u':
+        user_name(v, len);
+        return 0;
+    case 'N':
+        return first_node(v, len, why, whylen);
+    case '%':
+        snprintf(v, len, "%%");
+        return 0;
+    default:
+        return 1;
     }
 }
 
@@ -127,15 +143,18 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
                     width = WIDTH_MAX;
             }
             if (!*p)
-                return ddp_err(why, whylen, "'%s' ends in a lone %%; write %%%% for a percent "
-                               "sign", pattern);
+                return ddp_err(why, whylen,
+                               "'%s' ends in a lone %%; write %%%% for a percent "
+                               "sign",
+                               pattern);
             int rc = pattern_value(*p, job_name, v, sizeof v, why, whylen);
             if (rc < 0)
                 return -1;
             if (rc > 0)
-                return ddp_err(why, whylen, "'%s': unknown pattern %.*s; expected %%j %%A %%a "
-                               "%%x %%u %%N or %%%% (see docs/checkpoints.md)", pattern,
-                               (int)(p - start + 1), start);
+                return ddp_err(why, whylen,
+                               "'%s': unknown pattern %.*s; expected %%j %%A %%a "
+                               "%%x %%u %%N or %%%% (see docs/checkpoints.md)",
+                               pattern, (int)(p - start + 1), start);
             if (width > 0 && all_digits(v) && strlen(v) < (size_t)width) {
                 char padded[DDP_PATH_MAX];
                 snprintf(padded, sizeof padded, "%0*d%s", width - (int)strlen(v), 0, v);
@@ -169,17 +188,17 @@ static void holder_record(char *buf, size_t len)
         snprintf(job, sizeof job, "%s (array %s_%s)", id, aj, at);
     else if (id && all_digits(id))
         snprintf(job, sizeof job, "%s", id);
-    snprintf(buf, len, "host %s, pid %ld, Slurm job %s, since %s", host, (long)getpid(), job,
-             when);
+    snprintf(buf, len, "host %s, pid %ld, Slurm job %s, since %s", host, (long)getpid(), job, when);
 }
 
 /* The message for a lock held by another run, from its holder record rec. Returns -2. */
 static int in_use(const char *dir, char *rec, char *why, size_t whylen)
 {
     rec[strcspn(rec, "\n")] = '\0';
-    ddp_err(why, whylen, "%s is in use by another ddptrain run (%s); wait for that run to "
-            "end, or use another [job] output", dir,
-            rec[0] ? rec : "the holder left no record of itself");
+    ddp_err(why, whylen,
+            "%s is in use by another ddptrain run (%s); wait for that run to "
+            "end, or use another [job] output",
+            dir, rec[0] ? rec : "the holder left no record of itself");
     return -2;
 }
 

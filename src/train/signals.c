@@ -13,7 +13,10 @@
 
 static volatile sig_atomic_t g_stop_signal;
 
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static void on_stop_signal(int sig)
+{
+    g_stop_signal = sig;
+}
 
 void ddp_train_catch_early_signals(void)
 {
@@ -26,7 +29,10 @@ void ddp_train_catch_early_signals(void)
 }
 
 /* The signals [checkpoint] signals may name. */
-static const struct { const char *name; int sig; } known[] = {
+static const struct {
+    const char *name;
+    int sig;
+} known[] = {
     {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT},
     {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU},
 };
@@ -56,7 +62,8 @@ int ddp_signals_install(const struct ddp_job *job, int install, char *err, size_
             if (!strcasecmp(name, known[i].name))
                 sig = known[i].sig;
         if (!sig)
-            return ddp_err(err, errlen, "%s: unknown signal '%s'; expected names such as USR1, "
+            return ddp_err(err, errlen,
+                           "%s: unknown signal '%s'; expected names such as USR1, "
                            "USR2, TERM, INT, HUP, XCPU, or none",
                            ddp_job_where(job, "checkpoint", "signals", where, sizeof where), tok);
         usr1 |= sig == SIGUSR1;
@@ -76,5 +83,7 @@ int ddp_signals_install(const struct ddp_job *job, int install, char *err, size_
     return 0;
 }
 
-
-int ddp_signals_stop_requested(void) { return g_stop_signal; }
+int ddp_signals_stop_requested(void)
+{
+    return g_stop_signal;
+}

@@ -61,21 +61,24 @@ struct trainer {
     struct ddp_optim optim;
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
-    const char *eval_only; /* eval, export, predict: the checkpoint or weights file */
+    const char *eval_only;    /* eval, export, predict: the checkpoint or weights file */
     struct ddp_run_args args; /* the mode and its options (cli/run_args.h) */
-    ddp_liveness *liveness; /* names dead peers when a collective fails */
-    ddp_comm *boot_comm;    /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
-    char device[160];       /* "cpu" or "cuda:N (name)" */
-    int lock_fd;            /* rank 0: the output directory's lock (outdir.h); else -1 */
-    char *job_text;         /* the effective job: job.ini and every checkpoint's `job` */
-    int resumed;            /* a checkpoint was loaded */
-    float *dev_x;           /* (B, in_elems) batch in device memory; NULL on the CPU */
-    int32_t *dev_y;         /* (B) labels in device memory */
+    ddp_liveness *liveness;   /* names dead peers when a collective fails */
+    ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
+    char device[160];         /* "cpu" or "cuda:N (name)" */
+    int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
+    char *job_text;           /* the effective job: job.ini and every checkpoint's `job` */
+    int resumed;              /* a checkpoint was loaded */
+    float *dev_x;             /* (B, in_elems) batch in device memory; NULL on the CPU */
+    int32_t *dev_y;           /* (B) labels in device memory */
     const struct ddp_test_hooks *hooks; /* read once at start */
-    struct loop *lp;        /* the training loop's position, while it runs */
+    struct loop *lp;                    /* the training loop's position, while it runs */
 };
 
-static void log_line(const char *line) { ddp_log("%s", line); }
+static void log_line(const char *line)
+{
+    ddp_log("%s", line);
+}
 
 static const char *host_of(const struct trainer *t, int rank)
 {
@@ -207,14 +210,15 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     if (!t->resumed) {
         int rc = ddp_outdir_move_aside(job->output, moved, sizeof moved, why, sizeof why);
         if (rc < 0) {
-            ddp_err(err, errlen, "%s: %s; move the earlier run's files away by hand, or use "
+            ddp_err(err, errlen,
+                    "%s: %s; move the earlier run's files away by hand, or use "
                     "another [job] output",
                     ddp_job_where(job, "job", "output", where, sizeof where), why);
             return DDP_EXIT_USAGE;
         }
         if (rc > 0)
-            ddp_log("starting afresh: the earlier run's files in %s were moved to %s",
-                    job->output, moved);
+            ddp_log("starting afresh: the earlier run's files in %s were moved to %s", job->output,
+                    moved);
     }
     if (ddp_outdir_write_job(job->output, t->job_text, why, sizeof why) != 0) {
         ddp_err(err, errlen, "%s", why);
@@ -304,14 +308,14 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
     if (t->world.rank == 0) {
         snprintf(dir, sizeof dir, "%s/checkpoints", t->job.output);
         double t0 = ddp_now();
-        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job_text, (int)t->job.ckpt_keep,
-                          path, sizeof path, err, sizeof err) != 0) {
+        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job_text, (int)t->job.ckpt_keep, path,
+                          sizeof path, err, sizeof err) != 0) {
             ok = 0;
         } else {
             if (pos->cursor)
-                ddp_log("checkpoint %s at step %lld (in epoch %lld, %lld samples in; %.2fs)",
-                        path, (long long)pos->step, (long long)pos->epoch + 1,
-                        (long long)pos->cursor, ddp_now() - t0);
+                ddp_log("checkpoint %s at step %lld (in epoch %lld, %lld samples in; %.2fs)", path,
+                        (long long)pos->step, (long long)pos->epoch + 1, (long long)pos->cursor,
+                        ddp_now() - t0);
             else /* at an epoch boundary: name the epoch that is complete */
                 ddp_log("checkpoint %s at step %lld (after epoch %lld; %.2fs)", path,
                         (long long)pos->step, (long long)pos->epoch, ddp_now() - t0);
@@ -337,19 +341,21 @@ static int check_same_job(struct trainer *t, const char *path, char *err, size_t
     free(stored);
     if (n < 0)
         ddp_warn("warning: %s records only its job file (an older ddptrain wrote it), so its "
-                 "settings are not compared with this job's", path);
+                 "settings are not compared with this job's",
+                 path);
     if (n <= 0)
         return 0;
     if (strcmp(job->resume, "auto") == 0)
-        ddp_err(err, errlen, "%s: %s was written by a different job (%s); set [checkpoint] "
+        ddp_err(err, errlen,
+                "%s: %s was written by a different job (%s); set [checkpoint] "
                 "resume = never to start afresh (the earlier run's files are moved aside), or "
                 "use another [job] output",
                 ddp_job_where(job, "job", "output", where, sizeof where), path, diff);
     else
-        ddp_err(err, errlen, "%s: %s was written by a different job (%s); to start from its "
+        ddp_err(err, errlen,
+                "%s: %s was written by a different job (%s); to start from its "
                 "weights instead, set [model] init = %s and [checkpoint] resume = never",
-                ddp_job_where(job, "checkpoint", "resume", where, sizeof where), path, diff,
-                path);
+                ddp_job_where(job, "checkpoint", "resume", where, sizeof where), path, diff, path);
     return DDP_EXIT_USAGE;
 }
 
@@ -373,9 +379,10 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
                 if (ddp_ckpt_load(list[i], &t->model, &t->optim, pos, err, errlen) == 0) {
                     found = 1;
                     ddp_log("resuming from %s: epoch %lld, step %lld, %lld samples into the "
-                            "epoch (saved by %lld rank%s)", list[i], (long long)pos->epoch + 1,
-                            (long long)pos->step, (long long)pos->cursor,
-                            (long long)pos->world_size, pos->world_size == 1 ? "" : "s");
+                            "epoch (saved by %lld rank%s)",
+                            list[i], (long long)pos->epoch + 1, (long long)pos->step,
+                            (long long)pos->cursor, (long long)pos->world_size,
+                            pos->world_size == 1 ? "" : "s");
                 } else {
                     ddp_warn("skipping checkpoint: %s", err);
                 }
@@ -429,16 +436,16 @@ static int64_t total_ms(const struct ddp_ckpt_pos *start, double t0)
 
 /* The loss of this batch is not finite: name the culprit (the batch, a layer's weights, or
  * the first layer with a non-finite output) before any update, and stop. */
-static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noise,
-                          int64_t step, double loss)
+static void die_nonfinite(struct trainer *t, const float *x, int n, uint64_t noise, int64_t step,
+                          double loss)
 {
     char why[DDP_ERR_LEN];
     const int64_t *idx = ddp_loader_indices(t->train_loader);
     int data = ddp_model_explain_nonfinite(&t->model, x, n, noise, why, sizeof why);
     ddp_die_at(__FILE__, __LINE__, data ? DDP_EXIT_DATA : DDP_EXIT_RUNTIME,
                "loss is %g at step %lld, on a batch of %s %s holding sample %lld: %s", loss,
-               (long long)step, t->job.data_file, t->job.data_train,
-               idx ? (long long)idx[0] : -1LL, why);
+               (long long)step, t->job.data_file, t->job.data_train, idx ? (long long)idx[0] : -1LL,
+               why);
 }
 
 /* Rank 0: a "start" (what ran where, for report.html) or "stop" (the signal) record. */
@@ -448,8 +455,8 @@ static void log_event(struct trainer *t, const char *kind, int64_t epoch, int64_
     if (t->world.rank != 0)
         return;
     char m[4096], h[256];
-    int n = snprintf(m, sizeof m, "\"epoch\":%lld,\"step\":%lld,\"time\":%.3f",
-                     (long long)epoch, (long long)step, ddp_wall_time());
+    int n = snprintf(m, sizeof m, "\"epoch\":%lld,\"step\":%lld,\"time\":%.3f", (long long)epoch,
+                     (long long)step, ddp_wall_time());
     if (signal) {
         snprintf(m + n, sizeof m - (size_t)n, ",\"signal\":\"%s\"", signal);
     } else {
@@ -470,8 +477,7 @@ static void log_event(struct trainer *t, const char *kind, int64_t epoch, int64_
 
 /* Every rank's compute seconds per step over the last log interval (busy s over steps):
  * the fastest and the slowest rank's into r. Collective. */
-static void step_spread(struct trainer *t, double busy_s, int64_t steps, 
-                        struct ddp_train_record *r)
+static void step_spread(struct trainer *t, double busy_s, int64_t steps, struct ddp_train_record *r)
 {
     double per = steps > 0 ? busy_s / (double)steps : 0;
     double mm[2] = {per, -per};
@@ -479,7 +485,6 @@ static void step_spread(struct trainer *t, double busy_s, int64_t steps,
     r->step_s_max = mm[0];
     r->step_s_min = -mm[1];
 }
-
 
 /* Where the loop stands; what the log lines and the summary report. */
 struct loop {
@@ -516,8 +521,8 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
     double comm_s, busbw;
     ddp_sync_take_stats(&t->sync, &comm_s, &busbw);
     double comm_frac = W > 1 ? comm_s / (now - lp->t_log) : -1;
-    struct ddp_train_record rec = {lp->epoch + 1, lp->step, mean, red[2] / red[1], lr, sps,
-                                   comm_frac, busbw, -1, -1};
+    struct ddp_train_record rec = {
+        lp->epoch + 1, lp->step, mean, red[2] / red[1], lr, sps, comm_frac, busbw, -1, -1};
     if (W > 1) /* per-rank spread of the time not spent waiting on all-reduce */
         step_spread(t, now - lp->t_log - comm_s, lp->step - lp->log_first, &rec);
     char comm[64] = "";
@@ -565,8 +570,12 @@ static int after_step(struct trainer *t, struct loop *lp)
         ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
     int at_end = lp->cursor >= lp->epoch_end;
     if (stop || (job->ckpt_every_steps > 0 && lp->step % job->ckpt_every_steps == 0)) {
-        struct ddp_ckpt_pos pos = {at_end ? lp->epoch + 1 : lp->epoch, lp->step,
-                                   at_end ? 0 : lp->cursor, W, job->batch_size * W, job->seed,
+        struct ddp_ckpt_pos pos = {at_end ? lp->epoch + 1 : lp->epoch,
+                                   lp->step,
+                                   at_end ? 0 : lp->cursor,
+                                   W,
+                                   job->batch_size * W,
+                                   job->seed,
                                    total_ms(lp->start, lp->t0)};
         save_checkpoint(t, &pos);
         lp->last_saved = lp->step;
@@ -586,8 +595,8 @@ static int run_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size, rank = t->world.rank;
-    const struct ddp_step step = {&t->model, &t->sync, &t->optim, NULL, NULL, nonfinite_hook, t,
-                                  &lp->correct};
+    const struct ddp_step step = {&t->model, &t->sync,       &t->optim, NULL,
+                                  NULL,      nonfinite_hook, t,         &lp->correct};
     char err[DDP_ERR_LEN];
     const float *x;
     const int32_t *y;
@@ -605,8 +614,8 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         }
         to_device(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
-        uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^
-                         ((uint64_t)lp->step << 20) ^ (uint64_t)rank;
+        uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
+                         (uint64_t)rank;
         lp->loss_acc[0] += ddp_step_run(&step, x, y, n, noise, lr);
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
@@ -636,14 +645,19 @@ static void end_epoch(struct trainer *t, struct loop *lp)
     int last = lp->epoch + 1 == job->epochs || lp->step >= lp->total_steps;
     if (t->test && (last || (job->eval_every > 0 && (lp->epoch + 1) % job->eval_every == 0))) {
         evaluate(t, &lp->last_loss, &lp->last_acc);
-        ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f",
-                (long long)lp->epoch + 1, (long long)lp->step, lp->last_loss, lp->last_acc);
+        ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f", (long long)lp->epoch + 1,
+                (long long)lp->step, lp->last_loss, lp->last_acc);
         ddp_metrics_eval(&t->metrics, lp->epoch + 1, lp->step, lp->last_loss, lp->last_acc);
     }
     if (job->ckpt_every_epochs > 0 && (lp->epoch + 1) % job->ckpt_every_epochs == 0 &&
         lp->last_saved != lp->step && lp->cursor >= lp->epoch_end) {
-        struct ddp_ckpt_pos pos = {lp->epoch + 1, lp->step, 0, W, job->batch_size * W,
-                                   job->seed, total_ms(lp->start, lp->t0)};
+        struct ddp_ckpt_pos pos = {lp->epoch + 1,
+                                   lp->step,
+                                   0,
+                                   W,
+                                   job->batch_size * W,
+                                   job->seed,
+                                   total_ms(lp->start, lp->t0)};
         save_checkpoint(t, &pos);
         lp->last_saved = lp->step;
     }
@@ -687,8 +701,8 @@ static void finish_training(struct trainer *t, struct loop *lp)
              (double)(lp->step - lp->first_step) * (double)G / start_s, l, a);
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(lp->last_acc))
-        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s",
-                lp->last_acc, lp->last_loss, (long long)lp->step, train_s, slice);
+        ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", lp->last_acc,
+                lp->last_loss, (long long)lp->step, train_s, slice);
     else
         ddp_log("done: %lld steps in %.1fs%s (no test split evaluated)", (long long)lp->step,
                 train_s, slice);
@@ -715,7 +729,8 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
     t->lp = &lp;
     if (lp.epoch >= job->epochs || lp.step >= lp.total_steps)
         ddp_log("nothing to train: the checkpoint is at step %lld of %lld (raise [train] epochs "
-                "or max_steps to continue)", (long long)lp.step, (long long)lp.total_steps);
+                "or max_steps to continue)",
+                (long long)lp.step, (long long)lp.total_steps);
     int rc = 0;
     for (; lp.epoch < job->epochs && lp.step < lp.total_steps; lp.epoch++, lp.cursor = 0) {
         ddp_sampler_set_epoch(&t->train_sampler, lp.epoch);
@@ -744,11 +759,19 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
 /* `ddptrain check`: setup is done; print what it found. */
 static int check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, double t_setup)
 {
-    struct ddp_check_facts cf = {&t->job, &t->world, t->device, ddp_comm_name(t->comm),
-                                 t->threads, t->sync.nbuckets, &t->model,
+    struct ddp_check_facts cf = {&t->job,
+                                 &t->world,
+                                 t->device,
+                                 ddp_comm_name(t->comm),
+                                 t->threads,
+                                 t->sync.nbuckets,
+                                 &t->model,
                                  ddp_h5split_count(t->train),
-                                 t->test ? ddp_h5split_count(t->test) : 0, t->steps_per_epoch,
-                                 start, t->resumed, ddp_now() - t_setup};
+                                 t->test ? ddp_h5split_count(t->test) : 0,
+                                 t->steps_per_epoch,
+                                 start,
+                                 t->resumed,
+                                 ddp_now() - t_setup};
     return ddp_check_print(&cf);
 }
 
@@ -810,8 +833,8 @@ static int start_comm(struct trainer *t)
     char err[DDP_ERR_LEN * 2];
     struct ddp_device_choice dev;
     if (ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL,
-                           job->precision == DDP_PRECISION_TF32, w->local_rank, w->local_size,
-                           &dev, err, sizeof err) != 0) {
+                           job->precision == DDP_PRECISION_TF32, w->local_rank, w->local_size, &dev,
+                           err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
@@ -824,8 +847,8 @@ static int start_comm(struct trainer *t)
         return DDP_EXIT_USAGE;
     }
     struct ddp_comm_opts o = ddp_comm_opts_of(job->backend, job->timeout_s);
-    if (gpu && (job->backend == DDP_COMM_NCCL ||
-                (job->backend == DDP_COMM_AUTO && w->world_size > 1))) {
+    if (gpu &&
+        (job->backend == DDP_COMM_NCCL || (job->backend == DDP_COMM_AUTO && w->world_size > 1))) {
         o.backend = DDP_COMM_NCCL;
         o.device = dev.device;
         o.bootstrap = (enum ddp_bootstrap_kind)job->bootstrap;
@@ -863,7 +886,8 @@ static int start_world(struct trainer *t)
     int rc = start_comm(t);
     if (rc)
         return rc;
-    ddp_signals_install(&t->job, 1, err, sizeof err); /* after MPI_Init; replaces main's catch-all */
+    ddp_signals_install(&t->job, 1, err,
+                        sizeof err); /* after MPI_Init; replaces main's catch-all */
     t->hosts = ddp_calloc((size_t)w->world_size, HOST_FIELD);
     char me[HOST_FIELD];
     snprintf(me, sizeof me, "%s", w->host);
@@ -988,8 +1012,7 @@ static int run_training(struct trainer *t, double t_setup)
     log_event(t, "start", start.epoch + 1, start.step, NULL);
     t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
     if (t->test) {
-        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size,
-                              w->rank);
+        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
         t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
     }
     log_banner(t);

@@ -119,7 +119,7 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double s
     if (sync)
         sync(sync_ctx);
     double best = windowed_median(gemm_pass, &g, 2.0 * (double)n * (double)n * (double)n / 1e9,
-                                reps, seconds, slow);
+                                  reps, seconds, slow);
     be->free(g.a);
     be->free(g.w);
     be->free(g.out);
@@ -129,7 +129,7 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double s
 struct triad_part {
     double *a, *b, *c; /* this thread's slices */
     size_t n;
-    int init;          /* 1: first touch (fill b, c), 0: triad */
+    int init; /* 1: first touch (fill b, c), 0: triad */
 };
 
 /* One thread's slice: first touch, or a[i] = b[i] + 3 c[i]. */
@@ -176,7 +176,10 @@ static void triad_run(struct triad_ctx *t, int init)
     }
 }
 
-static void triad_pass(void *arg) { triad_run(arg, 0); }
+static void triad_pass(void *arg)
+{
+    triad_run(arg, 0);
+}
 
 double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
                           void (*sync)(void *), void *sync_ctx)
@@ -196,7 +199,7 @@ double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, in
     if (sync)
         sync(sync_ctx);
     double best = windowed_median(triad_pass, &t, 3.0 * sizeof(double) * (double)n / 1e9, reps,
-                                seconds, slow);
+                                  seconds, slow);
     /* every element must be 1 + 3 * 2: this also keeps the compiler from dropping the loops */
     for (size_t i = 0; i < n; i++)
         if (a[i] != 7.0) {

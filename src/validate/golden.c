@@ -118,8 +118,7 @@ static ddp_synth *golden_data(int steps, int W, char *err, size_t errlen)
 }
 
 /* The golden run's optimiser: SGD with momentum and weight decay, constant lr. */
-static void golden_optim(struct ddp_optim *opt, const struct ddp_backend *be, size_t nparams,
-                         int W)
+static void golden_optim(struct ddp_optim *opt, const struct ddp_backend *be, size_t nparams, int W)
 {
     struct ddp_job job;
     ddp_job_defaults(&job);
@@ -137,9 +136,9 @@ static void golden_optim(struct ddp_optim *opt, const struct ddp_backend *be, si
 
 /* Everybody's trajectory into g, on every rank: loss (S) global, mine (S, 2) this rank's
  * local loss and gradient norm, hmine (S) its parameter hashes, at_rest and fin its tail. */
-static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int steps,
-                              double *loss, const double *mine, const uint64_t *hmine,
-                              int64_t at_rest, uint64_t fin)
+static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int steps, double *loss,
+                              const double *mine, const uint64_t *hmine, int64_t at_rest,
+                              uint64_t fin)
 {
     const int W = ddp_comm_size(c);
     g->steps = steps;
@@ -171,8 +170,8 @@ static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int st
 }
 
 int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
-                            const struct ddp_validate_faults *faults,
-                            struct ddp_validate_golden *g, char *err, size_t errlen)
+                            const struct ddp_validate_faults *faults, struct ddp_validate_golden *g,
+                            char *err, size_t errlen)
 {
     const int W = ddp_comm_size(c), rank = ddp_comm_rank(c);
     memset(g, 0, sizeof *g);
@@ -212,7 +211,7 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     int32_t *yb = be->alloc(sizeof(int32_t) * G_BATCH);  /* (B) backend: xent reads it there */
     float *host = ddp_malloc(sizeof(float) * (m.nparams + 1));
     double *loss = ddp_calloc((size_t)steps, sizeof(double));
-    double *mine = ddp_calloc((size_t)steps * 2, sizeof(double)); /* (S, 2) */
+    double *mine = ddp_calloc((size_t)steps * 2, sizeof(double));  /* (S, 2) */
     uint64_t *hmine = ddp_calloc((size_t)steps, sizeof(uint64_t)); /* (S) */
     int64_t at_rest = -1;
     struct hook_ctx hc = {&sync, &m, host, 0, 0};
@@ -305,8 +304,8 @@ static int next_double(char **p, double *out)
 }
 
 /* The values of a line "step S LOSS (LOCAL_LOSS GRAD_NORM) x W", S being the next expected. */
-static int read_step(struct ddp_validate_ref *r, int format, const char *val, int seen,
-                     char *err, size_t errlen)
+static int read_step(struct ddp_validate_ref *r, int format, const char *val, int seen, char *err,
+                     size_t errlen)
 {
     if (!format || !r->world_size || !r->steps)
         return ddp_err(err, errlen, "step before the format, world_size and steps lines");
@@ -356,8 +355,8 @@ int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *er
         if (!strcmp(line, "format")) {
             format = atoi(val);
             if (format != 1) {
-                ddp_err(err, errlen, "%s:%d: format %s; this ddptrain reads format 1", path,
-                        lineno, val);
+                ddp_err(err, errlen, "%s:%d: format %s; this ddptrain reads format 1", path, lineno,
+                        val);
                 goto done;
             }
         } else if (!strcmp(line, "backend")) {
@@ -397,8 +396,10 @@ int ddp_validate_ref_read(struct ddp_validate_ref *r, const char *path, char *er
     }
     if (!format || !r->backend[0] || !r->spec[0] || !r->world_size || seen != r->steps ||
         !r->steps) {
-        ddp_err(err, errlen, "%s: incomplete reference (needs format, backend, world_size, steps, "
-                "spec and every step; %d of %d steps found)", path, seen, r->steps);
+        ddp_err(err, errlen,
+                "%s: incomplete reference (needs format, backend, world_size, steps, "
+                "spec and every step; %d of %d steps found)",
+                path, seen, r->steps);
         goto done;
     }
     rc = 0;

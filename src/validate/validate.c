@@ -94,8 +94,10 @@ struct key {
     double lo, hi;
 };
 
-#define K(sec, name, type, field, lo, hi)                                                      \
-    {sec, name, type, offsetof(struct ddp_validate_config, field), lo, hi}
+#define K(sec, name, type, field, lo, hi)                                    \
+    {                                                                        \
+        sec, name, type, offsetof(struct ddp_validate_config, field), lo, hi \
+    }
 static const struct key g_keys[] = {
     K("validate", "min_fraction", KEY_F64, min_fraction, 0, 1),
     K("validate", "threads", KEY_INT, threads, 0, 4096),
@@ -171,14 +173,14 @@ static int on_ini(void *user, const char *section, const char *name, const char 
         }
         double v;
         int64_t iv = 0;
-        int ok = k->type == KEY_F64 ? ddp_parse_f64(value, &v) == 0
-                                    : ddp_parse_i64(value, &iv) == 0;
+        int ok =
+            k->type == KEY_F64 ? ddp_parse_f64(value, &v) == 0 : ddp_parse_i64(value, &iv) == 0;
         if (k->type != KEY_F64)
             v = (double)iv;
         if (!ok || !(v >= k->lo && v <= k->hi)) {
-            ddp_err(x->err, x->errlen, "%s:%d: [%s] %s: '%s'; expected %s from %g to %g",
-                    x->path, lineno, section, name, value,
-                    k->type == KEY_F64 ? "a number" : "an integer", k->lo, k->hi);
+            ddp_err(x->err, x->errlen, "%s:%d: [%s] %s: '%s'; expected %s from %g to %g", x->path,
+                    lineno, section, name, value, k->type == KEY_F64 ? "a number" : "an integer",
+                    k->lo, k->hi);
             x->failed = 1;
             return 0;
         }
@@ -193,9 +195,8 @@ static int on_ini(void *user, const char *section, const char *name, const char 
     if (!section[0])
         ddp_err(x->err, x->errlen, "%s:%d: key %s before any [section]", x->path, lineno, name);
     else
-        ddp_err(x->err, x->errlen,
-                "%s:%d: unknown key [%s] %s (configs/validate.ini lists them)", x->path, lineno,
-                section, name);
+        ddp_err(x->err, x->errlen, "%s:%d: unknown key [%s] %s (configs/validate.ini lists them)",
+                x->path, lineno, section, name);
     x->failed = 1;
     return 0;
 }
@@ -215,8 +216,10 @@ int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, ch
         return ddp_err(err, errlen, "%s:%d: not INI syntax (expected [section] or key = value)",
                        path, rc);
     if (c->ar_max_bytes < c->ar_min_bytes || c->ar_max_bytes_quick < c->ar_min_bytes)
-        return ddp_err(err, errlen, "%s: [allreduce] max_bytes and max_bytes_quick must be at "
-                       "least min_bytes (%lld)", path, (long long)c->ar_min_bytes);
+        return ddp_err(err, errlen,
+                       "%s: [allreduce] max_bytes and max_bytes_quick must be at "
+                       "least min_bytes (%lld)",
+                       path, (long long)c->ar_min_bytes);
     return 0;
 }
 
@@ -273,10 +276,10 @@ struct rank_info {
     char cpu_model[CPU_MODEL_LEN];
     char boot_id[BOOT_ID_LEN];
     unsigned char cpuset[CPUSET_BYTES];
-    int32_t gpu_count;            /* devices the CUDA driver reports; 0 on CPU builds */
-    int32_t device;               /* the GPU this rank validates on, -1: the CPU */
+    int32_t gpu_count;             /* devices the CUDA driver reports; 0 on CPU builds */
+    int32_t device;                /* the GPU this rank validates on, -1: the CPU */
     char where[DDP_HOST_MAX + 16]; /* "host", or "host GPU d": how failures name the rank */
-    char gpu_driver[96];          /* CUDA versions, or "none" */
+    char gpu_driver[96];           /* CUDA versions, or "none" */
 };
 
 /* Copy the value of "key<blank>:" from a /proc file into out; 0 if found. */
@@ -560,7 +563,8 @@ static void judge_rates(struct report *rep, double frac, double med_gemm, double
         if (x->triad < 0)
             add_failure(rep, r, "triad",
                         "rank %d on %s: the triad read back wrong values (memory does not hold "
-                        "what was written)", r, x->where);
+                        "what was written)",
+                        r, x->where);
         else if (x->triad < frac * med_triad)
             add_failure(rep, r, "triad",
                         "rank %d on %s: triad %.1f GB/s is %.2f x the median %.1f of the ranks "
@@ -571,8 +575,7 @@ static void judge_rates(struct report *rep, double frac, double med_gemm, double
 
 /* rows: (W, nsizes) every rank's checks. A rank whose own input was wrong explains wrong sums
  * everywhere at that size; without one, the ranks that received wrong sums are named. */
-static int judge_allreduce(struct report *rep, const struct ddp_validate_ar_row *rows,
-                           int nsizes)
+static int judge_allreduce(struct report *rep, const struct ddp_validate_ar_row *rows, int nsizes)
 {
     const int W = rep->W;
     int *blamed = ddp_calloc((size_t)W, sizeof(int));
@@ -604,8 +607,7 @@ static int judge_allreduce(struct report *rep, const struct ddp_validate_ar_row 
                             "rank %d on %s: all-reduce of %lld bytes returned %lld wrong "
                             "element%s (first: [%lld] = %g, exact %g)%s",
                             r, rep->ri[r].where, (long long)x->bytes, (long long)x->bad_elems,
-                            x->bad_elems == 1 ? "" : "s", (long long)x->first_bad, x->got,
-                            x->want,
+                            x->bad_elems == 1 ? "" : "s", (long long)x->first_bad, x->got, x->want,
                             results == W ? " on every rank: the reduction itself, or the "
                                            "network, is faulty"
                                          : "");
@@ -617,9 +619,9 @@ static int judge_allreduce(struct report *rep, const struct ddp_validate_ar_row 
 }
 
 struct golden_verdict {
-    char verdict[8];       /* PASS, FAIL, WARN */
+    char verdict[8]; /* PASS, FAIL, WARN */
     char reason[REASON_LEN];
-    char ref_path[1024];   /* "" if none */
+    char ref_path[1024]; /* "" if none */
     int ref_steps, compared;
     double max_rel;
     int hash_match;
@@ -743,8 +745,8 @@ static void judge_golden(struct report *rep, const struct ddp_validate_golden *g
             nbad++;
         } else {
             snprintf(gv->reason, sizeof gv->reason,
-                     "%d steps within %g of %s (largest loss difference %.2g)", gv->compared,
-                     rtol, ref_path, gv->max_rel);
+                     "%d steps within %g of %s (largest loss difference %.2g)", gv->compared, rtol,
+                     ref_path, gv->max_rel);
         }
         free(flag);
     }
@@ -830,8 +832,8 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
                          const int *first_rank, double frac)
 {
     const int W = rep->W;
-    printf("\nranks (%s backend, %s%s)\n", rf->backend,
-           rf->quick ? "quick: " : "", rf->quick ? "fewer and smaller tests" : "full tests");
+    printf("\nranks (%s backend, %s%s)\n", rf->backend, rf->quick ? "quick: " : "",
+           rf->quick ? "fewer and smaller tests" : "full tests");
     printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s  %s\n", "rank", "host", "cpu", "cpus",
            "threads", "memory", "gpu", "sgemm", "ratio", "triad", "ratio", "verdict");
     printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s  %s\n", "", "", "", "(allowed)", "",
@@ -843,9 +845,9 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
         char gpus[16] = "none";
         if (x->gpu_count > 0)
             snprintf(gpus, sizeof gpus, "%d", x->gpu_count);
-        printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f  %s\n", r,
-               x->host, x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus,
-               x->gemm, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
+        printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f  %s\n", r, x->host,
+               x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus, x->gemm,
+               rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
                rf->med_triad > 0 ? x->triad / rf->med_triad : 0,
                rank_failed(rep, r) ? "FAIL" : "PASS");
     }
@@ -856,10 +858,10 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
     printf("\nall-reduce: in-place sum of float32 over %d rank%s through comm %s; time = median "
            "of timed blocks of the slowest rank; busbw = algbw x 2(n-1)/n\n",
            W, W == 1 ? "" : "s", rf->comm);
-    printf("%12s %11s %11s %9s %9s %6s %10s\n", "size", "count", "time", "algbw", "busbw",
-           "iters", "wrong");
-    printf("%12s %11s %11s %9s %9s %6s %10s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)",
-           "", "(elements)");
+    printf("%12s %11s %11s %9s %9s %6s %10s\n", "size", "count", "time", "algbw", "busbw", "iters",
+           "wrong");
+    printf("%12s %11s %11s %9s %9s %6s %10s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "",
+           "(elements)");
     for (int s = 0; s < rf->nsizes; s++) {
         int64_t wrong = 0;
         for (int r = 0; r < W; r++)
@@ -895,8 +897,7 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
                 printed = 1;
             }
         if (!printed)
-            printf("%-20.20s %-12s %-7s %s\n", rep->ri[first_rank[h]].host, rr, "PASS",
-                   "");
+            printf("%-20.20s %-12s %-7s %s\n", rep->ri[first_rank[h]].host, rr, "PASS", "");
     }
     free(list);
     for (int i = 0; i < rep->nwarn; i++)
@@ -922,9 +923,10 @@ static void json_ranks(FILE *f, const struct report *rep, const struct run_facts
         json_str(f, x->host);
         fprintf(f, ", \"cpu_model\": ");
         json_str(f, x->cpu_model);
-        fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"threads\": %d, "
-                   "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"%s\", "
-                   "\"gpu_count\": %d, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": ",
+        fprintf(f,
+                ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"threads\": %d, "
+                "\"mem_total_bytes\": %lld, \"mem_available_bytes\": %lld, \"gpu\": \"%s\", "
+                "\"gpu_count\": %d, \"gpu_memory_bytes\": \"none\", \"gpu_driver\": ",
                 x->cpus_online, x->cpus_allowed, x->threads, (long long)x->mem_total,
                 (long long)x->mem_avail, x->gpu_count > 0 ? "cuda" : "none", x->gpu_count);
         json_str(f, x->gpu_driver);
@@ -948,9 +950,10 @@ static void json_allreduce(FILE *f, const struct report *rep, const struct run_f
     int ar_bad = 0;
     for (int i = 0; i < rep->nfail; i++)
         ar_bad |= !strcmp(rep->fail[i].check, "allreduce");
-    fprintf(f, "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
-               "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
-               "\"rows\": [",
+    fprintf(f,
+            "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
+            "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
+            "\"rows\": [",
             W, ddp_comm_busbw_factor(W), ar_bad ? "FAIL" : "PASS");
     for (int s = 0; s < rf->nsizes; s++) {
         int64_t wrong = 0;
@@ -979,12 +982,12 @@ static int write_json(const char *path, const struct report *rep, const struct r
     FILE *f = ddp_atomic_open(&af, path);
     if (!f)
         return ddp_err(err, errlen, "--json %s.tmp: cannot write: %s", path, strerror(errno));
-    fprintf(f, "{\n  \"format\": \"ddptrain-validate-1\",\n  \"version\": \"%s\",\n",
-            DDP_VERSION);
+    fprintf(f, "{\n  \"format\": \"ddptrain-validate-1\",\n  \"version\": \"%s\",\n", DDP_VERSION);
     fprintf(f, "  \"verdict\": \"%s\",\n  \"exit_code\": %d,\n  \"quick\": %s,\n",
             rep->nfail ? "FAIL" : "PASS", rep->nfail ? 1 : 0, rf->quick ? "true" : "false");
-    fprintf(f, "  \"world_size\": %d,\n  \"nodes_count\": %d,\n  \"launcher\": \"%s\",\n"
-               "  \"comm\": \"%s\",\n  \"backend\": \"%s\",\n  \"elapsed_s\": %.3f,\n",
+    fprintf(f,
+            "  \"world_size\": %d,\n  \"nodes_count\": %d,\n  \"launcher\": \"%s\",\n"
+            "  \"comm\": \"%s\",\n  \"backend\": \"%s\",\n  \"elapsed_s\": %.3f,\n",
             W, rf->nnodes, rf->launcher, rf->comm, rf->backend, rf->elapsed);
     fprintf(f, "  \"failures\": [");
     for (int i = 0; i < rep->nfail; i++) {
@@ -1018,8 +1021,9 @@ static int write_json(const char *path, const struct report *rep, const struct r
         json_str(f, gv->ref_path);
     else
         fputs("null", f);
-    fprintf(f, ", \"reference_steps\": %d, \"compared_steps\": %d, \"max_rel_diff\": ",
-            gv->ref_steps, gv->compared);
+    fprintf(f,
+            ", \"reference_steps\": %d, \"compared_steps\": %d, \"max_rel_diff\": ", gv->ref_steps,
+            gv->compared);
     json_num(f, gv->ref_path[0] ? gv->max_rel : NAN, "%.3g");
     fprintf(f, ", \"tolerance\": %g, \"losses\": [", cfg->golden_rtol);
     for (int s = 0; s < g->steps; s++) {
@@ -1121,7 +1125,10 @@ static int find_reference(const char *given, const char *backend, int W, char *p
 
 /* ---- the command ------------------------------------------------------------------------- */
 
-static void barrier_cb(void *c) { ddp_comm_barrier(c); }
+static void barrier_cb(void *c)
+{
+    ddp_comm_barrier(c);
+}
 
 /* Every rank learns whether all succeeded; returns the lowest failing rank's code. */
 static int agree(ddp_comm *c, int code)
@@ -1141,14 +1148,12 @@ static int agree(ddp_comm *c, int code)
  * (dist/binding.h) and NCCL, so the GEMM, the all-reduces and the golden run exercise the
  * GPU path; else the CPU backend and comm auto. *device: the CUDA ordinal, -1 for the CPU.
  * Returns 0, or -1 with one line in err (exit DDP_EXIT_LAUNCH). */
-static int choose_device(const struct ddp_world *w, double timeout_s,
-                         const struct ddp_backend **be, struct ddp_comm_opts *o, int *device,
-                         char *err, size_t errlen)
+static int choose_device(const struct ddp_world *w, double timeout_s, const struct ddp_backend **be,
+                         struct ddp_comm_opts *o, int *device, char *err, size_t errlen)
 {
     struct ddp_device_choice dev;
     *o = ddp_comm_opts_of(DDP_COMM_AUTO, timeout_s);
-    if (ddp_backend_select(GPU_DEVICE, 0, 0, w->local_rank,
-                           w->local_size, &dev, err, errlen) != 0)
+    if (ddp_backend_select(GPU_DEVICE, 0, 0, w->local_rank, w->local_size, &dev, err, errlen) != 0)
         return -1;
     *be = dev.be;
     *device = dev.device;
@@ -1175,8 +1180,8 @@ struct vrun {
     int have_ref;
     char ref_path[DDP_PATH_MAX + 64], rec_path[DDP_PATH_MAX + 64];
     char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX];
-    struct rank_info mine, *all;     /* all: (W) */
-    struct ddp_validate_ar_row *rows; /* (DDP_VALIDATE_MAX_SIZES) this rank's sweep */
+    struct rank_info mine, *all;        /* all: (W) */
+    struct ddp_validate_ar_row *rows;   /* (DDP_VALIDATE_MAX_SIZES) this rank's sweep */
     struct ddp_validate_ar_row *ar_all; /* (W, nsizes) everybody's */
     int nsizes, steps;
     struct ddp_validate_golden g;
@@ -1197,8 +1202,8 @@ static int vrun_start(struct vrun *v)
         fprintf(stderr, "ddptrain: validate: --record and --reference exclude each other\n");
         return DDP_EXIT_USAGE;
     }
-    if (ddp_validate_faults_parse(&v->faults, ddp_test_hooks()->validate_fault, err,
-                                  sizeof err) != 0) {
+    if (ddp_validate_faults_parse(&v->faults, ddp_test_hooks()->validate_fault, err, sizeof err) !=
+        0) {
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
@@ -1237,26 +1242,26 @@ static int vrun_start(struct vrun *v)
 static int vrun_reference(struct vrun *v)
 {
     const char *record = v->a->record;
-    const char *given = v->a->reference ? v->a->reference
-                        : v->cfg.reference[0] ? v->cfg.reference : NULL;
+    const char *given = v->a->reference       ? v->a->reference
+                        : v->cfg.reference[0] ? v->cfg.reference
+                                              : NULL;
     char err[DDP_ERR_LEN * 2];
     int code = 0;
     if (v->me == 0 && !record) {
-        if (find_reference(given, v->be->name, v->W, v->ref_path, sizeof v->ref_path,
-                           v->no_ref, sizeof v->no_ref)) {
+        if (find_reference(given, v->be->name, v->W, v->ref_path, sizeof v->ref_path, v->no_ref,
+                           sizeof v->no_ref)) {
             if (ddp_validate_ref_read(&v->ref, v->ref_path, err, sizeof err) != 0) {
                 ddp_warn("validate: %s", err);
                 code = DDP_EXIT_USAGE;
             } else if (strcmp(v->ref.spec, DDP_VALIDATE_GOLDEN_SPEC) != 0 ||
                        strcmp(v->ref.backend, v->be->name) != 0) {
                 snprintf(v->no_ref, sizeof v->no_ref,
-                         "%s was recorded for another golden run or backend (%s: %s)",
-                         v->ref_path, v->ref.backend, v->ref.spec);
+                         "%s was recorded for another golden run or backend (%s: %s)", v->ref_path,
+                         v->ref.backend, v->ref.spec);
                 ddp_validate_ref_free(&v->ref);
             } else if (v->ref.world_size != v->W) {
                 snprintf(v->no_ref, sizeof v->no_ref, "%s is for %d rank%s, this run has %d",
-                         v->ref_path, v->ref.world_size, v->ref.world_size == 1 ? "" : "s",
-                         v->W);
+                         v->ref_path, v->ref.world_size, v->ref.world_size == 1 ? "" : "s", v->W);
                 ddp_validate_ref_free(&v->ref);
             } else {
                 v->have_ref = 1;
@@ -1268,8 +1273,7 @@ static int vrun_reference(struct vrun *v)
     }
     if (v->me == 0 && record) {
         if (is_dir(record))
-            snprintf(v->rec_path, sizeof v->rec_path, "%s/%s-w%d.ref", record, v->be->name,
-                     v->W);
+            snprintf(v->rec_path, sizeof v->rec_path, "%s/%s-w%d.ref", record, v->be->name, v->W);
         else
             snprintf(v->rec_path, sizeof v->rec_path, "%s", record);
     }
@@ -1299,8 +1303,8 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             quick ? cfg->triad_mib_quick : cfg->triad_mib,
             quick ? cfg->triad_reps_quick : cfg->triad_reps,
             quick ? cfg->triad_s_quick : cfg->triad_s, v->threads,
-            ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me),
-            barrier_cb, v->c);
+            ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me), barrier_cb,
+            v->c);
         *triad_bad |= mine->triad < 0;
     }
     mine->triad_bad = *triad_bad;
@@ -1375,10 +1379,10 @@ static int vrun_golden(struct vrun *v)
 {
     char err[DDP_ERR_LEN * 2];
     v->steps = v->a->record || !v->a->quick ? v->cfg.golden_steps : v->cfg.golden_steps_quick;
-    int code = ddp_validate_golden_run(v->c, v->be, v->steps, &v->faults, &v->g, err,
-                                       sizeof err) != 0
-                   ? DDP_EXIT_RUNTIME
-                   : 0;
+    int code =
+        ddp_validate_golden_run(v->c, v->be, v->steps, &v->faults, &v->g, err, sizeof err) != 0
+            ? DDP_EXIT_RUNTIME
+            : 0;
     if (code)
         ddp_warn("validate: %s", err);
     return agree(v->c, code);
@@ -1401,17 +1405,25 @@ static int vrun_judge(struct vrun *v)
     int *host_of = ddp_malloc(sizeof(int) * (size_t)W);
     int *first_rank = ddp_malloc(sizeof(int) * (size_t)W);
     const int quick = v->a->quick;
-    struct run_facts rf = {quick, v->nsizes, quick ? v->cfg.gemm_n_quick : v->cfg.gemm_n,
-                           v->steps, quick ? v->cfg.triad_mib_quick : v->cfg.triad_mib,
-                           ddp_launcher_name(v->w.launcher), ddp_comm_name(v->c), v->be->name,
-                           med_gemm, med_triad, 0, 0};
+    struct run_facts rf = {quick,
+                           v->nsizes,
+                           quick ? v->cfg.gemm_n_quick : v->cfg.gemm_n,
+                           v->steps,
+                           quick ? v->cfg.triad_mib_quick : v->cfg.triad_mib,
+                           ddp_launcher_name(v->w.launcher),
+                           ddp_comm_name(v->c),
+                           v->be->name,
+                           med_gemm,
+                           med_triad,
+                           0,
+                           0};
     rf.nnodes = group_hosts(v->all, W, host_of, first_rank);
     if (record && !strcmp(gv.verdict, "PASS")) {
         if (ddp_validate_ref_write(&v->g, v->be->name, v->rec_path, err, sizeof err) != 0)
             add_failure(&rep, 0, "record", "rank 0 on %s: %s", v->all[0].host, err);
         else
-            ddp_log("recorded the golden run (%d steps, %d rank%s) as a reference: %s",
-                    v->steps, W, W == 1 ? "" : "s", v->rec_path);
+            ddp_log("recorded the golden run (%d steps, %d rank%s) as a reference: %s", v->steps, W,
+                    W == 1 ? "" : "s", v->rec_path);
     } else if (record) {
         add_warning(&rep, "no reference recorded: the golden run failed");
     }

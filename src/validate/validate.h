@@ -100,8 +100,8 @@ struct ddp_validate_config {
     double ar_block_ms;             /* target length of one block */
     /* [golden] */
     int golden_steps, golden_steps_quick;
-    double golden_rtol;             /* relative tolerance of losses and gradient norms */
-    char reference[1024];           /* file or directory; "" = the shipped references */
+    double golden_rtol;   /* relative tolerance of losses and gradient norms */
+    char reference[1024]; /* file or directory; "" = the shipped references */
 };
 
 void ddp_validate_config_defaults(struct ddp_validate_config *c);
@@ -149,14 +149,14 @@ double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, in
 /* ---- the all-reduce sweep (allreduce.c) ------------------------------------------ */
 
 struct ddp_validate_ar_row {
-    int64_t bytes, count;  /* count f32 elements */
-    double time_s;         /* median over blocks of the slowest rank's time per call */
-    double algbw, busbw;   /* GB/s (1e9 bytes) */
-    int iters, blocks;     /* calls per block, blocks */
-    int64_t bad_elems;     /* elements of this rank's result that were wrong (all checks) */
-    int64_t first_bad;     /* first wrong element index on this rank, -1 if none */
-    double got, want;      /* its value and the exact value */
-    int input_bad;         /* this rank's own input did not hold the pattern */
+    int64_t bytes, count; /* count f32 elements */
+    double time_s;        /* median over blocks of the slowest rank's time per call */
+    double algbw, busbw;  /* GB/s (1e9 bytes) */
+    int iters, blocks;    /* calls per block, blocks */
+    int64_t bad_elems;    /* elements of this rank's result that were wrong (all checks) */
+    int64_t first_bad;    /* first wrong element index on this rank, -1 if none */
+    double got, want;     /* its value and the exact value */
+    int input_bad;        /* this rank's own input did not hold the pattern */
 };
 
 struct ddp_validate_ar_opts {
@@ -175,8 +175,8 @@ int ddp_validate_allreduce_sweep(ddp_comm *c, const struct ddp_validate_ar_opts 
 /* ---- the golden run (golden.c) --------------------------------------------------- */
 
 /* What the golden run is; written into references, which must match it. */
-#define DDP_VALIDATE_GOLDEN_SPEC                                                             \
-    "synth(1x12x12,4 classes,seed 7) conv2d(6,3,pad=1),relu,maxpool(2),flatten,linear(32),"  \
+#define DDP_VALIDATE_GOLDEN_SPEC                                                            \
+    "synth(1x12x12,4 classes,seed 7) conv2d(6,3,pad=1),relu,maxpool(2),flatten,linear(32)," \
     "relu,linear(4) init 1234 sgd(lr 0.05,momentum 0.9,wd 1e-4) batch 16/rank bucket 0.004MB"
 
 /* Per-rank trajectory of one golden run of `steps` steps. */
@@ -193,8 +193,8 @@ struct ddp_validate_golden {
 /* Run it (collective; the backend's threads are the caller's to set). faults: flip_param and
  * bad_grad apply on their ranks. Returns 0 or -1 with err (a setup failure). */
 int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
-                            const struct ddp_validate_faults *faults,
-                            struct ddp_validate_golden *g, char *err, size_t errlen);
+                            const struct ddp_validate_faults *faults, struct ddp_validate_golden *g,
+                            char *err, size_t errlen);
 void ddp_validate_golden_free(struct ddp_validate_golden *g); /* accepts a zeroed struct */
 
 /* A recorded trajectory (configs/validate-ref/<backend>-w<W>.ref). */

@@ -59,7 +59,8 @@ int main(int argc, char **argv)
         const char *dir = getenv("DDP_FMNIST_DIR");
         ddp_idx_files files;
         if (ddp_idx_find(dir && dir[0] ? dir : "/usr/share/datasets/fashion-mnist", &files, err,
-                         sizeof err) != 0 || !mkdtemp(tmpdir)) {
+                         sizeof err) != 0 ||
+            !mkdtemp(tmpdir)) {
             fprintf(stderr, "no input: %s\n", err);
             return 77;
         }
@@ -88,16 +89,14 @@ int main(int argc, char **argv)
     int cached_ok = ddp_h5split_cache(s, (size_t)16 << 30, err, sizeof err);
     double t_cache = ddp_now() - t0;
     double cached = cached_ok == 1 ? run(s, batch, 2000, perm, idx, x) : 0;
-    printf("%-28s %12s %12s %12s %12s %12s\n", "file", "N", "open", "cache", "streamed",
-           "cached");
-    printf("%-28s %12s %12s %12s %12s %12s\n", "", "samples", "ms", "ms", "samples/s",
-           "samples/s");
+    printf("%-28s %12s %12s %12s %12s %12s\n", "file", "N", "open", "cache", "streamed", "cached");
+    printf("%-28s %12s %12s %12s %12s %12s\n", "", "samples", "ms", "ms", "samples/s", "samples/s");
     printf("%-28.28s %12lld %12.2f %12.2f %12.0f %12.0f\n", group, (long long)n, 1e3 * t_open,
            1e3 * t_cache, streamed, cached);
     printf("{\"bench\":\"h5read\",\"group\":\"%s\",\"n\":%lld,\"sample_elems\":%lld,\"batch\":%d,"
            "\"open_ms\":%.3f,\"cache_ms\":%.3f,\"streamed_samples_per_s\":%.0f,"
-           "\"cached_samples_per_s\":%.0f}\n", group, (long long)n, (long long)d, batch,
-           1e3 * t_open, 1e3 * t_cache, streamed, cached);
+           "\"cached_samples_per_s\":%.0f}\n",
+           group, (long long)n, (long long)d, batch, 1e3 * t_open, 1e3 * t_cache, streamed, cached);
     ddp_h5split_close(s);
     free(perm);
     free(idx);

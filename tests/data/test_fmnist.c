@@ -18,8 +18,8 @@
 enum { PIX = 28 * 28, BATCH = 1000 };
 
 /* Compare split `group` of out with the IDX pair, reading in shuffled batches. */
-static void compare(const char *out, const char *group, const char *img_path,
-                    const char *lab_path, int64_t want_n)
+static void compare(const char *out, const char *group, const char *img_path, const char *lab_path,
+                    int64_t want_n)
 {
     char err[DDP_ERR_LEN] = "";
     ddp_idx *fi = ddp_idx_open(img_path, err, sizeof err);
@@ -38,7 +38,8 @@ static void compare(const char *out, const char *group, const char *img_path,
     CHECK(ddp_h5split_dtype(s) == DDP_H5DTYPE_UINT8 && ddp_h5split_classes(s) == 10,
           "%s: dtype/classes", group);
     uint8_t *px = malloc((size_t)(n * PIX)), *lab = malloc((size_t)n);
-    CHECK(ddp_idx_read(fi, px, n, err, sizeof err) == 0 && ddp_idx_read(fl, lab, n, err, sizeof err) == 0,
+    CHECK(ddp_idx_read(fi, px, n, err, sizeof err) == 0 &&
+              ddp_idx_read(fl, lab, n, err, sizeof err) == 0,
           "idx read: %s", err);
     for (int64_t i = 0; i < n; i++)
         if (ddp_h5split_labels(s)[i] != lab[i]) {
@@ -100,7 +101,8 @@ int main(void)
           err);
     printf("import: %.2f s\n", ddp_now() - t0);
     CHECK(sum.n_train == 60000 && sum.n_test == 10000 && sum.classes == 10 &&
-          sum.label_min[0] == 0 && sum.label_max[0] == 9, "summary");
+              sum.label_min[0] == 0 && sum.label_max[0] == 9,
+          "summary");
     compare(out, "/train", files.train_images, files.train_labels, 60000);
     compare(out, "/test", files.test_images, files.test_labels, 10000);
     unlink(out);

@@ -121,8 +121,7 @@ static void write_ref(hid_t f, const char *g, const ref_split *r, hsize_t chunk_
                       int big_endian)
 {
     hid_t grp = new_group(f, g);
-    put(grp, "images",
-        r->is_float ? (big_endian ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : H5T_STD_U8LE,
+    put(grp, "images", r->is_float ? (big_endian ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : H5T_STD_U8LE,
         r->is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8, r->rank, r->dims,
         r->is_float ? (const void *)r->f32 : (const void *)r->u8, chunk_rows);
     hsize_t n = (hsize_t)r->n;
@@ -131,8 +130,8 @@ static void write_ref(hid_t f, const char *g, const ref_split *r, hsize_t chunk_
 }
 
 /* Check one read of idx[0..n) against the reference. */
-static void check_read(ddp_h5split *s, const ref_split *r, const int64_t *idx, int n,
-                       float *out, const char *what)
+static void check_read(ddp_h5split *s, const ref_split *r, const int64_t *idx, int n, float *out,
+                       const char *what)
 {
     char err[DDP_ERR_LEN] = "";
     int rc = ddp_h5split_read(s, idx, n, out, err, sizeof err);
@@ -169,8 +168,7 @@ static void check_split(const char *path, const char *group, const ref_split *r)
     CHECK(sr == (r->rank == 2 ? 1 : 3), "shape rank %d", sr);
     for (int i = 0; i < sr; i++)
         CHECK(dims[i] == (int64_t)r->dims[i + 1], "dim %d", i);
-    CHECK(ddp_h5split_dtype(s) == (r->is_float ? DDP_H5DTYPE_FLOAT32 : DDP_H5DTYPE_UINT8),
-          "dtype");
+    CHECK(ddp_h5split_dtype(s) == (r->is_float ? DDP_H5DTYPE_FLOAT32 : DDP_H5DTYPE_UINT8), "dtype");
     CHECK(!strcmp(ddp_h5split_labels_type(s), "int64"), "labels type %s",
           ddp_h5split_labels_type(s));
     CHECK(memcmp(ddp_h5split_labels(s), r->labels, (size_t)r->n * sizeof(int32_t)) == 0,
@@ -235,11 +233,11 @@ static void good_files(const char *dir)
     make_ref(&e, 1, 2, de);
     snprintf(path, sizeof path, "%s/good.h5", dir);
     hid_t f = new_file(path);
-    write_ref(f, "/u8_nchw", &a, 0, 0);            /* pread fast path */
-    write_ref(f, "/f32_nd", &b, 0, 0);             /* pread fast path */
-    write_ref(f, "/f32_nchw_chunked", &c, 64, 0);  /* HDF5 path, gzip chunks */
-    write_ref(f, "/u8_nd_chunked", &d, 7, 0);      /* HDF5 path */
-    write_ref(f, "/f32be_nd", &e, 0, 1);           /* HDF5 path, byte-order conversion */
+    write_ref(f, "/u8_nchw", &a, 0, 0);           /* pread fast path */
+    write_ref(f, "/f32_nd", &b, 0, 0);            /* pread fast path */
+    write_ref(f, "/f32_nchw_chunked", &c, 64, 0); /* HDF5 path, gzip chunks */
+    write_ref(f, "/u8_nd_chunked", &d, 7, 0);     /* HDF5 path */
+    write_ref(f, "/f32be_nd", &e, 0, 1);          /* HDF5 path, byte-order conversion */
     H5Fclose(f);
     check_split(path, "/u8_nchw", &a);
     check_split(path, "f32_nd", &b); /* no leading slash */
@@ -259,7 +257,8 @@ static void good_files(const char *dir)
         char want[64];
         snprintf(want, sizeof want, "index %lld", (long long)first);
         CHECK(strstr(err, want) && strstr(err, path) && strstr(err, "/u8_nchw") &&
-              !strchr(err, '\n'), "check_labels message: %s", err);
+                  !strchr(err, '\n'),
+              "check_labels message: %s", err);
         ddp_h5split_close(s);
     }
     free_ref(&a);
@@ -296,8 +295,8 @@ static const bad_case bad_cases[] = {
 #define N_BAD ((int)(sizeof bad_cases / sizeof bad_cases[0]))
 
 /* Group /train with images of (file type ft, rank r, dims d) and labels (lt, lr, ld). */
-static void bad_file(const char *dir, const char *name, hid_t ft, int r, const hsize_t *d,
-                     hid_t lt, int lr, const hsize_t *ld)
+static void bad_file(const char *dir, const char *name, hid_t ft, int r, const hsize_t *d, hid_t lt,
+                     int lr, const hsize_t *ld)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -388,8 +387,8 @@ static void check_bad(const char *dir)
               err);
         CHECK(strstr(err, bad_cases[i].expect) != NULL, "%s: message must say `%s`: %s",
               bad_cases[i].file, bad_cases[i].expect, err);
-        CHECK(strchr(err, '\n') == NULL && err[0], "%s: one non-empty line: %s",
-              bad_cases[i].file, err);
+        CHECK(strchr(err, '\n') == NULL && err[0], "%s: one non-empty line: %s", bad_cases[i].file,
+              err);
         printf("ok   %-16s %s\n", bad_cases[i].file, err);
     }
     /* labelrange.h5 opens (the layout is fine) but check_labels against `classes` fails */
@@ -399,7 +398,8 @@ static void check_bad(const char *dir)
     CHECK(s && ddp_h5split_classes(s) == 5, "labelrange.h5 opens: %s", err);
     if (s) {
         CHECK(ddp_h5split_check_labels(s, ddp_h5split_classes(s), err, sizeof err) == -1 &&
-              strstr(err, "label 7 at index 6") && strstr(err, "[0, 5)"), "labelrange: %s", err);
+                  strstr(err, "label 7 at index 6") && strstr(err, "[0, 5)"),
+              "labelrange: %s", err);
         ddp_h5split_close(s);
     }
 }
@@ -422,17 +422,20 @@ static void check_writer(const char *dir)
     if (!w)
         return;
     CHECK(access(tmp, F_OK) == 0 && access(path, F_OK) != 0, "writes to OUT.tmp first");
-    CHECK(ddp_h5writer_begin(w, "/train", 5, 3, dims, DDP_H5DTYPE_UINT8, 1000, err, sizeof err)
-          == 0, "begin: %s", err);
+    CHECK(ddp_h5writer_begin(w, "/train", 5, 3, dims, DDP_H5DTYPE_UINT8, 1000, err, sizeof err) ==
+              0,
+          "begin: %s", err);
     CHECK(ddp_h5writer_append(w, img, lab, 2, err, sizeof err) == 0, "append: %s", err);
     CHECK(ddp_h5writer_end(w, err, sizeof err) == -1, "end with 2 of 5 must fail");
     CHECK(ddp_h5writer_append(w, img + 24, lab + 2, 3, err, sizeof err) == 0, "append: %s", err);
     CHECK(ddp_h5writer_append(w, img, lab, 1, err, sizeof err) == -1, "overflow must fail");
     CHECK(ddp_h5writer_end(w, err, sizeof err) == 0, "end: %s", err);
-    CHECK(ddp_h5writer_begin(w, "/test", 2, 1, (int64_t[3]){12, 0, 0}, DDP_H5DTYPE_UINT8, 10,
-                             err, sizeof err) == 0, "begin: %s", err);
+    CHECK(ddp_h5writer_begin(w, "/test", 2, 1, (int64_t[3]){12, 0, 0}, DDP_H5DTYPE_UINT8, 10, err,
+                             sizeof err) == 0,
+          "begin: %s", err);
     CHECK(ddp_h5writer_append(w, img, (int32_t[2]){3, 10}, 2, err, sizeof err) == -1 &&
-          strstr(err, "label 10"), "label 10 of 10 classes must fail: %s", err);
+              strstr(err, "label 10"),
+          "label 10 of 10 classes must fail: %s", err);
     CHECK(ddp_h5writer_append(w, img, (int32_t[2]){3, 9}, 2, err, sizeof err) == 0, "%s", err);
     CHECK(ddp_h5writer_end(w, err, sizeof err) == 0, "end: %s", err);
     CHECK(ddp_h5writer_commit(w, err, sizeof err) == 0, "commit: %s", err);
@@ -456,7 +459,8 @@ static void check_writer(const char *dir)
     ddp_h5split_close(s);
     char src[64];
     CHECK(ddp_h5data_source(path, src, sizeof src, err, sizeof err) == 0 &&
-          !strcmp(src, "unit test"), "source `%s` %s", src, err);
+              !strcmp(src, "unit test"),
+          "source `%s` %s", src, err);
     char **names = NULL;
     int ng = ddp_h5data_groups(path, &names, err, sizeof err);
     CHECK(ng == 2 && !strcmp(names[0], "/test") && !strcmp(names[1], "/train"), "groups %d", ng);
@@ -467,7 +471,8 @@ static void check_writer(const char *dir)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     w = ddp_h5writer_create(path, "x", err, sizeof err);
     CHECK(w && ddp_h5writer_begin(w, "/train", 5, 1, dims, DDP_H5DTYPE_FLOAT32, 2, err,
-                                  sizeof err) == 0, "begin: %s", err);
+                                  sizeof err) == 0,
+          "begin: %s", err);
     ddp_h5writer_destroy(w);
     CHECK(access(tmp, F_OK) != 0 && access(path, F_OK) != 0, "abandoned leaves nothing");
     snprintf(path, sizeof path, "%s/no/such/dir/x.h5", dir);

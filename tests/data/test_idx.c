@@ -263,8 +263,8 @@ static int import_dir(const char *dir, int classes, char *err, size_t errlen, ch
 }
 
 /* The imported split must equal the reference exactly. */
-static void check_split(const char *out, const char *group, const uint8_t *img,
-                        const uint8_t *lab, int n)
+static void check_split(const char *out, const char *group, const uint8_t *img, const uint8_t *lab,
+                        int n)
 {
     char err[DDP_ERR_LEN] = "";
     ddp_h5split *s = ddp_h5split_open(out, group, err, sizeof err);
@@ -273,9 +273,11 @@ static void check_split(const char *out, const char *group, const uint8_t *img,
         return;
     int64_t dims[3];
     CHECK(ddp_h5split_count(s) == n && ddp_h5split_shape(s, dims) == 3 && dims[0] == 1 &&
-          dims[1] == ROWS && dims[2] == COLS, "%s shape", group);
+              dims[1] == ROWS && dims[2] == COLS,
+          "%s shape", group);
     CHECK(ddp_h5split_dtype(s) == DDP_H5DTYPE_UINT8 && ddp_h5split_classes(s) == 7 &&
-          !strcmp(ddp_h5split_labels_type(s), "uint8"), "%s dtype/classes/labels type", group);
+              !strcmp(ddp_h5split_labels_type(s), "uint8"),
+          "%s dtype/classes/labels type", group);
     for (int i = 0; i < n; i++)
         CHECK(ddp_h5split_labels(s)[i] == lab[i], "%s label %d", group, i);
     int64_t idx[NTRAIN];
@@ -302,13 +304,12 @@ static void check_good(const char *root)
     for (int gz = 0; gz < 2; gz++) {
         snprintf(dir, sizeof dir, "%s/good_%s", root, gz ? "gz" : "raw");
         write_set(dir, gz, -1, none);
-        CHECK(import_dir(dir, 0, err, sizeof err, out, sizeof out) == 0, "import %s: %s", dir,
-              err);
+        CHECK(import_dir(dir, 0, err, sizeof err, out, sizeof out) == 0, "import %s: %s", dir, err);
         check_split(out, "/train", train_img, train_lab, NTRAIN);
         check_split(out, "/test", test_img, test_lab, NTEST);
         /* --classes below the largest label + 1 is refused, naming the labels file */
         CHECK(import_dir(dir, 6, err, sizeof err, out, sizeof out) == -1 &&
-              strstr(err, "train-labels-idx1-ubyte") && strstr(err, "label 6"),
+                  strstr(err, "train-labels-idx1-ubyte") && strstr(err, "label 6"),
               "classes 6: %s", err);
     }
     /* the sequential reader: shape, piecewise reads, reading past the end */
@@ -318,11 +319,13 @@ static void check_good(const char *root)
     if (f) {
         int64_t d[DDP_IDX_MAX_DIMS];
         CHECK(ddp_idx_shape(f, d) == 3 && d[0] == NTRAIN && d[1] == ROWS && d[2] == COLS &&
-              ddp_idx_record_bytes(f) == ROWS * COLS, "idx shape");
+                  ddp_idx_record_bytes(f) == ROWS * COLS,
+              "idx shape");
         uint8_t buf[NTRAIN * ROWS * COLS];
         CHECK(ddp_idx_read(f, buf, 7, err, sizeof err) == 0 &&
-              ddp_idx_read(f, buf + 7 * ROWS * COLS, NTRAIN - 7, err, sizeof err) == 0 &&
-              memcmp(buf, train_img, sizeof buf) == 0, "piecewise read: %s", err);
+                  ddp_idx_read(f, buf + 7 * ROWS * COLS, NTRAIN - 7, err, sizeof err) == 0 &&
+                  memcmp(buf, train_img, sizeof buf) == 0,
+              "piecewise read: %s", err);
         CHECK(ddp_idx_read(f, buf, 1, err, sizeof err) == -1, "read past the end must fail");
         ddp_idx_close(f);
     }
@@ -347,7 +350,8 @@ static void check_bad(const char *root)
     }
     char err[DDP_ERR_LEN] = "";
     CHECK(!ddp_idx_open("/nonexistent/train-images-idx3-ubyte", err, sizeof err) &&
-          strstr(err, "No such file"), "missing file: %s", err);
+              strstr(err, "No such file"),
+          "missing file: %s", err);
 }
 
 int main(int argc, char **argv)

@@ -32,8 +32,7 @@ static ddp_synth_spec small_spec(int rank, int64_t d0, int64_t d1, int64_t d2, i
 }
 
 /* Whole split as float (from the cache), labels copied; caller frees. */
-static float *load(const char *path, const char *group, int32_t **labels, int64_t *n,
-                   int64_t *d)
+static float *load(const char *path, const char *group, int32_t **labels, int64_t *n, int64_t *d)
 {
     char err[DDP_ERR_LEN] = "";
     ddp_h5split *s = ddp_h5split_open(path, group, err, sizeof err);
@@ -76,7 +75,8 @@ static void check_determinism(const char *dir)
         if (xa && xb && xc) {
             CHECK(n == (split ? 300 : 1000) && d == 2 * 9 * 7, "shape");
             CHECK(!memcmp(xa, xb, (size_t)(n * d) * sizeof *xa) &&
-                  !memcmp(la, lb, (size_t)n * sizeof *la), "%s: chunk size changed the data", g);
+                      !memcmp(la, lb, (size_t)n * sizeof *la),
+                  "%s: chunk size changed the data", g);
             CHECK(memcmp(xa, xc, (size_t)(n * d) * sizeof *xa) != 0, "%s: seed ignored", g);
             int64_t hist[10] = {0};
             for (int64_t i = 0; i < n; i++) {
@@ -160,8 +160,8 @@ static void check_learnable(const char *dir)
     for (int i = 0; i < 4; i++) {
         char path[1024], err[DDP_ERR_LEN] = "";
         snprintf(path, sizeof path, "%s/learn%d.h5", dir, i);
-        ddp_synth_spec s = small_spec(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
-                                      3000, 1000);
+        ddp_synth_spec s =
+            small_spec(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 3000, 1000);
         CHECK(ddp_synth_write(&s, path, err, sizeof err) == 0, "write: %s", err);
         double acc = nearest_mean_accuracy(path, 10);
         printf("nearest class mean, shape %d,%d,%d: test accuracy %.3f (chance 0.100)\n",
@@ -188,8 +188,7 @@ static void check_memory_bound(const char *dir)
     getrusage(RUSAGE_SELF, &r1);
     long grew_kb = r1.ru_maxrss - r0.ru_maxrss;
     printf("memory bound: writing 81 MB grew peak RSS by %ld KiB\n", grew_kb);
-    CHECK(grew_kb < 16 * 1024, "peak RSS grew by %ld KiB writing 81 MB in 1 MiB chunks",
-          grew_kb);
+    CHECK(grew_kb < 16 * 1024, "peak RSS grew by %ld KiB writing 81 MB in 1 MiB chunks", grew_kb);
     unlink(path);
 #endif
 }
@@ -204,14 +203,14 @@ static void check_bad_specs(void)
     int n = 0;
     ddp_synth_spec base;
     ddp_synth_defaults(&base);
-#define BAD(field_expr, text)                                                             \
-    do {                                                                                  \
-        cases[n].s = base;                                                                \
-        ddp_synth_spec *sp = &cases[n].s;                                                 \
-        field_expr;                                                                       \
-        cases[n].what = #field_expr;                                                      \
-        cases[n].expect = text;                                                           \
-        n++;                                                                              \
+#define BAD(field_expr, text)             \
+    do {                                  \
+        cases[n].s = base;                \
+        ddp_synth_spec *sp = &cases[n].s; \
+        field_expr;                       \
+        cases[n].what = #field_expr;      \
+        cases[n].expect = text;           \
+        n++;                              \
     } while (0)
     BAD(sp->classes = 1, "--classes 1");
     BAD(sp->rank = 2, "--shape");
@@ -224,10 +223,9 @@ static void check_bad_specs(void)
 #undef BAD
     for (int i = 0; i < n; i++) {
         char err[DDP_ERR_LEN] = "";
-        CHECK(ddp_synth_check(&cases[i].s, err, sizeof err) == -1, "%s must fail",
-              cases[i].what);
-        CHECK(strstr(err, cases[i].expect) && !strchr(err, '\n'), "%s: message `%s`",
-              cases[i].what, err);
+        CHECK(ddp_synth_check(&cases[i].s, err, sizeof err) == -1, "%s must fail", cases[i].what);
+        CHECK(strstr(err, cases[i].expect) && !strchr(err, '\n'), "%s: message `%s`", cases[i].what,
+              err);
         CHECK(ddp_synth_create(&cases[i].s, err, sizeof err) == NULL, "%s: create", cases[i].what);
     }
     char err[DDP_ERR_LEN] = "";

@@ -37,8 +37,8 @@
 
 #if HAVE_CUDA
 
-#define TOL 1e-6        /* normalised fp32 error, GPU vs CPU */
-#define TOL_F64 1e-10   /* relative error of double results */
+#define TOL 1e-6      /* normalised fp32 error, GPU vs CPU */
+#define TOL_F64 1e-10 /* relative error of double results */
 
 static int g_fail, g_checks;
 static const struct ddp_backend *G, *C;
@@ -88,7 +88,10 @@ static void *dev_of(const void *host, size_t bytes)
     return d;
 }
 
-static float *dev_f(const float *host, size_t n) { return dev_of(host, sizeof(float) * n); }
+static float *dev_f(const float *host, size_t n)
+{
+    return dev_of(host, sizeof(float) * n);
+}
 
 static float *host_of(const float *dev, size_t n)
 {
@@ -140,8 +143,8 @@ static void check(const char *op, const float *gpu_dev, const float *cpu, const 
         if (ok)
             snprintf(how, sizeof how, "bit-identical");
         else
-            snprintf(how, sizeof how, "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g", bad,
-                     n, first, gpu[first], cpu[first]);
+            snprintf(how, sizeof how, "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g", bad, n,
+                     first, gpu[first], cpu[first]);
     } else {
         double ncpu;
         double e = norm_diff(gpu, cpu, n, &ncpu);
@@ -154,8 +157,8 @@ static void check(const char *op, const float *gpu_dev, const float *cpu, const 
             const double lim = fmax(TOL, 2 * ec);
             ok = eg <= lim;
             snprintf(how, sizeof how,
-                     "err %.2e > %.0e; vs float64: gpu %.2e, cpu %.2e (limit %.2e)", e, TOL, eg,
-                     ec, lim);
+                     "err %.2e > %.0e; vs float64: gpu %.2e, cpu %.2e (limit %.2e)", e, TOL, eg, ec,
+                     lim);
         }
         if (!isfinite(e))
             ok = 0;
@@ -238,9 +241,29 @@ static void t_linear(int B, int Cin, int O)
     ddp_cpu_linear_bwd_f64(NULL, rdw, NULL, dy64, x64, w64, B, Cin, O);
     check("linear_bwd dw, no dinp/db", gdw, cdw, rdw, nw, 0);
 
-    G->free(gx); G->free(gw); G->free(gb); G->free(gdy); G->free(gdx); G->free(gdw); G->free(gdb);
-    free(x); free(w); free(b); free(dy); free(dw0); free(db0); free(x64); free(w64); free(b64);
-    free(dy64); free(cdx); free(cdw); free(cdb); free(rdx); free(rdw); free(rdb);
+    G->free(gx);
+    G->free(gw);
+    G->free(gb);
+    G->free(gdy);
+    G->free(gdx);
+    G->free(gdw);
+    G->free(gdb);
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+    free(dw0);
+    free(db0);
+    free(x64);
+    free(w64);
+    free(b64);
+    free(dy64);
+    free(cdx);
+    free(cdw);
+    free(cdb);
+    free(rdx);
+    free(rdw);
+    free(rdb);
 }
 
 static void t_elementwise(size_t n)
@@ -274,8 +297,8 @@ static void t_elementwise(size_t n)
     g_checks++;
     const double frac = (double)kept / (double)n;
     const int fok = fabs(frac - (1 - p)) < 0.02;
-    printf("%-4s %-34s kept %.4f (expected %.2f)\n", fok ? "ok" : "FAIL", "dropout keep rate",
-           frac, 1 - p);
+    printf("%-4s %-34s kept %.4f (expected %.2f)\n", fok ? "ok" : "FAIL", "dropout keep rate", frac,
+           1 - p);
     g_fail += !fok;
 
     /* scale, zero, device-to-device copy through upload */
@@ -289,8 +312,16 @@ static void t_elementwise(size_t n)
     G->zero(gy, n);
     check("zero", gy, cy, NULL, n, 1);
 
-    G->free(gx); G->free(gdy); G->free(gy); G->free(gdx); G->free(gm);
-    free(x); free(dy); free(cy); free(cdx); free(cm);
+    G->free(gx);
+    G->free(gdy);
+    G->free(gy);
+    G->free(gdx);
+    G->free(gm);
+    free(x);
+    free(dy);
+    free(cy);
+    free(cdx);
+    free(cm);
 }
 
 static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
@@ -333,11 +364,35 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
     check("conv2d_bwd dw (+=)", gdw, cdw, rdw, nw, 0);
     check("conv2d_bwd db (+=)", gdb, cdb, rdb, (size_t)O, 0);
 
-    G->free(gx); G->free(gw); G->free(gb); G->free(gdy); G->free(gy); G->free(gdx); G->free(gdw);
-    G->free(gdb); G->free(gcolb);
-    free(x); free(w); free(b); free(dy); free(dw0); free(db0); free(x64); free(w64); free(b64);
-    free(dy64); free(ccolb); free(rcol); free(cy); free(ry); free(cdx); free(cdw); free(cdb);
-    free(rdx); free(rdw); free(rdb);
+    G->free(gx);
+    G->free(gw);
+    G->free(gb);
+    G->free(gdy);
+    G->free(gy);
+    G->free(gdx);
+    G->free(gdw);
+    G->free(gdb);
+    G->free(gcolb);
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+    free(dw0);
+    free(db0);
+    free(x64);
+    free(w64);
+    free(b64);
+    free(dy64);
+    free(ccolb);
+    free(rcol);
+    free(cy);
+    free(ry);
+    free(cdx);
+    free(cdw);
+    free(cdb);
+    free(rdx);
+    free(rdw);
+    free(rdb);
 }
 
 static void t_pools(int B, int Cc, int H, int W, int k)
@@ -385,8 +440,16 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     G->avgpool_bwd(gdx, gdy, B, Cc, H, W, k);
     check("avgpool_bwd", gdx, cdx, NULL, ni, 0);
 
-    G->free(gx); G->free(gdy); G->free(gy); G->free(gdx); G->free(garg);
-    free(x); free(dy); free(cy); free(cdx); free(carg);
+    G->free(gx);
+    G->free(gdy);
+    G->free(gy);
+    G->free(gdx);
+    G->free(garg);
+    free(x);
+    free(dy);
+    free(cy);
+    free(cdx);
+    free(carg);
 }
 
 static void t_batchnorm(int B, int Cc, int S)
@@ -445,10 +508,33 @@ static void t_batchnorm(int B, int Cc, int S)
     G->bn_bwd_apply(NULL, gdg, gdb, gdy, gxh, ginv, ggam, cs, glob, 2 * count, B, Cc, S);
     check("bn_bwd_apply dgamma, no dinp", gdg, cdg, NULL, (size_t)Cc, 0);
 
-    G->free(gx); G->free(gdy); G->free(ggam); G->free(gbet); G->free(gmean); G->free(ginv);
-    G->free(gy); G->free(gxh); G->free(gdx); G->free(gdg); G->free(gdb);
-    free(x); free(dy); free(gamma); free(beta); free(cs); free(gs); free(mean); free(inv);
-    free(cy); free(cxh); free(glob); free(dg0); free(db0); free(cdx); free(cdg); free(cdb);
+    G->free(gx);
+    G->free(gdy);
+    G->free(ggam);
+    G->free(gbet);
+    G->free(gmean);
+    G->free(ginv);
+    G->free(gy);
+    G->free(gxh);
+    G->free(gdx);
+    G->free(gdg);
+    G->free(gdb);
+    free(x);
+    free(dy);
+    free(gamma);
+    free(beta);
+    free(cs);
+    free(gs);
+    free(mean);
+    free(inv);
+    free(cy);
+    free(cxh);
+    free(glob);
+    free(dg0);
+    free(db0);
+    free(cdx);
+    free(cdg);
+    free(cdb);
 }
 
 static void t_xent(int B, int K)
@@ -482,8 +568,12 @@ static void t_xent(int B, int K)
     gl = G->xent(NULL, &gc, gz, gy, B, K, 0);
     check_d("xent loss, no dlogits", &gl, &cl, 1);
     check_i("xent correct, no dlogits", gc, cc);
-    G->free(gz); G->free(gy); G->free(gd);
-    free(z); free(y); free(cd);
+    G->free(gz);
+    G->free(gy);
+    G->free(gd);
+    free(z);
+    free(y);
+    free(cd);
 }
 
 static void t_optim(size_t n)
@@ -501,7 +591,10 @@ static void t_optim(size_t n)
         snprintf(name, sizeof name, "sgd_step x3 nesterov=%d params", nesterov);
         check(name, gpp, cp, NULL, n, 0);
         check("sgd_step momentum buffer", gb, cb, NULL, n, 0);
-        free(cp); free(cb); G->free(gpp); G->free(gb);
+        free(cp);
+        free(cb);
+        G->free(gpp);
+        G->free(gb);
     }
     {
         float *cp = copy_f(p, n);
@@ -509,7 +602,8 @@ static void t_optim(size_t n)
         C->sgd_step(cp, g, 1, NULL, n, 0.1f, 0, 0, 0, 1);
         G->sgd_step(gpp, gg, 1, NULL, n, 0.1f, 0, 0, 0, 1);
         check("sgd_step plain", gpp, cp, NULL, n, 0);
-        free(cp); G->free(gpp);
+        free(cp);
+        G->free(gpp);
     }
     for (int decoupled = 0; decoupled <= 1; decoupled++) {
         float *cp = copy_f(p, n), *cm = ddp_malloc(sizeof(float) * n),
@@ -519,8 +613,7 @@ static void t_optim(size_t n)
         float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
               *gv = G->alloc(sizeof(float) * n);
         for (int64_t t = 1; t <= 3; t++) {
-            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled,
-                         t);
+            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
             G->adam_step(gpp, gg, 0.25f, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled,
                          t);
         }
@@ -528,10 +621,16 @@ static void t_optim(size_t n)
         check(name, gpp, cp, NULL, n, 0);
         check("adam_step m", gm, cm, NULL, n, 0);
         check("adam_step v", gv, cv, NULL, n, 0);
-        free(cp); free(cm); free(cv); G->free(gpp); G->free(gm); G->free(gv);
+        free(cp);
+        free(cm);
+        free(cv);
+        G->free(gpp);
+        G->free(gm);
+        G->free(gv);
     }
     G->free(gg);
-    free(p); free(g);
+    free(p);
+    free(g);
 }
 
 /* TF32 GEMMs: a smoke check with a TF32-sized tolerance (10-bit mantissa). */
@@ -559,8 +658,15 @@ static void t_tf32(void)
            "linear_fwd tf32", no, e);
     g_fail += !ok;
     ddp_backend_cuda(0, 0, err, sizeof err); /* back to fp32 */
-    G->free(gx); G->free(gw); G->free(gb); G->free(gy);
-    free(x); free(w); free(b); free(cy); free(h);
+    G->free(gx);
+    G->free(gw);
+    G->free(gb);
+    G->free(gy);
+    free(x);
+    free(w);
+    free(b);
+    free(cy);
+    free(h);
 }
 
 #endif /* HAVE_CUDA */
@@ -590,16 +696,16 @@ int main(void)
     t_linear(256, 784, 512); /* fashion-mlp's first layer */
     t_linear(1, 5, 3);
     t_conv(5, 3, 13, 13, 8, 3, 1, 1);
-    t_conv(4, 2, 11, 9, 6, 4, 2, 1);   /* non-square, stride 2, window overhangs */
-    t_conv(3, 1, 28, 28, 32, 5, 1, 0); /* fashion-cnn's first layer */
+    t_conv(4, 2, 11, 9, 6, 4, 2, 1);     /* non-square, stride 2, window overhangs */
+    t_conv(3, 1, 28, 28, 32, 5, 1, 0);   /* fashion-cnn's first layer */
     t_conv(48, 16, 32, 32, 16, 5, 1, 2); /* 409600 col floats a sample: 2 chunks of <= 40 */
-    t_pools(3, 4, 10, 10, 3);          /* floor mode: a row and column left over */
+    t_pools(3, 4, 10, 10, 3);            /* floor mode: a row and column left over */
     t_pools(2, 3, 8, 12, 2);
     t_batchnorm(6, 5, 49);
-    t_batchnorm(33, 17, 1);            /* batchnorm after linear: S = 1 */
-    t_batchnorm(64, 8, 3136);          /* several partial sums per channel */
+    t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
+    t_batchnorm(64, 8, 3136); /* several partial sums per channel */
     t_xent(67, 10);
-    t_xent(9, 1000);                   /* K > 32: lanes loop */
+    t_xent(9, 1000); /* K > 32: lanes loop */
     t_xent(1, 2);
     t_optim(10007);
     t_tf32();

@@ -37,15 +37,15 @@ static int skip(const char *why)
 
 static int g_fail, g_checks;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        g_checks++;                                                                            \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        g_checks++;                                                         \
+        if (!(cond)) {                                                      \
+            g_fail++;                                                       \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+        }                                                                   \
     } while (0)
 
 static const struct ddp_backend *G;
@@ -69,7 +69,8 @@ static ddp_comm *make_comm(const struct ddp_world *w, char *err, size_t errlen)
         return c;
     }
     printf("note: ddp_comm_create(nccl) refused (%s); testing the backend on a hand-made "
-           "handle\n", err);
+           "handle\n",
+           err);
     c = ddp_calloc(1, sizeof *c);
     c->rank = w->rank;
     c->size = w->world_size;
@@ -150,8 +151,7 @@ static int run(void)
         hi[i] = ((int64_t)1 << 53) + 1 + i;
     ddp_comm_allreduce_max(c, hi, 5, DDP_I64);
     for (int i = 0; i < 5; i++)
-        CHECK(hi[i] == ((int64_t)1 << 53) + 1 + i, "host i64 max [%d] = %lld", i,
-              (long long)hi[i]);
+        CHECK(hi[i] == ((int64_t)1 << 53) + 1 + i, "host i64 max [%d] = %lld", i, (long long)hi[i]);
     /* a large host all-reduce (bigger than the first bounce buffer: it grows) */
     for (size_t i = 0; i < n; i++)
         h[i] = (float)(i % 777);

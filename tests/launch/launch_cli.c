@@ -26,7 +26,10 @@
 
 static volatile sig_atomic_t g_sig;
 
-static void on_signal(int s) { g_sig = s; }
+static void on_signal(int s)
+{
+    g_sig = s;
+}
 
 static int env_int(const char *a, const char *b)
 {

@@ -119,8 +119,8 @@ static void arguments(void)
           "world of one, pmi2 without PMI_FD: %s", err);
     CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, blob, 0, 1, err, sizeof err) < 0,
           "length 0 accepted");
-    CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, blob, DDP_BOOTSTRAP_MAX_LEN + 1, 1,
-                              err, sizeof err) < 0,
+    CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, blob, DDP_BOOTSTRAP_MAX_LEN + 1, 1, err,
+                              sizeof err) < 0,
           "length above the maximum accepted");
     CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, blob, 8, 0, err, sizeof err) < 0 &&
               strstr(err, "timeout_s"),
@@ -173,15 +173,18 @@ static void world_of(struct ddp_world *w, int rank, int size, int port)
 }
 
 /* Byte i of call c's blob. */
-static unsigned char pattern(size_t i, int c) { return (unsigned char)(i * 131 + 7 + c * 29); }
+static unsigned char pattern(size_t i, int c)
+{
+    return (unsigned char)(i * 131 + 7 + c * 29);
+}
 
 struct scenario {
     const char *what;
-    int size;         /* world size */
-    size_t len;       /* blob bytes */
-    int calls;        /* calls in a row */
-    double delay_s;   /* peers start this late */
-    const int *skip;  /* ranks never started (terminated by -1), or NULL */
+    int size;        /* world size */
+    size_t len;      /* blob bytes */
+    int calls;       /* calls in a row */
+    double delay_s;  /* peers start this late */
+    const int *skip; /* ranks never started (terminated by -1), or NULL */
     double timeout_s;
     const char *want_err; /* rank 0's expected error, NULL for success */
 };
@@ -209,16 +212,16 @@ static void run(const struct scenario *s)
             char err[DDP_ERR_LEN];
             for (int c = 0; c < s->calls; c++) {
                 memset(b, 0, s->len);
-                if (ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, s->len, s->timeout_s,
-                                        err, sizeof err) < 0) {
+                if (ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, s->len, s->timeout_s, err,
+                                        sizeof err) < 0) {
                     if (!s->want_err)
                         fprintf(stderr, "%s: rank %d: %s\n", s->what, r, err);
                     _exit(3);
                 }
                 for (size_t i = 0; i < s->len; i++)
                     if (b[i] != pattern(i, c)) {
-                        fprintf(stderr, "%s: rank %d call %d: byte %zu differs\n", s->what, r,
-                                c, i);
+                        fprintf(stderr, "%s: rank %d call %d: byte %zu differs\n", s->what, r, c,
+                                i);
                         _exit(4);
                     }
             }
@@ -239,8 +242,8 @@ static void run(const struct scenario *s)
     }
     double dt = ddp_now() - t0;
     if (s->want_err) {
-        CHECK(rc < 0 && strstr(err, s->want_err), "%s: rank 0 rc %d '%s', want '%s'", s->what,
-              rc, err, s->want_err);
+        CHECK(rc < 0 && strstr(err, s->want_err), "%s: rank 0 rc %d '%s', want '%s'", s->what, rc,
+              err, s->want_err);
         CHECK(dt >= s->timeout_s - 0.05 && dt < s->timeout_s + 1.5,
               "%s: gave up after %.2f s, timeout %g", s->what, dt, s->timeout_s);
         if (getenv("DDP_TEST_VERBOSE"))
@@ -254,8 +257,8 @@ static void run(const struct scenario *s)
         int st = 0;
         waitpid(pids[r], &st, 0);
         if (!s->want_err)
-            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d exit status %d", s->what,
-                  r, st);
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d exit status %d", s->what, r,
+                  st);
     }
     free(b);
     free(pids);
@@ -289,8 +292,8 @@ static void tcp(void)
                 world_of(&w, 1, 2, port);
                 unsigned char b[16] = {0};
                 char err[DDP_ERR_LEN];
-                int rc = ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, 16, 10, err,
-                                             sizeof err);
+                int rc =
+                    ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, 16, 10, err, sizeof err);
                 _exit(rc == 0 && b[15] == 15 ? 0 : 1);
             }
             usleep(700000);
@@ -300,8 +303,7 @@ static void tcp(void)
             for (int k = 0; k < 16; k++)
                 b[k] = (unsigned char)k;
             char err[DDP_ERR_LEN] = "";
-            CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, 16, 10, err, sizeof err) ==
-                      0,
+            CHECK(ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, 16, 10, err, sizeof err) == 0,
                   "%s: %s", s.what, err);
             int st;
             waitpid(p, &st, 0);
@@ -330,8 +332,10 @@ static void port_in_use(void)
     char err[DDP_ERR_LEN] = "", want[128];
     double t0 = ddp_now();
     int rc = ddp_bootstrap_share(&w, DDP_BOOTSTRAP_TCP, NULL, b, 4, 5, err, sizeof err);
-    snprintf(want, sizeof want, "port %d on localhost is in use: another job? set [dist] port "
-             "or MASTER_PORT", w.master_port);
+    snprintf(want, sizeof want,
+             "port %d on localhost is in use: another job? set [dist] port "
+             "or MASTER_PORT",
+             w.master_port);
     CHECK(rc < 0 && strcmp(err, want) == 0, "port in use: '%s'", err);
     CHECK(ddp_now() - t0 < 1, "port in use took %.2f s", ddp_now() - t0);
     close(fd);

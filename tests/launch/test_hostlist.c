@@ -27,7 +27,10 @@ static char *join(char **hosts, int n)
 }
 
 /* An error line is non-empty and one line. */
-static int one_line(const char *err) { return err[0] != '\0' && strchr(err, '\n') == NULL; }
+static int one_line(const char *err)
+{
+    return err[0] != '\0' && strchr(err, '\n') == NULL;
+}
 
 static void table(void)
 {
@@ -48,14 +51,13 @@ static void table(void)
                 free(got);
             }
         } else {
-            CHECK(rc == -1, "case %d \"%s\": accepted, want rejection (%s)", i, c->expr,
-                  c->reason);
+            CHECK(rc == -1, "case %d \"%s\": accepted, want rejection (%s)", i, c->expr, c->reason);
             CHECK(hosts == NULL && n == 0, "case %d: outputs not cleared on failure", i);
             CHECK(one_line(err), "case %d \"%s\": error not one line: \"%s\"", i, c->expr, err);
             CHECK(strstr(err, c->reason) != NULL, "case %d \"%s\": error \"%s\" lacks \"%s\"", i,
                   c->expr, err, c->reason);
-            CHECK(strstr(err, "hostlist") != NULL, "case %d: error does not say hostlist: %s",
-                  i, err);
+            CHECK(strstr(err, "hostlist") != NULL, "case %d: error does not say hostlist: %s", i,
+                  err);
         }
         if (rc == 0)
             ddp_hostlist_free(hosts, n);
@@ -69,8 +71,7 @@ static void limits(void)
     char **h;
     int n;
 
-    CHECK(ddp_hostlist_expand("n[1-65536]", &h, &n, err, sizeof err) == 0, "n[1-65536]: %s",
-          err);
+    CHECK(ddp_hostlist_expand("n[1-65536]", &h, &n, err, sizeof err) == 0, "n[1-65536]: %s", err);
     CHECK(n == 65536 && strcmp(h[0], "n1") == 0 && strcmp(h[65535], "n65536") == 0,
           "n[1-65536]: n=%d", n);
     ddp_hostlist_free(h, n);
@@ -92,8 +93,7 @@ static void limits(void)
     char name[300];
     memset(name, 'a', 255);
     name[255] = '\0';
-    CHECK(ddp_hostlist_expand(name, &h, &n, err, sizeof err) == 0 && n == 1 &&
-              strlen(h[0]) == 255,
+    CHECK(ddp_hostlist_expand(name, &h, &n, err, sizeof err) == 0 && n == 1 && strlen(h[0]) == 255,
           "255-char name: %s", err);
     if (n == 1)
         ddp_hostlist_free(h, n);
@@ -200,8 +200,8 @@ static void counts(void)
                 char got[256] = "";
                 size_t off = 0;
                 for (int k = 0; k < n && off < sizeof got - 16; k++)
-                    off += (size_t)snprintf(got + off, sizeof got - off, "%s%d", k ? "," : "",
-                                            v[k]);
+                    off +=
+                        (size_t)snprintf(got + off, sizeof got - off, "%s%d", k ? "," : "", v[k]);
                 CHECK(strcmp(got, c->want) == 0, "counts \"%s\": got %s want %s", c->expr, got,
                       c->want);
                 free(v);
@@ -209,8 +209,8 @@ static void counts(void)
         } else {
             CHECK(rc == -1, "counts \"%s\": accepted", c->expr);
             CHECK(v == NULL && n == 0, "counts \"%s\": outputs not cleared", c->expr);
-            CHECK(one_line(err) && strstr(err, c->reason), "counts \"%s\": error \"%s\" lacks \"%s\"",
-                  c->expr, err, c->reason);
+            CHECK(one_line(err) && strstr(err, c->reason),
+                  "counts \"%s\": error \"%s\" lacks \"%s\"", c->expr, err, c->reason);
         }
     }
     int *v, n;
@@ -230,7 +230,7 @@ int main(void)
     table();
     limits();
     counts();
-    printf("hostlist: %d table cases (%d valid, %d malformed), %d checks, %d failed\n",
-           HL_NCASES, valid, HL_NCASES - valid, check_count, check_failures);
+    printf("hostlist: %d table cases (%d valid, %d malformed), %d checks, %d failed\n", HL_NCASES,
+           valid, HL_NCASES - valid, check_count, check_failures);
     return check_failures ? 1 : 0;
 }

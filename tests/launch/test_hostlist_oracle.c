@@ -168,8 +168,10 @@ int main(int argc, char **argv)
     char *probe = NULL;
     int fails = 0, compared = 0, skipped = 0;
     if (scontrol(prog, "n[1-2]", &probe) != 1 || strcmp(probe, "n1 n2") != 0) {
-        fprintf(stderr, "FAIL: %s show hostnames n[1-2] does not print n1 n2 with the minimal "
-                        "slurm.conf in %s\n", prog, g_dir);
+        fprintf(stderr,
+                "FAIL: %s show hostnames n[1-2] does not print n1 n2 with the minimal "
+                "slurm.conf in %s\n",
+                prog, g_dir);
         fails++;
     }
     free(probe);
@@ -182,8 +184,13 @@ int main(int argc, char **argv)
         fails += compare(prog, HL_CASES[i].expr, &compared);
     }
     static const char *extra[] = {
-        "n[001-1000]",      "n[1-65536]",        "gpu[0-127]",       "a[1-16]b[1-16]c[1-4]",
-        "x[1-3]y[1-3]z[1-3]w[1-2]", "n[1-1000,2000-2999]", "c[001-100]s[1-2]",
+        "n[001-1000]",
+        "n[1-65536]",
+        "gpu[0-127]",
+        "a[1-16]b[1-16]c[1-4]",
+        "x[1-3]y[1-3]z[1-3]w[1-2]",
+        "n[1-1000,2000-2999]",
+        "c[001-100]s[1-2]",
         "r[0-9]n[00-99]",
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
@@ -194,6 +201,7 @@ int main(int argc, char **argv)
     unlink(g_conf);
     rmdir(g_dir);
     printf("oracle: %d expressions compared with %s, %d skipped (suffix/quirk/limit), %d "
-           "disagreements\n", compared, prog, skipped, fails);
+           "disagreements\n",
+           compared, prog, skipped, fails);
     return fails ? 1 : 0;
 }

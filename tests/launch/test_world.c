@@ -60,11 +60,17 @@ static void bad(const char *what, const struct env *e, int port_override, const 
 }
 
 /* A two-node Slurm step, 8 tasks as 4(x2), job 1234 step 0; this is rank 5 on node 1. */
-#define SLURM_STEP_BASE                                                                      \
-    {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "8"},                 \
-        {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "localhost,n2.invalid"},      \
-        {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}
-#define RANK5 {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"}
+#define SLURM_STEP_BASE                                                                 \
+    {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "8"},            \
+        {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "localhost,n2.invalid"}, \
+    {                                                                                   \
+        "SLURM_STEP_TASKS_PER_NODE", "4(x2)"                                            \
+    }
+#define RANK5                                      \
+    {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, \
+    {                                              \
+        "SLURM_NODEID", "1"                        \
+    }
 
 static void single(void)
 {
@@ -120,14 +126,14 @@ static void sbatch(void)
               "warning \"%s\"", w.warning);
         CHECK(w.job_id == 1234 && w.step_id == -1, "ids %lld %lld", (long long)w.job_id,
               (long long)w.step_id);
-        CHECK(w.master_port == ddp_world_derive_port(1234, -1) && w.master_port == 22340,
-              "port %d", w.master_port);
+        CHECK(w.master_port == ddp_world_derive_port(1234, -1) && w.master_port == 22340, "port %d",
+              w.master_port);
         CHECK(strcmp(w.master_addr, "127.0.0.1") == 0 && w.cpus_per_task == 2, "master");
         CHECK(w.mpi_launched == 0, "mpi");
     }
     /* one task, one node: nothing to warn about */
-    struct env e1 = {{{"SLURM_JOB_ID", "77"}, {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "1"},
-                      {NULL, NULL}}};
+    struct env e1 = {
+        {{"SLURM_JOB_ID", "77"}, {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "1"}, {NULL, NULL}}};
     if (ok("sbatch, one task", &e1, 0, &w))
         CHECK(w.warning[0] == '\0' && w.job_id == 77, "warning \"%s\"", w.warning);
     /* sbatch -N 2 without -n: no SLURM_NTASKS, several nodes */
@@ -158,9 +164,13 @@ static void slurm(void)
         CHECK(strcmp(ddp_launcher_name(w.launcher), "slurm") == 0, "name");
     }
     /* rank 0 itself, with SLURM_GTIDS and SLURMD_NODENAME consistent */
-    struct env e0 = {{SLURM_STEP_BASE, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"},
-                      {"SLURM_NODEID", "0"}, {"SLURM_GTIDS", "0,1,2,3"},
-                      {"SLURMD_NODENAME", "localhost"}, {NULL, NULL}}};
+    struct env e0 = {{SLURM_STEP_BASE,
+                      {"SLURM_PROCID", "0"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "0"},
+                      {"SLURM_GTIDS", "0,1,2,3"},
+                      {"SLURMD_NODENAME", "localhost"},
+                      {NULL, NULL}}};
     if (ok("slurm rank 0", &e0, 0, &w))
         CHECK(w.rank == 0 && w.node_id == 0 && strcmp(w.host, "localhost") == 0 &&
                   strcmp(w.master_host, "localhost") == 0,
@@ -175,33 +185,52 @@ static void slurm(void)
                   w.mpi_launched);
     }
     /* srun -N 2 -n 4 fills the first node: 3,1; the last rank is alone on node 1 */
-    struct env eu = {{{"SLURM_JOB_ID", "99"}, {"SLURM_STEP_ID", "3"}, {"SLURM_NTASKS", "4"},
-                      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "localhost,x.invalid"},
-                      {"SLURM_STEP_TASKS_PER_NODE", "3,1"}, {"SLURM_PROCID", "3"},
-                      {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_GTIDS", "3"},
+    struct env eu = {{{"SLURM_JOB_ID", "99"},
+                      {"SLURM_STEP_ID", "3"},
+                      {"SLURM_NTASKS", "4"},
+                      {"SLURM_STEP_NUM_NODES", "2"},
+                      {"SLURM_STEP_NODELIST", "localhost,x.invalid"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "3,1"},
+                      {"SLURM_PROCID", "3"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"},
+                      {"SLURM_GTIDS", "3"},
                       {NULL, NULL}}};
     if (ok("slurm uneven 3,1", &eu, 0, &w))
         CHECK(w.local_size == 1 && w.node_id == 1 && w.master_port == 20000 + 99 * 10 + 3,
               "uneven: local %d port %d", w.local_size, w.master_port);
     /* old names and SLURM_TASKS_PER_NODE fallback; bracketed nodelist; no SLURM_STEP_NUM_NODES */
-    struct env eo = {{{"SLURM_JOBID", "5"}, {"SLURM_STEPID", "1"}, {"SLURM_STEP_NUM_TASKS", "3"},
+    struct env eo = {{{"SLURM_JOBID", "5"},
+                      {"SLURM_STEPID", "1"},
+                      {"SLURM_STEP_NUM_TASKS", "3"},
                       {"SLURM_STEP_NODELIST", "localhost,n[1-2].invalid"},
-                      {"SLURM_TASKS_PER_NODE", "1(x3)"}, {"SLURM_PROCID", "2"},
-                      {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "2"}, {NULL, NULL}}};
+                      {"SLURM_TASKS_PER_NODE", "1(x3)"},
+                      {"SLURM_PROCID", "2"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "2"},
+                      {NULL, NULL}}};
     if (ok("slurm fallbacks", &eo, 0, &w))
         CHECK(w.world_size == 3 && w.num_nodes == 3 && strcmp(w.host, "n2.invalid") == 0 &&
                   w.job_id == 5 && w.step_id == 1,
               "fallbacks: %d %d %s", w.world_size, w.num_nodes, w.host);
     /* rank 0 on the first node that has tasks, not blindly the first name */
-    struct env ez = {{{"SLURM_JOB_ID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+    struct env ez = {{{"SLURM_JOB_ID", "5"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_NTASKS", "2"},
                       {"SLURM_STEP_NODELIST", "idle.invalid,localhost"},
-                      {"SLURM_STEP_TASKS_PER_NODE", "0,2"}, {"SLURM_PROCID", "1"},
-                      {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"}, {NULL, NULL}}};
+                      {"SLURM_STEP_TASKS_PER_NODE", "0,2"},
+                      {"SLURM_PROCID", "1"},
+                      {"SLURM_LOCALID", "1"},
+                      {"SLURM_NODEID", "1"},
+                      {NULL, NULL}}};
     if (ok("slurm, first node without tasks", &ez, 0, &w))
         CHECK(strcmp(w.master_host, "localhost") == 0, "master %s", w.master_host);
     /* MASTER_ADDR wins; explicit ports win, override first */
-    struct env em = {{SLURM_STEP_BASE, RANK5, {"MASTER_ADDR", "127.0.0.1"},
-                      {"MASTER_PORT", "29400"}, {NULL, NULL}}};
+    struct env em = {{SLURM_STEP_BASE,
+                      RANK5,
+                      {"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", "29400"},
+                      {NULL, NULL}}};
     if (ok("slurm, MASTER_ADDR", &em, 0, &w))
         CHECK(strcmp(w.master_host, "127.0.0.1") == 0 && strcmp(w.master_addr, "127.0.0.1") == 0 &&
                   w.master_port == 29400,
@@ -209,21 +238,30 @@ static void slurm(void)
     if (ok("slurm, port override", &em, 31000, &w))
         CHECK(w.master_port == 31000, "port %d", w.master_port);
     /* with MASTER_ADDR even an unresolvable node list and arbitrary distribution are fine */
-    struct env ea = {{{"SLURM_JOB_ID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+    struct env ea = {{{"SLURM_JOB_ID", "5"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_NTASKS", "2"},
                       {"SLURM_STEP_NODELIST", "a.invalid,b.invalid"},
-                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_PROCID", "0"},
-                      {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"},
-                      {"SLURM_DISTRIBUTION", "arbitrary"}, {"MASTER_ADDR", "localhost"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+                      {"SLURM_PROCID", "0"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"},
+                      {"SLURM_DISTRIBUTION", "arbitrary"},
+                      {"MASTER_ADDR", "localhost"},
                       {NULL, NULL}}};
     if (ok("slurm arbitrary + MASTER_ADDR", &ea, 0, &w))
         CHECK(strcmp(w.master_host, "localhost") == 0, "master %s", w.master_host);
     /* agreeing OpenMPI (pmix direct launch) and torchrun-style values are fine */
-    struct env eg = {{SLURM_STEP_BASE, RANK5, {"SLURM_MPI_TYPE", "pmix"},
-                      {"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"RANK", "5"},
-                      {"WORLD_SIZE", "8"}, {NULL, NULL}}};
+    struct env eg = {{SLURM_STEP_BASE,
+                      RANK5,
+                      {"SLURM_MPI_TYPE", "pmix"},
+                      {"OMPI_COMM_WORLD_RANK", "5"},
+                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"RANK", "5"},
+                      {"WORLD_SIZE", "8"},
+                      {NULL, NULL}}};
     if (ok("slurm + agreeing others", &eg, 0, &w))
-        CHECK(w.launcher == DDP_LAUNCHER_SLURM && w.mpi_launched == 1, "launcher %d",
-              w.launcher);
+        CHECK(w.launcher == DDP_LAUNCHER_SLURM && w.mpi_launched == 1, "launcher %d", w.launcher);
 }
 
 static void ports(void)
@@ -231,8 +269,8 @@ static void ports(void)
     /* two jobs, two steps on one node: different ports, all in the documented range */
     int p1 = ddp_world_derive_port(1234, 0), p2 = ddp_world_derive_port(1235, 0);
     int p3 = ddp_world_derive_port(1234, 1), p4 = ddp_world_derive_port(1235, 1);
-    CHECK(p1 != p2 && p1 != p3 && p2 != p4 && p3 != p4 && p1 != p4 && p2 != p3,
-          "ports %d %d %d %d", p1, p2, p3, p4);
+    CHECK(p1 != p2 && p1 != p3 && p2 != p4 && p3 != p4 && p1 != p4 && p2 != p3, "ports %d %d %d %d",
+          p1, p2, p3, p4);
     for (int64_t j = 0; j < 3000; j += 7)
         for (int64_t s = -1; s < 12; s++) {
             int p = ddp_world_derive_port(j, s);
@@ -252,9 +290,14 @@ static void ports(void)
 
     /* through detection: two job ids, two step ids on one node */
     struct ddp_world a, b, c;
-    struct env ea = {{{"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
-                      {"SLURM_STEP_NODELIST", "localhost"}, {"SLURM_STEP_TASKS_PER_NODE", "2"},
-                      {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "0"},
+    struct env ea = {{{"SLURM_JOB_ID", "1234"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_NTASKS", "2"},
+                      {"SLURM_STEP_NODELIST", "localhost"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                      {"SLURM_PROCID", "1"},
+                      {"SLURM_LOCALID", "1"},
+                      {"SLURM_NODEID", "0"},
                       {NULL, NULL}}};
     struct env eb = ea, ec = ea;
     eb.kv[0][1] = "1235";
@@ -268,46 +311,63 @@ static void ports(void)
 static void ompi(void)
 {
     struct ddp_world w;
-    struct env e = {{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                     {"OMPI_COMM_WORLD_NODE_RANK", "1"}, {NULL, NULL}}};
+    struct env e = {{{"OMPI_COMM_WORLD_RANK", "3"},
+                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                     {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+                     {NULL, NULL}}};
     if (ok("ompi", &e, 0, &w)) {
         CHECK(w.launcher == DDP_LAUNCHER_OMPI && w.rank == 3 && w.world_size == 4 &&
                   w.local_rank == 1 && w.local_size == 2 && w.node_id == 1 && w.num_nodes == 2,
               "ompi layout");
         CHECK(w.master_host[0] == '\0' && w.master_addr[0] == '\0' && w.master_port == 0,
-              "ompi master must be unknown: %s %s %d", w.master_host, w.master_addr,
-              w.master_port);
+              "ompi master must be unknown: %s %s %d", w.master_host, w.master_addr, w.master_port);
         CHECK(w.mpi_launched == 1 && w.job_id == -1 && strcmp(w.host, g_host) == 0, "ompi");
         CHECK(strcmp(ddp_launcher_name(w.launcher), "ompi") == 0, "name");
     }
     if (ok("ompi port override", &e, 30001, &w))
         CHECK(w.master_port == 30001 && w.master_addr[0] == '\0', "port %d", w.master_port);
-    struct env em = {{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                      {"MASTER_ADDR", "localhost"}, {"SLURM_JOB_ID", "42"}, {NULL, NULL}}};
+    struct env em = {{{"OMPI_COMM_WORLD_RANK", "0"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                      {"MASTER_ADDR", "localhost"},
+                      {"SLURM_JOB_ID", "42"},
+                      {NULL, NULL}}};
     if (ok("ompi + MASTER_ADDR in a job", &em, 0, &w))
-        CHECK(strcmp(w.master_addr, "127.0.0.1") == 0 && w.master_port == 20420 &&
-                  w.job_id == 42,
+        CHECK(strcmp(w.master_addr, "127.0.0.1") == 0 && w.master_port == 20420 && w.job_id == 42,
               "master %s port %d", w.master_addr, w.master_port);
     /* mpirun inside an allocation: orted step's SLURM_PROCID/NTASKS are inherited, OMPI wins */
-    struct env es = {{{"SLURM_JOB_ID", "50"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "1"},
-                      {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_NTASKS", "2"},
-                      {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
-                      {"OMPI_COMM_WORLD_RANK", "6"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+    struct env es = {{{"SLURM_JOB_ID", "50"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_PROCID", "1"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"},
+                      {"SLURM_NTASKS", "2"},
+                      {"SLURM_STEP_NODELIST", "n[1-2]"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+                      {"OMPI_COMM_WORLD_RANK", "6"},
+                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
                       {NULL, NULL}}};
     if (ok("mpirun inside Slurm", &es, 0, &w))
         CHECK(w.launcher == DDP_LAUNCHER_OMPI && w.rank == 6 && w.world_size == 8 &&
                   w.node_id == 1 && w.job_id == 50 && w.step_id == 0 && w.mpi_launched == 1,
               "launcher %d rank %d", w.launcher, w.rank);
     /* OpenMPI 4 hints, as seen under mpirun -n 4 on 2 nodes filled 3+1: rank 3 on node 1 */
-    struct env eh = {{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+    struct env eh = {{{"OMPI_COMM_WORLD_RANK", "3"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
                       {"OMPI_MCA_orte_num_nodes", "2"},
                       {"OMPI_MCA_orte_local_daemon_uri", "2146893824.1;tcp://10.77.0.12:35539"},
-                      {"SLURM_JOB_ID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"},
-                      {"MASTER_ADDR", "localhost"}, {NULL, NULL}}};
+                      {"SLURM_JOB_ID", "5"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_PROCID", "0"},
+                      {"MASTER_ADDR", "localhost"},
+                      {NULL, NULL}}};
     if (ok("ompi with ORTE hints", &eh, 0, &w))
         CHECK(w.node_id == 1 && w.num_nodes == 2 && w.master_port == 20050,
               "node %d/%d port %d (step must not count under mpirun)", w.node_id, w.num_nodes,
@@ -321,36 +381,51 @@ static void ompi(void)
     ep.kv[12][0] = "SLURM_MPI_TYPE";
     ep.kv[12][1] = "pmix";
     bad("pmix step vs OMPI rank", &ep, 0, "OMPI_COMM_WORLD_RANK", "SLURM_PROCID");
-    struct env et = {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                      {"RANK", "0"}, {NULL, NULL}}};
+    struct env et = {{{"OMPI_COMM_WORLD_RANK", "1"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                      {"RANK", "0"},
+                      {NULL, NULL}}};
     bad("ompi vs torchrun", &et, 0, "RANK", "OMPI_COMM_WORLD_RANK");
-    struct env e1 = {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {NULL, NULL}}};
+    struct env e1 = {{{"OMPI_COMM_WORLD_RANK", "1"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {NULL, NULL}}};
     bad("ompi missing LOCAL_SIZE", &e1, 0, "OMPI_COMM_WORLD_LOCAL_SIZE", "not set");
-    struct env e2 = {{{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+    struct env e2 = {{{"OMPI_COMM_WORLD_RANK", "2"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
                       {NULL, NULL}}};
     bad("ompi rank >= size", &e2, 0, "OMPI_COMM_WORLD_RANK", "not below");
-    struct env e3 = {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+    struct env e3 = {{{"OMPI_COMM_WORLD_RANK", "1"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                       {NULL, NULL}}};
     bad("ompi local rank >= local size", &e3, 0, "OMPI_COMM_WORLD_LOCAL_RANK", "not below");
-    struct env e4 = {{{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                      {NULL, NULL}}};
+    struct env e4 = {{{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {NULL, NULL}}};
     bad("ompi non-numeric", &e4, 0, "OMPI_COMM_WORLD_RANK", "not an integer");
-    struct env e5 = {{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
-                      {"MASTER_ADDR", "nowhere.invalid"}, {NULL, NULL}}};
+    struct env e5 = {{{"OMPI_COMM_WORLD_RANK", "0"},
+                      {"OMPI_COMM_WORLD_SIZE", "1"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                      {"MASTER_ADDR", "nowhere.invalid"},
+                      {NULL, NULL}}};
     bad("ompi unresolvable MASTER_ADDR", &e5, 0, "MASTER_ADDR", "does not resolve");
 }
 
 static void torch(void)
 {
     struct ddp_world w;
-    struct env e = {{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                     {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "localhost"},
-                     {"MASTER_PORT", "29400"}, {NULL, NULL}}};
+    struct env e = {{{"RANK", "5"},
+                     {"WORLD_SIZE", "8"},
+                     {"LOCAL_RANK", "1"},
+                     {"LOCAL_WORLD_SIZE", "4"},
+                     {"MASTER_ADDR", "localhost"},
+                     {"MASTER_PORT", "29400"},
+                     {NULL, NULL}}};
     if (ok("torchrun", &e, 0, &w)) {
         CHECK(w.launcher == DDP_LAUNCHER_TORCHRUN && w.rank == 5 && w.world_size == 8 &&
                   w.local_rank == 1 && w.local_size == 4 && w.node_id == 1 && w.num_nodes == 2,
@@ -361,14 +436,19 @@ static void torch(void)
         CHECK(w.mpi_launched == 0 && strcmp(ddp_launcher_name(w.launcher), "torchrun") == 0,
               "torch");
     }
-    struct env eg = {{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                      {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "3"}, {"GROUP_WORLD_SIZE", "4"},
-                      {"MASTER_ADDR", "127.0.0.1"}, {NULL, NULL}}};
+    struct env eg = {{{"RANK", "5"},
+                      {"WORLD_SIZE", "8"},
+                      {"LOCAL_RANK", "1"},
+                      {"LOCAL_WORLD_SIZE", "4"},
+                      {"GROUP_RANK", "3"},
+                      {"GROUP_WORLD_SIZE", "4"},
+                      {"MASTER_ADDR", "127.0.0.1"},
+                      {NULL, NULL}}};
     if (ok("torchrun GROUP_RANK", &eg, 0, &w))
         CHECK(w.node_id == 3 && w.num_nodes == 4 && w.master_port == DDP_WORLD_PORT_DEFAULT,
               "node %d/%d port %d", w.node_id, w.num_nodes, w.master_port);
-    struct env en = {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"},
-                      {NULL, NULL}}};
+    struct env en = {
+        {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {NULL, NULL}}};
     if (ok("torchrun without LOCAL_*", &en, 0, &w))
         CHECK(w.local_rank == 0 && w.local_size == 1 && w.node_id == 1 && w.num_nodes == 2 &&
                   strstr(w.warning, "LOCAL_RANK"),
@@ -377,32 +457,52 @@ static void torch(void)
     if (ok("torchrun world 1 without master", &e1, 0, &w))
         CHECK(strcmp(w.master_addr, "127.0.0.1") == 0 && w.master_port == DDP_WORLD_PORT_DEFAULT,
               "addr %s", w.master_addr);
-    struct env ej = {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
-                      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"},
-                      {"SLURM_JOB_ID", "1234"}, {NULL, NULL}}};
+    struct env ej = {{{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"LOCAL_RANK", "0"},
+                      {"LOCAL_WORLD_SIZE", "2"},
+                      {"MASTER_ADDR", "localhost"},
+                      {"SLURM_JOB_ID", "1234"},
+                      {NULL, NULL}}};
     if (ok("torchrun in a Slurm job, no MASTER_PORT", &ej, 0, &w))
         CHECK(w.master_port == 22340, "port %d", w.master_port);
-    struct env b1 = {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
-                      {"LOCAL_WORLD_SIZE", "1"}, {NULL, NULL}}};
+    struct env b1 = {{{"RANK", "1"},
+                      {"WORLD_SIZE", "2"},
+                      {"LOCAL_RANK", "0"},
+                      {"LOCAL_WORLD_SIZE", "1"},
+                      {NULL, NULL}}};
     bad("torchrun without MASTER_ADDR", &b1, 0, "MASTER_ADDR", "not set");
     struct env b2 = {{{"RANK", "1"}, {NULL, NULL}}};
     bad("RANK without WORLD_SIZE", &b2, 0, "WORLD_SIZE", "not set");
-    struct env b3 = {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
-                      {"MASTER_ADDR", "localhost"}, {NULL, NULL}}};
+    struct env b3 = {{{"RANK", "1"},
+                      {"WORLD_SIZE", "2"},
+                      {"LOCAL_RANK", "0"},
+                      {"MASTER_ADDR", "localhost"},
+                      {NULL, NULL}}};
     bad("LOCAL_RANK without LOCAL_WORLD_SIZE", &b3, 0, "LOCAL_WORLD_SIZE", "LOCAL_RANK");
     struct env b4 = {{{"RANK", "2"}, {"WORLD_SIZE", "2"}, {NULL, NULL}}};
     bad("RANK >= WORLD_SIZE", &b4, 0, "RANK", "not below");
-    struct env b5 = {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "no.such.invalid"},
-                      {NULL, NULL}}};
+    struct env b5 = {
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "no.such.invalid"}, {NULL, NULL}}};
     bad("torchrun unresolvable master", &b5, 0, "MASTER_ADDR", "does not resolve");
-    struct env b6 = {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"},
-                      {"MASTER_PORT", "70000"}, {NULL, NULL}}};
+    struct env b6 = {{{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"MASTER_ADDR", "localhost"},
+                      {"MASTER_PORT", "70000"},
+                      {NULL, NULL}}};
     bad("MASTER_PORT out of range", &b6, 0, "MASTER_PORT", "1..65535");
-    struct env b7 = {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"},
-                      {"MASTER_PORT", "http"}, {NULL, NULL}}};
+    struct env b7 = {{{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"MASTER_ADDR", "localhost"},
+                      {"MASTER_PORT", "http"},
+                      {NULL, NULL}}};
     bad("MASTER_PORT not a number", &b7, 0, "MASTER_PORT", "http");
-    struct env b8 = {{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
-                      {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "2"}, {"MASTER_ADDR", "localhost"},
+    struct env b8 = {{{"RANK", "0"},
+                      {"WORLD_SIZE", "4"},
+                      {"LOCAL_RANK", "0"},
+                      {"LOCAL_WORLD_SIZE", "2"},
+                      {"GROUP_RANK", "2"},
+                      {"MASTER_ADDR", "localhost"},
                       {NULL, NULL}}};
     bad("GROUP_RANK beyond nodes", &b8, 0, "GROUP_RANK", "not below");
 }
@@ -436,8 +536,8 @@ static void slurm_bad(void)
          "SLURM_STEP_TASKS_PER_NODE", "gives 2 nodes"},
         {"tasks-per-node sum", "SLURM_STEP_TASKS_PER_NODE", "4,3", "SLURM_STEP_TASKS_PER_NODE",
          "adds up to 7"},
-        {"tasks-per-node malformed", "SLURM_STEP_TASKS_PER_NODE", "4(x2", "SLURM_STEP_TASKS_PER_NODE",
-         "malformed"},
+        {"tasks-per-node malformed", "SLURM_STEP_TASKS_PER_NODE", "4(x2",
+         "SLURM_STEP_TASKS_PER_NODE", "malformed"},
         {"tasks-per-node empty item", "SLURM_STEP_TASKS_PER_NODE", "4,,4",
          "SLURM_STEP_TASKS_PER_NODE", "empty item"},
         {"STEP_NUM_NODES mismatch", "SLURM_STEP_NUM_NODES", "3", "SLURM_STEP_NUM_NODES", "3"},
@@ -477,8 +577,12 @@ static void slurm_bad(void)
         bad(cases[i].what, &e, 0, cases[i].want1, cases[i].want2);
     }
     /* missing required variables, one at a time */
-    const char *req[] = {"SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_NODELIST",
-                         "SLURM_STEP_TASKS_PER_NODE", "SLURM_JOB_ID"};
+    const char *req[] = {"SLURM_LOCALID",
+                         "SLURM_NODEID",
+                         "SLURM_NTASKS",
+                         "SLURM_STEP_NODELIST",
+                         "SLURM_STEP_TASKS_PER_NODE",
+                         "SLURM_JOB_ID"};
     for (int i = 0; i < 6; i++) {
         struct env e = {{SLURM_STEP_BASE, RANK5, {NULL, NULL}}};
         for (int k = 0; e.kv[k][0]; k++)
@@ -489,8 +593,11 @@ static void slurm_bad(void)
         bad(what, &e, 0, req[i], "not set");
     }
     /* rank 0 reported on a node the layout does not give it */
-    struct env e0 = {{SLURM_STEP_BASE, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"},
-                      {"SLURM_NODEID", "1"}, {NULL, NULL}}};
+    struct env e0 = {{SLURM_STEP_BASE,
+                      {"SLURM_PROCID", "0"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"},
+                      {NULL, NULL}}};
     bad("rank 0 on the wrong node", &e0, 0, "rank 0", "MASTER_ADDR");
     struct env eg = {{SLURM_STEP_BASE, RANK5, {"SLURM_GTIDS", "0,5,6,7"}, {NULL, NULL}}};
     bad("GTIDS put task 0 on node 1", &eg, 0, "rank 0", "MASTER_ADDR");

@@ -69,7 +69,9 @@ int main(int argc, char **argv)
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     const int iters = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 200;
     char err[DDP_ERR_LEN];
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w,
+                        err, sizeof err);
     if (!c) {
         fprintf(stderr, "bench_allreduce: %s\n", err);
         return 4;

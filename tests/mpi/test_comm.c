@@ -37,16 +37,16 @@
 static ddp_comm *g_c;
 static int g_rank, g_size;
 
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            if (g_c)                                                                          \
-                ddp_comm_abort(g_c, 1);                                                       \
-            exit(1);                                                                          \
-        }                                                                                     \
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fputc('\n', stderr);                                                            \
+            if (g_c)                                                                        \
+                ddp_comm_abort(g_c, 1);                                                     \
+            exit(1);                                                                        \
+        }                                                                                   \
     } while (0)
 
 static void sleep_s(double s)
@@ -78,7 +78,10 @@ static struct ddp_world mpirun_world(void)
     return w;
 }
 
-static size_t esize(enum ddp_dtype t) { return t == DDP_F32 ? 4 : 8; }
+static size_t esize(enum ddp_dtype t)
+{
+    return t == DDP_F32 ? 4 : 8;
+}
 static const char *tname(enum ddp_dtype t)
 {
     return t == DDP_F32 ? "f32" : t == DDP_F64 ? "f64" : "i64";
@@ -133,8 +136,8 @@ static void check_max(const void *buf, enum ddp_dtype t, size_t n)
     for (size_t i = 0; i < n; i++) {
         const int64_t want = (int64_t)(g_size - 1) * 1000 - (int64_t)i;
         const int64_t got = get(buf, t, i, 1);
-        CHECK(got == want, "allreduce_max %s n=%zu element %zu: got %lld, want %lld", tname(t),
-              n, i, (long long)got, (long long)want);
+        CHECK(got == want, "allreduce_max %s n=%zu element %zu: got %lld, want %lld", tname(t), n,
+              i, (long long)got, (long long)want);
     }
 }
 
@@ -290,7 +293,9 @@ static int run_collectives(void)
     g_size = w.world_size;
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_AUTO, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_AUTO, 60, -1, DDP_BOOTSTRAP_AUTO, NULL},
+                        &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     g_c = c;
     CHECK(ddp_comm_rank(c) == w.rank && ddp_comm_size(c) == w.world_size, "rank/size");
@@ -317,7 +322,9 @@ static int run_deadline(const char *what)
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     CHECK(g_size >= 2, "needs 2 ranks or more");
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 2.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 2.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
+                        &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     g_c = c;
     ddp_comm_barrier(c); /* everybody is up */
@@ -359,7 +366,9 @@ static int run_die(void)
     g_size = w.world_size;
     ddp_log_set_identity(w.host, w.rank, w.world_size);
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
+                        &w, err, sizeof err);
     CHECK(c, "create: %s", err);
     ddp_comm_barrier(c);
     if (g_rank == 0) {
@@ -380,11 +389,15 @@ static int run_mismatch(void)
     CHECK(g_size == 2, "needs 2 ranks");
     w.rank = 1 - w.rank; /* the launcher's environment disagrees with MPI */
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 10.0, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 10.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
+                        &w, err, sizeof err);
     CHECK(!c, "a world that disagrees with MPI was accepted");
     char want[128];
-    snprintf(want, sizeof want, "MPI says this is rank %d of 2, but the launcher's environment "
-                                "says rank %d of 2", g_rank, 1 - g_rank);
+    snprintf(want, sizeof want,
+             "MPI says this is rank %d of 2, but the launcher's environment "
+             "says rank %d of 2",
+             g_rank, 1 - g_rank);
     CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
     MPI_Finalize();
     if (g_rank == 0)
@@ -411,9 +424,9 @@ static void expect_refused(const char *backend, struct ddp_world *w, double time
                            const char *want)
 {
     char err[DDP_ERR_LEN] = "";
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){backend_of(backend), timeout, -1,
-                                                           DDP_BOOTSTRAP_AUTO, NULL},
-                                  w, err, sizeof err);
+    ddp_comm *c = ddp_comm_create(
+        &(struct ddp_comm_opts){backend_of(backend), timeout, -1, DDP_BOOTSTRAP_AUTO, NULL}, w, err,
+        sizeof err);
     CHECK(!c, "backend %s accepted world of %d (launched by MPI: %d)", backend, w->world_size,
           w->mpi_launched);
     CHECK(strstr(err, want), "backend %s: message '%s' lacks '%s'", backend, err, want);
@@ -439,9 +452,10 @@ static int run_refuse(void)
     expect_refused(NULL, &w, 300, srun_msg);
     /* `srun --mpi=pmi2` is a plugin, just not one OpenMPI can use */
     setenv("SLURM_MPI_TYPE", "pmi2", 1);
-    expect_refused("auto", &w, 300, "4 tasks were started by srun --mpi=pmi2, which this "
-                                    "OpenMPI cannot use for CPU ranks: run CPU jobs with "
-                                    "`srun --mpi=pmix ...`");
+    expect_refused("auto", &w, 300,
+                   "4 tasks were started by srun --mpi=pmi2, which this "
+                   "OpenMPI cannot use for CPU ranks: run CPU jobs with "
+                   "`srun --mpi=pmix ...`");
     setenv("SLURM_MPI_TYPE", "none", 1);
     expect_refused("auto", &w, 300, srun_msg);
     unsetenv("SLURM_MPI_TYPE");
@@ -472,9 +486,9 @@ static int run_refuse(void)
     const char *backends[] = {"none", "auto", "mpi", ""};
     for (int b = 0; b < 4; b++) {
         char err[DDP_ERR_LEN] = "";
-        ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){backend_of(backends[b]), 5, -1,
-                                                               DDP_BOOTSTRAP_AUTO, NULL},
-                                      &w, err, sizeof err);
+        ddp_comm *c = ddp_comm_create(
+            &(struct ddp_comm_opts){backend_of(backends[b]), 5, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w,
+            err, sizeof err);
         CHECK(c, "backend '%s' refused one process: %s", backends[b], err);
         CHECK(strcmp(ddp_comm_name(c), "self") == 0, "backend '%s' gave %s", backends[b],
               ddp_comm_name(c));

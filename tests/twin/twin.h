@@ -13,12 +13,13 @@
 
 #include "cuda_runtime.h"
 
-namespace twin {
+namespace twin
+{
 
 /* Counters of DDP_EMU_STATS, reset at every twin_step_end. */
 struct Stats {
-    std::atomic<long long> syncs{0}, allocs{0}, frees{0}, launches{0}, h2d_bytes{0},
-        d2h_bytes{0}, pageable_copies{0}, collectives{0};
+    std::atomic<long long> syncs{0}, allocs{0}, frees{0}, launches{0}, h2d_bytes{0}, d2h_bytes{0},
+        pageable_copies{0}, collectives{0};
 };
 extern Stats g_stats;
 

@@ -70,7 +70,8 @@ template <typename T> T __shfl_sync(unsigned, T v, int src)
     return twin_shfl_t(v, (unsigned)src);
 }
 
-namespace twin {
+namespace twin
+{
 
 /* Queue a kernel (body with translated arguments) on s; bad_arg >= 0: that argument was not
  * device memory (value in bad_ptr) and the kernel faults instead of running. */
@@ -100,7 +101,8 @@ void launch_args(const char *name, dim3 grid, dim3 block, cudaStream_t s, void (
     int bad = -1;
     const void *bad_ptr = nullptr;
     std::tuple<P...> t{kernel_arg<P>((P)a, (int)I, bad, bad_ptr)...};
-    launch(name, (const void *)k, grid, block, s, [k, t] { std::apply(k, t); }, bad, bad_ptr);
+    launch(
+        name, (const void *)k, grid, block, s, [k, t] { std::apply(k, t); }, bad, bad_ptr);
 }
 
 template <typename... P, typename... A>
@@ -112,10 +114,10 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, cudaStream_t s, void
 
 } // namespace twin
 
-#define LAUNCH(kernel, grid, block, ...)                                                       \
-    do {                                                                                       \
+#define LAUNCH(kernel, grid, block, ...)                                                      \
+    do {                                                                                      \
         twin::launch_kernel(#kernel, dim3(grid), dim3(block), g.stream, kernel, __VA_ARGS__); \
-        CUDA_CHECK(cudaGetLastError());                                                        \
+        CUDA_CHECK(cudaGetLastError());                                                       \
     } while (0)
 
 /* Few blocks per grid-stride launch: each block is a round of fibers. */

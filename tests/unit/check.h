@@ -10,15 +10,15 @@
 
 extern int check_failures, check_count;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        check_count++;                                                                         \
-        if (!(cond)) {                                                                         \
-            check_failures++;                                                                  \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        check_count++;                                                      \
+        if (!(cond)) {                                                      \
+            check_failures++;                                               \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+        }                                                                   \
     } while (0)
 
 int check_report(const char *name);

@@ -82,7 +82,8 @@ static void fd_check(const struct layer_case *c, const char *what, double *t, si
 
 static void run_case(const struct layer_case *c)
 {
-    double *x = rnd(c->nx, 1), *w = c->nw ? rnd(c->nw, 0.5) : NULL, *b = c->nb ? rnd(c->nb, 0.5) : NULL;
+    double *x = rnd(c->nx, 1), *w = c->nw ? rnd(c->nw, 0.5) : NULL,
+           *b = c->nb ? rnd(c->nb, 0.5) : NULL;
     /* keep relu inputs away from the kink, where differences are not gradients */
     for (size_t i = 0; i < c->nx; i++)
         if (fabs(x[i]) < 1e-3)
@@ -140,8 +141,8 @@ static void conv_f(const struct layer_case *c, double *y, const double *x, const
                            c->pad);
     free(col);
 }
-static void conv_b(const struct layer_case *c, double *dx, double *dw, double *db,
-                   const double *g, const double *x, const double *w, const double *b)
+static void conv_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                   const double *x, const double *w, const double *b)
 {
     double *col = malloc(sizeof(double) * col_elems(c));
     ddp_cpu_conv2d_bwd_f64(dx, dw, db, col, g, x, w, c->B, c->C, c->Hh, c->Ww, c->O, c->k,
@@ -156,8 +157,8 @@ static void maxp_f(const struct layer_case *c, double *y, const double *x, const
     ddp_cpu_maxpool_fwd_f64(y, am, x, c->B, c->C, c->Hh, c->Ww, c->k);
     free(am);
 }
-static void maxp_b(const struct layer_case *c, double *dx, double *dw, double *db,
-                   const double *g, const double *x, const double *w, const double *b)
+static void maxp_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                   const double *x, const double *w, const double *b)
 {
     int32_t *am = malloc(sizeof(int32_t) * c->ny);
     double *y = malloc(sizeof(double) * c->ny);
@@ -171,8 +172,8 @@ static void avgp_f(const struct layer_case *c, double *y, const double *x, const
 {
     ddp_cpu_avgpool_fwd_f64(y, x, c->B, c->C, c->Hh, c->Ww, c->k);
 }
-static void avgp_b(const struct layer_case *c, double *dx, double *dw, double *db,
-                   const double *g, const double *x, const double *w, const double *b)
+static void avgp_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                   const double *x, const double *w, const double *b)
 {
     ddp_cpu_avgpool_bwd_f64(dx, g, c->B, c->C, c->Hh, c->Ww, c->k);
 }
@@ -218,8 +219,8 @@ static void drop_f(const struct layer_case *c, double *y, const double *x, const
     ddp_cpu_dropout_fwd_f64(y, mask, x, c->nx, 0.3, 99);
     free(mask);
 }
-static void drop_b(const struct layer_case *c, double *dx, double *dw, double *db,
-                   const double *g, const double *x, const double *w, const double *b)
+static void drop_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                   const double *x, const double *w, const double *b)
 {
     double *mask = malloc(sizeof(double) * c->nx), *y = malloc(sizeof(double) * c->nx);
     ddp_cpu_dropout_fwd_f64(y, mask, x, c->nx, 0.3, 99);
@@ -300,16 +301,16 @@ int main(void)
     struct layer_case cases[] = {
         {"linear 4x7->5", 4 * 7, 5 * 7, 5, 4 * 5, lin_f, lin_b, .B = 4, .C = 7, .O = 5},
         {"relu", 3 * 11, 0, 0, 3 * 11, relu_f, relu_b, .B = 1},
-        {"conv2d 3x7x6 k3", 2 * 3 * 7 * 6, 4 * 3 * 3 * 3, 4, 2 * 4 * 5 * 4, conv_f, conv_b,
-         .B = 2, .C = 3, .Hh = 7, .Ww = 6, .O = 4, .k = 3, .stride = 1, .pad = 0},
-        {"conv2d k3 stride2 pad1", 2 * 2 * 7 * 7, 3 * 2 * 3 * 3, 3, 2 * 3 * 4 * 4, conv_f,
-         conv_b, .B = 2, .C = 2, .Hh = 7, .Ww = 7, .O = 3, .k = 3, .stride = 2, .pad = 1},
-        {"conv2d k5 pad2", 1 * 1 * 8 * 8, 2 * 25, 2, 1 * 2 * 8 * 8, conv_f, conv_b, .B = 1,
-         .C = 1, .Hh = 8, .Ww = 8, .O = 2, .k = 5, .stride = 1, .pad = 2},
+        {"conv2d 3x7x6 k3", 2 * 3 * 7 * 6, 4 * 3 * 3 * 3, 4, 2 * 4 * 5 * 4, conv_f, conv_b, .B = 2,
+         .C = 3, .Hh = 7, .Ww = 6, .O = 4, .k = 3, .stride = 1, .pad = 0},
+        {"conv2d k3 stride2 pad1", 2 * 2 * 7 * 7, 3 * 2 * 3 * 3, 3, 2 * 3 * 4 * 4, conv_f, conv_b,
+         .B = 2, .C = 2, .Hh = 7, .Ww = 7, .O = 3, .k = 3, .stride = 2, .pad = 1},
+        {"conv2d k5 pad2", 1 * 1 * 8 * 8, 2 * 25, 2, 1 * 2 * 8 * 8, conv_f, conv_b, .B = 1, .C = 1,
+         .Hh = 8, .Ww = 8, .O = 2, .k = 5, .stride = 1, .pad = 2},
         {"maxpool 2 (odd input)", 2 * 3 * 5 * 5, 0, 0, 2 * 3 * 2 * 2, maxp_f, maxp_b, .B = 2,
          .C = 3, .Hh = 5, .Ww = 5, .k = 2},
-        {"avgpool 3", 2 * 2 * 6 * 7, 0, 0, 2 * 2 * 2 * 2, avgp_f, avgp_b, .B = 2, .C = 2,
-         .Hh = 6, .Ww = 7, .k = 3},
+        {"avgpool 3", 2 * 2 * 6 * 7, 0, 0, 2 * 2 * 2 * 2, avgp_f, avgp_b, .B = 2, .C = 2, .Hh = 6,
+         .Ww = 7, .k = 3},
         {"batchnorm2d", 4 * 3 * 3 * 2, 3, 3, 4 * 3 * 3 * 2, bn_f, bn_b, .B = 4, .C = 3, .Hh = 3,
          .Ww = 2},
         {"batchnorm1d", 6 * 5, 5, 5, 6 * 5, bn_f, bn_b, .B = 6, .C = 5, .Hh = 1, .Ww = 1},

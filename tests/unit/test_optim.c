@@ -15,7 +15,8 @@
 #include "train/optim.h"
 
 static const double P0[4] = {1.0, -2.0, 0.5, 0.0};
-static const double G[3][4] = {{0.1, -0.3, 0.7, -1.2}, {0.5, 0.2, -0.4, 0.05}, {-0.2, 0.6, 0.3, 0.9}};
+static const double G[3][4] = {
+    {0.1, -0.3, 0.7, -1.2}, {0.5, 0.2, -0.4, 0.05}, {-0.2, 0.6, 0.3, 0.9}};
 
 struct opt_case {
     const char *name;
@@ -29,10 +30,28 @@ static const struct opt_case CASES[] = {
     {"sgd", 0, 0.1, 0, 0, 0, {0.96, -2.05, 0.44, 0.025}},
     {"sgd momentum", 0, 0.1, 0.9, 0, 0, {0.8979, -2.0167, 0.3563, 0.2257}},
     {"sgd nesterov", 0, 0.1, 0.9, 0, 1, {0.86811, -2.06503, 0.31067, 0.22813}},
-    {"sgd momentum wd", 0, 0.1, 0.9, 0.01, 0, {0.892382789, -2.005583568, 0.3537233295, 0.22524912}},
+    {"sgd momentum wd",
+     0,
+     0.1,
+     0.9,
+     0.01,
+     0,
+     {0.892382789, -2.005583568, 0.3537233295, 0.22524912}},
     {"adam", 1, 0.01, 0, 0, 0, {0.977527318524, -1.993456507928, 0.484108413726, 0.016499820891}},
-    {"adam wd", 1, 0.01, 0, 0.1, 0, {0.974833254500, -1.983290088787, 0.482531229117, 0.016482518957}},
-    {"adamw", 2, 0.01, 0, 0.1, 0, {0.974558917985, -1.987483941132, 0.482632026899, 0.016473446066}},
+    {"adam wd",
+     1,
+     0.01,
+     0,
+     0.1,
+     0,
+     {0.974833254500, -1.983290088787, 0.482531229117, 0.016482518957}},
+    {"adamw",
+     2,
+     0.01,
+     0,
+     0.1,
+     0,
+     {0.974558917985, -1.987483941132, 0.482632026899, 0.016473446066}},
 };
 
 static void run(const struct opt_case *c)
@@ -47,10 +66,9 @@ static void run(const struct opt_case *c)
         for (int i = 0; i < 4; i++)
             gf[i] = (float)G[t][i];
         if (c->kind == 0) {
-            ddp_cpu_sgd_step_f64(p, G[t], 1, b1, 4, c->lr, c->momentum, c->wd, c->nesterov,
-                                 t == 0);
-            ddp_cpu_sgd_step_f32(pf, gf, 1, g1f, 4, (float)c->lr, (float)c->momentum,
-                                 (float)c->wd, c->nesterov, t == 0);
+            ddp_cpu_sgd_step_f64(p, G[t], 1, b1, 4, c->lr, c->momentum, c->wd, c->nesterov, t == 0);
+            ddp_cpu_sgd_step_f32(pf, gf, 1, g1f, 4, (float)c->lr, (float)c->momentum, (float)c->wd,
+                                 c->nesterov, t == 0);
         } else {
             ddp_cpu_adam_step_f64(p, G[t], 1, b1, b2, 4, c->lr, 0.9, 0.999, 1e-8, c->wd,
                                   c->kind == 2, t + 1);

@@ -16,9 +16,9 @@
 #include "train/outdir.h"
 #include "core/util.h"
 
-static const char *const g_slurm_vars[] = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_ARRAY_JOB_ID",
-                                           "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",
-                                           "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+static const char *const g_slurm_vars[] = {
+    "SLURM_JOB_ID",   "SLURM_JOBID",        "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+    "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
 
 static void clear_slurm(void)
 {
@@ -180,8 +180,7 @@ static void test_jobdiff(void)
     set(&b, "optim.lr=0.05");
     set(&b, "job.seed=1234");
     n = diff_of(&a, 64, &b, 32, d, sizeof d);
-    CHECK(n == 1 && strstr(d, "global batch (data.batch_size x ranks) 64 -> 32"), "batch: '%s'",
-          d);
+    CHECK(n == 1 && strstr(d, "global batch (data.batch_size x ranks) 64 -> 32"), "batch: '%s'", d);
     set(&b, "model.layers=flatten, linear(10)");
     set(&b, "dist.sync_bn=true");
     n = diff_of(&a, 64, &b, 64, d, sizeof d);

@@ -24,8 +24,8 @@ static void stated_cases(void)
         int n = ddp_sampler_batch(&s, 0, 4, idx);
         CHECK(n == 4, "rank %d got %d", r, n);
         for (int k = 0; k < 4; k++)
-            CHECK(idx[k] == want[r][k], "rank %d pos %d = %lld, want %lld", r, k,
-                  (long long)idx[k], (long long)want[r][k]);
+            CHECK(idx[k] == want[r][k], "rank %d pos %d = %lld, want %lld", r, k, (long long)idx[k],
+                  (long long)want[r][k]);
         /* batches of 3: step 1 holds the one remaining sample */
         CHECK(ddp_sampler_steps(&s, 3) == 2, "steps");
         n = ddp_sampler_batch(&s, 1, 3, idx);
@@ -98,8 +98,7 @@ static void shuffled(void)
     CHECK(moved > N / 2, "epoch 4 reshuffles (only %lld positions moved)", (long long)moved);
     CHECK(t.order[0] == first3, "epoch 3 order is reproducible");
     /* padding repeats the head of the epoch's order */
-    CHECK(t.total == 1004 && t.order[1001] == t.order[0] && t.order[1003] == t.order[2],
-          "padding");
+    CHECK(t.total == 1004 && t.order[1001] == t.order[0] && t.order[1003] == t.order[2], "padding");
     ddp_sampler_free(&t);
     for (int r = 0; r < W; r++)
         ddp_sampler_free(&s[r]);
@@ -131,8 +130,16 @@ static void equivalence(int W, int64_t N, int64_t G)
         /* same multiset: sort both */
         for (int i = 0; i < n; i++)
             for (int j = i + 1; j < n; j++) {
-                if (a[j] < a[i]) { int64_t x = a[i]; a[i] = a[j]; a[j] = x; }
-                if (b[j] < b[i]) { int64_t x = b[i]; b[i] = b[j]; b[j] = x; }
+                if (a[j] < a[i]) {
+                    int64_t x = a[i];
+                    a[i] = a[j];
+                    a[j] = x;
+                }
+                if (b[j] < b[i]) {
+                    int64_t x = b[i];
+                    b[i] = b[j];
+                    b[j] = x;
+                }
             }
         bad += memcmp(a, b, sizeof(int64_t) * (size_t)n) != 0;
     }

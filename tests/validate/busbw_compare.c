@@ -68,7 +68,9 @@ int main(int argc, char **argv)
     const int rounds = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 7;
     const long long bytes = argc > 2 && atoll(argv[2]) >= 8 ? atoll(argv[2]) : 1 << 20;
     char err[DDP_ERR_LEN];
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w,
+                        err, sizeof err);
     if (!c) {
         fprintf(stderr, "busbw_compare: %s\n", err);
         return 4;

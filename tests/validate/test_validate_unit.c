@@ -97,8 +97,8 @@ static void test_faults(void)
               ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, 7) &&
               !ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_TRIAD, 1),
           "which rank injects what");
-    const char *bad[] = {"slow_gemm", "slow_gemm:", "slow_gemm:x", "slow_gemm:-1", "fast:1",
-                         "slow_gemm:1;flip_param:0"};
+    const char *bad[] = {"slow_gemm",    "slow_gemm:", "slow_gemm:x",
+                         "slow_gemm:-1", "fast:1",     "slow_gemm:1;flip_param:0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(ddp_validate_faults_parse(&f, bad[i], err, sizeof err) != 0 &&
                   strstr(err, "DDP_TEST_VALIDATE_FAULT"),
@@ -127,7 +127,9 @@ static ddp_comm *self_comm(void)
     w.local_size = 1;
     snprintf(w.host, sizeof w.host, "unit");
     char err[DDP_ERR_LEN];
-    ddp_comm *c = ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_NONE, 30, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w, err, sizeof err);
+    ddp_comm *c =
+        ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_NONE, 30, -1, DDP_BOOTSTRAP_AUTO, NULL},
+                        &w, err, sizeof err);
     if (!c) {
         fprintf(stderr, "comm: %s\n", err);
         exit(1);
@@ -172,8 +174,8 @@ static void test_golden(ddp_comm *c)
     CHECK(a.steps == S && a.world_size == 1 && a.at_rest[0] == -1, "clean run");
     CHECK(a.final_hash[0] == b.final_hash[0] && !memcmp(a.loss, b.loss, sizeof(double) * S),
           "the golden run is deterministic");
-    CHECK(isfinite(a.loss[0]) && a.loss[0] > 1.0 && a.loss[0] < 2.0,
-          "initial loss %g near ln 4", a.loss[0]);
+    CHECK(isfinite(a.loss[0]) && a.loss[0] > 1.0 && a.loss[0] < 2.0, "initial loss %g near ln 4",
+          a.loss[0]);
     CHECK(fabs(a.loss[0] - a.local[0]) < 1e-12, "one rank: global loss = local loss");
 
     CHECK(ddp_validate_golden_run(c, be, S, &flip, &f, err, sizeof err) == 0, "run: %s", err);
@@ -186,8 +188,8 @@ static void test_golden(ddp_comm *c)
     CHECK(gr.at_rest[0] == -1, "bad_grad is no corruption at rest");
     CHECK(gr.local[2 * (s3 - 1) + 1] == a.local[2 * (s3 - 1) + 1] &&
               fabs(gr.local[2 * s3 + 1] / a.local[2 * s3 + 1] - 1.01) < 1e-4,
-          "bad_grad scales the step-%d gradient norm by 1.01: %g vs %g", s3,
-          gr.local[2 * s3 + 1], a.local[2 * s3 + 1]);
+          "bad_grad scales the step-%d gradient norm by 1.01: %g vs %g", s3, gr.local[2 * s3 + 1],
+          a.local[2 * s3 + 1]);
 
     /* references: round trip, then comparisons that must and must not pass */
     char path[600];
@@ -204,8 +206,10 @@ static void test_golden(ddp_comm *c)
     worst = ddp_validate_ref_compare(&gr, &r, 1e-3, &first, ranks);
     CHECK(first == s3 && ranks[0] == 1, "bad_grad found at step %d (got %d)", s3, first);
     worst = ddp_validate_ref_compare(&f, &r, 1e-3, &first, ranks);
-    CHECK(first == -1 || first > S / 2, "a flipped low bit is not a trajectory change before "
-                                        "it happens (first %d)", first);
+    CHECK(first == -1 || first > S / 2,
+          "a flipped low bit is not a trajectory change before "
+          "it happens (first %d)",
+          first);
     /* a shorter run compares its prefix */
     struct ddp_validate_golden q;
     CHECK(ddp_validate_golden_run(c, be, 5, &none, &q, err, sizeof err) == 0, "run: %s", err);

@@ -38,10 +38,9 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float *B, int ldb, const float *beta, float *C, int ldc);
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          cublasOperation_t tb, int m, int n, int k,
-                                         const float *alpha, const float *A, int lda,
-                                         long long sA, const float *B, int ldb, long long sB,
-                                         const float *beta, float *C, int ldc, long long sC,
-                                         int batch);
+                                         const float *alpha, const float *A, int lda, long long sA,
+                                         const float *B, int ldb, long long sB, const float *beta,
+                                         float *C, int ldc, long long sC, int batch);
 
 #ifdef __cplusplus
 }

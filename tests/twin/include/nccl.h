@@ -37,15 +37,20 @@ typedef enum {
 } ncclResult_t;
 
 typedef enum {
-    ncclInt8 = 0, ncclChar = 0,
+    ncclInt8 = 0,
+    ncclChar = 0,
     ncclUint8 = 1,
-    ncclInt32 = 2, ncclInt = 2,
+    ncclInt32 = 2,
+    ncclInt = 2,
     ncclUint32 = 3,
     ncclInt64 = 4,
     ncclUint64 = 5,
-    ncclFloat16 = 6, ncclHalf = 6,
-    ncclFloat32 = 7, ncclFloat = 7,
-    ncclFloat64 = 8, ncclDouble = 8,
+    ncclFloat16 = 6,
+    ncclHalf = 6,
+    ncclFloat32 = 7,
+    ncclFloat = 7,
+    ncclFloat64 = 8,
+    ncclDouble = 8,
     ncclNumTypes = 9
 } ncclDataType_t;
 
@@ -62,11 +67,11 @@ typedef struct {
 } ncclConfig_t;
 
 #define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
-#define NCCL_CONFIG_INITIALIZER                                                                \
-    {                                                                                          \
-        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,            \
-            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL,         \
-            NCCL_CONFIG_UNDEF_INT                                                              \
+#define NCCL_CONFIG_INITIALIZER                                                        \
+    {                                                                                  \
+        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,    \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL, \
+            NCCL_CONFIG_UNDEF_INT                                                      \
     }
 
 ncclResult_t ncclGetVersion(int *version);
@@ -89,9 +94,8 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
                            int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount,
-                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
         fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse "
-                "plant|clean\n");
+                        "plant|clean\n");
         return 2;
     }
     const int plant = strcmp(argv[2], "plant") == 0;
