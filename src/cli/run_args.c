@@ -52,6 +52,8 @@ int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
 int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand)
 {
     a->mode = mode_of(subcommand);
+    if (a->mode == DDP_RUN_EXPORT || a->mode == DDP_RUN_PREDICT)
+        a->finish = ddp_run_args_finish;
     const char *need = NULL;
     if (a->mode == DDP_RUN_EVAL || a->mode == DDP_RUN_EXPORT || a->mode == DDP_RUN_PREDICT)
         need = a->checkpoint ? NULL : "--checkpoint PATH";

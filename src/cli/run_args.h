@@ -10,16 +10,7 @@
 
 #include "core/config.h"
 #include "nn/model.h"
-
-enum ddp_run_mode { DDP_RUN_TRAIN, DDP_RUN_EVAL, DDP_RUN_CHECK, DDP_RUN_EXPORT, DDP_RUN_PREDICT };
-
-struct ddp_run_args {
-    enum ddp_run_mode mode;
-    const char *checkpoint; /* eval, export, predict: the weights (a checkpoint or model.h5) */
-    const char *onnx;       /* export */
-    const char *input, *output, *group; /* predict: X.h5, Y.h5, the group in X.h5 */
-    int bad; /* an option was given without its value (already reported) */
-};
+#include "train/train.h" /* struct ddp_run_args, the modes */
 
 /* If argv[*i] is an option of the mode named by argv[0], consume it (and its value) and
  * return 1; else 0. A missing value sets bad and prints why. */
@@ -28,7 +19,7 @@ int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i);
  * -1 after printing what is missing. */
 int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand);
 /* export: write the ONNX file; predict: write the logits. Rank 0 only (others return 0).
- * Returns an exit code, after printing any error. */
+ * Returns an exit code, after printing any error. ddp_run_args_check sets it as a->finish. */
 int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,
                         const struct ddp_job *job, char *err, size_t errlen);
 

@@ -261,6 +261,51 @@ static int read_f32(hid_t f, const char *name, float *v, size_t n)
     return st < 0 ? -1 : 0;
 }
 
+/* Format, version and training position of the open checkpoint f (pos->epoch, step, cursor;
+ * the optimiser's step count t and the stored checksum). */
+static int read_header(hid_t f, const char *path, struct ddp_ckpt_pos *pos, int64_t *t,
+                       int64_t *crc_file, char *err, size_t errlen)
+{
+    char fmt[64];
+    int64_t version = 0;
+    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0)
+        return ddp_err(err, errlen, "%s: format attribute is not %s: not a ddptrain checkpoint",
+                       path, CKPT_FORMAT);
+    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION)
+        return ddp_err(err, errlen,
+                       "%s: checkpoint format version %lld; this ddptrain reads version %d", path,
+                       (long long)version, DDP_CKPT_VERSION);
+    if (read_attr_i64(f, "epoch", &pos->epoch) || read_attr_i64(f, "step", &pos->step) ||
+        read_attr_i64(f, "cursor", &pos->cursor) || read_attr_i64(f, "optim_t", t) ||
+        read_attr_i64(f, "checksum", crc_file))
+        return ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
+                       path);
+    if (pos->epoch < 0 || pos->step < 0 || pos->cursor < 0 || *t < 0)
+        return ddp_err(err, errlen, "%s: negative training position: damaged checkpoint", path);
+    return 0;
+}
+
+/* 0 when the checksum over the weights now in m, the optimiser state s1/s2 (ns values each,
+ * NULL when absent) and the position matches the stored one; else -1 naming the file. */
+static int verify_checksum(const char *path, const struct ddp_model *m, const float *s1,
+                           const float *s2, size_t ns, const struct ddp_ckpt_pos *pos, int64_t t,
+                           int64_t crc_file, char *err, size_t errlen)
+{
+    float *hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
+    float *hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
+    m->be->download(hp, m->params, sizeof(float) * m->nparams);
+    m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
+    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, ns, pos, t);
+    free(hp);
+    free(hb);
+    if ((int64_t)crc == crc_file)
+        return 0;
+    return ddp_err(err, errlen,
+                   "%s: checksum mismatch (stored %08llx, computed %08x): the file is damaged; "
+                   "use an older checkpoint",
+                   path, (unsigned long long)crc_file, crc);
+}
+
 int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
                   struct ddp_ckpt_pos *pos, char *err, size_t errlen)
 {
@@ -268,29 +313,19 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
     if (f < 0)
         return -1;
     int rc = -1;
-    float *s1 = NULL, *s2 = NULL, *hp = NULL, *hb = NULL;
+    float *s1 = NULL, *s2 = NULL;
     /* a failed load leaves the model as it was (resume = auto then tries an older file) */
     float *keep_p = ddp_malloc(sizeof(float) * (m->nparams + 1));
     float *keep_b = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
     m->be->download(keep_p, m->params, sizeof(float) * m->nparams);
     m->be->download(keep_b, m->buffers, sizeof(float) * m->nbuffers);
-    char fmt[64], oname[16];
-    int64_t version = 0, crc_file = -1, t = 0;
+    char oname[16];
+    int64_t crc_file = -1, t = 0;
     memset(pos, 0, sizeof *pos);
-    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0) {
-        ddp_err(err, errlen, "%s: not a ddptrain checkpoint (no format attribute)", path);
+    if (read_header(f, path, pos, &t, &crc_file, err, errlen) != 0)
         goto out;
-    }
-    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION) {
-        ddp_err(err, errlen, "%s: checkpoint format version %lld; this ddptrain reads version %d",
-                path, (long long)version, DDP_CKPT_VERSION);
-        goto out;
-    }
-    if (read_attr_i64(f, "epoch", &pos->epoch) || read_attr_i64(f, "step", &pos->step) ||
-        read_attr_i64(f, "cursor", &pos->cursor) || read_attr_i64(f, "optim_t", &t) ||
-        read_attr_i64(f, "checksum", &crc_file) ||
-        read_attr_str(f, "optimizer", oname, sizeof oname)) {
-        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint", path);
+    if (read_attr_str(f, "optimizer", oname, sizeof oname)) {
+        ddp_err(err, errlen, "%s: optimizer attribute missing: damaged checkpoint", path);
         goto out;
     }
     read_attr_i64(f, "world_size", &pos->world_size);
@@ -304,10 +339,6 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
                 "%s: saved with optimizer %s, but the job uses %s; resume with the "
                 "same [optim] name or set [checkpoint] resume = never",
                 path, oname, optim_names[o->kind]);
-        goto out;
-    }
-    if (pos->epoch < 0 || pos->step < 0 || pos->cursor < 0 || t < 0) {
-        ddp_err(err, errlen, "%s: negative training position: damaged checkpoint", path);
         goto out;
     }
     if (ddp_weights_read_group(f, path, m, err, errlen) != 0)
@@ -328,18 +359,8 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
             goto out;
         }
     }
-    hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
-    hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
-    m->be->download(hp, m->params, sizeof(float) * m->nparams);
-    m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
-    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, o->n, pos, t);
-    if ((int64_t)crc != crc_file) {
-        ddp_err(err, errlen,
-                "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
-                "damaged",
-                path, (unsigned long long)crc_file, crc);
+    if (verify_checksum(path, m, s1, s2, o->n, pos, t, crc_file, err, errlen) != 0)
         goto out;
-    }
     if (s1)
         m->be->upload(o->state1, s1, sizeof(float) * o->n);
     if (s2)
@@ -355,8 +376,6 @@ out:
     free(keep_b);
     free(s1);
     free(s2);
-    free(hp);
-    free(hb);
     H5Fclose(f);
     return rc;
 }
@@ -412,32 +431,17 @@ int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size
     hid_t f = ddp_h5_open_read(path, "checkpoint or weights", err, errlen);
     if (f < 0)
         return -1;
-    char fmt[64];
     if (H5Aexists(f, "format") <= 0) { /* model.h5 or h5py weights: nothing to verify */
         int rc = ddp_weights_read_group(f, path, m, err, errlen);
         H5Fclose(f);
         return rc;
     }
     int rc = -1;
-    float *s1 = NULL, *s2 = NULL, *hp = NULL, *hb = NULL;
-    int64_t version = 0, crc_file = -1, t = 0;
+    float *s1 = NULL, *s2 = NULL;
+    int64_t crc_file = -1, t = 0;
     struct ddp_ckpt_pos pos = {0};
-    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0) {
-        ddp_err(err, errlen, "%s: format attribute is not %s: not a ddptrain checkpoint", path,
-                CKPT_FORMAT);
+    if (read_header(f, path, &pos, &t, &crc_file, err, errlen) != 0)
         goto out;
-    }
-    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION) {
-        ddp_err(err, errlen, "%s: checkpoint format version %lld; this ddptrain reads version %d",
-                path, (long long)version, DDP_CKPT_VERSION);
-        goto out;
-    }
-    if (read_attr_i64(f, "epoch", &pos.epoch) || read_attr_i64(f, "step", &pos.step) ||
-        read_attr_i64(f, "cursor", &pos.cursor) || read_attr_i64(f, "optim_t", &t) ||
-        read_attr_i64(f, "checksum", &crc_file)) {
-        ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint", path);
-        goto out;
-    }
     if (ddp_weights_read_group(f, path, m, err, errlen) != 0)
         goto out;
     if (read_optional_f32(f, "optim/state1", m->nparams, &s1) != 0 ||
@@ -448,24 +452,12 @@ int ddp_ckpt_load_weights(const char *path, struct ddp_model *m, char *err, size
                 path, m->nparams);
         goto out;
     }
-    hp = ddp_malloc(sizeof(float) * (m->nparams + 1));
-    hb = ddp_malloc(sizeof(float) * (m->nbuffers + 1));
-    m->be->download(hp, m->params, sizeof(float) * m->nparams);
-    m->be->download(hb, m->buffers, sizeof(float) * m->nbuffers);
-    uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, m->nparams, &pos, t);
-    if ((int64_t)crc != crc_file) {
-        ddp_err(err, errlen,
-                "%s: checksum mismatch (stored %08llx, computed %08x): the file is "
-                "damaged; evaluate an older checkpoint",
-                path, (unsigned long long)crc_file, crc);
+    if (verify_checksum(path, m, s1, s2, m->nparams, &pos, t, crc_file, err, errlen) != 0)
         goto out;
-    }
     rc = 0;
 out:
     free(s1);
     free(s2);
-    free(hp);
-    free(hb);
     H5Fclose(f);
     return rc;
 }

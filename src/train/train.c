@@ -39,7 +39,7 @@
 #include "train/jobdiff.h"
 #include "train/signals.h"
 #include "train/step.h"
-#include "cli/check.h"
+#include "train/summary.h"
 #include "report/report.h"
 #include "core/testhooks.h"
 #include "core/util.h"
@@ -62,7 +62,7 @@ struct trainer {
     struct ddp_metrics metrics;
     int64_t steps_per_epoch;
     const char *eval_only;    /* eval, export, predict: the checkpoint or weights file */
-    struct ddp_run_args args; /* the mode and its options (cli/run_args.h) */
+    struct ddp_run_args args; /* the mode and its options (train.h) */
     ddp_liveness *liveness;   /* names dead peers when a collective fails */
     ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
     char device[160];         /* "cpu" or "cuda:N (name)" */
@@ -1065,9 +1065,9 @@ int ddp_train_run(struct ddp_job *job, const struct ddp_run_args *args)
     double t_setup = ddp_now();
     if (!rc)
         rc = setup_model(t);
-    if (!rc && (t->args.mode == DDP_RUN_EXPORT || t->args.mode == DDP_RUN_PREDICT)) {
+    if (!rc && t->args.finish) {
         char err[DDP_ERR_LEN * 2];
-        rc = ddp_run_args_finish(&t->args, &t->model, &t->job, err, sizeof err);
+        rc = t->args.finish(&t->args, &t->model, &t->job, err, sizeof err);
     } else if (!rc) {
         rc = t->eval_only ? run_eval(t) : run_training(t, t_setup);
     }

@@ -10,8 +10,25 @@
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
-#include "cli/run_args.h"
+#include <stddef.h>
+
 #include "core/config.h"
+#include "nn/model.h"
+
+enum ddp_run_mode { DDP_RUN_TRAIN, DDP_RUN_EVAL, DDP_RUN_CHECK, DDP_RUN_EXPORT, DDP_RUN_PREDICT };
+
+/* What a run does besides training; filled by the command line (cli/run_args.h). */
+struct ddp_run_args {
+    enum ddp_run_mode mode;
+    const char *checkpoint; /* eval, export, predict: the weights (a checkpoint or model.h5) */
+    const char *onnx;       /* export */
+    const char *input, *output, *group; /* predict: X.h5, Y.h5, the group in X.h5 */
+    int bad; /* an option was given without its value (already reported) */
+    /* export, predict: the last act once setup has built the model with the weights; returns
+     * an exit code after printing any error. NULL for the other modes. */
+    int (*finish)(const struct ddp_run_args *a, struct ddp_model *m, const struct ddp_job *job,
+                  char *err, size_t errlen);
+};
 
 /* Train on job (loaded, overrides applied, validated: cli/train.c), or in the mode of args
  * (eval: the checkpoint on the job's test split; check: setup only, then a summary; export,

@@ -1,10 +1,10 @@
 /*
- * cmd_check.c - the summary of `ddptrain check` (see check.h). The setup itself is the
+ * summary.c - the summary of `ddptrain check` (see summary.h). The setup itself is the
  * trainer's (train.c); this file only measures and prints what setup built.
  *
  * Dimension letters: B per-rank batch, W world size, K classes.
  */
-#include "cli/check.h"
+#include "train/summary.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * check.h - `ddptrain check JOB.ini [--set ...]`: the trainer's own setup (train.c: parse,
+ * summary.h - `ddptrain check JOB.ini [--set ...]`: the trainer's own setup (train.c: parse,
  * world, device, collectives, data, model, weights, resume point, output guard) runs as for
  * a real run and stops before the first step; this module prints the one-screen summary.
  * The exit code and any error line are the trainer's, so check and a real run agree.
@@ -7,8 +7,8 @@
  * It writes nothing: the output directory is probed (ddp_outdir_probe), not created or
  * locked, and nothing is moved aside.
  */
-#ifndef DDP_CHECK_H
-#define DDP_CHECK_H
+#ifndef DDP_SUMMARY_H
+#define DDP_SUMMARY_H
 
 #include <stdint.h>
 
