@@ -29,6 +29,19 @@ struct ddp_backend {
     void (*download)(void *dst_host, const void *src, size_t bytes);
     void (*set_threads)(int n); /* compute threads; optional */
     void (*sync)(void);         /* wait for queued work; optional */
+    /* Asynchronous input (optional; NULL where host memory is backend memory, as on the CPU).
+     * host_alloc: page-locked host memory the device reads asynchronously (dies on failure).
+     * upload_batch: queue the copies of x (xbytes) and y (ybytes), both host_alloc memory, into
+     * device buffers dx, dy on a copy stream. The caller alternates between two sets of device
+     * buffers: the copy waits until the work queued before the previous upload_batch call (the
+     * last that used this set) has run, and the work queued after this call waits for the copy;
+     * the host never waits. Returns the copy's number (1, 2, ...): x and y stay untouched until
+     * copies_done() (non-blocking: the highest number whose copies have run) reaches it. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    int64_t (*upload_batch)(void *dx, const void *x, size_t xbytes, void *dy, const void *y,
+                            size_t ybytes);
+    int64_t (*copies_done)(void);
     /* end of training step `step` of rank `rank` (log_step: a logging step); optional: the
      * GPU twin writes its per-step counters there (docs/gpu.md) */
     void (*step_end)(int rank, long step, int log_step);
@@ -63,20 +76,27 @@ struct ddp_backend {
     void (*avgpool_fwd)(float *out, const float *inp, int B, int C, int H, int W, int k);
     void (*avgpool_bwd)(float *dinp, const float *dout, int B, int C, int H, int W, int k);
 
-    /* batchnorm over (B,C,S): statistics per channel. sums (2C doubles): sum x, sum x^2.
+    /* batchnorm over (B,C,S): statistics per channel. Every sums array is backend memory of
+     * 2C+1 doubles, the last one the count of elements per channel (B*S here; after a
+     * SyncBatchNorm all-reduce, over all ranks), so the statistics never leave the device.
+     * stats (2C+1): sum x, sum x^2, count.
+     * update: train: mean, invstd from sums (biased variance, clamped at 0, eps added) and the
+     *         running statistics rm, rv moved by momentum (unbiased variance), as PyTorch;
+     *         eval (sums NULL): mean = rm, invstd = 1/sqrt(rv + eps).
      * fwd_apply: xhat = (x - mean) * invstd, out = gamma * xhat + beta (xhat saved).
-     * bwd_sums (2C doubles): sum dout, sum dout * xhat.
-     * bwd_apply: dinp = gamma * invstd * (dout - sums0/count - xhat * sums1/count);
-     *            dgamma += sums1_local, dbeta += sums0_local (local sums passed separately). */
+     * bwd_sums (2C+1): sum dout, sum dout * xhat, count.
+     * bwd_apply: dinp = gamma * invstd * (dout - g0/count - xhat * g1/count) with g the global
+     *            sums (count their last element); dgamma += local1, dbeta += local0. */
     void (*bn_stats)(double *sums, const float *inp, int B, int C, int S);
+    void (*bn_update)(float *mean, float *invstd, float *rm, float *rv, const double *sums, int C,
+                      double eps, double momentum);
     void (*bn_fwd_apply)(float *out, float *xhat, const float *inp, const float *mean,
                          const float *invstd, const float *gamma, const float *beta, int B, int C,
                          int S);
     void (*bn_bwd_sums)(double *sums, const float *dout, const float *xhat, int B, int C, int S);
     void (*bn_bwd_apply)(float *dinp, float *dgamma, float *dbeta, const float *dout,
                          const float *xhat, const float *invstd, const float *gamma,
-                         const double *local_sums, const double *global_sums, double count, int B,
-                         int C, int S);
+                         const double *local_sums, const double *global_sums, int B, int C, int S);
 
     /* dropout: keep with probability 1-p from a counter-based hash of (seed, i); mask holds
      * 0 or 1/(1-p). */
@@ -89,6 +109,10 @@ struct ddp_backend {
      * (softmax - onehot) * grad_scale. */
     double (*xent)(float *dlogits, int64_t *correct, const float *logits, const int32_t *labels,
                    int B, int K, float grad_scale);
+    /* The same, leaving the host out (optional): acc (backend memory, 2 doubles) += the sum of
+     * losses and the number of correct predictions; the caller reads acc when it logs. */
+    void (*xent_acc)(float *dlogits, double *acc, const float *logits, const int32_t *labels, int B,
+                     int K, float grad_scale);
 
     /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h); the gradient
      * used is g[i] * gscale (gscale = 1/W turns the all-reduced sum into the mean; 1 is exact) */

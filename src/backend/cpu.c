@@ -396,6 +396,52 @@ static size_t cpu_conv_col_elems(int B, int C, int H, int W, int k, int stride, 
     return 0; /* the kernels use their own per-thread scratch (above) */
 }
 
+/* ---- batchnorm on the table's contract (backend.h): counts travel with the sums ---------- */
+
+static void cpu_bn_stats(double *sums, const float *inp, int B, int C, int S)
+{
+    ddp_cpu_bn_stats_f32(sums, inp, B, C, S);
+    sums[2 * C] = (double)B * S;
+}
+
+static void cpu_bn_bwd_sums(double *sums, const float *dout, const float *xhat, int B, int C, int S)
+{
+    ddp_cpu_bn_bwd_sums_f32(sums, dout, xhat, B, C, S);
+    sums[2 * C] = (double)B * S;
+}
+
+static void cpu_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                             const float *xhat, const float *invstd, const float *gamma,
+                             const double *local, const double *global, int B, int C, int S)
+{
+    ddp_cpu_bn_bwd_apply_f32(dinp, dgamma, dbeta, dout, xhat, invstd, gamma, local, global,
+                             global[2 * C], B, C, S);
+}
+
+/* In double, rounded to float once per value; cuda.cu's k_bn_update does the same operations
+ * (IEEE division and square root in double), so both backends give the same bits. */
+static void cpu_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
+                          int C, double eps, double momentum)
+{
+    for (int c = 0; c < C; c++) {
+        if (!sums) {
+            mean[c] = rm[c];
+            invstd[c] = (float)(1.0 / sqrt((double)rv[c] + eps));
+            continue;
+        }
+        const double count = sums[2 * C];
+        const double mu = sums[c] / count;
+        double var = sums[C + c] / count - mu * mu;
+        if (var < 0)
+            var = 0;
+        mean[c] = (float)mu;
+        invstd[c] = (float)(1.0 / sqrt(var + eps));
+        const double unbiased = count > 1 ? var * count / (count - 1) : var;
+        rm[c] = (float)((1 - momentum) * rm[c] + momentum * mu);
+        rv[c] = (float)((1 - momentum) * rv[c] + momentum * unbiased);
+    }
+}
+
 static const struct ddp_backend g_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -417,10 +463,11 @@ static const struct ddp_backend g_cpu = {
     .maxpool_bwd = ddp_cpu_maxpool_bwd_f32,
     .avgpool_fwd = ddp_cpu_avgpool_fwd_f32,
     .avgpool_bwd = ddp_cpu_avgpool_bwd_f32,
-    .bn_stats = ddp_cpu_bn_stats_f32,
+    .bn_stats = cpu_bn_stats,
+    .bn_update = cpu_bn_update,
     .bn_fwd_apply = ddp_cpu_bn_fwd_apply_f32,
-    .bn_bwd_sums = ddp_cpu_bn_bwd_sums_f32,
-    .bn_bwd_apply = ddp_cpu_bn_bwd_apply_f32,
+    .bn_bwd_sums = cpu_bn_bwd_sums,
+    .bn_bwd_apply = cpu_bn_bwd_apply,
     .dropout_fwd = ddp_cpu_dropout_fwd_f32,
     .dropout_bwd = ddp_cpu_dropout_bwd_f32,
     .xent = ddp_cpu_xent_f32,

@@ -180,6 +180,10 @@ static cublasMath_t math_mode(int tf32)
 /* Elements one batchnorm reduction block should cover before another split is worth it. */
 #define BN_ELEMS_PER_SPLIT 8192
 
+/* Batch uploads whose completion events are kept (copies_done looks no further back: the
+ * loader holds at most DDP_LOADER_MAX_SLOTS batches). */
+#define UPLOAD_RING 64
+
 static struct {
     int device; /* -1 until ddp_backend_cuda succeeds */
     int tf32;
@@ -188,7 +192,12 @@ static struct {
     void *ws; /* workspace, ws_bytes bytes of device memory */
     size_t ws_bytes;
     char devname[320];
-} g = {-1, 0, NULL, NULL, NULL, 0, ""};
+    /* input pipeline (upload_batch): */
+    cudaStream_t copy;               /* host-to-device batch copies */
+    cudaEvent_t mark[2];             /* compute work queued before upload q, at q % 2 */
+    cudaEvent_t copied[UPLOAD_RING]; /* copy q done, at q % UPLOAD_RING */
+    int64_t uploads, done;           /* copies queued; highest known complete */
+} g = {-1, 0, NULL, NULL, NULL, 0, "", NULL, {NULL, NULL}, {}, 0, 0};
 
 static struct ddp_backend g_table;
 
@@ -733,10 +742,13 @@ __global__ void k_bn_partial(double *part, const float *a, const float *b, int B
     }
 }
 
-/* sums (2C): sums[c] = sum of the splits' first sums, sums[C + c] of the second, in order. */
-__global__ void k_bn_finish(double *sums, const double *part, int C, int splits)
+/* sums (2C+1): sums[c] = sum of the splits' first sums, sums[C + c] of the second, in order;
+ * sums[2C] = count. */
+__global__ void k_bn_finish(double *sums, const double *part, int C, int splits, double count)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c == 0)
+        sums[2 * C] = count;
     if (c >= C)
         return;
     double s = 0, s2 = 0;
@@ -748,28 +760,58 @@ __global__ void k_bn_finish(double *sums, const double *part, int C, int splits)
     sums[C + c] = s2;
 }
 
-/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) into the HOST array sums (2C). */
-static void bn_reduce(double *sums_host, const float *a, const float *b, int B, int C, int S)
+/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) and the count B*S into the device
+ * array sums (2C+1). Never waits. */
+static void bn_reduce(double *sums, const float *a, const float *b, int B, int C, int S)
 {
     if (C <= 0)
         return;
     const size_t n = (size_t)B * S;
-    if (n == 0) {
-        memset(sums_host, 0, sizeof(double) * 2 * (size_t)C);
+    if (n == 0) { /* all sums and the count 0 */
+        CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(double) * (2 * (size_t)C + 1), g.stream));
         return;
     }
     size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
     if (splits > BN_MAX_SPLITS)
         splits = BN_MAX_SPLITS;
-    const size_t part_bytes = align256(sizeof(double) * 2 * (size_t)C * splits);
-    char *ws = (char *)ws_get(part_bytes + sizeof(double) * 2 * (size_t)C);
-    double *part = (double *)ws, *sums = (double *)(ws + part_bytes);
+    double *part = (double *)ws_get(sizeof(double) * 2 * (size_t)C * splits);
     dim3 grid((unsigned)C, (unsigned)splits);
     LAUNCH(k_bn_partial, grid, THREADS, part, a, b, B, C, S);
-    LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits);
-    CUDA_CHECK(cudaMemcpyAsync(sums_host, sums, sizeof(double) * 2 * (size_t)C,
-                               cudaMemcpyDeviceToHost, g.stream));
-    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits,
+           (double)n);
+}
+
+/* As cpu.c's cpu_bn_update, operation for operation (double, IEEE / and sqrt). */
+__global__ void k_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
+                            int C, double eps, double momentum)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    if (!sums) {
+        mean[c] = rm[c];
+        invstd[c] = (float)(1.0 / sqrt((double)rv[c] + eps));
+        return;
+    }
+    const double count = sums[2 * C];
+    const double mu = sums[c] / count;
+    double var = sums[C + c] / count - mu * mu;
+    if (var < 0)
+        var = 0;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt(var + eps));
+    const double unbiased = count > 1 ? var * count / (count - 1) : var;
+    rm[c] = (float)((1 - momentum) * rm[c] + momentum * mu);
+    rv[c] = (float)((1 - momentum) * rv[c] + momentum * unbiased);
+}
+
+static void cuda_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
+                           int C, double eps, double momentum)
+{
+    if (C <= 0)
+        return;
+    LAUNCH(k_bn_update, (C + THREADS - 1) / THREADS, THREADS, mean, invstd, rm, rv, sums, C, eps,
+           momentum);
 }
 
 static void cuda_bn_stats(double *sums, const float *inp, int B, int C, int S)
@@ -820,8 +862,9 @@ __global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *loca
 
 __global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat,
                                const float *invstd, const float *gamma, const double *global,
-                               double count, size_t n, int C, int S)
+                               size_t n, int C, int S)
 {
+    const double count = global[2 * C];
     GRID_STRIDE(i, n)
     {
         const int c = (int)((i / (size_t)S) % (size_t)C);
@@ -833,24 +876,17 @@ __global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat
 
 static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
                               const float *xhat, const float *invstd, const float *gamma,
-                              const double *local_sums, const double *global_sums, double count,
-                              int B, int C, int S)
+                              const double *local_sums, const double *global_sums, int B, int C,
+                              int S)
 {
     if (C <= 0)
         return;
-    /* The host sums go to the device first (pageable copies: the host arrays may be reused as
-     * soon as this returns). */
-    double *d = (double *)ws_get(sizeof(double) * 4 * (size_t)C);
-    CUDA_CHECK(cudaMemcpyAsync(d, local_sums, sizeof(double) * 2 * (size_t)C,
-                               cudaMemcpyHostToDevice, g.stream));
-    CUDA_CHECK(cudaMemcpyAsync(d + 2 * (size_t)C, global_sums, sizeof(double) * 2 * (size_t)C,
-                               cudaMemcpyHostToDevice, g.stream));
-    LAUNCH(k_bn_param_grads, (C + THREADS - 1) / THREADS, THREADS, dgamma, dbeta, d, C);
+    LAUNCH(k_bn_param_grads, (C + THREADS - 1) / THREADS, THREADS, dgamma, dbeta, local_sums, C);
     const size_t n = (size_t)B * C * S;
     if (!dinp || !n)
         return;
-    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, xhat, invstd, gamma,
-           d + 2 * (size_t)C, count, n, C, S);
+    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, xhat, invstd, gamma, global_sums, n,
+           C, S);
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
@@ -951,6 +987,48 @@ __global__ void k_xent_total(struct xent_result *res, const double *row_loss, co
     }
 }
 
+/* One block: acc[0] += the batch's loss sum, acc[1] += its correct count (fixed order). */
+__global__ void k_xent_acc(double *acc, const double *row_loss, const int *row_ok, int B)
+{
+    double s = 0, c = 0;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        s += row_loss[i];
+        c += row_ok[i];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        acc[0] += s;
+        acc[1] += c;
+    }
+}
+
+/* The loss kernels' per-row scratch in the workspace: row_loss (B doubles), row_ok (B ints),
+ * then `extra` bytes. */
+static char *xent_rows(double **row_loss, int **row_ok, size_t extra, int B)
+{
+    const size_t loss_bytes = align256(sizeof(double) * (size_t)B);
+    const size_t ok_bytes = align256(sizeof(int) * (size_t)B);
+    char *ws = (char *)ws_get(loss_bytes + ok_bytes + extra);
+    *row_loss = (double *)ws;
+    *row_ok = (int *)(ws + loss_bytes);
+    return ws + loss_bytes + ok_bytes;
+}
+
+static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, const int32_t *labels,
+                          int B, int K, float grad_scale)
+{
+    if (B <= 0 || K <= 0)
+        return;
+    double *row_loss;
+    int *row_ok;
+    xent_rows(&row_loss, &row_ok, 0, B);
+    const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
+    LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
+           grad_scale);
+    LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
+}
+
 static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
                         const int32_t *labels, int B, int K, float grad_scale)
 {
@@ -959,12 +1037,10 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
             *correct = 0;
         return 0;
     }
-    const size_t loss_bytes = align256(sizeof(double) * (size_t)B);
-    const size_t ok_bytes = align256(sizeof(int) * (size_t)B);
-    char *ws = (char *)ws_get(loss_bytes + ok_bytes + sizeof(struct xent_result));
-    double *row_loss = (double *)ws;
-    int *row_ok = (int *)(ws + loss_bytes);
-    struct xent_result *dres = (struct xent_result *)(ws + loss_bytes + ok_bytes);
+    double *row_loss;
+    int *row_ok;
+    struct xent_result *dres =
+        (struct xent_result *)xent_rows(&row_loss, &row_ok, sizeof(struct xent_result), B);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale);
@@ -1045,6 +1121,62 @@ static void cuda_upload(void *dst, const void *src, size_t bytes)
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
 }
 
+static void *cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess)
+        ddp_die("cudaHostAlloc of %zu bytes of page-locked host memory failed: %s; lower [data] "
+                "batch_size or raise the memory lock limit (ulimit -l)",
+                bytes, cudaGetErrorString(e));
+    return p;
+}
+
+static void cuda_host_free(void *p)
+{
+    if (p)
+        CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* The input pipeline (backend.h upload_batch): upload q goes into the device set q % 2, last
+ * used by batch q - 2, whose work was all queued before upload q - 1 recorded mark[(q-1) % 2];
+ * the copy stream waits for that mark, copies, and the compute stream waits for the copy.
+ * Nothing here waits on the host. */
+static int64_t cuda_upload_batch(void *dx, const void *x, size_t xbytes, void *dy, const void *y,
+                                 size_t ybytes)
+{
+    const int64_t q = ++g.uploads;
+    if (q > 1)
+        CUDA_CHECK(cudaStreamWaitEvent(g.copy, g.mark[(q - 1) % 2], 0));
+    CUDA_CHECK(cudaEventRecord(g.mark[q % 2], g.stream));
+    if (xbytes)
+        CUDA_CHECK(cudaMemcpyAsync(dx, x, xbytes, cudaMemcpyHostToDevice, g.copy));
+    if (ybytes)
+        CUDA_CHECK(cudaMemcpyAsync(dy, y, ybytes, cudaMemcpyHostToDevice, g.copy));
+    cudaEvent_t done = g.copied[q % UPLOAD_RING];
+    CUDA_CHECK(cudaEventRecord(done, g.copy));
+    CUDA_CHECK(cudaStreamWaitEvent(g.stream, done, 0));
+    return q;
+}
+
+/* Highest upload whose copies ran, from event queries (never waits). Older than the ring
+ * counts as done: the ring is far longer than any loader keeps batches. */
+static int64_t cuda_copies_done(void)
+{
+    if (g.done < g.uploads - UPLOAD_RING + 1)
+        g.done = g.uploads - UPLOAD_RING + 1;
+    while (g.done < g.uploads) {
+        const cudaError_t e = cudaEventQuery(g.copied[(g.done + 1) % UPLOAD_RING]);
+        if (e == cudaErrorNotReady) {
+            cudaGetLastError(); /* not an error */
+            break;
+        }
+        CUDA_CHECK(e);
+        g.done++;
+    }
+    return g.done;
+}
+
 static void cuda_download(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
@@ -1085,6 +1217,10 @@ static void fill_table(void)
     t->step_end = ddp_cuda_step_end;
     t->set_threads = NULL;
     t->sync = cuda_sync;
+    t->host_alloc = cuda_host_alloc;
+    t->host_free = cuda_host_free;
+    t->upload_batch = cuda_upload_batch;
+    t->copies_done = cuda_copies_done;
     t->zero = cuda_zero;
     t->scale = cuda_scale;
     t->linear_fwd = cuda_linear_fwd;
@@ -1099,14 +1235,27 @@ static void fill_table(void)
     t->avgpool_fwd = cuda_avgpool_fwd;
     t->avgpool_bwd = cuda_avgpool_bwd;
     t->bn_stats = cuda_bn_stats;
+    t->bn_update = cuda_bn_update;
     t->bn_fwd_apply = cuda_bn_fwd_apply;
     t->bn_bwd_sums = cuda_bn_bwd_sums;
     t->bn_bwd_apply = cuda_bn_bwd_apply;
     t->dropout_fwd = cuda_dropout_fwd;
     t->dropout_bwd = cuda_dropout_bwd;
     t->xent = cuda_xent;
+    t->xent_acc = cuda_xent_acc;
     t->sgd_step = cuda_sgd_step;
     t->adam_step = cuda_adam_step;
+}
+
+/* The copy stream and the events of upload_batch. */
+static cudaError_t input_setup(void)
+{
+    cudaError_t e = cudaStreamCreateWithFlags(&g.copy, cudaStreamNonBlocking);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&g.mark[i], cudaEventDisableTiming);
+    for (int i = 0; i < UPLOAD_RING && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&g.copied[i], cudaEventDisableTiming);
+    return e;
 }
 
 /* One line for a failed setup call; clears CUDA's last error. Returns NULL. */
@@ -1188,6 +1337,8 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
     cudaStream_t stream;
     if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
         return setup_fail(err, errlen, device, "cudaStreamCreate", e);
+    if ((e = input_setup()) != cudaSuccess)
+        return setup_fail(err, errlen, device, "creating the copy stream and its events", e);
     if (blas_open(err, errlen) != 0) {
         cudaStreamDestroy(stream);
         return NULL;
@@ -1207,6 +1358,10 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
         return NULL;
     }
     g.stream = stream;
+#ifdef DDP_CUDA_TWIN
+    twin_name_stream(g.stream, "compute");
+    twin_name_stream(g.copy, "copy");
+#endif
     g.blas = blas;
     g.tf32 = tf32;
     g.device = device;

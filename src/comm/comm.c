@@ -443,6 +443,36 @@ void ddp_comm_wait(ddp_comm *c, ddp_comm_req *r)
     req_put(c, r);
 }
 
+void ddp_comm_wait_device(ddp_comm *c, ddp_comm_req *r)
+{
+    if (!r)
+        return;
+    if (c->ops->order_after && r->active && !r->done) {
+        char msg[256] = "";
+        const int rc = c->ops->order_after(c, r, msg, sizeof msg);
+        if (rc < 0)
+            comm_fail(c, r->what, msg[0] ? msg : "unknown error");
+        if (rc == 1) {
+            r->done = 1;
+            req_put(c, r);
+            return;
+        }
+    }
+    ddp_comm_wait(c, r);
+}
+
+int ddp_comm_fence(ddp_comm *c)
+{
+    if (!c->ops->ifence)
+        return 0;
+    struct ddp_comm_req *r = req_get(c, "fence (this rank's GPU work, collectives included)");
+    char msg[256] = "";
+    if (c->ops->ifence(c, r, msg, sizeof msg) != 0)
+        start_failed(c, r, msg);
+    ddp_comm_wait(c, r);
+    return 1;
+}
+
 void ddp_comm_progress(ddp_comm *c)
 {
     for (struct ddp_comm_req *r = c->active_head; r; r = r->next) {

@@ -73,6 +73,17 @@ int ddp_comm_size(const ddp_comm *c);
 ddp_comm_req *ddp_comm_allreduce_start(ddp_comm *c, void *buf, size_t n, enum ddp_dtype t);
 /* Wait for req under the communicator's deadline, then free it. */
 void ddp_comm_wait(ddp_comm *c, ddp_comm_req *req);
+/* Order the backend's later work after req without waiting on the host, then free req. On
+ * NCCL the compute stream waits for the collective's event (the GPU, not the host, waits);
+ * the deadline is then enforced by the next host wait on that stream, ddp_comm_fence. Other
+ * backends (host memory) simply wait, as ddp_comm_wait. req's buffer must be device memory on
+ * NCCL. */
+void ddp_comm_wait_device(ddp_comm *c, ddp_comm_req *req);
+/* Wait, under the deadline, until the work queued so far on the CUDA backend's compute stream
+ * has run, collectives it waits for included (a dead peer is then reported as by any wait).
+ * Returns 1 when it waited so; 0 when this backend has no device work to fence (self, mpi): the
+ * caller synchronises the backend itself. */
+int ddp_comm_fence(ddp_comm *c);
 /* Progress outstanding requests without blocking (lets MPI move data during backward). */
 void ddp_comm_progress(ddp_comm *c);
 

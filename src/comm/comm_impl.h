@@ -43,6 +43,13 @@ struct ddp_comm_ops {
     int (*iallgather)(ddp_comm *c, struct ddp_comm_req *r, const void *send, void *recv,
                       size_t bytes, char *err, size_t errlen);
     int (*test)(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen);
+    /* Optional (device backends): order the compute stream after r without a host wait.
+     * Returns 1 when done so (r is then complete as far as the caller is concerned), 0 when r
+     * needs a host wait (a host buffer), -1 on an error. */
+    int (*order_after)(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen);
+    /* Optional: start a request that completes when the compute stream's work queued so far
+     * has run (tested with test). */
+    int (*ifence)(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen);
     /* Free backend state; outstanding requests are already complete. Optional. */
     void (*destroy)(ddp_comm *c);
     /* Tear down every rank of the job with code; may return (comm.c exits then). Optional:

@@ -451,6 +451,33 @@ static int nccl_iallgather(ddp_comm *c, struct ddp_comm_req *r, const void *send
     return finish(c, r, "ncclAllGather", rc, err, errlen);
 }
 
+/* The compute stream waits for r's event; r's event goes back to the pool at once (a later
+ * record does not change what this wait waits for). */
+static int nccl_order_after(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen)
+{
+    struct nccl_state *st = state_of(c);
+    struct nccl_req *q = req_of(r);
+    (void)err, (void)errlen;
+    if (q->stage || !q->done)
+        return 0; /* a host buffer: the host copies the result out, so it must wait */
+    CU_LOCAL(st, cudaStreamWaitEvent((cudaStream_t)ddp_cuda_stream(), q->done->ev, 0));
+    event_put(st, q->done);
+    q->done = NULL;
+    return 1;
+}
+
+/* A request that completes when the compute stream's work queued so far has run. */
+static int nccl_ifence(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen)
+{
+    struct nccl_state *st = state_of(c);
+    struct nccl_req *q = req_of(r);
+    memset(q, 0, sizeof *q);
+    if (event_get(st, &q->done, err, errlen) != 0)
+        return -1;
+    CU_LOCAL(st, cudaEventRecord(q->done->ev, (cudaStream_t)ddp_cuda_stream()));
+    return 0;
+}
+
 static int nccl_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errlen)
 {
     struct nccl_state *st = state_of(c);
@@ -570,6 +597,8 @@ static const struct ddp_comm_ops nccl_ops = {
     .ibarrier = nccl_ibarrier,
     .iallgather = nccl_iallgather,
     .test = nccl_test,
+    .order_after = nccl_order_after,
+    .ifence = nccl_ifence,
     .destroy = nccl_destroy,
     .abort = nccl_abort,
 };
@@ -629,6 +658,9 @@ int ddp_comm_nccl_init(ddp_comm *c, const struct ddp_world *w, const struct ddp_
         cuda_fail("NCCL stream/event setup", e, err, errlen);
         return setup_fail(c, st);
     }
+#if DDP_TWIN
+    twin_name_stream(st->stream, "nccl"); /* in the twin's counters */
+#endif
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;

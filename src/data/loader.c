@@ -51,6 +51,11 @@ struct ddp_loader {
     atomic_int producer_asleep, consumer_asleep;
     int64_t next_take, steps;
     char err[DDP_ERR_LEN];
+    /* device reads (ddp_loader_create_device): has_dev, and per slot the ticket the device's
+     * done() must reach before the slot may be refilled (0: none) */
+    int has_dev;
+    struct ddp_loader_device dev;
+    int64_t tickets[DDP_LOADER_MAX_SLOTS];
 };
 
 /* Sleep until ready(ld) holds or the loader stops; *asleep tells the other side to wake us. */
@@ -116,7 +121,17 @@ static void *prefetch(void *arg)
 
 ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch)
 {
+    return ddp_loader_create_device(split, sampler, batch, NULL);
+}
+
+ddp_loader *ddp_loader_create_device(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch,
+                                     const struct ddp_loader_device *dev)
+{
     ddp_loader *ld = ddp_calloc(1, sizeof *ld);
+    if (dev) {
+        ld->has_dev = 1;
+        ld->dev = *dev;
+    }
     ld->split = split;
     ld->sampler = sampler;
     ld->batch = batch;
@@ -128,13 +143,49 @@ ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, i
                                                : (int)fit;
     ld->wake_free = ld->nslots / 2 > 2 ? ld->nslots / 2 : 2;
     for (int i = 0; i < ld->nslots; i++) {
-        ld->slots[i].x = ddp_malloc_aligned(sizeof(float) * (size_t)(batch * ld->elems));
-        ld->slots[i].y = ddp_malloc(sizeof(int32_t) * (size_t)batch);
+        const size_t xb = sizeof(float) * (size_t)(batch * ld->elems);
+        const size_t yb = sizeof(int32_t) * (size_t)batch;
+        /* separate allocations: a device reads x and y, the host may write other memory */
+        ld->slots[i].x = ld->has_dev ? ld->dev.alloc(xb) : ddp_malloc_aligned(xb);
+        ld->slots[i].y = ld->has_dev ? ld->dev.alloc(yb) : ddp_malloc(yb);
         ld->slots[i].idx = ddp_malloc(sizeof(int64_t) * (size_t)batch);
     }
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
     return ld;
+}
+
+/* The steps before next_take that may be refilled, in order: those the device is done reading
+ * (asks done() once, and only when a held slot is in the way). Returns the new `released`. */
+static int64_t releasable(ddp_loader *ld)
+{
+    int64_t r = atomic_load(&ld->released), done = -1;
+    for (; r < ld->next_take; r++) {
+        int64_t *t = &ld->tickets[r % ld->nslots];
+        if (*t > 0 && done < 0)
+            done = ld->dev.done(ld->dev.ctx);
+        if (*t > done && *t > 0)
+            break;
+        *t = 0;
+    }
+    return r;
+}
+
+/* Wait until the device has read every held slot (before the slots are refilled anew). */
+static void drain_device(ddp_loader *ld)
+{
+    int64_t last = 0;
+    for (int i = 0; i < ld->nslots; i++)
+        last = ld->tickets[i] > last ? ld->tickets[i] : last;
+    if (last > 0 && ld->dev.done(ld->dev.ctx) < last)
+        ld->dev.wait(ld->dev.ctx, last);
+    memset(ld->tickets, 0, sizeof ld->tickets);
+}
+
+void ddp_loader_hold(ddp_loader *ld, int64_t ticket)
+{
+    if (ld->has_dev && ld->next_take > 0)
+        ld->tickets[(ld->next_take - 1) % ld->nslots] = ticket;
 }
 
 void ddp_loader_stop(ddp_loader *ld)
@@ -145,6 +196,8 @@ void ddp_loader_stop(ddp_loader *ld)
     wake(ld);
     pthread_join(ld->thread, NULL);
     ld->running = 0;
+    if (ld->has_dev)
+        drain_device(ld);
 }
 
 void ddp_loader_start(ddp_loader *ld, int64_t epoch, int64_t first_step)
@@ -168,11 +221,21 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
 {
     if (!ld->running)
         return 0;
-    /* hand the previous slot back (every step before next_take is done with) */
-    atomic_store(&ld->released, ld->next_take);
+    /* hand the previous slots back (every step before next_take the device is done reading) */
+    if (!ld->has_dev) {
+        atomic_store(&ld->released, ld->next_take);
+    } else {
+        atomic_store(&ld->released, releasable(ld));
+        const int64_t r = atomic_load(&ld->released);
+        if (!batch_ready(ld) && atomic_load(&ld->filled) - r >= ld->nslots) {
+            /* every slot is filled or held by the device: wait for the oldest held one */
+            ld->dev.wait(ld->dev.ctx, ld->tickets[r % ld->nslots]);
+            atomic_store(&ld->released, releasable(ld));
+        }
+    }
     int ready = batch_ready(ld);
-    if (atomic_load(&ld->producer_asleep) &&
-        (!ready || ld->nslots - (atomic_load(&ld->filled) - ld->next_take) >= ld->wake_free))
+    const int64_t in_use = atomic_load(&ld->filled) - atomic_load(&ld->released);
+    if (atomic_load(&ld->producer_asleep) && (!ready || ld->nslots - in_use >= ld->wake_free))
         wake(ld);
     if (!ready)
         wait_for(ld, &ld->consumer_asleep, batch_ready);
@@ -202,8 +265,13 @@ void ddp_loader_destroy(ddp_loader *ld)
         return;
     ddp_loader_stop(ld);
     for (int i = 0; i < ld->nslots; i++) {
-        free(ld->slots[i].x);
-        free(ld->slots[i].y);
+        if (ld->has_dev) {
+            ld->dev.free_fn(ld->slots[i].x);
+            ld->dev.free_fn(ld->slots[i].y);
+        } else {
+            free(ld->slots[i].x);
+            free(ld->slots[i].y);
+        }
         free(ld->slots[i].idx);
     }
     pthread_mutex_destroy(&ld->mu);

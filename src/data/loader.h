@@ -27,6 +27,25 @@ typedef struct ddp_loader ddp_loader;
 
 /* The loader borrows split and sampler; both must outlive it. */
 ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch);
+
+/* Batches read asynchronously by a device (the CUDA backend's upload_batch): the slots' images
+ * and labels in memory from alloc (page-locked), freed with free_fn; a slot handed to
+ * ddp_loader_hold is refilled only once done(ctx) (non-blocking) reaches its ticket, and when
+ * the reader would otherwise wait for a free slot, wait(ctx, ticket) (bounded; may exit) is
+ * called first. Every function is called on the consumer's thread except none: the prefetch
+ * thread only fills slots. */
+struct ddp_loader_device {
+    void *(*alloc)(size_t bytes);
+    void (*free_fn)(void *p);
+    int64_t (*done)(void *ctx);
+    void (*wait)(void *ctx, int64_t ticket);
+    void *ctx;
+};
+ddp_loader *ddp_loader_create_device(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch,
+                                     const struct ddp_loader_device *dev);
+/* The batch last returned by ddp_loader_next is being read by the device until done() reaches
+ * ticket: its slot is not refilled before. */
+void ddp_loader_hold(ddp_loader *ld, int64_t ticket);
 void ddp_loader_destroy(ddp_loader *ld); /* stops the thread; accepts NULL */
 
 /* Start reading epoch `epoch` from step `first_step` (sets the sampler's epoch). */

@@ -549,7 +549,7 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             if (l->spec.kind == DDP_LAYER_BATCHNORM) {
                 l->mean = be->alloc(sizeof(float) * l->b_n);
                 l->invstd = be->alloc(sizeof(float) * l->b_n);
-                l->sums = ddp_calloc(6 * l->b_n + 2, sizeof(double));
+                l->sums = be->alloc(sizeof(double) * (6 * l->b_n + 3));
             }
             break;
         default:
@@ -647,7 +647,7 @@ void ddp_model_free(struct ddp_model *m)
         be->free(l->argmax);
         be->free(l->mean);
         be->free(l->invstd);
-        free(l->sums);
+        be->free(l->sums);
     }
     be->free(m->params);
     be->free(m->grads);
@@ -703,6 +703,9 @@ static void bn_dims(const struct ddp_layer *l, int *C, int *S)
     *S = l->in_ndim == 3 ? l->ishape[1] * l->ishape[2] : 1;
 }
 
+/* Batchnorm forward. The statistics stay in backend memory from the reduction through the
+ * SyncBatchNorm all-reduce (sync_sums) to mean, invstd and the running statistics: on a GPU
+ * no host round trip. */
 static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x, int B, int train)
 {
     const struct ddp_backend *be = m->be;
@@ -711,59 +714,16 @@ static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x,
     float *gamma = m->params + l->w_off, *beta = m->params + l->b_off;
     float *rm = m->buffers + l->rm_off, *rv = m->buffers + l->rv_off;
     if (!train) {
-        /* eval: running statistics (host math on CPU; small vectors) */
-        float mean[4096], invstd[4096];
-        float *hm = C <= 4096 ? mean : ddp_malloc(sizeof(float) * (size_t)C);
-        float *hi = C <= 4096 ? invstd : ddp_malloc(sizeof(float) * (size_t)C);
-        be->download(hm, rm, sizeof(float) * (size_t)C);
-        be->download(hi, rv, sizeof(float) * (size_t)C);
-        for (int c = 0; c < C; c++)
-            hi[c] = (float)(1.0 / sqrt((double)hi[c] + BN_EPS));
-        be->upload(l->mean, hm, sizeof(float) * (size_t)C);
-        be->upload(l->invstd, hi, sizeof(float) * (size_t)C);
-        if (hm != mean) {
-            free(hm);
-            free(hi);
-        }
+        be->bn_update(l->mean, l->invstd, rm, rv, NULL, C, BN_EPS, BN_MOMENTUM);
         be->bn_fwd_apply(l->out, NULL, x, l->mean, l->invstd, gamma, beta, B, C, S);
         return;
     }
     double *sums = l->sums; /* [0,2C): sum, sumsq; [2C]: count */
     be->bn_stats(sums, x, B, C, S);
-    sums[2 * C] = (double)B * S;
     if (m->sync_sums)
         m->sync_sums(m->sync_ctx, sums, 2 * (size_t)C + 1);
-    double count = sums[2 * C];
-    float hmean[4096], hinv[4096], hrm[4096], hrv[4096];
-    int big = C > 4096;
-    float *pm = big ? ddp_malloc(sizeof(float) * (size_t)C) : hmean;
-    float *pi = big ? ddp_malloc(sizeof(float) * (size_t)C) : hinv;
-    float *prm = big ? ddp_malloc(sizeof(float) * (size_t)C) : hrm;
-    float *prv = big ? ddp_malloc(sizeof(float) * (size_t)C) : hrv;
-    be->download(prm, rm, sizeof(float) * (size_t)C);
-    be->download(prv, rv, sizeof(float) * (size_t)C);
-    for (int c = 0; c < C; c++) {
-        double mu = sums[c] / count;
-        double var = sums[C + c] / count - mu * mu;
-        if (var < 0)
-            var = 0;
-        pm[c] = (float)mu;
-        pi[c] = (float)(1.0 / sqrt(var + BN_EPS));
-        double unbiased = count > 1 ? var * count / (count - 1) : var;
-        prm[c] = (float)((1 - BN_MOMENTUM) * prm[c] + BN_MOMENTUM * mu);
-        prv[c] = (float)((1 - BN_MOMENTUM) * prv[c] + BN_MOMENTUM * unbiased);
-    }
-    be->upload(l->mean, pm, sizeof(float) * (size_t)C);
-    be->upload(l->invstd, pi, sizeof(float) * (size_t)C);
-    be->upload(rm, prm, sizeof(float) * (size_t)C);
-    be->upload(rv, prv, sizeof(float) * (size_t)C);
+    be->bn_update(l->mean, l->invstd, rm, rv, sums, C, BN_EPS, BN_MOMENTUM);
     l->num_batches_tracked++;
-    if (big) {
-        free(pm);
-        free(pi);
-        free(prm);
-        free(prv);
-    }
     be->bn_fwd_apply(l->out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
 }
 
@@ -869,14 +829,12 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
         case DDP_LAYER_BATCHNORM: {
             int C, S;
             bn_dims(l, &C, &S);
-            double *local = l->sums + 2 * C + 1, *global = l->sums + 2 * C + 1 + 2 * C;
+            double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
             be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
-            memcpy(global, local, sizeof(double) * 2 * (size_t)C);
-            global[2 * C] = (double)B * S;
+            be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
             if (m->sync_sums)
                 m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
-            be->bn_bwd_apply(dinp, dw, db, l->dout, l->aux, l->invstd, w, local, global,
-                             global[2 * C], B, C, S);
+            be->bn_bwd_apply(dinp, dw, db, l->dout, l->aux, l->invstd, w, local, global, B, C, S);
             break;
         }
         }

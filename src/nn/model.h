@@ -69,7 +69,7 @@ struct ddp_layer {
     float *aux;           /* batchnorm xhat / dropout mask, (B, out_elems) */
     int32_t *argmax;      /* maxpool */
     float *mean, *invstd; /* batchnorm, (C) */
-    double *sums;         /* batchnorm, 6C+2: forward sums+count, backward local, global+count */
+    double *sums; /* batchnorm, backend memory, 3 x (2C+1): forward, backward local, global */
 };
 
 struct ddp_model {
@@ -88,7 +88,8 @@ struct ddp_model {
     float *col;                      /* conv scratch */
     uint64_t fingerprint;            /* hash of the architecture and input shape */
 
-    /* Sum of n doubles over all ranks, in place (SyncBatchNorm); NULL: local statistics. */
+    /* Sum of n doubles (backend memory) over all ranks, in place (SyncBatchNorm), ordered
+     * before the backend's later work; NULL: local statistics. */
     void (*sync_sums)(void *ctx, double *buf, size_t n);
     void *sync_ctx;
 };

@@ -117,8 +117,8 @@ void ddp_sync_finish(struct ddp_sync *s)
         struct ddp_bucket *bk = &s->buckets[b];
         if (bk->pending != 0)
             ddp_die("internal: bucket %d finished with %d layers not reported", b, bk->pending);
-        if (s->world_size > 1) {
-            ddp_comm_wait(s->comm, bk->req);
+        if (s->world_size > 1) { /* on a GPU the optimiser's stream waits, not the host */
+            ddp_comm_wait_device(s->comm, bk->req);
             bk->req = NULL;
         }
         trace(s, DDP_TRACE_BUCKET_DONE, b);

@@ -72,7 +72,9 @@ int ddp_sync_check_fingerprint(struct ddp_sync *s, char *err, size_t errlen);
 void ddp_sync_begin(struct ddp_sync *s);
 /* Model hook (ctx = struct ddp_sync *). */
 void ddp_sync_layer_done(void *ctx, int layer);
-/* Wait for every bucket, in order (the gradients then hold the sum over ranks). */
+/* Order what follows after every bucket, in order (the gradients then hold the sum over
+ * ranks for the backend's later work). On NCCL the compute stream waits for each bucket's
+ * event (cudaStreamWaitEvent), the host does not; else the host waits. */
 void ddp_sync_finish(struct ddp_sync *s);
 
 /* Communication since the last call (world size > 1; zeros otherwise), then reset:

@@ -15,13 +15,18 @@ double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, 
     const struct ddp_backend *be = m->be;
     be->zero(m->grads, m->nparams);
     const float *logits = ddp_model_forward(m, x, n, 1, noise); /* (B, K) */
-    int64_t correct = 0;
-    double loss = be->xent(ddp_model_dlogits(m), s->correct ? &correct : NULL, logits, y, n,
-                           m->classes, 1.0f / (float)n);
-    if (s->correct)
-        *s->correct += correct;
-    if (!isfinite(loss) && s->nonfinite)
-        s->nonfinite(s->nonfinite_ctx, x, n, noise, loss);
+    double loss = 0;
+    if (s->acc) {
+        be->xent_acc(ddp_model_dlogits(m), s->acc, logits, y, n, m->classes, 1.0f / (float)n);
+    } else {
+        int64_t correct = 0;
+        loss = be->xent(ddp_model_dlogits(m), s->correct ? &correct : NULL, logits, y, n,
+                        m->classes, 1.0f / (float)n);
+        if (s->correct)
+            *s->correct += correct;
+        if (!isfinite(loss) && s->nonfinite)
+            s->nonfinite(s->nonfinite_ctx, x, n, noise, loss);
+    }
     ddp_sync_begin(s->sync);
     if (s->layer_done)
         ddp_model_backward(m, x, n, s->layer_done, s->layer_ctx);

@@ -32,6 +32,11 @@ struct ddp_step {
     /* NULL, or where each step adds the batch's correct predictions (counted by the loss
      * kernel during forward: free). */
     int64_t *correct;
+    /* NULL, or (backends with xent_acc) backend memory of 2 doubles where the step adds the
+     * batch's loss sum and correct count on the device: the host then never waits for the
+     * loss, ddp_step_run returns 0, `correct` and `nonfinite` are not used, and the caller
+     * reads acc when it logs (a non-finite loss shows there). */
+    double *acc;
 };
 
 /* One step on the batch x (B, in_elems), labels y (B), both in backend memory; noise seeds

@@ -71,6 +71,13 @@ struct trainer {
     int resumed;              /* a checkpoint was loaded */
     float *dev_x;             /* (B, in_elems) batch in device memory; NULL on the CPU */
     int32_t *dev_y;           /* (B) labels in device memory */
+    /* The device step (backends with upload_batch and xent_acc; docs/gpu.md): batches go up
+     * asynchronously into two alternating device sets (dev_x, dev_y and these), the loss and
+     * correct count accumulate in acc on the device and are read at log steps. */
+    float *dev_x2;
+    int32_t *dev_y2;
+    int dev_set; /* the set the next upload fills */
+    double *acc; /* (2) backend memory: loss sum, correct count since the last log */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
 };
@@ -231,10 +238,12 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* SyncBatchNorm hook: sums over all ranks. */
+/* SyncBatchNorm hook: sums over all ranks, in backend memory; on a GPU the compute stream
+ * waits for the all-reduce, not the host. */
 static void sync_sums(void *ctx, double *buf, size_t n)
 {
-    ddp_comm_allreduce((ddp_comm *)ctx, buf, n, DDP_F64);
+    ddp_comm *c = ctx;
+    ddp_comm_wait_device(c, ddp_comm_allreduce_start(c, buf, n, DDP_F64));
 }
 
 /* On a GPU, copy the loader's host batch into device memory and point x, y at it. */
@@ -246,6 +255,73 @@ static void to_device(struct trainer *t, const float **x, const int32_t **y, int
     t->be->upload(t->dev_y, *y, sizeof(int32_t) * (size_t)n);
     *x = t->dev_x;
     *y = t->dev_y;
+}
+
+/* Until the device has run everything queued so far: under the communicator's deadline where
+ * it can fence (NCCL: a dead peer is reported, not waited for forever), else the backend's
+ * sync. */
+static void device_fence(struct trainer *t)
+{
+    if (!ddp_comm_fence(t->comm) && t->be->sync)
+        t->be->sync();
+}
+
+/* The loader's hooks for page-locked slots (ddp_loader_create_device). */
+static int64_t loader_copies_done(void *ctx)
+{
+    const struct trainer *t = ctx;
+    return t->be->copies_done();
+}
+
+static void loader_wait(void *ctx, int64_t ticket)
+{
+    struct trainer *t = ctx;
+    device_fence(t); /* the compute stream waited for every copy queued so far */
+    if (t->be->copies_done() < ticket)
+        ddp_die("internal: batch upload %lld not done after a fence", (long long)ticket);
+}
+
+/* The training loader: on a backend with upload_batch, slots in page-locked memory that the
+ * device reads asynchronously. */
+static ddp_loader *train_loader_create(struct trainer *t)
+{
+    if (!t->acc)
+        return ddp_loader_create(t->train, &t->train_sampler, t->job.batch_size);
+    const struct ddp_loader_device dev = {t->be->host_alloc, t->be->host_free, loader_copies_done,
+                                          loader_wait, t};
+    return ddp_loader_create_device(t->train, &t->train_sampler, t->job.batch_size, &dev);
+}
+
+/* The training batch to the device: asynchronously into the next device set where the backend
+ * can (the loader keeps the slot until the copy ran), else as to_device. */
+static void to_device_async(struct trainer *t, const float **x, const int32_t **y, int n)
+{
+    if (!t->acc) {
+        to_device(t, x, y, n);
+        return;
+    }
+    float *dx = t->dev_set ? t->dev_x2 : t->dev_x;
+    int32_t *dy = t->dev_set ? t->dev_y2 : t->dev_y;
+    t->dev_set ^= 1;
+    const int64_t q = t->be->upload_batch(dx, *x, sizeof(float) * (size_t)n * t->model.in_elems, dy,
+                                          *y, sizeof(int32_t) * (size_t)n);
+    ddp_loader_hold(t->train_loader, q);
+    *x = dx;
+    *y = dy;
+}
+
+/* At a log step: the device's loss sum and correct count since the last one, added to
+ * loss_acc[0] and loss_acc[2], and the accumulator cleared. */
+static void take_device_loss(struct trainer *t, double *loss_acc)
+{
+    if (!t->acc)
+        return;
+    double acc[2];
+    device_fence(t);
+    t->be->download(acc, t->acc, sizeof acc);
+    t->be->zero((float *)t->acc, 2 * sizeof(double) / sizeof(float));
+    loss_acc[0] += acc[0];
+    loss_acc[2] += acc[1];
 }
 
 /* Distributed evaluation: each rank takes its share of the test split; sums are reduced. */
@@ -512,6 +588,7 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size;
     char el[32], left[32];
+    take_device_loss(t, lp->loss_acc);
     double red[3] = {lp->loss_acc[0], lp->loss_acc[1], lp->loss_acc[2]};
     ddp_comm_allreduce(t->comm, red, 3, DDP_F64);
     double now = ddp_now();
@@ -561,15 +638,16 @@ static int after_step(struct trainer *t, struct loop *lp)
         ddp_comm_barrier(t->comm);
         return DDP_EXIT_RUNTIME;
     }
-    if (t->be->step_end) /* the GPU twin's per-step counters */
-        t->be->step_end(rank, (long)lp->step,
-                        lp->step % job->log_every == 0 || lp->step == lp->total_steps);
-    /* stop request: every rank agrees at this step boundary */
-    int64_t stop = ddp_signals_stop_requested();
-    if (W > 1)
+    /* stop request: every rank agrees at this step boundary; with the device step only at log
+     * and checkpoint steps, which wait for the device anyway (docs/gpu.md) */
+    const int ckpt_due = job->ckpt_every_steps > 0 && lp->step % job->ckpt_every_steps == 0;
+    const int agree_now =
+        !t->acc || ckpt_due || lp->step % job->log_every == 0 || lp->step == lp->total_steps;
+    int64_t stop = agree_now ? ddp_signals_stop_requested() : 0;
+    if (W > 1 && agree_now)
         ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
     int at_end = lp->cursor >= lp->epoch_end;
-    if (stop || (job->ckpt_every_steps > 0 && lp->step % job->ckpt_every_steps == 0)) {
+    if (stop || ckpt_due) {
         struct ddp_ckpt_pos pos = {at_end ? lp->epoch + 1 : lp->epoch,
                                    lp->step,
                                    at_end ? 0 : lp->cursor,
@@ -580,6 +658,9 @@ static int after_step(struct trainer *t, struct loop *lp)
         save_checkpoint(t, &pos);
         lp->last_saved = lp->step;
     }
+    if (t->be->step_end) /* the GPU twin's per-step counters, the stop agreement included */
+        t->be->step_end(rank, (long)lp->step,
+                        lp->step % job->log_every == 0 || lp->step == lp->total_steps);
     if (!stop)
         return 0;
     log_event(t, "stop", lp->epoch + 1, lp->step, ddp_signal_name((int)stop));
@@ -595,8 +676,8 @@ static int run_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size, rank = t->world.rank;
-    const struct ddp_step step = {&t->model, &t->sync,       &t->optim, NULL,
-                                  NULL,      nonfinite_hook, t,         &lp->correct};
+    const struct ddp_step step = {&t->model,      &t->sync, &t->optim,    NULL,  NULL,
+                                  nonfinite_hook, t,        &lp->correct, t->acc};
     char err[DDP_ERR_LEN];
     const float *x;
     const int32_t *y;
@@ -612,7 +693,7 @@ static int run_epoch(struct trainer *t, struct loop *lp)
             for (int i = 0; i < n; i++)
                 fprintf(lp->sample_log, "%lld %lld\n", (long long)lp->epoch, (long long)idx[i]);
         }
-        to_device(t, &x, &y, n);
+        to_device_async(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
         uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
                          (uint64_t)rank;
@@ -925,6 +1006,11 @@ static int setup_model(struct trainer *t)
     if (t->be != ddp_backend_cpu()) {
         t->dev_x = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
         t->dev_y = t->be->alloc(sizeof(int32_t) * (size_t)job->batch_size);
+        if (t->be->upload_batch && t->be->xent_acc && t->be->host_alloc) {
+            t->dev_x2 = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
+            t->dev_y2 = t->be->alloc(sizeof(int32_t) * (size_t)job->batch_size);
+            t->acc = t->be->alloc(2 * sizeof(double));
+        }
     }
     ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
     if (ddp_sync_check_fingerprint(&t->sync, err, sizeof err) != 0) {
@@ -1010,7 +1096,7 @@ static int run_training(struct trainer *t, double t_setup)
     if (rc)
         return rc;
     log_event(t, "start", start.epoch + 1, start.step, NULL);
-    t->train_loader = ddp_loader_create(t->train, &t->train_sampler, job->batch_size);
+    t->train_loader = train_loader_create(t);
     if (t->test) {
         ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
         t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
@@ -1035,6 +1121,11 @@ static void teardown(struct trainer *t)
     if (t->dev_x) {
         t->be->free(t->dev_x);
         t->be->free(t->dev_y);
+    }
+    if (t->acc) {
+        t->be->free(t->dev_x2);
+        t->be->free(t->dev_y2);
+        t->be->free(t->acc);
     }
     ddp_model_free(&t->model);
     ddp_h5split_close(t->train);

@@ -9,13 +9,16 @@
 #   3. test_cuda_ops    every CUDA op against the CPU backend (normalised error <= 1e-6)
 #   4. test_nccl        the NCCL communicator, world size 1
 #   5. train_curve.sh   CPU vs GPU loss curves of two short training runs
+#   5b. sanitizer       compute-sanitizer memcheck, racecheck and synccheck over test_cuda_ops
+#                       and memcheck over a 20-step training (skipped where compute-sanitizer
+#                       is absent; SANITIZER_S seconds per tool, default 60)
 #   6. throughput       samples/s of configs/fashion-mlp.ini and configs/fashion-cnn.ini on
 #                       synthetic data of Fashion-MNIST's shape: ddptrain on the GPU (fp32 and
 #                       tf32), PyTorch on the same GPU (tests/gpu/torch_gpu_bench.py), and
 #                       ddptrain's CPU backend for scale; skipped if the checks ran long
 #
-# Writes under $OUT/gpu: device-check.log (all of it), ops.txt, nccl.txt, curve.txt, bench.md
-# (the table) and bench.json. Exit 0 when every correctness check (3-5) passed, else 1.
+# Writes under $OUT/gpu at most 7 files: device-check.log (all of it, per-run logs appended),
+# ops.txt, nccl.txt, curve.txt, sanitizer.txt, bench.md (the table) and bench.json. Exit 0 when every correctness check (3-5) passed, else 1.
 # Usage with the device tool: command "bash tests/gpu/device-check.sh .dev/gpu", carry
 # [".dev/gpu"], timeout_s 540.
 set -u
@@ -101,6 +104,37 @@ step "train_curve.sh"
 DDP_BUILD="$W" timeout 240 bash tests/gpu/train_curve.sh 2>&1 | tee "$R/curve.txt"
 [ "${PIPESTATUS[0]}" = 0 ] && result curve pass || result curve FAIL
 
+step "compute-sanitizer"
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -z "$SAN" ]; then
+    echo "skipped: no compute-sanitizer"
+    result sanitizer skipped
+else
+    san_fail=0
+    for tool in memcheck racecheck synccheck; do
+        echo "-- $tool test_cuda_ops"
+        LD_LIBRARY_PATH="$LDPATH" timeout "${SANITIZER_S:-60}" "$SAN" --tool $tool \
+            --error-exitcode 9 "$CARRY/bin/test_cuda_ops" > "$W/san-$tool.txt" 2>&1
+        rc=$?
+        tail -3 "$W/san-$tool.txt"
+        # 124: out of time (the ops ran partly under the tool): reported, not a failure
+        case $rc in 0) ;; 124) echo "($tool ran out of its ${SANITIZER_S:-60} s)" ;; *) san_fail=1 ;; esac
+    done
+    timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,8,8 --classes 10 --train 2000 \
+        --test 10 --seed 1 >/dev/null
+    echo "-- memcheck: 20 training steps"
+    LD_LIBRARY_PATH="$LDPATH" timeout "${SANITIZER_S:-60}" "$SAN" --tool memcheck \
+        --error-exitcode 9 "$CARRY/bin/ddptrain" configs/fashion-cnn.ini \
+        --set data.file="$W/san.h5" --set data.test= --set data.batch_size=32 \
+        --set train.max_steps=20 --set train.log_every=5 --set job.output="$W/san-run" \
+        --set train.device=cuda > "$W/san-train.txt" 2>&1
+    rc=$?
+    tail -3 "$W/san-train.txt"
+    case $rc in 0) ;; 124) echo "(training ran out of time under memcheck)" ;; *) san_fail=1 ;; esac
+    cat "$W"/san-*.txt > "$R/sanitizer.txt"
+    [ $san_fail = 0 ] && result sanitizer pass || result sanitizer FAIL
+fi
+
 step "throughput"
 if [ $(( $(date +%s) - T0 )) -gt "$BENCH_AFTER_S" ]; then
     echo "skipped: the checks took more than $BENCH_AFTER_S s"
@@ -121,17 +155,17 @@ else
             for prec in fp32 tf32; do
                 timeout 120 "$DDPTRAIN" "configs/$cfg.ini" "${GPU_ARGS[@]}" "${common[@]}" \
                     --set train.precision=$prec --set job.output="$W/$cfg-gpu-$prec" \
-                    > "$R/$cfg-gpu-$prec.log" 2>&1 || echo "ddptrain $cfg $prec failed"
+                    > "$W/$cfg-gpu-$prec.log" 2>&1 || echo "ddptrain $cfg $prec failed"
                 tf=""; [ $prec = tf32 ] && tf=--tf32
                 timeout 120 python3 tests/gpu/torch_gpu_bench.py --data "$W/fm.h5" \
                     --layers "$layers" --batch 256 --steps $steps --warmup $warm $tf \
-                    --json "$W/$cfg-torch-$prec.json" > "$R/$cfg-torch-$prec.log" 2>&1 ||
-                    echo "torch $cfg $prec failed (see $R/$cfg-torch-$prec.log)"
+                    --json "$W/$cfg-torch-$prec.json" > "$W/$cfg-torch-$prec.log" 2>&1 ||
+                    echo "torch $cfg $prec failed (its log is appended below)"
             done
             cpu_steps=$((warm * 3))
             timeout 90 "$DDPTRAIN" "configs/$cfg.ini" "${CPU_ARGS[@]}" "${common[@]}" \
                 --set train.max_steps=$cpu_steps --set job.output="$W/$cfg-cpu-fp32" \
-                > "$R/$cfg-cpu-fp32.log" 2>&1 || echo "ddptrain $cfg cpu failed"
+                > "$W/$cfg-cpu-fp32.log" 2>&1 || echo "ddptrain $cfg cpu failed"
         done
         python3 - "$W" "$R" <<'EOF'
 import json, os, statistics, sys
@@ -177,11 +211,18 @@ EOF
     fi
 fi
 
+for f in "$W"/*.log; do
+    [ -f "$f" ] && { echo "---- $(basename "$f") (last 15 lines)"; tail -15 "$f"; }
+done
+
 step "summary"
 fail=0
 for k in "${ORDER[@]}"; do
     printf '  %-10s %s\n' "$k" "${RESULT[$k]}"
-    case $k in libraries|probe|ops|nccl|curve) [ "${RESULT[$k]}" = pass ] || fail=1 ;; esac
+    case $k in
+    libraries|probe|ops|nccl|curve) [ "${RESULT[$k]}" = pass ] || fail=1 ;;
+    sanitizer) [ "${RESULT[$k]}" = FAIL ] && fail=1 ;;
+    esac
 done
 echo "total $(( $(date +%s) - T0 )) s; logs in $R"
 rm -rf "$W"

@@ -452,20 +452,52 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     free(carg);
 }
 
+/* bn_update, train (from the sums cs, on the CPU; gsd, the same on the device) and eval:
+ * mean, invstd and the running statistics bit for bit (both compute in double). */
+static void t_bn_update(const double *cs, const double *gsd, int Cc)
+{
+    const size_t c = (size_t)Cc;
+    float *rm = rnd(c, 1), *rv = rnd(c, 1), *mean = ddp_malloc(sizeof(float) * c),
+          *inv = ddp_malloc(sizeof(float) * c);
+    for (size_t i = 0; i < c; i++)
+        rv[i] = 0.5f + rv[i] * rv[i];
+    float *grm = dev_f(rm, c), *grv = dev_f(rv, c), *gmean = G->alloc(sizeof(float) * c),
+          *ginv = G->alloc(sizeof(float) * c);
+    for (int train = 1; train >= 0; train--) {
+        C->bn_update(mean, inv, rm, rv, train ? cs : NULL, Cc, 1e-5, 0.1);
+        G->bn_update(gmean, ginv, grm, grv, train ? gsd : NULL, Cc, 1e-5, 0.1);
+        check(train ? "bn_update mean" : "bn_update mean, eval", gmean, mean, NULL, c, 0);
+        check(train ? "bn_update invstd" : "bn_update invstd, eval", ginv, inv, NULL, c, 0);
+        check("bn_update running mean", grm, rm, NULL, c, 0);
+        check("bn_update running var", grv, rv, NULL, c, 0);
+    }
+    G->free(grm);
+    G->free(grv);
+    G->free(gmean);
+    G->free(ginv);
+    free(rm);
+    free(rv);
+    free(mean);
+    free(inv);
+}
+
 static void t_batchnorm(int B, int Cc, int S)
 {
     char name[96];
-    const size_t n = (size_t)B * Cc * S, c2 = 2 * (size_t)Cc;
+    const size_t n = (size_t)B * Cc * S, c2 = 2 * (size_t)Cc + 1; /* sums and the count */
     float *x = rnd(n, 2), *dy = rnd(n, 1), *gamma = rnd((size_t)Cc, 1), *beta = rnd((size_t)Cc, 1);
     for (size_t i = 0; i < n; i++)
         x[i] += 0.5f; /* a mean away from 0 */
     float *gx = dev_f(x, n), *gdy = dev_f(dy, n), *ggam = dev_f(gamma, (size_t)Cc),
           *gbet = dev_f(beta, (size_t)Cc);
     double *cs = ddp_malloc(sizeof(double) * c2), *gs = ddp_malloc(sizeof(double) * c2);
+    double *gsd = G->alloc(sizeof(double) * c2); /* the GPU's sums stay on the device */
     C->bn_stats(cs, x, B, Cc, S);
-    G->bn_stats(gs, gx, B, Cc, S);
+    G->bn_stats(gsd, gx, B, Cc, S);
+    G->download(gs, gsd, sizeof(double) * c2);
     snprintf(name, sizeof name, "bn_stats B%d C%d S%d", B, Cc, S);
     check_d(name, gs, cs, c2);
+    t_bn_update(cs, gsd, Cc);
 
     /* mean and invstd from the CPU's sums, as model.c computes them */
     const double count = (double)B * S;
@@ -487,26 +519,34 @@ static void t_batchnorm(int B, int Cc, int S)
     check("bn_fwd_apply out, no xhat", gy, cy, NULL, n, 0);
 
     C->bn_bwd_sums(cs, dy, cxh, B, Cc, S);
-    G->bn_bwd_sums(gs, gdy, gxh, B, Cc, S);
+    G->bn_bwd_sums(gsd, gdy, gxh, B, Cc, S);
+    G->download(gs, gsd, sizeof(double) * c2);
     check_d("bn_bwd_sums", gs, cs, c2);
 
-    /* global sums differ from local ones (SyncBatchNorm) */
+    /* global sums differ from local ones (SyncBatchNorm), the count too */
     double *glob = ddp_malloc(sizeof(double) * c2);
     for (size_t i = 0; i < c2; i++)
         glob[i] = cs[i] * 1.7 + 0.1;
+    glob[c2 - 1] = 2 * count;
+    double *gglob = G->alloc(sizeof(double) * c2), *gcs = G->alloc(sizeof(double) * c2);
+    G->upload(gglob, glob, sizeof(double) * c2);
+    G->upload(gcs, cs, sizeof(double) * c2);
     float *dg0 = rnd((size_t)Cc, 0.1f), *db0 = rnd((size_t)Cc, 0.1f);
     float *cdx = ddp_malloc(sizeof(float) * n), *cdg = copy_f(dg0, (size_t)Cc),
           *cdb = copy_f(db0, (size_t)Cc);
     float *gdx = G->alloc(sizeof(float) * n), *gdg = dev_f(dg0, (size_t)Cc),
           *gdb = dev_f(db0, (size_t)Cc);
-    C->bn_bwd_apply(cdx, cdg, cdb, dy, cxh, inv, gamma, cs, glob, 2 * count, B, Cc, S);
-    G->bn_bwd_apply(gdx, gdg, gdb, gdy, gxh, ginv, ggam, cs, glob, 2 * count, B, Cc, S);
+    C->bn_bwd_apply(cdx, cdg, cdb, dy, cxh, inv, gamma, cs, glob, B, Cc, S);
+    G->bn_bwd_apply(gdx, gdg, gdb, gdy, gxh, ginv, ggam, gcs, gglob, B, Cc, S);
     check("bn_bwd_apply dinp", gdx, cdx, NULL, n, 0);
     check("bn_bwd_apply dgamma (+=)", gdg, cdg, NULL, (size_t)Cc, 0);
     check("bn_bwd_apply dbeta (+=)", gdb, cdb, NULL, (size_t)Cc, 0);
-    C->bn_bwd_apply(NULL, cdg, cdb, dy, cxh, inv, gamma, cs, glob, 2 * count, B, Cc, S);
-    G->bn_bwd_apply(NULL, gdg, gdb, gdy, gxh, ginv, ggam, cs, glob, 2 * count, B, Cc, S);
+    C->bn_bwd_apply(NULL, cdg, cdb, dy, cxh, inv, gamma, cs, glob, B, Cc, S);
+    G->bn_bwd_apply(NULL, gdg, gdb, gdy, gxh, ginv, ggam, gcs, gglob, B, Cc, S);
     check("bn_bwd_apply dgamma, no dinp", gdg, cdg, NULL, (size_t)Cc, 0);
+    G->free(gsd);
+    G->free(gglob);
+    G->free(gcs);
 
     G->free(gx);
     G->free(gdy);
@@ -568,6 +608,18 @@ static void t_xent(int B, int K)
     gl = G->xent(NULL, &gc, gz, gy, B, K, 0);
     check_d("xent loss, no dlogits", &gl, &cl, 1);
     check_i("xent correct, no dlogits", gc, cc);
+    /* the device accumulator: twice the batch on top of (1, 2) */
+    const double acc0[2] = {1, 2};
+    double acc[2], *gacc = G->alloc(sizeof acc);
+    G->upload(gacc, acc0, sizeof acc);
+    G->xent_acc(gd, gacc, gz, gy, B, K, scale);
+    G->xent_acc(NULL, gacc, gz, gy, B, K, scale);
+    G->download(acc, gacc, sizeof acc);
+    const double want = 1 + 2 * cl;
+    check_d("xent_acc loss sum (+=)", &acc[0], &want, 1);
+    check_i("xent_acc correct (+=)", (long long)acc[1], 2 + 2 * cc);
+    check("xent_acc dlogits", gd, cd, NULL, n, 0);
+    G->free(gacc);
     G->free(gz);
     G->free(gy);
     G->free(gd);

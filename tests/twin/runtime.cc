@@ -17,7 +17,13 @@
  * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch (cuBLAS calls
  * count) or allocation; with DDP_EMU_FAIL_RANK=R only in the process whose rank (RANK,
  * SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) is R.
- * Stats: DDP_EMU_STATS=FILE, one JSON line per training step to FILE.<rank> (twin_step_end).
+ * Page-locked memory (cudaMallocHost, cudaHostAlloc, cudaHostRegister): while an asynchronous
+ * copy from it is queued, its pages are read-only to the host, so a host write before the
+ * copy's event (a reused loader slot, say) faults at once with a line that says so, where a GPU
+ * would silently upload the new bytes.
+ * Stats: DDP_EMU_STATS=FILE, one JSON line per training step to FILE.<rank> (twin_step_end):
+ * host synchronisations in all and per stream, pageable and page-locked copies, and the
+ * streams host-to-device copies ran on (streams named with twin_name_stream).
  */
 #include "twin.h"
 
@@ -46,6 +52,7 @@ struct twin_stream {
     unsigned flags;
     int priority;
     bool legacy;
+    std::string name;
     std::deque<std::pair<const char *, std::function<void()>>> q;
     uint64_t issued = 0, done = 0, demanded = 0;
     bool stop = false;
@@ -60,11 +67,13 @@ struct twin_event {
     double time_ms = 0;
 };
 
-namespace twin {
+namespace twin
+{
 
 Stats g_stats;
 
-namespace {
+namespace
+{
 
 struct Alloc {
     char *shadow;
@@ -76,12 +85,19 @@ constexpr size_t REGION = (size_t)1 << 38; /* 256 GiB of device addresses, never
 constexpr size_t PAGE = 4096;
 
 /* Never destroyed: stream workers wait on them until the process ends. */
-std::mutex &g_mu = *new std::mutex;                      /* streams, events */
+std::mutex &g_mu = *new std::mutex;                           /* streams, events */
 std::condition_variable &g_cv = *new std::condition_variable; /* an operation completed */
-std::mutex &g_amu = *new std::mutex;                     /* allocations */
+std::mutex &g_amu = *new std::mutex;                          /* allocations */
 std::map<uintptr_t, Alloc> g_allocs;
 std::map<uintptr_t, size_t> g_pinned;
-std::vector<size_t> g_used;   /* bytes allocated per ordinal */
+std::map<uintptr_t, int> g_locked; /* page -> queued H2D copies reading it (under g_amu) */
+/* Page-locked ranges for the SIGSEGV handler, which cannot take a lock: a fixed table,
+ * entries written under g_amu and read racily (only to word a fault message). */
+constexpr int PINNED_TABLE = 256;
+std::atomic<uintptr_t> g_pin_lo[PINNED_TABLE], g_pin_hi[PINNED_TABLE];
+std::map<std::string, long long> g_sync_by, g_h2d_by; /* per stream name (under g_mu) */
+int g_nstreams;
+std::vector<size_t> g_used; /* bytes allocated per ordinal */
 char *g_region;
 size_t g_bump;
 std::vector<twin_stream *> g_streams;
@@ -103,9 +119,33 @@ double now_ms()
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* 1 when a lies in page-locked host memory (racy read of the table; for messages only). */
+bool in_pinned_table(uintptr_t a)
+{
+    for (int i = 0; i < PINNED_TABLE; i++)
+        if (a >= g_pin_lo[i].load(std::memory_order_relaxed) &&
+            a < g_pin_hi[i].load(std::memory_order_relaxed))
+            return true;
+    return false;
+}
+
 void on_segv(int sig, siginfo_t *si, void *)
 {
     const char *a = (const char *)si->si_addr;
+    if (in_pinned_table((uintptr_t)a)) {
+        char msg[320];
+        int n = snprintf(msg, sizeof msg,
+                         "ddptrain-twin: host write to page-locked memory at %p while an "
+                         "asynchronous copy from it is still queued: wait for the copy's event "
+                         "before reusing the buffer\n",
+                         (const void *)a);
+        if (write(2, msg, (size_t)n) < 0)
+            _exit(70);
+        void *bt[32];
+        backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+        signal(sig, SIG_DFL);
+        return;
+    }
     if (g_region && a >= g_region && a < g_region + REGION) {
         char msg[256];
         int n = snprintf(msg, sizeof msg,
@@ -205,9 +245,8 @@ void worker_loop(twin_stream *s)
 {
     std::unique_lock<std::mutex> lk(g_mu);
     for (;;) {
-        s->cv.wait(lk, [&] {
-            return s->stop || (!s->q.empty() && (!g_late || s->demanded > s->done));
-        });
+        s->cv.wait(
+            lk, [&] { return s->stop || (!s->q.empty() && (!g_late || s->demanded > s->done)); });
         if (s->q.empty() && s->stop)
             return;
         if (s->q.empty())
@@ -230,6 +269,7 @@ twin_stream *new_stream(int device, unsigned flags, int priority, bool legacy)
     s->flags = flags;
     s->priority = priority;
     s->legacy = legacy;
+    s->name = legacy ? "legacy" : "s" + std::to_string(++g_nstreams);
     s->worker = std::thread(worker_loop, s);
     g_streams.push_back(s);
     return s;
@@ -303,10 +343,52 @@ Space space_of(const void *p)
     return PAGEABLE;
 }
 
+/* Under g_amu: enter or clear a page-locked range in the fault handler's table. */
+void pin_table_add(uintptr_t lo, size_t n)
+{
+    for (int i = 0; i < PINNED_TABLE; i++)
+        if (g_pin_hi[i].load() == 0) {
+            g_pin_lo[i].store(lo);
+            g_pin_hi[i].store(lo + n);
+            return;
+        }
+}
+void pin_table_del(uintptr_t lo)
+{
+    for (int i = 0; i < PINNED_TABLE; i++)
+        if (g_pin_lo[i].load() == lo) {
+            g_pin_hi[i].store(0);
+            g_pin_lo[i].store(0);
+        }
+}
+
+/* The pages of [p, p + n): read-only to the host while a queued copy reads them (delta +1 at
+ * the enqueue), read-write again when the last such copy ran (delta -1). Whole pages: a host
+ * write to other bytes of a page that a queued copy reads faults too (allocate slots apart). */
+void lock_pages(const char *p, size_t n, int delta)
+{
+    std::lock_guard<std::mutex> lk(g_amu);
+    const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+    for (uintptr_t pg = lo; pg < hi; pg += PAGE) {
+        int &c = g_locked[pg];
+        const int before = c;
+        c += delta;
+        if (before == 0 && c > 0)
+            mprotect((void *)pg, PAGE, PROT_READ);
+        if (c <= 0) {
+            if (before > 0)
+                mprotect((void *)pg, PAGE, PROT_READ | PROT_WRITE);
+            g_locked.erase(pg);
+        }
+    }
+}
+
 cudaError_t sync_stream(twin_stream *s)
 {
     g_stats.syncs++;
     std::unique_lock<std::mutex> lk(g_mu);
+    g_sync_by[s->name]++;
     wait_ticket(lk, s, s->issued);
     return sticky();
 }
@@ -325,8 +407,7 @@ const struct {
      "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
-     "invalid resource handle"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
      "an illegal memory access was encountered"},
@@ -378,8 +459,14 @@ void device_fault(cudaError_t e, const char *fmt, ...)
     g_sticky.compare_exchange_strong(zero, e);
 }
 
-cudaError_t sticky(void) { return g_sticky.load(); }
-void set_last(cudaError_t e) { t_last = e; }
+cudaError_t sticky(void)
+{
+    return g_sticky.load();
+}
+void set_last(cudaError_t e)
+{
+    t_last = e;
+}
 
 int inject_kernel_fault(void)
 {
@@ -388,7 +475,10 @@ int inject_kernel_fault(void)
     return ++g_nkernels == g_fail_kernel;
 }
 
-int current_device(void) { return t_device; }
+int current_device(void)
+{
+    return t_device;
+}
 int physical_id(int ordinal)
 {
     init();
@@ -431,7 +521,10 @@ cudaError_t cudaGetLastError(void)
     t_last = 0;
     return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return t_last ? t_last : sticky(); }
+cudaError_t cudaPeekAtLastError(void)
+{
+    return t_last ? t_last : sticky();
+}
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
@@ -492,6 +585,7 @@ cudaError_t cudaDeviceSynchronize(void)
     init();
     g_stats.syncs++;
     std::unique_lock<std::mutex> lk(g_mu);
+    g_sync_by["device"]++;
     for (twin_stream *s : g_streams)
         if (s->device == t_device)
             wait_ticket(lk, s, s->issued);
@@ -516,8 +610,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         *p = nullptr;
         return fail(cudaErrorMemoryAllocation);
     }
-    void *sh = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                    0);
+    void *sh = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED)
         return fail(cudaErrorMemoryAllocation);
     mprotect((char *)sh + map_bytes - PAGE, PAGE, PROT_NONE);
@@ -555,16 +648,21 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
     g_stats.allocs++;
     if (++g_nallocs == g_fail_alloc)
         return fail(cudaErrorMemoryAllocation);
-    void *h = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *h = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
     if (h == MAP_FAILED)
         return fail(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lk(g_amu);
+    reserve_region(); /* installs the fault handler */
     g_pinned[(uintptr_t)h] = bytes ? bytes : 1;
+    pin_table_add((uintptr_t)h, bytes ? bytes : 1);
     *p = h;
     return cudaSuccess;
 }
-cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned)
+{
+    return cudaMallocHost(p, bytes);
+}
 
 cudaError_t cudaFreeHost(void *p)
 {
@@ -578,6 +676,35 @@ cudaError_t cudaFreeHost(void *p)
         return fail(cudaErrorInvalidValue);
     munmap(p, it->second);
     g_pinned.erase(it);
+    pin_table_del((uintptr_t)p);
+    return sticky();
+}
+
+/* Page-locks existing host memory: copies from it are then asynchronous (and checked as
+ * cudaMallocHost's are). */
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned)
+{
+    init();
+    if (!p || !bytes || in_device_range(p))
+        return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lk(g_amu);
+    reserve_region();
+    if (g_pinned.count((uintptr_t)p))
+        return fail(cudaErrorInvalidValue); /* CUDA: cudaErrorHostMemoryAlreadyRegistered */
+    g_pinned[(uintptr_t)p] = bytes;
+    pin_table_add((uintptr_t)p, bytes);
+    return sticky();
+}
+
+cudaError_t cudaHostUnregister(void *p)
+{
+    cudaDeviceSynchronize(); /* no queued copy may still read it */
+    std::lock_guard<std::mutex> lk(g_amu);
+    auto it = g_pinned.find((uintptr_t)p);
+    if (it == g_pinned.end())
+        return fail(cudaErrorInvalidValue);
+    g_pinned.erase(it);
+    pin_table_del((uintptr_t)p);
     return sticky();
 }
 
@@ -638,18 +765,31 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         return cudaSuccess;
     const Space ds = space_of(dst), ss = space_of(src);
     const bool dd = ds == DEVICE, sd = ss == DEVICE;
-    if ((k == cudaMemcpyHostToDevice && (!dd || sd)) || (k == cudaMemcpyDeviceToHost &&
-        (dd || !sd)) || (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) ||
+    if ((k == cudaMemcpyHostToDevice && (!dd || sd)) ||
+        (k == cudaMemcpyDeviceToHost && (dd || !sd)) ||
+        (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) ||
         (k == cudaMemcpyHostToHost && (dd || sd)))
         return fail(cudaErrorInvalidValue);
     char *dh = dd ? (char *)dev_to_host(dst, bytes) : (char *)dst;
     const char *sh = sd ? (const char *)dev_to_host(src, bytes) : (const char *)src;
     if (!dh || !sh)
         return fail(cudaErrorInvalidValue);
-    if (dd && !sd)
+    if (dd && !sd) {
         g_stats.h2d_bytes += (long long)bytes;
+        std::lock_guard<std::mutex> lk(g_mu);
+        g_h2d_by[(s ? s : legacy_of(t_device))->name]++;
+    }
     if (sd && !dd)
         g_stats.d2h_bytes += (long long)bytes;
+    if ((ss == PINNED && dd) || (ds == PINNED && sd))
+        g_stats.pinned_copies++;
+    if (ss == PINNED && dd) { /* read when it runs: the host must not write src before then */
+        lock_pages(sh, bytes, +1);
+        return enqueue(s, "cudaMemcpyAsync (page-locked H2D)", [dh, sh, bytes] {
+            memcpy(dh, sh, bytes);
+            lock_pages(sh, bytes, -1);
+        });
+    }
     if (ss == PAGEABLE && dd) { /* staged at the call; the caller may reuse src at once */
         g_stats.pageable_copies++;
         auto stage = std::make_shared<std::vector<char>>(sh, sh + bytes);
@@ -698,7 +838,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     return cudaStreamCreateWithPriority(s, flags, 0);
 }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithPriority(s, 0, 0); }
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithPriority(s, 0, 0);
+}
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
@@ -764,7 +907,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
     (*e)->flags = flags;
     return sticky();
 }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     delete e;
@@ -803,8 +949,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     g_stats.syncs++;
     std::unique_lock<std::mutex> lk(g_mu);
-    if (e->s)
+    if (e->s) {
+        g_sync_by[e->s->name]++;
         wait_ticket(lk, e->s, e->ticket);
+    }
     return sticky();
 }
 
@@ -833,12 +981,34 @@ void twin_step_end(int rank, long step, int log_step)
     fprintf(f,
             "{\"step\":%ld,\"log_step\":%s,\"syncs\":%lld,\"allocs\":%lld,\"frees\":%lld,"
             "\"launches\":%lld,\"collectives\":%lld,\"h2d_bytes\":%lld,\"d2h_bytes\":%lld,"
-            "\"pageable_copies\":%lld}\n",
+            "\"pageable_copies\":%lld,\"pinned_copies\":%lld",
             step, log_step ? "true" : "false", g_stats.syncs.exchange(0),
             g_stats.allocs.exchange(0), g_stats.frees.exchange(0), g_stats.launches.exchange(0),
             g_stats.collectives.exchange(0), g_stats.h2d_bytes.exchange(0),
-            g_stats.d2h_bytes.exchange(0), g_stats.pageable_copies.exchange(0));
+            g_stats.d2h_bytes.exchange(0), g_stats.pageable_copies.exchange(0),
+            g_stats.pinned_copies.exchange(0));
+    {
+        std::lock_guard<std::mutex> glk(g_mu);
+        for (auto *m : {&g_sync_by, &g_h2d_by}) {
+            fprintf(f, ",\"%s\":{", m == &g_sync_by ? "syncs_by_stream" : "h2d_by_stream");
+            const char *sep = "";
+            for (auto &kv : *m) {
+                fprintf(f, "%s\"%s\":%lld", sep, kv.first.c_str(), kv.second);
+                sep = ",";
+            }
+            fprintf(f, "}");
+            m->clear();
+        }
+    }
+    fprintf(f, "}\n");
     fclose(f);
+}
+
+void twin_name_stream(cudaStream_t s, const char *name)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (s && name)
+        s->name = name;
 }
 
 } /* extern "C" */

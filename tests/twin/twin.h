@@ -16,10 +16,12 @@
 namespace twin
 {
 
-/* Counters of DDP_EMU_STATS, reset at every twin_step_end. */
+/* Counters of DDP_EMU_STATS, reset at every twin_step_end. Per-stream counts (host
+ * synchronisations with each stream, host-to-device copies run on each) are kept by
+ * runtime.cc under its lock. */
 struct Stats {
     std::atomic<long long> syncs{0}, allocs{0}, frees{0}, launches{0}, h2d_bytes{0}, d2h_bytes{0},
-        pageable_copies{0}, collectives{0};
+        pageable_copies{0}, pinned_copies{0}, collectives{0};
 };
 extern Stats g_stats;
 

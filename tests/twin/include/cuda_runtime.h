@@ -69,6 +69,7 @@ struct cudaFuncAttributes {
 #define cudaEventBlockingSync 1u
 #define cudaEventDisableTiming 2u
 #define cudaHostAllocDefault 0u
+#define cudaHostRegisterDefault 0u
 
 const char *cudaGetErrorName(cudaError_t e);
 const char *cudaGetErrorString(cudaError_t e);
@@ -88,6 +89,8 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void *p);
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 
@@ -118,6 +121,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 /* End of training step `step` of rank `rank`: with DDP_EMU_STATS=FILE, appends the step's
  * counters as one JSON line to FILE.<rank> and resets them. */
 void twin_step_end(int rank, long step, int log_step);
+/* Name stream s in the counters ("compute", "copy", "nccl"); unnamed streams are "s<N>" in
+ * creation order, the legacy stream "legacy". */
+void twin_name_stream(cudaStream_t s, const char *name);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
 # resume.sh - SIGUSR1 on 4 twin GPUs (suite twin): `ddptrain-twin launch` forwards it, every
-# rank agrees at a step boundary, rank 0 saves a checkpoint, exit 75; the checkpoint resumes
+# rank agrees at a step boundary (with the device step: a log step; also checked with
+# log_every = 5 on 2 GPUs), rank 0 saves a checkpoint, exit 75; the checkpoint resumes
 #  - on 4 twin GPUs: parameters bit-identical to the uninterrupted 4-GPU run (the NCCL twin
 #    sums in rank order, so the arithmetic is the same);
 #  - on the CPU backend with one rank and the same global batch: within 1e-5 relative of the
@@ -75,5 +76,33 @@ if r=$(cmp_h5 intcpu/model.h5 fullcpu/model.h5 1e-5); then
     echo "ok   resumed on 1 CPU rank vs uninterrupted CPU run (1e-5 relative): $r"
 else
     echo "FAIL resumed on the CPU vs uninterrupted CPU run: $r"; fail=1
+fi
+
+# log_every = 5: with the host out of the step the ranks agree on a stop only at log steps;
+# SIGUSR1 must still stop both ranks at one step (a multiple of 5; ranks that disagreed would
+# hang in the agreement and exit 5, not 75) and the checkpoint must resume
+"$DDPTRAIN_TWIN" launch --nproc-per-node 2 j.ini --set train.log_every=5 --set job.output=k5 \
+    > k5.log 2>&1 &
+pid=$!
+deadline=$((SECONDS + 120))
+while [ "$(cat k5/metrics.jsonl 2>/dev/null | wc -l)" -lt 4 ] && kill -0 $pid 2>/dev/null &&
+      [ $SECONDS -lt $deadline ]; do
+    sleep 0.05
+done
+kill -USR1 $pid
+wait $pid
+rc=$?
+at=$(sed -n 's/.*stopped by signal .* at step \([0-9]*\).*/\1/p' k5.log | head -1)
+if [ $rc = 75 ] && [ -n "$at" ] && [ $((at % 5)) = 0 ]; then
+    echo "ok   log_every 5: SIGUSR1 stopped both twin GPUs at log step $at, exit 75"
+    if timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 j.ini --set train.log_every=5 \
+            --set job.output=k5 > k5res.log 2>&1 && grep -q "resuming from" k5res.log; then
+        echo "ok   log_every 5: resumed and finished"
+    else
+        echo "FAIL log_every 5: resume"; tail -5 k5res.log; fail=1
+    fi
+else
+    echo "FAIL log_every 5: rc $rc, stopped at step '$at' (want 75 at a multiple of 5)"
+    tail -5 k5.log; fail=1
 fi
 exit $fail

@@ -10,7 +10,9 @@
  *   missing-wait  gradients written on a second ("communication") stream, the optimiser run
  *                 on the compute stream without cudaStreamWaitEvent: stale gradients (exit 3)
  *   slot-reuse    a page-locked loader slot refilled before its asynchronous upload ran: the
- *                 kernel sees the next batch (exit 3)
+ *                 twin keeps the slot read-only while the copy is queued, so the refill is
+ *                 killed by SIGSEGV with the twin's report (on a GPU the kernel would silently
+ *                 see the next batch)
  * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
  */
 #include <stdio.h>

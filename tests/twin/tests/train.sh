@@ -3,9 +3,12 @@
 # W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
 # id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
 # CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers and SyncBatchNorm. Then
-# the per-step counters (DDP_EMU_STATS) of 2-rank runs: no allocation after step 1 and no free
-# at all (a free synchronises the device, collectives in flight included), MLP and CNN with
-# SyncBatchNorm; the MLP's counts per step are printed (docs/gpu.md has them as a baseline).
+# the per-step counters (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm: no
+# allocation after step 1 and no free at all (a free synchronises the device, collectives in
+# flight included); the host out of the steady step: every step after the first that is not a
+# log step has 0 host synchronisations (on any stream) and 0 pageable copies, and its batch
+# goes up from page-locked memory on a stream other than the compute stream; the counts per
+# step are printed (docs/gpu.md has them).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -93,7 +96,23 @@ for path in sys.argv[1:]:
         continue
     plain = [r for r in later if not r["log_step"]]
     logr = [r for r in later if r["log_step"]][0]
-    keys = ("syncs", "launches", "collectives", "h2d_bytes", "d2h_bytes", "pageable_copies")
+    for r in plain:
+        why = []
+        if r["syncs"] or r.get("syncs_by_stream"):
+            why.append(f"{r['syncs']} host synchronisations {r.get('syncs_by_stream')}")
+        if r["pageable_copies"]:
+            why.append(f"{r['pageable_copies']} pageable copies")
+        h2d = r.get("h2d_by_stream", {})
+        if not h2d or "compute" in h2d or r.get("pinned_copies", 0) < 2:
+            why.append(f"batch not uploaded from page-locked memory off the compute stream: "
+                       f"h2d_by_stream {h2d}, pinned_copies {r.get('pinned_copies')}")
+        for w in why:
+            print(f"FAIL {path}: step {r['step']} (not a log step): {w}")
+        bad |= bool(why)
+    if bad:
+        continue
+    keys = ("syncs", "launches", "collectives", "h2d_bytes", "d2h_bytes", "pageable_copies",
+            "pinned_copies", "syncs_by_stream", "h2d_by_stream")
     print(f"ok   {path}: step 1 allocs {rows[0]['allocs']}; later steps 0 allocs; 0 frees; "
           "per plain step " + ", ".join(f"{k} {plain[0][k]}" for k in keys) + "; per log step "
           + ", ".join(f"{k} {logr[k]}" for k in keys))
