@@ -63,6 +63,13 @@ struct ddp_backend {
     void (*avgpool_fwd)(float *out, const float *inp, int B, int C, int H, int W, int k);
     void (*avgpool_bwd)(float *dinp, const float *dout, int B, int C, int H, int W, int k);
 
+    /* global average pool over the S = H*W positions of each channel: inp (B,C,S) -> out (B,C) */
+    void (*gap_fwd)(float *out, const float *inp, int B, int C, int S);
+    void (*gap_bwd)(float *dinp, const float *dout, int B, int C, int S);
+
+    /* residual join and gradient sums: out = a + b elementwise (out may be a) */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
+
     /* batchnorm over (B,C,S): statistics per channel. sums (2C doubles): sum x, sum x^2.
      * fwd_apply: xhat = (x - mean) * invstd, out = gamma * xhat + beta (xhat saved).
      * bwd_sums (2C doubles): sum dout, sum dout * xhat.
