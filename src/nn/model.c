@@ -326,6 +326,10 @@ nonempty:
 static int parse_one(const char *start, size_t n, const char *pos, struct parse_out *o, char *err,
                      size_t errlen)
 {
+    while (n > 0 && isspace((unsigned char)*start)) {
+        start++;
+        n--;
+    }
     char head[16];
     size_t hn = n < sizeof head - 1 ? n : sizeof head - 1;
     memcpy(head, start, hn);
