@@ -462,6 +462,57 @@ def load_split(path, n):
     return X, torch.from_numpy(labels.astype(np.int64))
 
 
+def torch_flops(model, in_shape):
+    """Forward FLOPs per sample by ddptrain's convention (docs/report.md, check): 2 per
+    multiply-add of conv2d and linear, 4 per batchnorm output, 1 per relu, dropout and residual
+    join output, 1 per pool input."""
+    total = [0]
+
+    def hook(mod, inp, out):
+        i, o = inp[0][0].numel(), out[0].numel()
+        if isinstance(mod, nn.Conv2d):
+            total[0] += 2 * o * mod.in_channels * mod.kernel_size[0] * mod.kernel_size[1]
+        elif isinstance(mod, nn.Linear):
+            total[0] += 2 * mod.in_features * mod.out_features
+        elif isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            total[0] += 4 * o
+        elif isinstance(mod, (nn.ReLU, nn.Dropout, Residual)):
+            total[0] += o
+        elif isinstance(mod, (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)):
+            total[0] += i
+    m = copy.deepcopy(model).eval()
+    for x in m.modules():
+        if x is not m and not isinstance(x, nn.Sequential):
+            x.register_forward_hook(hook)
+    with torch.no_grad():
+        m(torch.zeros((1,) + tuple(in_shape)))
+    return total[0]
+
+
+def check_counts(ddptrain, tmp, name, model, in_shape):
+    """`ddptrain check` on the case's job counts the parameters and forward FLOPs of the PyTorch
+    model. Returns a list of problems."""
+    job = os.path.join(tmp, name, "job.ini")
+    r = subprocess.run([ddptrain, "check", job, "--set", "data.batch_size=8",
+                        "--set", "dist.backend=none", "--set", f"job.output={tmp}/{name}/chk"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    mp = re.search(r"parameters\s+(\d+) ", r.stdout)
+    mf = re.search(r"FLOPs\s+([0-9.]+) ([kMG]?)FLOP per sample", r.stdout)
+    if r.returncode != 0 or not mp or not mf:
+        return [f"ddptrain check failed ({r.returncode}): {r.stdout[-300:]}"]
+    params = sum(p.numel() for p in model.parameters())
+    flops = float(mf.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[mf.group(2)]
+    ref = torch_flops(model, in_shape)
+    print(f"  check: {mp.group(1)} parameters (torch {params}), {mf.group(1)} {mf.group(2)}FLOP "
+          f"per sample (torch, same convention: {ref})")
+    out = []
+    if int(mp.group(1)) != params:
+        out.append(f"check counts {mp.group(1)} parameters, torch {params}")
+    if abs(flops - ref) > 0.006 * ref:  # check prints 3 significant digits
+        out.append(f"check counts {flops:.4g} FLOP per sample, torch by the same rule {ref}")
+    return out
+
+
 def run_case(ddptrain, tmp, data_file, X, Y, case):
     """Returns a summary dict; prints the per-tensor table."""
     name, layers, batch, steps, o, seed, gating = case
@@ -502,6 +553,7 @@ def run_case(ddptrain, tmp, data_file, X, Y, case):
           + (f", first step with |diff| > 1e-5: {first}" if first else ""))
     if len(our_losses) != steps:
         problems.append(f"{len(our_losses)} train records in metrics.jsonl, expected {steps}")
+    problems += check_counts(ddptrain, tmp, name, model, X.shape[1:])
     if problems:
         verdict = "FAIL"
     elif bad32 == 0:
