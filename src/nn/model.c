@@ -1295,21 +1295,49 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
     }
 }
 
+/* Blocks around layer l: one per ".body." or ".shortcut." in its name. */
+static int block_depth(const struct ddp_layer *l)
+{
+    int d = 0;
+    for (const char *p = l->name; (p = strchr(p, '.')) != NULL; p++)
+        d += strncmp(p, ".body.", 6) == 0 || strncmp(p, ".shortcut.", 10) == 0;
+    return d;
+}
+
+/* Append to buf (len) at *used, never past its end. */
+static void append(char *buf, size_t len, size_t *used, const char *a, const char *b, const char *c)
+{
+    if (*used + 1 >= len)
+        return;
+    int n = snprintf(buf + *used, len - *used, "%s%s%s", a, b, c);
+    *used = n < 0 ? *used : *used + (size_t)n >= len ? len - 1 : *used + (size_t)n;
+}
+
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
 {
     size_t used = 0;
+    int prev = 0;
     buf[0] = '\0';
-    for (int i = 0; i < m->nlayers && used + 1 < len; i++) {
+    for (int i = 0; i < m->nlayers; i++) {
         const struct ddp_layer *l = &m->layers[i];
-        char in[48], out[48];
-        shape_str(l->in_ndim, l->ishape, in, sizeof in);
+        const enum ddp_layer_kind k = l->spec.kind;
+        const int d = block_depth(l);
+        const char *sep = i ? ", " : "";
+        char out[48];
         shape_str(l->out_ndim, l->oshape, out, sizeof out);
-        used += (size_t)snprintf(
-            buf + used, len - used, "%s%s%s", i ? ", " : "", kind_name(l->spec.kind),
-            l->spec.kind == DDP_LAYER_LINEAR || l->spec.kind == DDP_LAYER_CONV2D ||
-                    l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_AVGPOOL
-                ? out
-                : "");
+        if (k == DDP_LAYER_RESIDUAL) { /* the join closes its block */
+            append(buf, len, &used, ")", "", "");
+            prev = d;
+            continue;
+        }
+        for (; prev < d; prev++, sep = "")
+            append(buf, len, &used, sep, "residual(", "");
+        size_t nl = strlen(l->name);
+        if (nl > 11 && strcmp(l->name + nl - 11, ".shortcut.0") == 0)
+            sep = "; shortcut ";
+        int shaped = k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D || k == DDP_LAYER_MAXPOOL ||
+                     k == DDP_LAYER_AVGPOOL;
+        append(buf, len, &used, sep, kind_name(k), shaped ? out : "");
     }
 }
 
