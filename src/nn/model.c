@@ -289,6 +289,12 @@ static int parse_residual(const char *t, const char *pos, struct parse_out *o, c
         return ddp_err(err, errlen,
                        "layer %s '%s': unbalanced parentheses; expected residual(layers...)", pos,
                        orig);
+    for (const char *p = close + 1; *p; p++)
+        if (!isspace((unsigned char)*p))
+            return ddp_err(err, errlen,
+                           "layer %s '%s': text after residual(...)'s ')'; put a comma before "
+                           "the next layer",
+                           pos, orig);
     for (const char *p = open + 1; p < close; p++)
         if (!isspace((unsigned char)*p))
             goto nonempty;

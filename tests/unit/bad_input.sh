@@ -122,6 +122,9 @@ case_ "residual nested too deep" 2 "layer 1.1.1.1.1: residual blocks nested more
     bad-res-deep.ini
 bad_layers bad-res-flatten.ini 'flatten, residual(flatten, relu), linear(4)'
 case_ "flatten inside residual" 2 "layer 2.1: flatten inside residual(...)" bad-res-flatten.ini
+bad_layers bad-res-after.ini 'residual(relu) relu, flatten, linear(4)'
+case_ "text after a residual block" 2 "layer 1 'residual(relu) relu': text after residual" \
+    bad-res-after.ini
 bad_layers bad-res-inner.ini 'residual(relu, conv2d(0, 3)), flatten, linear(4)'
 case_ "bad layer inside residual" 2 "layer 1.2 'conv2d(0, 3)': argument 1 must be" \
     bad-res-inner.ini
