@@ -76,6 +76,13 @@ struct ddp_backend {
     void (*avgpool_fwd)(float *out, const float *inp, int B, int C, int H, int W, int k);
     void (*avgpool_bwd)(float *dinp, const float *dout, int B, int C, int H, int W, int k);
 
+    /* global average pool over the S = H*W positions of each channel: inp (B,C,S) -> out (B,C) */
+    void (*gap_fwd)(float *out, const float *inp, int B, int C, int S);
+    void (*gap_bwd)(float *dinp, const float *dout, int B, int C, int S);
+
+    /* residual join and gradient sums: out = a + b elementwise (out may be a) */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
+
     /* batchnorm over (B,C,S): statistics per channel. Every sums array is backend memory of
      * 2C+1 doubles, the last one the count of elements per channel (B*S here; after a
      * SyncBatchNorm all-reduce, over all ranks), so the statistics never leave the device.

@@ -33,6 +33,9 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i);
     void ddp_cpu_avgpool_fwd##SFX(REAL *out, const REAL *inp, int B, int C, int H, int W, int k);  \
     void ddp_cpu_avgpool_bwd##SFX(REAL *dinp, const REAL *dout, int B, int C, int H, int W,        \
                                   int k);                                                          \
+    void ddp_cpu_gap_fwd##SFX(REAL *out, const REAL *inp, int B, int C, int S);                    \
+    void ddp_cpu_gap_bwd##SFX(REAL *dinp, const REAL *dout, int B, int C, int S);                  \
+    void ddp_cpu_add##SFX(REAL *out, const REAL *a, const REAL *b, size_t n);                      \
     void ddp_cpu_bn_stats##SFX(double *sums, const REAL *inp, int B, int C, int S);                \
     void ddp_cpu_bn_fwd_apply##SFX(REAL *out, REAL *xhat, const REAL *inp, const REAL *mean,       \
                                    const REAL *invstd, const REAL *gamma, const REAL *beta, int B, \

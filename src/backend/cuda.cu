@@ -717,6 +717,54 @@ static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H
     LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, dinp, dout, (size_t)B * C, H, W, k, inv);
 }
 
+/* ---- global average pool, add ------------------------------------------------------------- */
+
+/* out (BC) = mean of each row of inp (BC, S): one thread per row, positions in order. */
+__global__ void k_gap_fwd(float *out, const float *inp, size_t BC, int S)
+{
+    GRID_STRIDE(r, BC)
+    {
+        const float *x = inp + r * (size_t)S;
+        float s = 0;
+        for (int i = 0; i < S; i++)
+            s += x[i];
+        out[r] = s / (float)S;
+    }
+}
+
+__global__ void k_gap_bwd(float *dinp, const float *dout, size_t n, int S)
+{
+    GRID_STRIDE(i, n) dinp[i] = dout[i / (size_t)S] / (float)S;
+}
+
+__global__ void k_add(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
+{
+    const size_t BC = (size_t)B * C;
+    if (!BC)
+        return;
+    LAUNCH(k_gap_fwd, blocks_for(BC), THREADS, out, inp, BC, S);
+}
+
+static void cuda_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    LAUNCH(k_gap_bwd, blocks_for(n), THREADS, dinp, dout, n, S);
+}
+
+static void cuda_add(float *out, const float *a, const float *b, size_t n)
+{
+    if (!n)
+        return;
+    LAUNCH(k_add, blocks_for(n), THREADS, out, a, b, n);
+}
+
 /* ---- batchnorm --------------------------------------------------------------------------- */
 
 /* Partial per-channel sums over (B, S): block (c, y) covers elements y, y + splits, ... (in
@@ -1234,6 +1282,9 @@ static void fill_table(void)
     t->maxpool_bwd = cuda_maxpool_bwd;
     t->avgpool_fwd = cuda_avgpool_fwd;
     t->avgpool_bwd = cuda_avgpool_bwd;
+    t->gap_fwd = cuda_gap_fwd;
+    t->gap_bwd = cuda_gap_bwd;
+    t->add = cuda_add;
     t->bn_stats = cuda_bn_stats;
     t->bn_update = cuda_bn_update;
     t->bn_fwd_apply = cuda_bn_fwd_apply;

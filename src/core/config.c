@@ -85,7 +85,8 @@ static const struct key_def g_keys[] = {
 
     {"model", "layers", T_STR, F(layers), "flatten, linear(10)", 0, 0, NULL,
      "comma-separated layers: flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), "
-     "maxpool(k), avgpool(k), batchnorm, dropout(p)"},
+     "maxpool(k), avgpool(k), batchnorm, dropout(p); also globalavgpool, bias=false on conv2d "
+     "and linear, residual(layers...) (docs/training.md, Residual blocks)"},
     {"model", "init", T_STR, F(init), "pytorch", 0, 0, NULL,
      "`pytorch` (PyTorch's default initialisation) or an HDF5 file with a /model group"},
 

@@ -19,11 +19,18 @@
 /* ---- parsing ---------------------------------------------------------------------------- */
 
 #define ITEM_MAX 128 /* characters of one layer item, e.g. "conv2d(64, 5, stride=1, pad=2)" */
+#define POS_MAX 32   /* "3.2.1.4.1": a layer's position, for messages */
+
+/* The parseable kinds run from DDP_LAYER_FLATTEN to DDP_LAYER_RESIDUAL. */
+#define KIND_LAST DDP_LAYER_RESIDUAL
 
 static const char *kind_name(enum ddp_layer_kind k)
 {
-    static const char *names[] = {"flatten", "linear",  "relu",    "conv2d",
-                                  "maxpool", "avgpool", "dropout", "batchnorm"};
+    static const char *names[] = {"flatten",       "linear",   "relu",           "conv2d",
+                                  "maxpool",       "avgpool",  "dropout",        "batchnorm",
+                                  "globalavgpool", "residual", "end of residual"};
+    _Static_assert(sizeof names / sizeof names[0] == DDP_LAYER_RESIDUAL_END + 1,
+                   "one name per layer kind");
     return names[k];
 }
 
@@ -58,10 +65,10 @@ static char *trim(char *s)
 static const char *near_layer(const char *name)
 {
     static char hint[48];
-    const char *names[DDP_LAYER_BATCHNORM + 1];
-    for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
+    const char *names[KIND_LAST + 1];
+    for (int k = DDP_LAYER_FLATTEN; k <= KIND_LAST; k++)
         names[k] = kind_name((enum ddp_layer_kind)k);
-    const char *near = ddp_suggest(name, names, DDP_LAYER_BATCHNORM + 1);
+    const char *near = ddp_suggest(name, names, KIND_LAST + 1);
     hint[0] = '\0';
     if (near)
         snprintf(hint, sizeof hint, " did you mean '%s'?", near);
@@ -70,74 +77,161 @@ static const char *near_layer(const char *name)
 
 /* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
  * LAYER_ARG_MAX, which the message names. */
-static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, int pos,
+static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, const char *pos,
                             const char *orig, char *err, size_t errlen)
 {
     for (int i = 0; i < npos; i++) {
         if (a[i] != floor(a[i]) || a[i] < (i >= 3 ? 0 : 1))
-            return ddp_err(err, errlen, "layer %d '%s': argument %d must be a whole number >= %d",
+            return ddp_err(err, errlen, "layer %s '%s': argument %d must be a whole number >= %d",
                            pos, orig, i + 1, i >= 3 ? 0 : 1);
         if (a[i] > LAYER_ARG_MAX)
-            return ddp_err(err, errlen, "layer %d '%s': %s: %s %.0f exceeds the limit %d (2^20)",
+            return ddp_err(err, errlen, "layer %s '%s': %s: %s %.0f exceeds the limit %d (2^20)",
                            pos, orig, kind_name(kind), arg_name(kind, i), a[i], LAYER_ARG_MAX);
     }
     return 0;
 }
 
 static const char *const LAYERS_USAGE =
-    "expected flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), maxpool(k), "
-    "avgpool(k), batchnorm or dropout(p)";
+    "expected flatten, linear(n[, bias=false]), relu, conv2d(out, k[, stride=s, pad=p, "
+    "bias=false]), maxpool(k), avgpool(k), globalavgpool, batchnorm, dropout(p) or "
+    "residual(layers...)";
+
+/* bias=true|false of conv2d and linear into spec. */
+static int parse_bias(const char *val, const char *pos, const char *orig,
+                      struct ddp_layer_spec *spec, char *err, size_t errlen)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%s", val);
+    char *t = trim(v);
+    if (spec->kind != DDP_LAYER_CONV2D && spec->kind != DDP_LAYER_LINEAR)
+        return ddp_err(err, errlen,
+                       "layer %s '%s': unknown argument 'bias'; only conv2d and linear take "
+                       "bias=false",
+                       pos, orig);
+    if (strcmp(t, "false") == 0)
+        spec->nobias = 1;
+    else if (strcmp(t, "true") == 0)
+        spec->nobias = 0;
+    else
+        return ddp_err(err, errlen, "layer %s '%s': bias must be true or false, not '%s'", pos,
+                       orig, t);
+    return 0;
+}
+
+/* One name=value argument of a layer into spec; *has_kw is set. */
+static int parse_kwarg(char *tok, char *eq, const char *pos, const char *orig,
+                       struct ddp_layer_spec *spec, char *err, size_t errlen)
+{
+    *eq = '\0';
+    char *key = trim(tok);
+    double v;
+    if (strcmp(key, "bias") == 0)
+        return parse_bias(eq + 1, pos, orig, spec, err, errlen);
+    int known = spec->kind == DDP_LAYER_CONV2D && (!strcmp(key, "stride") || !strcmp(key, "pad"));
+    if (!known)
+        return ddp_err(err, errlen, "layer %s '%s': unknown argument '%s'; %s", pos, orig, key,
+                       LAYERS_USAGE);
+    if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
+        return ddp_err(err, errlen, "layer %s '%s': %s needs a whole number", pos, orig, key);
+    if (v > LAYER_ARG_MAX)
+        return ddp_err(err, errlen, "layer %s '%s': %s %.0f exceeds the limit %d (2^20)", pos, orig,
+                       key, v, LAYER_ARG_MAX);
+    if (strcmp(key, "stride") == 0)
+        spec->stride = (int)v;
+    else
+        spec->pad = (int)v;
+    return 0;
+}
 
 /* A layer's arguments (the text between its parentheses): up to 4 positional numbers into
- * pos_args (*npos of them), then conv2d's stride= and pad= into spec. pos, orig: the layer's
- * place and text, for messages. */
-static int parse_args(char *args, int pos, const char *orig, struct ddp_layer_spec *spec,
+ * pos_args (*npos of them), then name=value arguments (stride=, pad=, bias=) into spec. pos,
+ * orig: the layer's place and text, for messages. */
+static int parse_args(char *args, const char *pos, const char *orig, struct ddp_layer_spec *spec,
                       double pos_args[4], int *npos, char *err, size_t errlen)
 {
-    const char *usage = LAYERS_USAGE;
-    int has_stride = 0, has_pad = 0;
+    int has_kw = 0;
     char *save = NULL;
     for (char *tok = strtok_r(args, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         tok = trim(tok);
         char *eq = strchr(tok, '=');
         double v;
         if (eq) {
-            *eq = '\0';
-            char *key = trim(tok);
-            if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
-                return ddp_err(err, errlen, "layer %d '%s': %s needs a whole number", pos, orig,
-                               key);
-            if (v > LAYER_ARG_MAX)
-                return ddp_err(err, errlen,
-                               "layer %d '%s': %s %.0f exceeds the limit %d "
-                               "(2^20)",
-                               pos, orig, key, v, LAYER_ARG_MAX);
-            if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "stride") == 0) {
-                spec->stride = (int)v;
-                has_stride = 1;
-            } else if (spec->kind == DDP_LAYER_CONV2D && strcmp(key, "pad") == 0) {
-                spec->pad = (int)v;
-                has_pad = 1;
-            } else
-                return ddp_err(err, errlen, "layer %d '%s': unknown argument '%s'; %s", pos, orig,
-                               key, usage);
+            if (parse_kwarg(tok, eq, pos, orig, spec, err, errlen) != 0)
+                return -1;
+            has_kw = 1;
             continue;
         }
-        if (has_stride || has_pad)
+        if (has_kw)
             return ddp_err(err, errlen,
-                           "layer %d '%s': positional argument after stride=/pad=", pos, orig);
+                           "layer %s '%s': positional argument after a name=value argument", pos,
+                           orig);
         if (*npos == 4 || ddp_parse_f64(tok, &v) != 0)
-            return ddp_err(err, errlen, "layer %d '%s': '%s' is not a number; %s", pos, orig, tok,
-                           usage);
+            return ddp_err(err, errlen, "layer %s '%s': '%s' is not a number; %s", pos, orig, tok,
+                           LAYERS_USAGE);
         pos_args[(*npos)++] = v;
     }
     return 0;
 }
 
-/* Parse "name" or "name(args)" into spec. pos is 1-based, for messages. */
-static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *err, size_t errlen)
+/* Positional arguments a layer kind takes: [*lo, *hi]. */
+static void arg_counts(enum ddp_layer_kind kind, int *lo, int *hi)
 {
-    const char *usage = LAYERS_USAGE;
+    *lo = *hi = 0;
+    if (kind == DDP_LAYER_CONV2D) {
+        *lo = 2;
+        *hi = 4;
+    } else if (kind == DDP_LAYER_LINEAR || kind == DDP_LAYER_MAXPOOL || kind == DDP_LAYER_AVGPOOL ||
+               kind == DDP_LAYER_DROPOUT)
+        *lo = *hi = 1;
+}
+
+/* The positional arguments (checked for count and range) into spec. */
+static int apply_args(struct ddp_layer_spec *spec, const double *a, int npos, const char *pos,
+                      const char *orig, char *err, size_t errlen)
+{
+    int want_min, want_max;
+    arg_counts(spec->kind, &want_min, &want_max);
+    if (npos < want_min || npos > want_max)
+        return ddp_err(err, errlen, "layer %s '%s': %s takes %d%s argument%s, got %d; %s", pos,
+                       orig, kind_name(spec->kind), want_min, want_max > want_min ? " or more" : "",
+                       want_max == 1 ? "" : "s", npos, LAYERS_USAGE);
+    if (spec->kind != DDP_LAYER_DROPOUT &&
+        check_whole_args(a, npos, spec->kind, pos, orig, err, errlen) != 0)
+        return -1;
+    switch (spec->kind) {
+    case DDP_LAYER_LINEAR:
+        spec->n = (int)a[0];
+        break;
+    case DDP_LAYER_CONV2D:
+        spec->n = (int)a[0];
+        spec->k = (int)a[1];
+        if (npos > 2)
+            spec->stride = (int)a[2];
+        if (npos > 3)
+            spec->pad = (int)a[3];
+        if (spec->stride < 1)
+            return ddp_err(err, errlen, "layer %s '%s': stride must be >= 1", pos, orig);
+        break;
+    case DDP_LAYER_MAXPOOL:
+    case DDP_LAYER_AVGPOOL:
+        spec->k = (int)a[0];
+        break;
+    case DDP_LAYER_DROPOUT:
+        if (!(a[0] >= 0 && a[0] < 1))
+            return ddp_err(err, errlen, "layer %s '%s': dropout probability must be in [0, 1)", pos,
+                           orig);
+        spec->p = (float)a[0];
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* Parse "name" or "name(args)" into spec. pos: "3" or "3.2" (inside a block), for messages. */
+static int parse_item(char *item, const char *pos, struct ddp_layer_spec *spec, char *err,
+                      size_t errlen)
+{
     char orig[ITEM_MAX];
     snprintf(orig, sizeof orig, "%s", item);
     memset(spec, 0, sizeof *spec);
@@ -146,8 +240,8 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
     if (open) {
         char *close = strrchr(item, ')');
         if (!close || close < open || *trim(close + 1) != '\0')
-            return ddp_err(err, errlen, "layer %d '%s': unbalanced parentheses; %s", pos, orig,
-                           usage);
+            return ddp_err(err, errlen, "layer %s '%s': unbalanced parentheses; %s", pos, orig,
+                           LAYERS_USAGE);
         *open = '\0';
         *close = '\0';
         args = open + 1;
@@ -156,12 +250,12 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
     for (char *p = name; *p; p++)
         *p = (char)tolower((unsigned char)*p);
     int kind = -1;
-    for (int k = DDP_LAYER_FLATTEN; k <= DDP_LAYER_BATCHNORM; k++)
+    for (int k = DDP_LAYER_FLATTEN; k < KIND_LAST; k++)
         if (strcmp(name, kind_name((enum ddp_layer_kind)k)) == 0)
             kind = k;
     if (kind < 0)
-        return ddp_err(err, errlen, "layer %d '%s': unknown layer;%s %s", pos, orig,
-                       near_layer(name), usage);
+        return ddp_err(err, errlen, "layer %s '%s': unknown layer;%s %s", pos, orig,
+                       near_layer(name), LAYERS_USAGE);
     spec->kind = (enum ddp_layer_kind)kind;
     spec->stride = 1;
 
@@ -170,102 +264,158 @@ static int parse_item(char *item, int pos, struct ddp_layer_spec *spec, char *er
     int npos = 0;
     if (args && parse_args(args, pos, orig, spec, pos_args, &npos, err, errlen) != 0)
         return -1;
-    int want_min = 0, want_max = 0;
-    switch (spec->kind) {
-    case DDP_LAYER_LINEAR:
-        want_min = want_max = 1;
-        break;
-    case DDP_LAYER_CONV2D:
-        want_min = 2;
-        want_max = 4;
-        break;
-    case DDP_LAYER_MAXPOOL:
-    case DDP_LAYER_AVGPOOL:
-    case DDP_LAYER_DROPOUT:
-        want_min = want_max = 1;
-        break;
-    default:
-        break;
-    }
-    if (npos < want_min || npos > want_max)
-        return ddp_err(err, errlen, "layer %d '%s': %s takes %d%s argument%s, got %d; %s", pos,
-                       orig, kind_name(spec->kind), want_min, want_max > want_min ? " or more" : "",
-                       want_max == 1 ? "" : "s", npos, usage);
-    if (spec->kind != DDP_LAYER_DROPOUT &&
-        check_whole_args(pos_args, npos, spec->kind, pos, orig, err, errlen) != 0)
+    return apply_args(spec, pos_args, npos, pos, orig, err, errlen);
+}
+
+/* Where parse_list writes: the specs, how many, the limit, the nesting depth. */
+struct parse_out {
+    struct ddp_layer_spec *specs;
+    int count, max, depth;
+};
+
+static int parse_list(const char *text, const char *where, struct parse_out *o, char *err,
+                      size_t errlen);
+
+/* "residual(...)" at item text t (trimmed, lower-cased prefix checked by the caller): the
+ * block's spec, its body's (parse_list, one level deeper), the closing spec. */
+static int parse_residual(const char *t, const char *pos, struct parse_out *o, char *err,
+                          size_t errlen)
+{
+    const char *open = strchr(t, '(');
+    const char *close = strrchr(t, ')');
+    char orig[40];
+    snprintf(orig, sizeof orig, "%.32s%s", t, strlen(t) > 32 ? "..." : "");
+    if (!open || !close || close < open)
+        return ddp_err(err, errlen,
+                       "layer %s '%s': unbalanced parentheses; expected residual(layers...)", pos,
+                       orig);
+    for (const char *p = close + 1; *p; p++)
+        if (!isspace((unsigned char)*p))
+            return ddp_err(err, errlen,
+                           "layer %s '%s': text after residual(...)'s ')'; put a comma before "
+                           "the next layer",
+                           pos, orig);
+    for (const char *p = open + 1; p < close; p++)
+        if (!isspace((unsigned char)*p))
+            goto nonempty;
+    return ddp_err(err, errlen,
+                   "layer %s '%s': residual block with an empty body; put its layers inside, "
+                   "e.g. residual(conv2d(16, 3, pad=1), batchnorm, relu)",
+                   pos, orig);
+nonempty:
+    if (o->depth == DDP_MODEL_NEST_MAX)
+        return ddp_err(err, errlen,
+                       "layer %s: residual blocks nested more than %d deep; flatten the nesting",
+                       pos, DDP_MODEL_NEST_MAX);
+    if (o->count + 2 > o->max)
+        return ddp_err(err, errlen, "more than %d layers", o->max);
+    memset(&o->specs[o->count], 0, sizeof o->specs[0]);
+    o->specs[o->count++].kind = DDP_LAYER_RESIDUAL;
+    size_t n = (size_t)(close - open - 1);
+    char *inner = ddp_malloc(n + 1);
+    memcpy(inner, open + 1, n);
+    inner[n] = '\0';
+    o->depth++;
+    int rc = parse_list(inner, pos, o, err, errlen);
+    o->depth--;
+    free(inner);
+    if (rc != 0)
         return -1;
-    switch (spec->kind) {
-    case DDP_LAYER_LINEAR:
-        spec->n = (int)pos_args[0];
-        break;
-    case DDP_LAYER_CONV2D:
-        spec->n = (int)pos_args[0];
-        spec->k = (int)pos_args[1];
-        if (npos > 2)
-            spec->stride = (int)pos_args[2];
-        if (npos > 3)
-            spec->pad = (int)pos_args[3];
-        if (spec->stride < 1)
-            return ddp_err(err, errlen, "layer %d '%s': stride must be >= 1", pos, orig);
-        break;
-    case DDP_LAYER_MAXPOOL:
-    case DDP_LAYER_AVGPOOL:
-        spec->k = (int)pos_args[0];
-        break;
-    case DDP_LAYER_DROPOUT:
-        if (!(pos_args[0] >= 0 && pos_args[0] < 1))
-            return ddp_err(err, errlen, "layer %d '%s': dropout probability must be in [0, 1)", pos,
-                           orig);
-        spec->p = (float)pos_args[0];
-        break;
-    default:
-        break;
-    }
+    if (o->count == o->max)
+        return ddp_err(err, errlen, "more than %d layers", o->max);
+    memset(&o->specs[o->count], 0, sizeof o->specs[0]);
+    o->specs[o->count++].kind = DDP_LAYER_RESIDUAL_END;
     return 0;
 }
 
-int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
-                    size_t errlen)
+/* One item of a list: a residual block or a plain layer. */
+static int parse_one(const char *start, size_t n, const char *pos, struct parse_out *o, char *err,
+                     size_t errlen)
 {
-    int count = 0, depth = 0;
+    while (n > 0 && isspace((unsigned char)*start)) {
+        start++;
+        n--;
+    }
+    char head[16];
+    size_t hn = n < sizeof head - 1 ? n : sizeof head - 1;
+    memcpy(head, start, hn);
+    head[hn] = '\0';
+    char *h = trim(head);
+    for (char *p = h; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (strncmp(h, "residual", 8) == 0 && (h[8] == '(' || isspace((unsigned char)h[8]))) {
+        char *t = ddp_malloc(n + 1);
+        memcpy(t, start, n);
+        t[n] = '\0';
+        int rc = parse_residual(trim(t), pos, o, err, errlen);
+        free(t);
+        return rc;
+    }
+    char item[ITEM_MAX];
+    if (n >= sizeof item)
+        return ddp_err(err, errlen, "layer %s: longer than %d characters", pos, ITEM_MAX - 1);
+    memcpy(item, start, n);
+    item[n] = '\0';
+    if (o->count == o->max)
+        return ddp_err(err, errlen, "more than %d layers", o->max);
+    return parse_item(trim(item), pos, &o->specs[o->count++], err, errlen);
+}
+
+/* A comma-separated list (the layers, or a block's body); where: the block's position ("" at
+ * the top), for messages. */
+static int parse_list(const char *text, const char *where, struct parse_out *o, char *err,
+                      size_t errlen)
+{
+    int items = 0, depth = 0;
     const char *start = text;
+    char pos[POS_MAX];
     for (const char *p = text;; p++) {
         if (*p == '(')
             depth++;
         else if (*p == ')')
             depth--;
+        snprintf(pos, sizeof pos, "%s%s%d", where, *where ? "." : "", items + 1);
         if (depth < 0)
-            return ddp_err(err, errlen, "layer %d: ')' without '('", count + 1);
+            return ddp_err(err, errlen, "layer %s: ')' without '('; remove it or add its '('", pos);
         if ((*p == ',' && depth == 0) || *p == '\0') {
-            char item[ITEM_MAX];
             size_t n = (size_t)(p - start);
-            if (n >= sizeof item)
-                return ddp_err(err, errlen, "layer %d: longer than %d characters", count + 1,
-                               ITEM_MAX - 1);
-            memcpy(item, start, n);
-            item[n] = '\0';
-            char *t = trim(item);
-            if (*t == '\0') {
-                if (*p == '\0' && count > 0 && depth == 0)
+            int blank = 1;
+            for (size_t i = 0; i < n && blank; i++)
+                blank = isspace((unsigned char)start[i]) != 0;
+            if (blank) {
+                if (*p == '\0' && items > 0 && depth == 0)
                     break; /* trailing comma */
-                return ddp_err(err, errlen, "layer %d: empty item; remove the extra comma",
-                               count + 1);
+                if (*p == '\0' && depth != 0)
+                    break; /* reported below */
+                return ddp_err(err, errlen, "layer %s: empty item; remove the extra comma", pos);
             }
-            if (count == max)
-                return ddp_err(err, errlen, "more than %d layers", max);
-            if (parse_item(t, count + 1, &specs[count], err, errlen) != 0)
+            if (*p == '\0' && depth != 0)
+                break;
+            if (parse_one(start, n, pos, o, err, errlen) != 0)
                 return -1;
-            count++;
+            items++;
             start = p + 1;
         }
         if (*p == '\0')
             break;
     }
     if (depth != 0)
-        return ddp_err(err, errlen, "unbalanced parentheses");
-    if (count == 0)
+        return ddp_err(err, errlen,
+                       "unbalanced parentheses: %d '(' without its ')'; close every layer's "
+                       "arguments and every residual(...)",
+                       depth);
+    return 0;
+}
+
+int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
+                    size_t errlen)
+{
+    struct parse_out o = {specs, 0, max, 0};
+    if (parse_list(text, "", &o, err, errlen) != 0)
+        return -1;
+    if (o.count == 0)
         return ddp_err(err, errlen, "no layers; expected e.g. flatten, linear(10)");
-    return count;
+    return o.count;
 }
 
 /* ---- construction ----------------------------------------------------------------------- */
@@ -284,11 +434,11 @@ static uint64_t mix(uint64_t h, uint64_t v)
     return h * 0x100000001b3ULL;
 }
 
-static void add_tensor(struct ddp_model *m, int index, const char *what, int is_buffer, size_t off,
-                       size_t n, int ndim, const int64_t *dims)
+static void add_tensor(struct ddp_model *m, const char *layer, const char *what, int is_buffer,
+                       size_t off, size_t n, int ndim, const int64_t *dims)
 {
     struct ddp_tensor_info *t = &m->tensors[m->ntensors++];
-    snprintf(t->name, sizeof t->name, "%d.%s", index, what);
+    snprintf(t->name, sizeof t->name, "%s.%s", layer, what);
     t->is_buffer = is_buffer;
     t->off = off;
     t->n = n;
@@ -305,7 +455,7 @@ static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
         snprintf(buf, len, "linear(%d)", s->n);
         break;
     case DDP_LAYER_CONV2D:
-        snprintf(buf, len, "conv2d(%d, %d)", s->n, s->k);
+        snprintf(buf, len, "conv2d(%d, %d%s)", s->n, s->k, s->stride > 1 ? ", stride>1" : "");
         break;
     case DDP_LAYER_MAXPOOL:
     case DDP_LAYER_AVGPOOL:
@@ -325,13 +475,29 @@ static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
 static double layer_bytes(const struct ddp_layer *l, int i, int B)
 {
     double act = (double)B * (double)l->out_elems * sizeof(float);
+    (void)i;
     if (l->spec.kind == DDP_LAYER_FLATTEN)
-        return i == 0 ? act : 0;
+        return l->in < 0 ? act : 0;
     double extra = l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_DROPOUT ||
                            l->spec.kind == DDP_LAYER_BATCHNORM
                        ? act
                        : 0;
     return 2 * act + extra;
+}
+
+/* Floats of the scratch where a layer whose input feeds two layers puts its input gradient
+ * before adding it (the largest such input for max_batch); 0 without residual blocks. */
+static size_t gtmp_elems(const struct ddp_model *m, int max_batch)
+{
+    size_t most = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        if (l->acc && l->in >= 0 && m->layers[l->in].out_elems > most)
+            most = m->layers[l->in].out_elems;
+        if (l->acc2 && l->in2 >= 0 && m->layers[l->in2].out_elems > most)
+            most = m->layers[l->in2].out_elems;
+    }
+    return most * (size_t)max_batch;
 }
 
 /* Before allocating anything that the layers size: the whole model (parameters, gradients and
@@ -359,11 +525,11 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
                        m->nparams, ddp_fmt_bytes(params, need, sizeof need), all, have, which);
     layer_str(&m->layers[worst].spec, what, sizeof what);
     return ddp_err(err, errlen,
-                   "layer %d %s: its outputs for a batch of %d need %s (the model "
+                   "layer %s %s: its outputs for a batch of %d need %s (the model "
                    "%s in all) but this machine has %s available (%s); lower [data] batch_size "
                    "or the layer's size",
-                   worst + 1, what, max_batch, ddp_fmt_bytes(big, need, sizeof need), all, have,
-                   which);
+                   m->layers[worst].pos, what, max_batch, ddp_fmt_bytes(big, need, sizeof need),
+                   all, have, which);
 }
 
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
@@ -387,6 +553,7 @@ int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_
             worst = i;
         }
     }
+    col += (double)gtmp_elems(m, max_batch) * sizeof(float);
     total += col;
     out->params = params;
     out->activations = total - params - col;
@@ -396,12 +563,13 @@ int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_
     return worst;
 }
 
-/* Layer i's output shape from its input shape (*ndim, d; shp: the input as text), checked:
+/* Layer l's output shape from its input shape (*ndim, d; shp: the input as text), checked:
  * updates *ndim and d in place. */
-static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], const char *shp,
-                       char *err, size_t errlen)
+static int layer_shape(const struct ddp_layer *l, int *ndim, int d[3], const char *shp, char *err,
+                       size_t errlen)
 {
     const struct ddp_layer_spec *s = &l->spec;
+    const char *pos = l->pos;
     switch (s->kind) {
     case DDP_LAYER_FLATTEN:
         d[0] = (int)l->in_elems;
@@ -410,23 +578,23 @@ static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], co
     case DDP_LAYER_LINEAR:
         if (*ndim != 1)
             return ddp_err(err, errlen,
-                           "layer %d linear(%d): input %s is not flat; put flatten before it",
-                           i + 1, s->n, shp);
+                           "layer %s linear(%d): input %s is not flat; put flatten before it", pos,
+                           s->n, shp);
         d[0] = s->n;
         break;
     case DDP_LAYER_CONV2D: {
         if (*ndim != 3)
             return ddp_err(err, errlen,
-                           "layer %d conv2d: input %s is not (C, H, W); conv2d needs image "
+                           "layer %s conv2d: input %s is not (C, H, W); conv2d needs image "
                            "input before any flatten or linear",
-                           i + 1, shp);
+                           pos, shp);
         int oh = (d[1] + 2 * s->pad - s->k) / s->stride + 1;
         int ow = (d[2] + 2 * s->pad - s->k) / s->stride + 1;
         if (d[1] + 2 * s->pad < s->k || d[2] + 2 * s->pad < s->k || oh < 1 || ow < 1)
-            return ddp_err(err, errlen, "layer %d conv2d(%d, %d): kernel larger than its input %s",
-                           i + 1, s->n, s->k, shp);
+            return ddp_err(err, errlen, "layer %s conv2d(%d, %d): kernel larger than its input %s",
+                           pos, s->n, s->k, shp);
         if (s->pad >= s->k)
-            return ddp_err(err, errlen, "layer %d conv2d: pad %d must be smaller than k %d", i + 1,
+            return ddp_err(err, errlen, "layer %s conv2d: pad %d must be smaller than k %d", pos,
                            s->pad, s->k);
         d[0] = s->n;
         d[1] = oh;
@@ -436,18 +604,73 @@ static int layer_shape(const struct ddp_layer *l, int i, int *ndim, int d[3], co
     case DDP_LAYER_MAXPOOL:
     case DDP_LAYER_AVGPOOL:
         if (*ndim != 3)
-            return ddp_err(err, errlen, "layer %d %s(%d): input %s is not (C, H, W)", i + 1,
+            return ddp_err(err, errlen, "layer %s %s(%d): input %s is not (C, H, W)", pos,
                            kind_name(s->kind), s->k, shp);
         if (s->k > d[1] || s->k > d[2])
-            return ddp_err(err, errlen, "layer %d %s(%d): window larger than input %s", i + 1,
+            return ddp_err(err, errlen, "layer %s %s(%d): window larger than input %s", pos,
                            kind_name(s->kind), s->k, shp);
         d[1] /= s->k;
         d[2] /= s->k;
+        break;
+    case DDP_LAYER_GLOBALAVGPOOL:
+        if (*ndim != 3)
+            return ddp_err(err, errlen,
+                           "layer %s globalavgpool: input %s is not (C, H, W); put it after the "
+                           "last convolution, before flatten",
+                           pos, shp);
+        d[1] = d[2] = 1;
         break;
     default:
         break;
     }
     return 0;
+}
+
+/* Parameters of layer l (w_n, b_n) from its kind and shapes. */
+static void param_sizes(struct ddp_layer *l)
+{
+    switch (l->spec.kind) {
+    case DDP_LAYER_LINEAR:
+        l->w_n = (size_t)l->oshape[0] * l->ishape[0];
+        l->b_n = l->spec.nobias ? 0 : (size_t)l->oshape[0];
+        break;
+    case DDP_LAYER_CONV2D:
+        l->w_n = (size_t)l->spec.n * l->ishape[0] * l->spec.k * l->spec.k;
+        l->b_n = l->spec.nobias ? 0 : (size_t)l->spec.n;
+        break;
+    case DDP_LAYER_BATCHNORM:
+        l->w_n = l->b_n = (size_t)l->ishape[0];
+        break;
+    default:
+        break;
+    }
+}
+
+/* The named tensors of layer l, in PyTorch's state_dict order. */
+static void layer_tensors(struct ddp_model *m, const struct ddp_layer *l)
+{
+    int64_t dims[4];
+    if (l->spec.kind == DDP_LAYER_LINEAR) {
+        dims[0] = l->oshape[0];
+        dims[1] = l->ishape[0];
+        add_tensor(m, l->name, "weight", 0, l->w_off, l->w_n, 2, dims);
+    } else if (l->spec.kind == DDP_LAYER_CONV2D) {
+        dims[0] = l->spec.n;
+        dims[1] = l->ishape[0];
+        dims[2] = dims[3] = l->spec.k;
+        add_tensor(m, l->name, "weight", 0, l->w_off, l->w_n, 4, dims);
+    } else if (l->spec.kind == DDP_LAYER_BATCHNORM) {
+        dims[0] = l->ishape[0];
+        add_tensor(m, l->name, "weight", 0, l->w_off, l->w_n, 1, dims);
+    } else
+        return;
+    dims[0] = l->spec.kind == DDP_LAYER_CONV2D ? l->spec.n : l->oshape[0];
+    if (l->b_n)
+        add_tensor(m, l->name, "bias", 0, l->b_off, l->b_n, 1, dims);
+    if (l->spec.kind == DDP_LAYER_BATCHNORM) {
+        add_tensor(m, l->name, "running_mean", 1, l->rm_off, l->b_n, 1, dims);
+        add_tensor(m, l->name, "running_var", 1, l->rv_off, l->b_n, 1, dims);
+    }
 }
 
 /* The flat layout: parameters in reverse layer order (buffers likewise); tensors listed in
@@ -457,23 +680,11 @@ static int layout_params(struct ddp_model *m, char *err, size_t errlen)
     size_t cursor = 0, bcursor = 0;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct ddp_layer *l = &m->layers[i];
-        switch (l->spec.kind) {
-        case DDP_LAYER_LINEAR:
-            l->w_n = (size_t)l->oshape[0] * l->ishape[0];
-            l->b_n = (size_t)l->oshape[0];
-            break;
-        case DDP_LAYER_CONV2D:
-            l->w_n = (size_t)l->spec.n * l->ishape[0] * l->spec.k * l->spec.k;
-            l->b_n = (size_t)l->spec.n;
-            break;
-        case DDP_LAYER_BATCHNORM:
-            l->w_n = l->b_n = (size_t)l->ishape[0];
+        param_sizes(l);
+        if (l->spec.kind == DDP_LAYER_BATCHNORM) {
             l->rm_off = bcursor;
             l->rv_off = bcursor + l->b_n;
             bcursor += 2 * l->b_n;
-            break;
-        default:
-            break;
         }
         l->w_off = cursor;
         l->b_off = cursor + l->w_n;
@@ -484,29 +695,8 @@ static int layout_params(struct ddp_model *m, char *err, size_t errlen)
                        DDP_MODEL_PARAMS_MAX);
     m->nparams = cursor;
     m->nbuffers = bcursor;
-    for (int i = 0; i < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        int64_t dims[4];
-        if (l->spec.kind == DDP_LAYER_LINEAR) {
-            dims[0] = l->oshape[0];
-            dims[1] = l->ishape[0];
-            add_tensor(m, i, "weight", 0, l->w_off, l->w_n, 2, dims);
-            add_tensor(m, i, "bias", 0, l->b_off, l->b_n, 1, dims);
-        } else if (l->spec.kind == DDP_LAYER_CONV2D) {
-            dims[0] = l->spec.n;
-            dims[1] = l->ishape[0];
-            dims[2] = dims[3] = l->spec.k;
-            add_tensor(m, i, "weight", 0, l->w_off, l->w_n, 4, dims);
-            add_tensor(m, i, "bias", 0, l->b_off, l->b_n, 1, dims);
-        } else if (l->spec.kind == DDP_LAYER_BATCHNORM) {
-            dims[0] = l->ishape[0];
-            add_tensor(m, i, "weight", 0, l->w_off, l->w_n, 1, dims);
-            add_tensor(m, i, "bias", 0, l->b_off, l->b_n, 1, dims);
-            add_tensor(m, i, "running_mean", 1, l->rm_off, l->b_n, 1, dims);
-            add_tensor(m, i, "running_var", 1, l->rv_off, l->b_n, 1, dims);
-        }
-    }
-
+    for (int i = 0; i < m->nlayers; i++)
+        layer_tensors(m, &m->layers[i]);
     return 0;
 }
 
@@ -522,12 +712,8 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
         struct ddp_layer *l = &m->layers[i];
         size_t act = (size_t)max_batch * l->out_elems;
         if (l->spec.kind == DDP_LAYER_FLATTEN) {
-            /* aliases: out is the input, dout is shared with the previous layer's */
-            if (i > 0) {
-                l->dout = m->layers[i - 1].dout;
-            } else {
-                l->dout = be->alloc(sizeof(float) * act);
-            }
+            /* aliases: out is the input, dout is shared with the input layer's */
+            l->dout = l->in >= 0 ? m->layers[l->in].dout : be->alloc(sizeof(float) * act);
             continue;
         }
         l->out = be->alloc(sizeof(float) * act);
@@ -556,12 +742,186 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             break;
         }
     }
-    /* A flatten that follows a layer shares that layer's dout, so the earlier layer must
-     * see the flatten's (identical-size) buffer: walk forward once more. */
-    for (int i = 1; i < m->nlayers; i++)
-        if (m->layers[i].spec.kind == DDP_LAYER_FLATTEN)
-            m->layers[i].dout = m->layers[i - 1].dout;
     m->col = col ? be->alloc(sizeof(float) * col) : NULL;
+    size_t g = gtmp_elems(m, max_batch);
+    m->gtmp = g ? be->alloc(sizeof(float) * g) : NULL;
+}
+
+/* Building the graph: the blocks open around the current layer, innermost last. Frame 0 is
+ * the top-level list. */
+struct frame {
+    int src;    /* the block's input layer (-1: the model's input) */
+    int stride; /* product of the body's strides and pool windows so far */
+    int items;  /* items of this list so far */
+    char name[DDP_MODEL_NAME_MAX - 24], pos[POS_MAX];
+};
+
+struct builder {
+    struct ddp_model *m;
+    int max_batch;
+    int cur; /* the layer whose output the next layer reads (-1: the model's input) */
+    int depth;
+    struct frame f[DDP_MODEL_NEST_MAX + 1];
+    uint64_t fp;
+};
+
+/* Name and position of the next item of the innermost list ("3" / "3.body.1"; "4" / "4.2"). */
+static void next_item(struct builder *b, char *name, size_t nlen, char *pos, size_t plen)
+{
+    struct frame *f = &b->f[b->depth];
+    if (b->depth == 0) {
+        snprintf(name, nlen, "%d", f->items);
+        snprintf(pos, plen, "%d", f->items + 1);
+    } else {
+        snprintf(name, nlen, "%s.body.%d", f->name, f->items);
+        snprintf(pos, plen, "%s.%d", f->pos, f->items + 1);
+    }
+    f->items++;
+}
+
+/* Append layer s reading layers in (and in2) with its output shape checked; returns its index
+ * (and makes it current) or -1 with err. */
+static int add_layer(struct builder *b, const struct ddp_layer_spec *s, const char *name,
+                     const char *pos, int in, int in2, char *err, size_t errlen)
+{
+    struct ddp_model *m = b->m;
+    int i = m->nlayers++;
+    struct ddp_layer *l = &m->layers[i];
+    l->spec = *s;
+    l->index = atoi(name);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->pos, sizeof l->pos, "%s", pos);
+    l->in = in;
+    l->in2 = in2;
+    int ndim = in < 0 ? m->in_ndim : m->layers[in].out_ndim, d[3];
+    memcpy(d, in < 0 ? m->ishape : m->layers[in].oshape, sizeof d);
+    char shp[64];
+    l->in_ndim = ndim;
+    memcpy(l->ishape, d, sizeof d);
+    l->in_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
+    shape_str(ndim, d, shp, sizeof shp);
+    if (layer_shape(l, &ndim, d, shp, err, errlen) != 0)
+        return -1;
+    l->out_ndim = ndim;
+    memcpy(l->oshape, d, sizeof d);
+    l->out_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
+    if (l->out_elems > (1u << 28) || (size_t)b->max_batch * l->out_elems > (1ULL << 34))
+        return ddp_err(err, errlen, "layer %s: output of %zu values per sample is too large", pos,
+                       l->out_elems);
+    b->fp = mix(b->fp, (uint64_t)s->kind);
+    b->fp = mix(b->fp, (uint64_t)s->n);
+    b->fp = mix(b->fp, (uint64_t)s->k * 131 + (uint64_t)s->stride * 7 + (uint64_t)s->pad);
+    if (s->nobias || in2 >= 0 || in != i - 1)
+        b->fp = mix(b->fp, (uint64_t)s->nobias * 977 + (uint64_t)(in + 1) * 31 + (uint64_t)in2);
+    b->cur = i;
+    return i;
+}
+
+/* Close the innermost block: the shortcut (identity, or 1x1 convolution with the body's stride
+ * and batchnorm when the body changes the shape) and the join. */
+static int close_block(struct builder *b, char *err, size_t errlen)
+{
+    struct ddp_model *m = b->m;
+    struct frame *f = &b->f[b->depth];
+    const struct ddp_layer *body = &m->layers[b->cur];
+    int ndim = f->src < 0 ? m->in_ndim : m->layers[f->src].out_ndim;
+    const int *d = f->src < 0 ? m->ishape : m->layers[f->src].oshape;
+    int same = ndim == body->out_ndim && d[0] == body->oshape[0] &&
+               (ndim == 1 || (d[1] == body->oshape[1] && d[2] == body->oshape[2]));
+    int body_last = b->cur, short_last = f->src;
+    char in[48], out[48], name[DDP_MODEL_NAME_MAX], pos[POS_MAX + 16];
+    shape_str(ndim, d, in, sizeof in);
+    shape_str(body->out_ndim, body->oshape, out, sizeof out);
+    if (!same) {
+        int s = f->stride;
+        if (ndim != 3 || body->out_ndim != 3)
+            return ddp_err(err, errlen,
+                           "layer %s residual: its body turns %s into %s; only an image "
+                           "(C, H, W) can take a projection shortcut: keep the body's output "
+                           "shape equal to its input's, or (C, H, W)",
+                           f->pos, in, out);
+        if ((d[1] - 1) / s + 1 != body->oshape[1] || (d[2] - 1) / s + 1 != body->oshape[2])
+            return ddp_err(err, errlen,
+                           "layer %s residual: its body turns %s into %s, which a 1x1 "
+                           "convolution with the body's stride %d cannot match; pad the body's "
+                           "convolutions (pad = k/2) so that only strides change the size",
+                           f->pos, in, out, s);
+        struct ddp_layer_spec conv = {
+            .kind = DDP_LAYER_CONV2D, .n = body->oshape[0], .k = 1, .stride = s, .nobias = 1};
+        struct ddp_layer_spec bn = {.kind = DDP_LAYER_BATCHNORM, .stride = 1};
+        snprintf(name, sizeof name, "%s.shortcut.0", f->name);
+        snprintf(pos, sizeof pos, "%s (shortcut)", f->pos);
+        if (add_layer(b, &conv, name, pos, f->src, -1, err, errlen) < 0)
+            return -1;
+        snprintf(name, sizeof name, "%s.shortcut.1", f->name);
+        if ((short_last = add_layer(b, &bn, name, pos, b->cur, -1, err, errlen)) < 0)
+            return -1;
+    }
+    struct ddp_layer_spec join = {.kind = DDP_LAYER_RESIDUAL, .stride = 1};
+    if (add_layer(b, &join, f->name, f->pos, body_last, short_last, err, errlen) < 0)
+        return -1;
+    b->depth--;
+    b->f[b->depth].stride *= f->stride;
+    return 0;
+}
+
+/* The stride by which layer s shrinks its input (H: the input's height), for the shortcut. */
+static int layer_stride(const struct ddp_layer_spec *s, const struct ddp_layer *l)
+{
+    if (s->kind == DDP_LAYER_CONV2D)
+        return s->stride;
+    if (s->kind == DDP_LAYER_MAXPOOL || s->kind == DDP_LAYER_AVGPOOL)
+        return s->k;
+    if (s->kind == DDP_LAYER_GLOBALAVGPOOL)
+        return l->ishape[1] > l->ishape[2] ? l->ishape[1] : l->ishape[2];
+    return 1;
+}
+
+/* One spec of the pre-order list: open a block, close one, or add a plain layer. */
+static int build_spec(struct builder *b, const struct ddp_layer_spec *s, char *err, size_t errlen)
+{
+    char name[DDP_MODEL_NAME_MAX], pos[POS_MAX];
+    if (s->kind == DDP_LAYER_RESIDUAL_END)
+        return close_block(b, err, errlen);
+    next_item(b, name, sizeof name, pos, sizeof pos);
+    if (s->kind == DDP_LAYER_RESIDUAL) {
+        struct frame *f = &b->f[++b->depth];
+        memset(f, 0, sizeof *f);
+        f->src = b->cur;
+        f->stride = 1;
+        memcpy(f->name, name, sizeof f->name - 1);
+        memcpy(f->pos, pos, sizeof f->pos - 1);
+        return 0;
+    }
+    if (b->depth > 0 && s->kind == DDP_LAYER_FLATTEN)
+        return ddp_err(err, errlen,
+                       "layer %s: flatten inside residual(...) has no shortcut to match; put "
+                       "flatten after the block",
+                       pos);
+    int i = add_layer(b, s, name, pos, b->cur, -1, err, errlen);
+    if (i < 0)
+        return -1;
+    b->f[b->depth].stride *= layer_stride(s, &b->m->layers[i]);
+    return 0;
+}
+
+/* Backward order decides who overwrites a shared input's gradient: the first consumer seen
+ * walking back from the last layer; later ones add (acc, acc2). */
+static void mark_accumulation(struct ddp_model *m)
+{
+    char *seen = ddp_calloc((size_t)m->nlayers + 1, 1);
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        struct ddp_layer *l = &m->layers[i];
+        if (l->in >= 0) {
+            l->acc = seen[l->in];
+            seen[l->in] = 1;
+        }
+        if (l->spec.kind == DDP_LAYER_RESIDUAL && l->in2 >= 0) {
+            l->acc2 = seen[l->in2];
+            seen[l->in2] = 1;
+        }
+    }
+    free(seen);
 }
 
 int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
@@ -573,10 +933,9 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     if (n < 0)
         return -1;
     m->be = be;
-    m->nlayers = n;
     m->max_batch = max_batch;
-    m->layers = ddp_calloc((size_t)n, sizeof *m->layers);
-    m->tensors = ddp_calloc((size_t)n * 5, sizeof *m->tensors);
+    m->layers = ddp_calloc((size_t)n * 3, sizeof *m->layers); /* a block adds up to 3 */
+    m->tensors = ddp_calloc((size_t)n * 3 * 5, sizeof *m->tensors);
     m->in_ndim = in_ndim;
     for (int i = 0; i < in_ndim; i++) {
         if (in_dims[i] < 1 || in_dims[i] > (1 << 24))
@@ -584,42 +943,22 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
                            (long long)in_dims[i]);
         m->ishape[i] = (int)in_dims[i];
     }
-    uint64_t fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
+    struct builder b = {.m = m, .max_batch = max_batch, .cur = -1};
+    b.fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
     for (int i = 0; i < in_ndim; i++)
-        fp = mix(fp, (uint64_t)m->ishape[i]);
-
-    /* shapes */
-    int ndim = in_ndim, d[3] = {m->ishape[0], m->ishape[1], m->ishape[2]};
-    char shp[64];
-    for (int i = 0; i < n; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        l->spec = specs[i];
-        l->index = i;
-        l->in_ndim = ndim;
-        memcpy(l->ishape, d, sizeof d);
-        l->in_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
-        shape_str(ndim, d, shp, sizeof shp);
-        if (layer_shape(l, i, &ndim, d, shp, err, errlen) != 0)
+        b.fp = mix(b.fp, (uint64_t)m->ishape[i]);
+    for (int i = 0; i < n; i++)
+        if (build_spec(&b, &specs[i], err, errlen) != 0)
             return -1;
-        l->out_ndim = ndim;
-        memcpy(l->oshape, d, sizeof d);
-        l->out_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
-        if (l->out_elems > (1u << 28) || (size_t)max_batch * l->out_elems > (1ULL << 34))
-            return ddp_err(err, errlen, "layer %d: output of %zu values per sample is too large",
-                           i + 1, l->out_elems);
-        const struct ddp_layer_spec *s = &l->spec;
-        fp = mix(fp, (uint64_t)s->kind);
-        fp = mix(fp, (uint64_t)s->n);
-        fp = mix(fp, (uint64_t)s->k * 131 + (uint64_t)s->stride * 7 + (uint64_t)s->pad);
-    }
-    struct ddp_layer *last = &m->layers[n - 1];
+    struct ddp_layer *last = &m->layers[m->nlayers - 1];
     if (last->out_ndim != 1 || last->oshape[0] < 2)
         return ddp_err(err, errlen,
                        "the last layer must produce class scores (a flat vector of at least 2); "
                        "end with linear(classes)");
     m->classes = last->oshape[0];
     m->in_elems = m->layers[0].in_elems;
-    m->fingerprint = fp;
+    m->fingerprint = b.fp;
+    mark_accumulation(m);
 
     if (layout_params(m, err, errlen) != 0)
         return -1;
@@ -637,7 +976,7 @@ void ddp_model_free(struct ddp_model *m)
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         if (l->spec.kind == DDP_LAYER_FLATTEN) {
-            if (i == 0)
+            if (l->in < 0)
                 be->free(l->dout);
             continue;
         }
@@ -653,6 +992,7 @@ void ddp_model_free(struct ddp_model *m)
     be->free(m->grads);
     be->free(m->buffers);
     be->free(m->col);
+    be->free(m->gtmp);
     free(m->layers);
     free(m->tensors);
     memset(m, 0, sizeof *m);
@@ -669,7 +1009,7 @@ void ddp_model_init(struct ddp_model *m, uint64_t seed)
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         if (l->spec.kind == DDP_LAYER_LINEAR || l->spec.kind == DDP_LAYER_CONV2D) {
-            double fan_in = (double)l->w_n / (double)l->b_n;
+            double fan_in = (double)l->w_n / (double)l->oshape[0]; /* in * k * k */
             double bound = 1.0 / sqrt(fan_in);
             for (size_t j = 0; j < l->w_n; j++)
                 p[l->w_off + j] = (float)((2 * ddp_rng_uniform(&r) - 1) * bound);
@@ -727,49 +1067,70 @@ static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x,
     be->bn_fwd_apply(l->out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
 }
 
+/* Spatial positions per channel of a (C,H,W) layer input. */
+static int spatial(const struct ddp_layer *l)
+{
+    return l->ishape[1] * l->ishape[2];
+}
+
+/* Layer i of the forward pass, reading inp (B, in_elems). */
+static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, int train,
+                          uint64_t noise_seed)
+{
+    const struct ddp_backend *be = m->be;
+    struct ddp_layer *l = &m->layers[i];
+    const struct ddp_layer_spec *s = &l->spec;
+    float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
+    size_t n = (size_t)B * l->out_elems;
+    switch (s->kind) {
+    case DDP_LAYER_FLATTEN:
+        l->out = (float *)inp;
+        break;
+    case DDP_LAYER_LINEAR:
+        be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
+        break;
+    case DDP_LAYER_RELU:
+        be->relu_fwd(l->out, inp, n);
+        break;
+    case DDP_LAYER_CONV2D:
+        be->conv2d_fwd(l->out, m->col, inp, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2], s->n,
+                       s->k, s->stride, s->pad);
+        break;
+    case DDP_LAYER_MAXPOOL:
+        be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_AVGPOOL:
+        be->avgpool_fwd(l->out, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_GLOBALAVGPOOL:
+        be->gap_fwd(l->out, inp, B, l->ishape[0], spatial(l));
+        break;
+    case DDP_LAYER_DROPOUT:
+        if (train && s->p > 0)
+            be->dropout_fwd(l->out, l->aux, inp, n, s->p,
+                            noise_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1)));
+        else
+            be->upload(l->out, inp, sizeof(float) * n);
+        break;
+    case DDP_LAYER_BATCHNORM:
+        bn_forward(m, l, inp, B, train);
+        break;
+    case DDP_LAYER_RESIDUAL:
+        be->add(l->out, inp, m->layers[l->in2].out, n);
+        break;
+    case DDP_LAYER_RESIDUAL_END:
+        break;
+    }
+}
+
 const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
                                uint64_t noise_seed)
 {
-    const struct ddp_backend *be = m->be;
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
-        const struct ddp_layer_spec *s = &l->spec;
-        float *w = m->params + l->w_off, *b = m->params + l->b_off;
-        switch (s->kind) {
-        case DDP_LAYER_FLATTEN:
-            l->out = (float *)x;
-            break;
-        case DDP_LAYER_LINEAR:
-            be->linear_fwd(l->out, x, w, b, B, l->ishape[0], l->oshape[0]);
-            break;
-        case DDP_LAYER_RELU:
-            be->relu_fwd(l->out, x, (size_t)B * l->out_elems);
-            break;
-        case DDP_LAYER_CONV2D:
-            be->conv2d_fwd(l->out, m->col, x, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2],
-                           s->n, s->k, s->stride, s->pad);
-            break;
-        case DDP_LAYER_MAXPOOL:
-            be->maxpool_fwd(l->out, l->argmax, x, B, l->ishape[0], l->ishape[1], l->ishape[2],
-                            s->k);
-            break;
-        case DDP_LAYER_AVGPOOL:
-            be->avgpool_fwd(l->out, x, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
-            break;
-        case DDP_LAYER_DROPOUT:
-            if (train && s->p > 0)
-                be->dropout_fwd(l->out, l->aux, x, (size_t)B * l->out_elems, s->p,
-                                noise_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1)));
-            else
-                be->upload(l->out, x, sizeof(float) * (size_t)B * l->out_elems);
-            break;
-        case DDP_LAYER_BATCHNORM:
-            bn_forward(m, l, x, B, train);
-            break;
-        }
-        x = l->out;
+        layer_forward(m, i, l->in < 0 ? x : m->layers[l->in].out, B, train, noise_seed);
     }
-    return x;
+    return m->layers[m->nlayers - 1].out;
 }
 
 float *ddp_model_dlogits(struct ddp_model *m)
@@ -777,10 +1138,105 @@ float *ddp_model_dlogits(struct ddp_model *m)
     return m->layers[m->nlayers - 1].dout;
 }
 
+/* Where layer src's gradient goes: NULL when not needed (src below `first`, the first layer
+ * with parameters), the scratch when it is to be added (acc), else src's dout. */
+static float *grad_dest(struct ddp_model *m, int src, int acc, int first)
+{
+    if (src < first)
+        return NULL;
+    return acc ? m->gtmp : m->layers[src].dout;
+}
+
+/* After a backward that wrote into the scratch: add it to src's dout. */
+static void grad_add(struct ddp_model *m, int src, const float *dest, int B)
+{
+    if (dest && dest == m->gtmp) {
+        float *d = m->layers[src].dout;
+        m->be->add(d, d, m->gtmp, (size_t)B * m->layers[src].out_elems);
+    }
+}
+
+static void bn_backward(struct ddp_model *m, struct ddp_layer *l, float *dinp, int B)
+{
+    int C, S;
+    bn_dims(l, &C, &S);
+    double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
+    m->be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
+    m->be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
+    if (m->sync_sums)
+        m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
+    m->be->bn_bwd_apply(dinp, m->grads + l->w_off, m->grads + l->b_off, l->dout, l->aux, l->invstd,
+                        m->params + l->w_off, local, global, B, C, S);
+}
+
+/* The join's gradient goes unchanged to both of its inputs. */
+static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B, int first)
+{
+    const size_t n = (size_t)B * l->out_elems;
+    const int src[2] = {l->in, l->in2}, acc[2] = {l->acc, l->acc2};
+    for (int k = 0; k < 2; k++) {
+        if (src[k] < first)
+            continue;
+        float *d = m->layers[src[k]].dout;
+        if (acc[k])
+            m->be->add(d, d, l->dout, n);
+        else
+            m->be->upload(d, l->dout, sizeof(float) * n);
+    }
+}
+
+/* Layer i of the backward pass: parameter gradients added, the input's gradient into dinp
+ * (NULL: not needed). */
+static void layer_backward(struct ddp_model *m, int i, const float *inp, float *dinp, int B)
+{
+    const struct ddp_backend *be = m->be;
+    struct ddp_layer *l = &m->layers[i];
+    const struct ddp_layer_spec *s = &l->spec;
+    float *w = m->params + l->w_off;
+    float *dw = m->grads + l->w_off, *db = l->b_n ? m->grads + l->b_off : NULL;
+    size_t n = (size_t)B * l->out_elems;
+    switch (s->kind) {
+    case DDP_LAYER_LINEAR:
+        be->linear_bwd(dinp, dw, db, l->dout, inp, w, B, l->ishape[0], l->oshape[0]);
+        break;
+    case DDP_LAYER_RELU:
+        if (dinp)
+            be->relu_bwd(dinp, l->dout, l->out, n);
+        break;
+    case DDP_LAYER_CONV2D:
+        be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, l->ishape[0], l->ishape[1],
+                       l->ishape[2], s->n, s->k, s->stride, s->pad);
+        break;
+    case DDP_LAYER_MAXPOOL:
+        if (dinp)
+            be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],
+                            s->k);
+        break;
+    case DDP_LAYER_AVGPOOL:
+        if (dinp)
+            be->avgpool_bwd(dinp, l->dout, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_GLOBALAVGPOOL:
+        if (dinp)
+            be->gap_bwd(dinp, l->dout, B, l->ishape[0], spatial(l));
+        break;
+    case DDP_LAYER_DROPOUT:
+        if (dinp && s->p > 0)
+            be->dropout_bwd(dinp, l->dout, l->aux, n);
+        else if (dinp)
+            be->upload(dinp, l->dout, sizeof(float) * n);
+        break;
+    case DDP_LAYER_BATCHNORM:
+        bn_backward(m, l, dinp, B);
+        break;
+    default:
+        break; /* flatten: dout is shared with the input layer's; joins: join_backward */
+    }
+}
+
 void ddp_model_backward(struct ddp_model *m, const float *x, int B,
                         void (*layer_done)(void *ctx, int layer), void *ctx)
 {
-    const struct ddp_backend *be = m->be;
     /* below the first layer with parameters no gradient is needed (flatten, linear: the
      * first linear's input gradient would be pure waste) */
     int first = m->nlayers;
@@ -789,75 +1245,64 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             first = i;
     for (int i = m->nlayers - 1; i >= first; i--) {
         struct ddp_layer *l = &m->layers[i];
-        const struct ddp_layer_spec *s = &l->spec;
-        const float *inp = i ? m->layers[i - 1].out : x;
-        float *dinp = i > first ? m->layers[i - 1].dout : NULL;
-        float *w = m->params + l->w_off;
-        float *dw = m->grads + l->w_off, *db = m->grads + l->b_off;
-        size_t n = (size_t)B * l->out_elems;
-        switch (s->kind) {
-        case DDP_LAYER_FLATTEN:
-            break; /* dout is shared with the previous layer */
-        case DDP_LAYER_LINEAR:
-            be->linear_bwd(dinp, dw, db, l->dout, inp, w, B, l->ishape[0], l->oshape[0]);
-            break;
-        case DDP_LAYER_RELU:
-            if (dinp)
-                be->relu_bwd(dinp, l->dout, l->out, n);
-            break;
-        case DDP_LAYER_CONV2D:
-            be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, l->ishape[0], l->ishape[1],
-                           l->ishape[2], s->n, s->k, s->stride, s->pad);
-            break;
-        case DDP_LAYER_MAXPOOL:
-            if (dinp)
-                be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1],
-                                l->ishape[2], s->k);
-            break;
-        case DDP_LAYER_AVGPOOL:
-            if (dinp)
-                be->avgpool_bwd(dinp, l->dout, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
-            break;
-        case DDP_LAYER_DROPOUT:
-            if (dinp) {
-                if (s->p > 0)
-                    be->dropout_bwd(dinp, l->dout, l->aux, n);
-                else
-                    be->upload(dinp, l->dout, sizeof(float) * n);
-            }
-            break;
-        case DDP_LAYER_BATCHNORM: {
-            int C, S;
-            bn_dims(l, &C, &S);
-            double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
-            be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
-            be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
-            if (m->sync_sums)
-                m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
-            be->bn_bwd_apply(dinp, dw, db, l->dout, l->aux, l->invstd, w, local, global, B, C, S);
-            break;
+        if (l->spec.kind == DDP_LAYER_RESIDUAL) {
+            join_backward(m, l, B, first);
+            continue;
         }
-        }
+        if (l->spec.kind == DDP_LAYER_FLATTEN)
+            continue;
+        const float *inp = l->in < 0 ? x : m->layers[l->in].out;
+        float *dinp = grad_dest(m, l->in, l->acc, first);
+        layer_backward(m, i, inp, dinp, B);
+        grad_add(m, l->in, dinp, B);
         if (layer_done && l->w_n)
             layer_done(ctx, i);
     }
 }
 
+/* Blocks around layer l: one per ".body." or ".shortcut." in its name. */
+static int block_depth(const struct ddp_layer *l)
+{
+    int d = 0;
+    for (const char *p = l->name; (p = strchr(p, '.')) != NULL; p++)
+        d += strncmp(p, ".body.", 6) == 0 || strncmp(p, ".shortcut.", 10) == 0;
+    return d;
+}
+
+/* Append to buf (len) at *used, never past its end. */
+static void append(char *buf, size_t len, size_t *used, const char *a, const char *b, const char *c)
+{
+    if (*used + 1 >= len)
+        return;
+    int n = snprintf(buf + *used, len - *used, "%s%s%s", a, b, c);
+    *used = n < 0 ? *used : *used + (size_t)n >= len ? len - 1 : *used + (size_t)n;
+}
+
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
 {
     size_t used = 0;
+    int prev = 0;
     buf[0] = '\0';
-    for (int i = 0; i < m->nlayers && used + 1 < len; i++) {
+    for (int i = 0; i < m->nlayers; i++) {
         const struct ddp_layer *l = &m->layers[i];
-        char in[48], out[48];
-        shape_str(l->in_ndim, l->ishape, in, sizeof in);
+        const enum ddp_layer_kind k = l->spec.kind;
+        const int d = block_depth(l);
+        const char *sep = i ? ", " : "";
+        char out[48];
         shape_str(l->out_ndim, l->oshape, out, sizeof out);
-        used += (size_t)snprintf(
-            buf + used, len - used, "%s%s%s", i ? ", " : "", kind_name(l->spec.kind),
-            l->spec.kind == DDP_LAYER_LINEAR || l->spec.kind == DDP_LAYER_CONV2D ||
-                    l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_AVGPOOL
-                ? out
-                : "");
+        if (k == DDP_LAYER_RESIDUAL) { /* the join closes its block */
+            append(buf, len, &used, ")", "", "");
+            prev = d;
+            continue;
+        }
+        for (; prev < d; prev++, sep = "")
+            append(buf, len, &used, sep, "residual(", "");
+        size_t nl = strlen(l->name);
+        if (nl > 11 && strcmp(l->name + nl - 11, ".shortcut.0") == 0)
+            sep = "; shortcut ";
+        int shaped = k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D || k == DDP_LAYER_MAXPOOL ||
+                     k == DDP_LAYER_AVGPOOL;
+        append(buf, len, &used, sep, kind_name(k), shaped ? out : "");
     }
 }
 
@@ -895,9 +1340,9 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
         if (bad)
             return snprintf(why, len,
-                            "layer %d %s has non-finite weights: training diverged; "
+                            "layer %s %s has non-finite weights: training diverged; "
                             "lower [optim] lr",
-                            i + 1, what),
+                            l->pos, what),
                    0;
     }
     ddp_model_forward(m, x, B, 1, noise_seed);
@@ -915,16 +1360,16 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         layer_str(&l->spec, what, sizeof what);
         if (first_param < 0 || first_param == i)
             return snprintf(why, len,
-                            "layer %d %s is the first whose output is non-finite, "
+                            "layer %s %s is the first whose output is non-finite, "
                             "from finite weights and input values as large as %.3g: scale the "
                             "dataset's values (e.g. to [0, 1])",
-                            i + 1, what, prev),
+                            l->pos, what, prev),
                    1;
         return snprintf(why, len,
-                        "layer %d %s is the first whose output is non-finite (its "
+                        "layer %s %s is the first whose output is non-finite (its "
                         "input reaches %.3g): training diverged; lower [optim] lr or normalise "
                         "the input",
-                        i + 1, what, prev),
+                        l->pos, what, prev),
                0;
     }
     return snprintf(why, len,

@@ -13,6 +13,16 @@
  * every layer, parameterless ones included; batchnorm adds `<index>.running_mean`,
  * `<index>.running_var` and `<index>.num_batches_tracked`.
  *
+ * Residual blocks: `residual(L1, L2, ...)` is one item of the list whose output is
+ * body(x) + shortcut(x). The model holds it as a graph in topological order: the body's layers
+ * (named `<i>.body.<j>`), when the body changes the shape a 1x1 convolution without bias and a
+ * batchnorm on the block's input (`<i>.shortcut.0`, `<i>.shortcut.1`), then a join layer
+ * (kind DDP_LAYER_RESIDUAL, named `<i>`, no parameters) that adds its two inputs. Every layer
+ * names the layer(s) it reads (in, in2; -1 is the model's input). A layer whose output feeds
+ * two others gets the sum of both gradients: the first consumer in backward order overwrites
+ * its dout, the second adds into it (acc, acc2). Parameters stay in reverse list order, which
+ * is the order backward finishes them, so buckets stay contiguous.
+ *
  * The model owns every buffer it allocates (activations, gradients, scratch); ddp_model_free
  * releases them. It does not read files (weights.c does) nor talk to other ranks: batchnorm
  * synchronisation and the per-layer "gradients are final" signal go through the hooks below.
@@ -34,7 +44,13 @@ enum ddp_layer_kind {
     DDP_LAYER_AVGPOOL,
     DDP_LAYER_DROPOUT,
     DDP_LAYER_BATCHNORM,
+    DDP_LAYER_GLOBALAVGPOOL, /* (C,H,W) -> (C,1,1), nn.AdaptiveAvgPool2d(1) */
+    DDP_LAYER_RESIDUAL,      /* parsing: opens a block; model: the join, out = in + in2 */
+    DDP_LAYER_RESIDUAL_END,  /* parsing only: closes the innermost block */
 };
+
+#define DDP_MODEL_NEST_MAX 4  /* residual blocks inside residual blocks: deeper is a typo */
+#define DDP_MODEL_NAME_MAX 96 /* "12.body.3.body.1.shortcut.1.num_batches_tracked" fits */
 
 #define DDP_MODEL_LAYERS_MAX 256         /* a spec line longer than this is surely a mistake */
 #define DDP_MODEL_PARAMS_MAX (1LL << 31) /* floats: keeps offsets within int GEMM arguments */
@@ -44,20 +60,25 @@ struct ddp_layer_spec {
     int n;              /* linear: out features; conv2d: out channels */
     int k, stride, pad; /* conv2d, pools: window */
     float p;            /* dropout */
+    int nobias;         /* conv2d, linear: bias=false */
 };
 
 /* One named tensor of the model: a parameter (in params/grads) or a buffer (in buffers). */
 struct ddp_tensor_info {
-    char name[48]; /* "3.weight" */
-    int is_buffer; /* 0: params slice; 1: buffers slice */
-    size_t off, n; /* floats */
+    char name[DDP_MODEL_NAME_MAX]; /* "3.weight", "2.body.0.weight" */
+    int is_buffer;                 /* 0: params slice; 1: buffers slice */
+    size_t off, n;                 /* floats */
     int ndim;
     int64_t dims[4]; /* PyTorch shape */
 };
 
 struct ddp_layer {
     struct ddp_layer_spec spec;
-    int index;              /* position in nn.Sequential */
+    int index;                          /* position in the top-level nn.Sequential */
+    char name[DDP_MODEL_NAME_MAX - 24]; /* PyTorch module path: "3", "2.body.1", "2.shortcut.0" */
+    char pos[48];                       /* 1-based place for messages: "3", "2.1", "2 (shortcut)" */
+    int in, in2;            /* layers read (-1: the model's input); in2: residual joins only */
+    int acc, acc2;          /* backward adds into in's (in2's) dout instead of overwriting it */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */
@@ -86,7 +107,8 @@ struct ddp_model {
     int ntensors;
     struct ddp_tensor_info *tensors; /* in nn.Sequential order */
     float *col;                      /* conv scratch */
-    uint64_t fingerprint;            /* hash of the architecture and input shape */
+    float *gtmp; /* (max_batch, largest layer input) an input gradient before it is added */
+    uint64_t fingerprint; /* hash of the architecture and input shape */
 
     /* Sum of n doubles (backend memory) over all ranks, in place (SyncBatchNorm), ordered
      * before the backend's later work; NULL: local statistics. */
@@ -94,8 +116,9 @@ struct ddp_model {
     void *sync_ctx;
 };
 
-/* Parse a layer list. Returns the number of layers, or -1 with a one-line reason (naming the
- * item and its position) in err. */
+/* Parse a layer list into specs in pre-order: a residual block is a DDP_LAYER_RESIDUAL spec,
+ * its body's specs, then a DDP_LAYER_RESIDUAL_END spec. Returns the number of specs, or -1
+ * with a one-line reason (naming the item and its position, e.g. "layer 3.2") in err. */
 int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
                     size_t errlen);
 

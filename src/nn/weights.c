@@ -89,7 +89,7 @@ int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, si
         herr_t st =
             ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
         if (st < 0) {
-            char what[64];
+            char what[DDP_MODEL_NAME_MAX + 8];
             snprintf(what, sizeof what, "/model/%s", t->name);
             write_failed(file, what, err, errlen);
         }
@@ -103,15 +103,15 @@ int ddp_weights_write_group(hid_t file, const struct ddp_model *m, char *err, si
         const struct ddp_layer *l = &m->layers[i];
         if (l->spec.kind != DDP_LAYER_BATCHNORM)
             continue;
-        char name[48];
-        snprintf(name, sizeof name, "%d.num_batches_tracked", l->index);
+        char name[DDP_MODEL_NAME_MAX];
+        snprintf(name, sizeof name, "%s.num_batches_tracked", l->name);
         hid_t sp = H5Screate(H5S_SCALAR);
         hid_t ds = H5Dcreate2(g, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         herr_t st = ds < 0 ? -1
                            : H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                       &l->num_batches_tracked);
         if (st < 0) {
-            char what[64];
+            char what[DDP_MODEL_NAME_MAX + 8];
             snprintf(what, sizeof what, "/model/%s", name);
             write_failed(file, what, err, errlen);
         }
@@ -145,7 +145,7 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
     }
     for (int i = 0; i < m->ntensors; i++) {
         const struct ddp_tensor_info *t = &m->tensors[i];
-        char dpath[64], want[96], got[96];
+        char dpath[DDP_MODEL_NAME_MAX + 8], want[96], got[96];
         snprintf(dpath, sizeof dpath, "model/%s", t->name);
         hsize_t wd[4];
         for (int d = 0; d < t->ndim; d++)
@@ -201,8 +201,8 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
     }
     for (int i = 0; i < m->nlayers; i++) { /* optional batchnorm counters */
         struct ddp_layer *l = &m->layers[i];
-        char dpath[64];
-        snprintf(dpath, sizeof dpath, "model/%d.num_batches_tracked", l->index);
+        char dpath[DDP_MODEL_NAME_MAX + 8];
+        snprintf(dpath, sizeof dpath, "model/%s.num_batches_tracked", l->name);
         if (l->spec.kind != DDP_LAYER_BATCHNORM || H5Lexists(file, dpath, H5P_DEFAULT) <= 0)
             continue;
         hid_t ds = H5Dopen2(file, dpath, H5P_DEFAULT);

@@ -93,7 +93,8 @@ struct op_row {
     enum ddp_layer_kind kind;
     const char *op;
     void (*attrs)(struct ddp_pb *node, const struct ddp_layer *l); /* NULL: none */
-    const char *tensors[4]; /* suffixes of "<index>.<suffix>", in the operator's input order */
+    const char *tensors[4]; /* suffixes of "<layer name>.<suffix>", in the operator's input
+                               order; a missing "bias" (bias=false) is left out */
 };
 
 static const struct op_row g_ops[] = {
@@ -108,8 +109,11 @@ static const struct op_row g_ops[] = {
      "BatchNormalization",
      attrs_bn,
      {"weight", "bias", "running_mean", "running_var"}},
+    {DDP_LAYER_GLOBALAVGPOOL, "GlobalAveragePool", NULL, {NULL}},
+    {DDP_LAYER_RESIDUAL, "Add", NULL, {NULL}}, /* the join: its second input is the shortcut */
 };
-_Static_assert(sizeof g_ops / sizeof g_ops[0] == DDP_LAYER_BATCHNORM + 1,
+/* DDP_LAYER_RESIDUAL_END only marks a block's end while parsing; no model layer has it */
+_Static_assert(sizeof g_ops / sizeof g_ops[0] == DDP_LAYER_RESIDUAL + 1,
                "every layer kind needs a row in g_ops");
 
 static const struct op_row *op_of(enum ddp_layer_kind kind)
@@ -162,28 +166,49 @@ static void value_info(struct ddp_pb *graph, int field, const char *name, int nd
     ddp_pb_message(graph, field, &vi);
 }
 
-/* Layer l as a node reading in, writing out; its tensors become initializers. */
-static int layer_node(struct ddp_pb *graph, const struct ddp_model *m, const struct ddp_layer *l,
-                      const char *in, const char *out, char *err, size_t errlen)
+/* The graph value that layer i's output is: "input" (i < 0), "logits" (the last), else "x<i>". */
+static void value_name(const struct ddp_model *m, int i, char *buf, size_t len)
 {
+    if (i < 0)
+        snprintf(buf, len, "input");
+    else if (i + 1 == m->nlayers)
+        snprintf(buf, len, "logits");
+    else
+        snprintf(buf, len, "x%d", i);
+}
+
+/* Layer i as a node reading its input(s), writing its value; its tensors become initializers. */
+static int layer_node(struct ddp_pb *graph, const struct ddp_model *m, int i, char *err,
+                      size_t errlen)
+{
+    const struct ddp_layer *l = &m->layers[i];
     const struct op_row *row = op_of(l->spec.kind);
     if (!row)
-        return ddp_err(err, errlen, "layer %d has no ONNX form in this ddptrain", l->index);
+        return ddp_err(err, errlen, "layer %s has no ONNX form in this ddptrain", l->name);
     struct ddp_pb node = {0};
+    char in[32], out[32];
+    value_name(m, l->in, in, sizeof in);
     ddp_pb_string(&node, NODE_INPUT, in);
+    if (l->spec.kind == DDP_LAYER_RESIDUAL) {
+        value_name(m, l->in2, in, sizeof in);
+        ddp_pb_string(&node, NODE_INPUT, in);
+    }
     for (int k = 0; k < 4 && row->tensors[k]; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "%d.%s", l->index, row->tensors[k]);
+        char name[DDP_MODEL_NAME_MAX];
+        snprintf(name, sizeof name, "%s.%s", l->name, row->tensors[k]);
         const struct ddp_tensor_info *t = tensor(m, name);
+        if (!t && strcmp(row->tensors[k], "bias") == 0 && l->b_n == 0)
+            continue; /* bias=false: Conv and Gemm take no third input */
         if (!t) {
             ddp_pb_free(&node);
-            return ddp_err(err, errlen, "internal: layer %d has no tensor %s", l->index, name);
+            return ddp_err(err, errlen, "internal: layer %s has no tensor %s", l->name, name);
         }
         ddp_pb_string(&node, NODE_INPUT, name);
         initializer(graph, m, t);
     }
-    char nm[32];
-    snprintf(nm, sizeof nm, "%s_%d", row->op, l->index);
+    char nm[DDP_MODEL_NAME_MAX + 32];
+    snprintf(nm, sizeof nm, "%s_%s", row->op, l->name);
+    value_name(m, i, out, sizeof out);
     ddp_pb_string(&node, NODE_OUTPUT, out);
     ddp_pb_string(&node, NODE_NAME, nm);
     ddp_pb_string(&node, NODE_OP, row->op);
@@ -198,17 +223,11 @@ static int encode(struct ddp_pb *model, const struct ddp_model *m, const char *g
                   char *err, size_t errlen)
 {
     struct ddp_pb graph = {0}, opset = {0};
-    char in[32] = "input", out[32];
     for (int i = 0; i < m->nlayers; i++) {
-        if (i + 1 == m->nlayers)
-            snprintf(out, sizeof out, "logits");
-        else
-            snprintf(out, sizeof out, "x%d", m->layers[i].index);
-        if (layer_node(&graph, m, &m->layers[i], in, out, err, errlen) != 0) {
+        if (layer_node(&graph, m, i, err, errlen) != 0) {
             ddp_pb_free(&graph);
             return -1;
         }
-        snprintf(in, sizeof in, "%s", out);
     }
     ddp_pb_string(&graph, GRAPH_NAME, graph_name);
     value_info(&graph, GRAPH_INPUT, "input", m->in_ndim, m->ishape);

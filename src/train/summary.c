@@ -28,7 +28,11 @@ double ddp_model_flops_per_sample(const struct ddp_model *m)
             break;
         case DDP_LAYER_MAXPOOL:
         case DDP_LAYER_AVGPOOL:
+        case DDP_LAYER_GLOBALAVGPOOL:
             flops += in;
+            break;
+        case DDP_LAYER_RESIDUAL: /* the join adds body and shortcut */
+            flops += out;
             break;
         case DDP_LAYER_BATCHNORM:
             flops += 4.0 * out;

@@ -7,7 +7,8 @@
 #  3. damaged checkpoints (truncated, flipped byte, wrong model shape, wrong format version,
 #     missing dataset): resume = auto skips them with a message, resume = PATH stops with one
 #     line and exit 3, never a crash;
-#  4. `ddptrain eval` of a checkpoint on 1 and 2 ranks gives the run's own test accuracy.
+#  4. `ddptrain eval` of a checkpoint on 1 and 2 ranks gives the run's own test accuracy;
+#  1c. a residual job (SyncBN and dropout inside blocks) resumed mid-epoch is bitwise too.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -123,6 +124,46 @@ if [ -s int1.log1 ] && [ -s int1.log2 ]; then
         ok "resumed run's time counts both starts: ${fin#* after }; first start ${t1_ms} ms; summary train_s $jtot"
     else
         bad "resumed run's time: '$fin', first start ${t1_ms:-?} ms, summary train_s $jtot"
+    fi
+fi
+
+# ---- 1c. a residual job (projection and identity shortcuts, nested block, batchnorm in
+# blocks, dropout): stopped mid-epoch at a checkpoint (max_steps, no race), resumed, bitwise
+# equal to the uninterrupted run; 1 rank, and 2 ranks with SyncBN; eval of the checkpoint -----
+res_layers='conv2d(4, 3, pad=1, bias=false), batchnorm, relu,
+    residual(conv2d(8, 3, stride=2, pad=1, bias=false), batchnorm, relu,
+             residual(conv2d(8, 3, pad=1), relu, dropout(0.1)), conv2d(8, 3, pad=1, bias=false),
+             batchnorm), relu,
+    residual(conv2d(8, 3, pad=1, bias=false), batchnorm), globalavgpool, flatten, linear(10)'
+for W in 1 2; do
+    launch=() sets=(--set "model.layers=$res_layers" --set train.epochs=2 --set data.test=
+                    --set checkpoint.every_epochs=0 --set data.batch_size=$((24 / W)))
+    [ $W -gt 1 ] && launch=(mpirun -n $W) && sets+=(--set dist.sync_bn=true)
+    "${launch[@]}" "$DDPTRAIN" j.ini "${sets[@]}" --set job.output=resfull$W > resfull$W.log 2>&1 ||
+        { bad "residual W=$W uninterrupted run"; tail -3 resfull$W.log; continue; }
+    "${launch[@]}" "$DDPTRAIN" j.ini "${sets[@]}" --set job.output=resint$W --set train.max_steps=700 \
+        --set checkpoint.every_steps=700 > resint$W.log1 2>&1 ||
+        { bad "residual W=$W run to step 700"; tail -3 resint$W.log1; continue; }
+    "${launch[@]}" "$DDPTRAIN" j.ini "${sets[@]}" --set job.output=resint$W > resint$W.log2 2>&1 ||
+        { bad "residual W=$W resumed run"; tail -3 resint$W.log2; continue; }
+    if ! grep -q "resuming from .*ckpt-0*700" resint$W.log2; then
+        bad "residual W=$W: did not resume from step 700"; grep -i resum resint$W.log2 | head -2
+    elif r=$(same_params resfull$W/model.h5 resint$W/model.h5); then
+        ok "residual job, $W rank(s), resumed at step 700 of 1000 (mid-epoch 2): $r"
+    else
+        bad "residual W=$W resume: $r"
+    fi
+done
+res_ck=$(ls resint1/checkpoints/ckpt-*.h5 2>/dev/null | sort | tail -1)
+if [ -n "$res_ck" ]; then
+    e1=$("$DDPTRAIN" eval j.ini --set "model.layers=$res_layers" --checkpoint "$res_ck" 2>&1 |
+        sed -n 's/.*accuracy \([0-9.]*\).*/\1/p')
+    e2=$(mpirun -n 2 "$DDPTRAIN" eval j.ini --set "model.layers=$res_layers" --checkpoint "$res_ck" \
+        2>&1 | sed -n 's/.*accuracy \([0-9.]*\).*/\1/p')
+    if [ -n "$e1" ] && [ "$e1" = "$e2" ]; then
+        ok "eval of a residual checkpoint: accuracy $e1 on 1 and 2 ranks"
+    else
+        bad "eval of a residual checkpoint: 1 rank '$e1', 2 ranks '$e2'"
     fi
 fi
 

@@ -2,7 +2,8 @@
 # equivalence.sh - W ranks with per-rank batch G/W train exactly what 1 rank with batch G
 # trains: same seed and initial weights, a dataset size not divisible by W, 30 steps; final
 # parameters agree within 1e-5 (relative to each tensor's scale). For W = 2, 3, 4, with plain
-# layers and with SyncBatchNorm (running statistics compared too).
+# layers, with SyncBatchNorm (running statistics compared too), and with residual blocks
+# that hold SyncBatchNorm (projection and identity shortcuts, a nested block).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
 command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
@@ -35,9 +36,15 @@ log_every = 10
 INI
 sed 's/^layers = .*/layers = conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu, linear(10)/' plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+# residual blocks with SyncBN inside: projection and identity shortcuts, a nested block
+sed '/^layers = /d' syncbn.ini > resnet.ini
+printf '%s\n' '[model]' 'layers = conv2d(4, 3, pad=1, bias=false), batchnorm, relu,' \
+    '  residual(conv2d(8, 3, stride=2, pad=1, bias=false), batchnorm, relu,' \
+    '           residual(conv2d(8, 3, pad=1, bias=false), batchnorm, relu)),' \
+    '  residual(conv2d(8, 3, pad=1), batchnorm), globalavgpool, flatten, linear(10)' >> resnet.ini
 
 fail=0
-for model in plain syncbn; do
+for model in plain syncbn resnet; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-w1 >/dev/null ||
         { echo "FAIL $model: 1-rank run"; fail=1; continue; }
     for W in 2 3 4; do

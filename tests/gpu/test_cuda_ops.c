@@ -481,6 +481,36 @@ static void t_bn_update(const double *cs, const double *gsd, int Cc)
     free(inv);
 }
 
+/* Residual blocks' ops: global average pool (fwd, bwd) and the join's add (exact). */
+static void t_residual_ops(int B, int Cc, int S)
+{
+    char name[96];
+    const size_t n = (size_t)B * Cc * S, bc = (size_t)B * Cc;
+    float *x = rnd(n, 2), *x2 = rnd(n, 2), *dy = rnd(bc, 1);
+    float *gx = dev_f(x, n), *gx2 = dev_f(x2, n), *gdy = dev_f(dy, bc);
+    float *cy = ddp_malloc(sizeof(float) * n), *cdx = ddp_malloc(sizeof(float) * n);
+    float *gy = G->alloc(sizeof(float) * n), *gdx = G->alloc(sizeof(float) * n);
+    C->gap_fwd(cy, x, B, Cc, S);
+    G->gap_fwd(gy, gx, B, Cc, S);
+    snprintf(name, sizeof name, "gap_fwd B%d C%d S%d", B, Cc, S);
+    check(name, gy, cy, NULL, bc, 0);
+    C->gap_bwd(cdx, dy, B, Cc, S);
+    G->gap_bwd(gdx, gdy, B, Cc, S);
+    check("gap_bwd", gdx, cdx, NULL, n, 1);
+    C->add(cy, x, x2, n);
+    G->add(gy, gx, gx2, n);
+    check("add", gy, cy, NULL, n, 1);
+    C->add(cy, cy, x, n); /* in place, as backward accumulates */
+    G->add(gy, gy, gx, n);
+    check("add in place", gy, cy, NULL, n, 1);
+    G->free(gx);
+    G->free(gx2);
+    G->free(gdy);
+    G->free(gy);
+    G->free(gdx);
+    free(x), free(x2), free(dy), free(cy), free(cdx);
+}
+
 static void t_batchnorm(int B, int Cc, int S)
 {
     char name[96];
@@ -753,6 +783,8 @@ int main(void)
     t_conv(48, 16, 32, 32, 16, 5, 1, 2); /* 409600 col floats a sample: 2 chunks of <= 40 */
     t_pools(3, 4, 10, 10, 3);            /* floor mode: a row and column left over */
     t_pools(2, 3, 8, 12, 2);
+    t_residual_ops(5, 16, 49);
+    t_residual_ops(3, 64, 16);
     t_batchnorm(6, 5, 49);
     t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
     t_batchnorm(64, 8, 3136); /* several partial sums per channel */

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """`ddptrain export` writes ONNX that onnx.checker accepts and onnxruntime runs to the same
-logits as ddptrain: for the shipped MLP and CNN jobs and a CNN with every other layer kind
-(batchnorm after conv and linear, dropout, avgpool, strided padded conv), each trained a few
+logits as ddptrain: for the shipped MLP, CNN and ResNet jobs, a CNN with every other layer kind
+(batchnorm after conv and linear, dropout, avgpool, strided padded conv) and a ResNet with a
+nested block and layers without bias (Add, GlobalAveragePool, Conv and Gemm without bias,
+BatchNormalization inside blocks), each trained a few
 steps on the real Fashion-MNIST, `ddptrain predict` writes the test split's logits; they must
 give `ddptrain eval`'s accuracy and loss exactly as it prints them, and onnxruntime's logits
 must equal them within 1e-5. onnx and onnxruntime come from tools/pyvenv.sh (skip 77 only
@@ -24,9 +26,20 @@ import onnxruntime as ort  # noqa: E402
 ALL_KINDS = ("conv2d(8, 3, pad=1), batchnorm, relu, maxpool(2), dropout(0.25), "
              "conv2d(16, 3, stride=2, pad=1), batchnorm, relu, avgpool(2), flatten, "
              "linear(32), batchnorm, relu, dropout(0.5), linear(10)")
+# a nested block, an identity shortcut, conv and linear with and without bias
+NESTED = ("conv2d(8, 3, pad=1, bias=false), batchnorm, relu, "
+          "residual(conv2d(8, 3, pad=1), relu, residual(conv2d(8, 3, pad=1, bias=false), "
+          "batchnorm)), relu, residual(conv2d(16, 3, stride=2, pad=1, bias=false), batchnorm), "
+          "globalavgpool, flatten, linear(10, bias=false)")
+# 12 steps leave batchnorm's running statistics far from the batches' (every test sample gets
+# the same class); 30 at a lower lr give logits of a model that tells classes apart
+RESNET_STEPS = ["--set", "train.max_steps=30", "--set", "optim.lr=0.05"]
 JOBS = [("mlp", "configs/fashion-mlp.ini", []),
         ("cnn", "configs/fashion-cnn.ini", []),
-        ("cnn-all-kinds", "configs/fashion-cnn.ini", ["--set", "model.layers=" + ALL_KINDS])]
+        ("cnn-all-kinds", "configs/fashion-cnn.ini", ["--set", "model.layers=" + ALL_KINDS]),
+        ("resnet", "configs/fashion-resnet.ini", RESNET_STEPS),
+        ("resnet-nested", "configs/fashion-resnet.ini",
+         RESNET_STEPS + ["--set", "model.layers=" + NESTED])]
 TOL = 1e-5
 
 

@@ -90,6 +90,47 @@ base_job | sed 's/^layers = .*/layers = flatten, linaer(4)/' > bad-layer.ini
 case_ "unknown layer" 2 "bad-layer.ini:7: \[model\] layers: layer 2 'linaer(4)': unknown layer" bad-layer.ini
 base_job | sed 's/^layers = .*/layers = flatten, linear(4/' > bad-paren.ini
 case_ "unbalanced parenthesis" 2 "\[model\] layers: .*parenthes" bad-paren.ini
+# residual blocks and layer keyword arguments (docs/job-file.md)
+bad_layers() { # bad_layers FILE LAYERS: the base job with [model] layers = LAYERS
+    base_job | awk -v l="$2" '/^layers = /{print "layers = " l; next} {print}' > "$1"
+}
+bad_layers bad-res-paren.ini 'residual(conv2d(2, 3, pad=1), relu, flatten, linear(4)'
+case_ "residual unbalanced" 2 \
+    "\[model\] layers: unbalanced parentheses: 1 '(' without its ')'; close every" bad-res-paren.ini
+bad_layers bad-kwarg.ini 'conv2d(2, 3, dilation=2), flatten, linear(4)'
+case_ "unknown keyword argument" 2 \
+    "\[model\] layers: layer 1 'conv2d(2, 3, dilation=2)': unknown argument 'dilation'" bad-kwarg.ini
+bad_layers bad-bias.ini 'flatten, linear(4, bias=no)'
+case_ "bias neither true nor false" 2 "layer 2 'linear(4, bias=no)': bias must be true or false" \
+    bad-bias.ini
+bad_layers bad-bias-kind.ini 'flatten, relu(bias=false), linear(4)'
+case_ "bias on a layer without one" 2 "unknown argument 'bias'; only conv2d and linear" \
+    bad-bias-kind.ini
+bad_layers bad-res-empty.ini 'residual( ), flatten, linear(4)'
+case_ "residual empty body" 2 "layer 1 'residual( )': residual block with an empty body" \
+    bad-res-empty.ini
+bad_layers bad-res-shape.ini 'residual(conv2d(2, 3)), flatten, linear(4)'
+case_ "residual shapes do not fit" 2 \
+    "layer 1 residual: its body turns (1, 8, 8) into (2, 6, 6), which a 1x1 convolution" \
+    bad-res-shape.ini
+bad_layers bad-res-flat.ini 'flatten, residual(linear(5)), linear(4)'
+case_ "residual flat shape change" 2 "layer 2 residual: its body turns (64) into (5); only an image" \
+    bad-res-flat.ini
+bad_layers bad-res-deep.ini \
+    'residual(residual(residual(residual(residual(relu))))), flatten, linear(4)'
+case_ "residual nested too deep" 2 "layer 1.1.1.1.1: residual blocks nested more than 4 deep" \
+    bad-res-deep.ini
+bad_layers bad-res-flatten.ini 'flatten, residual(flatten, relu), linear(4)'
+case_ "flatten inside residual" 2 "layer 2.1: flatten inside residual(...)" bad-res-flatten.ini
+bad_layers bad-res-after.ini 'residual(relu) relu, flatten, linear(4)'
+case_ "text after a residual block" 2 "layer 1 'residual(relu) relu': text after residual" \
+    bad-res-after.ini
+bad_layers bad-res-inner.ini 'residual(relu, conv2d(0, 3)), flatten, linear(4)'
+case_ "bad layer inside residual" 2 "layer 1.2 'conv2d(0, 3)': argument 1 must be" \
+    bad-res-inner.ini
+bad_layers bad-gap.ini 'flatten, globalavgpool, linear(4)'
+case_ "globalavgpool on flat input" 2 "layer 2 globalavgpool: input (64) is not (C, H, W)" \
+    bad-gap.ini
 base_job | sed 's/^layers = .*/layers = flatten, linear(0)/' > bad-arg.ini
 case_ "layer argument" 2 "layer 2 'linear(0)'" bad-arg.ini
 base_job | sed 's/^layers = .*/layers = linear(4)/' > bad-flat.ini

@@ -4,7 +4,8 @@ see the same batches in order (shuffle off, one rank, one thread) and must end w
 parameter and buffer within 1e-4 relative OR 1e-6 absolute of PyTorch's, element by element.
 
 Cases: MLP 50 SGD-momentum steps, CNN 20 SGD-momentum steps, conv+batchnorm (running stats
-compared too), MLP SGD nesterov + weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4
+compared too), a small ResNet (identity and projection shortcuts, a nested block, bias=false,
+globalavgpool; 5 and 20 SGD-momentum steps, batchnorm buffers compared too), MLP SGD nesterov + weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4
 gating, eps 1e-8 reported). Every case also trains a float64 copy of the PyTorch model: a case
 passes against PyTorch float32 (the criterion) or, where PyTorch float32 itself strays from
 exact arithmetic, against PyTorch float64; for SGD, failing both, every single step from
@@ -51,6 +52,13 @@ MLP = "flatten, linear(512), relu, linear(512), relu, linear(10)"
 CNN = ("conv2d(32, 5), relu, maxpool(2), conv2d(64, 5), relu, maxpool(2), "
        "flatten, linear(512), relu, linear(10)")
 BN = "conv2d(8, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(10)"
+# identity and projection shortcuts, nesting, bias=false, globalavgpool
+RESNET = ("conv2d(8, 3, pad=1, bias=false), batchnorm, relu, "
+          "residual(conv2d(8, 3, pad=1, bias=false), batchnorm, relu, "
+          "conv2d(8, 3, pad=1, bias=false), batchnorm), relu, "
+          "residual(conv2d(16, 3, stride=2, pad=1, bias=false), batchnorm, relu, "
+          "residual(conv2d(16, 3, pad=1), relu)), relu, "
+          "globalavgpool, flatten, linear(10, bias=false)")
 
 # name, layers, batch, steps, optimiser settings, torch.manual_seed for the initial weights,
 # gating. Adam/AdamW run twice: with eps 1e-4 (gating) and with PyTorch's default eps 1e-8
@@ -71,6 +79,11 @@ CASES = [
     ("mlp-sgd", MLP, 64, 50, dict(name="sgd", lr=0.05, momentum=0.9), 1, True),
     ("cnn-sgd", CNN, 32, 20, dict(name="sgd", lr=0.05, momentum=0.9), 3, True),
     ("bn-sgd", BN, 32, 20, dict(name="sgd", lr=0.01, momentum=0.9), 4, True),
+    # 5 steps: every element against PyTorch float32 directly; by step 10 ReLU ties (batchnorm
+    # centres ReLU's inputs on 0) have set PyTorch float32 itself apart from its float64 run
+    # (172 elements), so for 20 steps the per-step criterion decides
+    ("resnet-sgd-5", RESNET, 32, 5, dict(name="sgd", lr=0.01, momentum=0.9), 7, True),
+    ("resnet-sgd", RESNET, 32, 20, dict(name="sgd", lr=0.01, momentum=0.9), 7, True),
     ("mlp-sgd-nesterov-wd", MLP, 64, 20,
      dict(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01), 4, True),
     ("mlp-adam-e4", MLP, 64, 10, dict(name="adam", lr=1e-3, weight_decay=0.01, eps=1e-4), 5, True),
@@ -99,15 +112,44 @@ def split_layers(spec):
     return out
 
 
+class Residual(nn.Module):
+    """ddptrain's residual(...): body(x) + shortcut(x), the shortcut a 1x1 convolution without
+    bias (stride: the body's) and a batchnorm when the body changes the shape, else the
+    identity. The class docs/job-file.md documents."""
+
+    def __init__(self, body, shortcut=None):
+        super().__init__()
+        self.body = body
+        if shortcut is not None:
+            self.shortcut = shortcut
+
+    def forward(self, x):
+        return self.body(x) + (self.shortcut(x) if hasattr(self, "shortcut") else x)
+
+
 def build_torch(spec, in_shape):
     """nn.Sequential for a ddptrain [model] layers string; in_shape is (C, H, W)."""
-    shape = tuple(in_shape)
-    mods = []
+    seq, _, _ = build_seq(spec, tuple(in_shape))
+    return seq
+
+
+def build_seq(spec, shape):
+    """(nn.Sequential, output shape, product of strides) of a layer list from input shape."""
+    mods, stride = [], 1
     for item in split_layers(spec):
-        m = re.fullmatch(r"(\w+)\s*(?:\((.*)\))?", item)
+        m = re.fullmatch(r"(\w+)\s*(?:\((.*)\))?", item, re.S)
         if not m:
             raise ValueError(f"bad layer {item!r}")
         name, args = m.group(1), m.group(2)
+        if name == "residual":
+            body, out, s = build_seq(args, shape)
+            short = None
+            if out != shape:
+                short = nn.Sequential(nn.Conv2d(shape[0], out[0], 1, stride=s, bias=False),
+                                      nn.BatchNorm2d(out[0]))
+            mods.append(Residual(body, short))
+            shape, stride = out, stride * s
+            continue
         pos, kw = [], {}
         if args:
             for a in args.split(","):
@@ -122,26 +164,33 @@ def build_torch(spec, in_shape):
             shape = (int(np.prod(shape)),)
         elif name == "linear":
             n = int(pos[0])
-            mods.append(nn.Linear(shape[0], n))
+            mods.append(nn.Linear(shape[0], n, bias=kw.get("bias", "true") != "false"))
             shape = (n,)
         elif name == "relu":
             mods.append(nn.ReLU())
         elif name == "conv2d":
             out, k = int(pos[0]), int(pos[1])
             s, p = int(kw.get("stride", 1)), int(kw.get("pad", 0))
-            mods.append(nn.Conv2d(shape[0], out, k, stride=s, padding=p))
+            mods.append(nn.Conv2d(shape[0], out, k, stride=s, padding=p,
+                                  bias=kw.get("bias", "true") != "false"))
             shape = (out, (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1)
+            stride *= s
         elif name in ("maxpool", "avgpool"):
             k = int(pos[0])
             mods.append(nn.MaxPool2d(k) if name == "maxpool" else nn.AvgPool2d(k))
             shape = (shape[0], shape[1] // k, shape[2] // k)
+            stride *= k
+        elif name == "globalavgpool":
+            mods.append(nn.AdaptiveAvgPool2d(1))
+            stride *= max(shape[1], shape[2])
+            shape = (shape[0], 1, 1)
         elif name == "batchnorm":
             mods.append(nn.BatchNorm2d(shape[0]) if len(shape) == 3 else nn.BatchNorm1d(shape[0]))
         elif name == "dropout":
             mods.append(nn.Dropout(float(pos[0])))
         else:
             raise ValueError(f"unknown layer {name!r}")
-    return nn.Sequential(*mods)
+    return nn.Sequential(*mods), shape, stride
 
 
 def save_init(model, path):
@@ -183,6 +232,19 @@ def torch_train(model, opt, X, Y, batch, steps):
     return losses
 
 
+def wrap_layers(layers):
+    """The layers as INI continuation lines (a job file's lines are short): break after commas."""
+    lines, cur = [], ""
+    for part in layers.split(","):
+        if cur and len(cur) + len(part) > 150:
+            lines.append(cur)
+            cur = part.lstrip()
+        else:
+            cur = f"{cur},{part}" if cur else part
+    lines.append(cur)
+    return ",\n    ".join(lines)
+
+
 def run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch, steps, o, every_step=False):
     """Train with ddptrain; every_step: also keep a checkpoint after every step (run-steps/)."""
     out = os.path.join(tmp, name, "run-steps" if every_step else "run")
@@ -190,7 +252,7 @@ def run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch, steps, o, 
     with open(job, "w") as f:
         f.write(f"[job]\nname = parity-{name}\nseed = 1\noutput = {out}\n"
                 f"[data]\nfile = {data_file}\n"
-                f"[model]\nlayers = {layers}\n")
+                f"[model]\nlayers = {wrap_layers(layers)}\n")
     sets = {
         "model.init": init, "data.shuffle": "false", "data.batch_size": batch,
         "train.max_steps": steps, "train.epochs": 1, "data.test": "", "train.log_every": 1,
@@ -242,13 +304,14 @@ def load_into(model, weights):
 
 
 def flat_layout(model):
-    """ddptrain's flat parameter order (its checkpoints' /optim/state1): layers last to first,
-    in each its weight then its bias."""
+    """ddptrain's flat parameter order (its checkpoints' /optim/state1): layers last to first
+    (a residual block's body, then its shortcut, in registration order), in each its weight
+    then its bias."""
     groups = {}
-    for k, p in model.named_parameters():
-        groups.setdefault(int(k.split(".")[0]), []).append(p)
+    for k, p in model.named_parameters():  # registration order, modules grouped
+        groups.setdefault(k.rsplit(".", 1)[0], []).append(p)
     out, off = [], 0
-    for idx in sorted(groups, reverse=True):
+    for idx in reversed(list(groups)):
         for p in groups[idx]:
             out.append((p, off, p.numel()))
             off += p.numel()
@@ -260,8 +323,12 @@ def tie_margin(model, xb):
     smallest gap between the two largest values of a max-pool window whose maximum is > 0."""
     relu, gap = float("inf"), float("inf")
     h = xb
+    model = copy.deepcopy(model)  # batchnorm in train mode updates its running statistics
     with torch.no_grad():
         for layer in model:
+            if isinstance(layer, Residual):  # the margins inside a block are not looked at
+                h = layer(h)
+                continue
             if isinstance(layer, nn.ReLU):
                 relu = min(relu, float(h.abs().min()))
             elif isinstance(layer, nn.MaxPool2d):
@@ -399,6 +466,57 @@ def load_split(path, n):
     return X, torch.from_numpy(labels.astype(np.int64))
 
 
+def torch_flops(model, in_shape):
+    """Forward FLOPs per sample by ddptrain's convention (docs/report.md, check): 2 per
+    multiply-add of conv2d and linear, 4 per batchnorm output, 1 per relu, dropout and residual
+    join output, 1 per pool input."""
+    total = [0]
+
+    def hook(mod, inp, out):
+        i, o = inp[0][0].numel(), out[0].numel()
+        if isinstance(mod, nn.Conv2d):
+            total[0] += 2 * o * mod.in_channels * mod.kernel_size[0] * mod.kernel_size[1]
+        elif isinstance(mod, nn.Linear):
+            total[0] += 2 * mod.in_features * mod.out_features
+        elif isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            total[0] += 4 * o
+        elif isinstance(mod, (nn.ReLU, nn.Dropout, Residual)):
+            total[0] += o
+        elif isinstance(mod, (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)):
+            total[0] += i
+    m = copy.deepcopy(model).eval()
+    for x in m.modules():
+        if x is not m and not isinstance(x, nn.Sequential):
+            x.register_forward_hook(hook)
+    with torch.no_grad():
+        m(torch.zeros((1,) + tuple(in_shape)))
+    return total[0]
+
+
+def check_counts(ddptrain, tmp, name, model, in_shape):
+    """`ddptrain check` on the case's job counts the parameters and forward FLOPs of the PyTorch
+    model. Returns a list of problems."""
+    job = os.path.join(tmp, name, "job.ini")
+    r = subprocess.run([ddptrain, "check", job, "--set", "data.batch_size=8",
+                        "--set", "dist.backend=none", "--set", f"job.output={tmp}/{name}/chk"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    mp = re.search(r"parameters\s+(\d+) ", r.stdout)
+    mf = re.search(r"FLOPs\s+([0-9.]+) ([kMG]?)FLOP per sample", r.stdout)
+    if r.returncode != 0 or not mp or not mf:
+        return [f"ddptrain check failed ({r.returncode}): {r.stdout[-300:]}"]
+    params = sum(p.numel() for p in model.parameters())
+    flops = float(mf.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[mf.group(2)]
+    ref = torch_flops(model, in_shape)
+    print(f"  check: {mp.group(1)} parameters (torch {params}), {mf.group(1)} {mf.group(2)}FLOP "
+          f"per sample (torch, same convention: {ref})")
+    out = []
+    if int(mp.group(1)) != params:
+        out.append(f"check counts {mp.group(1)} parameters, torch {params}")
+    if abs(flops - ref) > 0.006 * ref:  # check prints 3 significant digits
+        out.append(f"check counts {flops:.4g} FLOP per sample, torch by the same rule {ref}")
+    return out
+
+
 def run_case(ddptrain, tmp, data_file, X, Y, case):
     """Returns a summary dict; prints the per-tensor table."""
     name, layers, batch, steps, o, seed, gating = case
@@ -439,6 +557,7 @@ def run_case(ddptrain, tmp, data_file, X, Y, case):
           + (f", first step with |diff| > 1e-5: {first}" if first else ""))
     if len(our_losses) != steps:
         problems.append(f"{len(our_losses)} train records in metrics.jsonl, expected {steps}")
+    problems += check_counts(ddptrain, tmp, name, model, X.shape[1:])
     if problems:
         verdict = "FAIL"
     elif bad32 == 0:

@@ -178,6 +178,35 @@ static void avgp_b(const struct layer_case *c, double *dx, double *dw, double *d
     ddp_cpu_avgpool_bwd_f64(dx, g, c->B, c->C, c->Hh, c->Ww, c->k);
 }
 
+static void gap_f(const struct layer_case *c, double *y, const double *x, const double *w,
+                  const double *b)
+{
+    ddp_cpu_gap_fwd_f64(y, x, c->B, c->C, c->Hh * c->Ww);
+}
+static void gap_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                  const double *x, const double *w, const double *b)
+{
+    ddp_cpu_gap_bwd_f64(dx, g, c->B, c->C, c->Hh * c->Ww);
+}
+
+/* the residual join: y = x + shortcut (a fixed second input); dx = g */
+static void add_f(const struct layer_case *c, double *y, const double *x, const double *w,
+                  const double *b)
+{
+    double *s = calloc(c->nx, sizeof(double));
+    for (size_t i = 0; i < c->nx; i++)
+        s[i] = 0.25 * (double)i - 1;
+    ddp_cpu_add_f64(y, x, s, c->nx);
+    free(s);
+}
+static void add_b(const struct layer_case *c, double *dx, double *dw, double *db, const double *g,
+                  const double *x, const double *w, const double *b)
+{
+    double *zero = calloc(c->nx, sizeof(double));
+    ddp_cpu_add_f64(dx, g, zero, c->nx);
+    free(zero);
+}
+
 /* batchnorm in training mode: statistics of x itself (C channels, S = Hh*Ww positions) */
 static void bn_stats(const struct layer_case *c, const double *x, double *mean, double *invstd)
 {
@@ -311,6 +340,9 @@ int main(void)
          .C = 3, .Hh = 5, .Ww = 5, .k = 2},
         {"avgpool 3", 2 * 2 * 6 * 7, 0, 0, 2 * 2 * 2 * 2, avgp_f, avgp_b, .B = 2, .C = 2, .Hh = 6,
          .Ww = 7, .k = 3},
+        {"globalavgpool 5x7", 2 * 3 * 5 * 7, 0, 0, 2 * 3, gap_f, gap_b, .B = 2, .C = 3, .Hh = 5,
+         .Ww = 7},
+        {"residual add", 3 * 10, 0, 0, 3 * 10, add_f, add_b, .B = 1},
         {"batchnorm2d", 4 * 3 * 3 * 2, 3, 3, 4 * 3 * 3 * 2, bn_f, bn_b, .B = 4, .C = 3, .Hh = 3,
          .Ww = 2},
         {"batchnorm1d", 6 * 5, 5, 5, 6 * 5, bn_f, bn_b, .B = 6, .C = 5, .Hh = 1, .Ww = 1},

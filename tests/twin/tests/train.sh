@@ -2,13 +2,14 @@
 # train.sh - training on the NCCL path of the GPU twin equals the 1-rank CPU run (suite twin):
 # W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
 # id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
-# CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers and SyncBatchNorm. Then
-# the per-step counters (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm: no
-# allocation after step 1 and no free at all (a free synchronises the device, collectives in
-# flight included); the host out of the steady step: every step after the first that is not a
-# log step has 0 host synchronisations (on any stream) and 0 pageable copies, and its batch
-# goes up from page-locked memory on a stream other than the compute stream; the counts per
-# step are printed (docs/gpu.md has them).
+# CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers, SyncBatchNorm, and
+# residual blocks with SyncBatchNorm inside (W = 2, 4). Then the per-step counters
+# (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm: no allocation after step 1
+# and no free at all (a free synchronises the device, collectives in flight included); the host
+# out of the steady step: every step after the first that is not a log step has 0 host
+# synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
+# page-locked memory on a stream other than the compute stream; the counts per step are
+# printed (docs/gpu.md has them).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -40,13 +41,19 @@ INI
 cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu"
 sed "s/^layers = .*/layers = $cnn, linear(10)/" plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+# residual blocks (the join's add, globalavgpool, bias=false) with SyncBatchNorm inside
+sed '/^layers = /d' syncbn.ini > resnet.ini
+printf '%s\n' '[model]' 'layers = conv2d(4, 3, pad=1, bias=false), batchnorm, relu,' \
+    '  residual(conv2d(8, 3, stride=2, pad=1, bias=false), batchnorm, relu,' \
+    '           residual(conv2d(8, 3, pad=1, bias=false), batchnorm, relu)),' \
+    '  residual(conv2d(8, 3, pad=1), batchnorm), globalavgpool, flatten, linear(10)' >> resnet.ini
 
 fail=0
-for model in plain syncbn; do
+for model in plain syncbn resnet; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
     for W in 1 2 4; do
-        [ $model = syncbn ] && [ $W = 1 ] && continue
+        [ $model != plain ] && [ $W = 1 ] && continue
         if ! timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node $W $model.ini \
                 --set data.batch_size=$((G / W)) --set job.output=$model-w$W \
                 > $model-w$W.log 2>&1; then
