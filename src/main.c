@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ddp_build.h"
+#include "backend/blas_core.h"
 #include "cli/cli.h"
 #include "report/report.h"
 #include "core/util.h"
@@ -70,6 +71,7 @@ static int cmd_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    ddp_blas_core_choose(argv); /* may execute argv again with OpenBLAS's kernels for this CPU */
     /* No HDF5 clean-up at exit: every file is closed explicitly, and after a failed close
      * (a full disk) HDF5 1.10's exit handler walks the half-closed file and crashes. */
     H5dont_atexit();

@@ -21,6 +21,8 @@
 #include "comm/comm_nccl.h"
 #endif
 
+#include "backend/blas_core.h"
+
 char *openblas_get_config(void);
 
 int ddp_cmd_version(int argc, char **argv)
@@ -28,7 +30,8 @@ int ddp_cmd_version(int argc, char **argv)
     unsigned maj, min, rel;
     H5get_libversion(&maj, &min, &rel);
     printf("ddptrain %s\n", DDP_VERSION);
-    printf("compute backends: cpu (%s)", openblas_get_config());
+    printf("compute backends: cpu (%s; kernels %s)", openblas_get_config(),
+           ddp_blas_core_describe());
 #if HAVE_CUDA
     printf(", cuda (%s)", ddp_cuda_version_string());
 #endif

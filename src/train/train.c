@@ -20,6 +20,7 @@
 
 #include "ddp_build.h"
 #include "backend/backend.h"
+#include "backend/blas_core.h"
 #include "backend/select.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
@@ -1054,6 +1055,8 @@ static void log_banner(struct trainer *t)
             DDP_VERSION, job->name, job->path, w->world_size, w->world_size > 1 ? "s" : "",
             ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->device, t->threads,
             t->threads > 1 ? "s" : "");
+    if (t->be == ddp_backend_cpu())
+        ddp_log("cpu kernels: OpenBLAS %s", ddp_blas_core_describe());
     char shape[96];
     ddp_h5split_shape_text(t->train, shape, sizeof shape);
     ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",
