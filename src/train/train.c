@@ -263,7 +263,7 @@ static void evaluate(struct trainer *t, double *loss, double *acc)
         to_device(t, &x, &y, n);
         const float *logits = ddp_model_forward(&t->model, x, n, 0, 0);
         int64_t correct = 0;
-        sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0);
+        sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0, 0);
         sums[1] += (double)correct;
         sums[2] += n;
     }
@@ -590,18 +590,39 @@ static int after_step(struct trainer *t, struct loop *lp)
     return 0;
 }
 
-/* The steps of one epoch, from lp->cursor. Returns 0 (lp->stopped may be set) or an exit code. */
+/* The dropout seed of micro-batch j of the coming step (j = 0 without accumulation). */
+static uint64_t step_noise(const struct trainer *t, const struct loop *lp, int64_t j)
+{
+    return (uint64_t)t->job.seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
+           (uint64_t)t->world.rank ^ ((uint64_t)j << 48);
+}
+
+/* The steps of one epoch, from lp->cursor. With [train] accumulate = K each optimiser step
+ * takes K loader batches (the epoch's last step the rest). Returns 0 (lp->stopped may be set)
+ * or an exit code. */
 static int run_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size, rank = t->world.rank;
-    const struct ddp_step step = {&t->model, &t->sync,       &t->optim, NULL,
-                                  NULL,      nonfinite_hook, t,         &lp->correct};
+    const struct ddp_step step = {&t->model,
+                                  &t->sync,
+                                  &t->optim,
+                                  NULL,
+                                  NULL,
+                                  nonfinite_hook,
+                                  t,
+                                  &lp->correct,
+                                  (int)job->accumulate,
+                                  (float)job->label_smoothing,
+                                  job->clip_grad_norm,
+                                  NULL};
+    const int64_t K = job->accumulate;
+    const int64_t micros = ddp_sampler_steps(&t->train_sampler, job->batch_size);
     char err[DDP_ERR_LEN];
     const float *x;
     const int32_t *y;
     int n, rc = 0;
-    while (lp->step < lp->total_steps && rc == 0 && !lp->stopped) {
+    for (int64_t j = 0; lp->step < lp->total_steps && rc == 0 && !lp->stopped; j++) {
         n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
         if (n < 0)
             ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
@@ -614,15 +635,17 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         }
         to_device(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
-        uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
-                         (uint64_t)rank;
-        lp->loss_acc[0] += ddp_step_run(&step, x, y, n, noise, lr);
+        int first = j % K == 0, last = (j + 1) % K == 0 || j + 1 == micros;
+        lp->loss_acc[0] +=
+            ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
         lp->correct = 0;
-        lp->step++;
         lp->cursor += job->batch_size * W;
         lp->samples_since_log += (int64_t)n * W;
+        if (!last)
+            continue;
+        lp->step++;
         if (lp->step == lp->first_step + 1 && t->hooks->trace && rank == 0) {
             FILE *f = fopen(t->hooks->trace, "w");
             if (f) {
@@ -995,7 +1018,10 @@ static int run_training(struct trainer *t, double t_setup)
         return rc;
     ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
                      (uint64_t)job->seed, job->shuffle, job->drop_last);
-    t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
+    t->steps_per_epoch =
+        (ddp_sampler_steps(&t->train_sampler, job->batch_size) + job->accumulate - 1) /
+        job->accumulate;
+    t->optim.steps_per_epoch = t->steps_per_epoch;
     if (t->steps_per_epoch < 1) {
         if (w->rank == 0)
             ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
