@@ -51,6 +51,8 @@ struct ddp_loader {
     atomic_int producer_asleep, consumer_asleep;
     int64_t next_take, steps;
     char err[DDP_ERR_LEN];
+    struct ddp_augment aug; /* applied when active (ddp_loader_set_augment) */
+    float *aug_scratch;     /* (elems) */
 };
 
 /* Sleep until ready(ld) holds or the loader stops; *asleep tells the other side to wake us. */
@@ -104,6 +106,8 @@ static void *prefetch(void *arg)
             else
                 for (int i = 0; i < n; i++)
                     sl->y[i] = labels[sl->idx[i]];
+            if (n > 0 && ld->aug_scratch)
+                ddp_augment_apply(&ld->aug, sl->x, n, sl->idx, ld->sampler->epoch, ld->aug_scratch);
         }
         sl->n = n;
         atomic_store(&ld->filled, step + 1); /* publishes the slot */
@@ -135,6 +139,13 @@ ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, i
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
     return ld;
+}
+
+void ddp_loader_set_augment(ddp_loader *ld, const struct ddp_augment *aug)
+{
+    ld->aug = *aug;
+    if (ddp_augment_active(aug) && !ld->aug_scratch)
+        ld->aug_scratch = ddp_malloc(sizeof(float) * (size_t)ld->elems);
 }
 
 void ddp_loader_stop(ddp_loader *ld)
@@ -206,6 +217,7 @@ void ddp_loader_destroy(ddp_loader *ld)
         free(ld->slots[i].y);
         free(ld->slots[i].idx);
     }
+    free(ld->aug_scratch);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);
     free(ld);

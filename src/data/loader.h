@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/augment.h"
 #include "data/h5data.h"
 #include "data/sampler.h"
 
@@ -28,6 +29,10 @@ typedef struct ddp_loader ddp_loader;
 /* The loader borrows split and sampler; both must outlive it. */
 ddp_loader *ddp_loader_create(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch);
 void ddp_loader_destroy(ddp_loader *ld); /* stops the thread; accepts NULL */
+
+/* Transform every batch after reading it (augment.h; copied), on the prefetch thread.
+ * Call before the first ddp_loader_start. */
+void ddp_loader_set_augment(ddp_loader *ld, const struct ddp_augment *aug);
 
 /* Start reading epoch `epoch` from step `first_step` (sets the sampler's epoch). */
 void ddp_loader_start(ddp_loader *ld, int64_t epoch, int64_t first_step);
