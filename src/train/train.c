@@ -137,8 +137,13 @@ static int open_val(struct trainer *t, size_t cache, char *err, size_t errlen)
     if (!job->data_val[0])
         return 0;
     t->val = ddp_h5split_open(job->data_file, job->data_val, err, errlen);
-    if (!t->val || ddp_h5split_cache(t->val, cache, err, errlen) < 0)
+    if (!t->val || ddp_h5split_cache(t->val, cache, err, errlen) < 0) {
+        char where[DDP_PATH_MAX + 64];
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (from %s)",
+                 ddp_job_where(job, "data", "val", where, sizeof where));
         return DDP_EXIT_DATA;
+    }
     int nb = ddp_h5split_shape(t->val, b);
     if (na != nb || memcmp(a, b, sizeof(int64_t) * (size_t)na) != 0) {
         ddp_err(err, errlen, "%s: %s and %s hold samples of different shapes", job->data_file,
