@@ -2,7 +2,11 @@
 # equivalence.sh - W ranks with per-rank batch G/W train exactly what 1 rank with batch G
 # trains: same seed and initial weights, a dataset size not divisible by W, 30 steps; final
 # parameters agree within 1e-5 (relative to each tensor's scale). For W = 2, 3, 4, with plain
-# layers and with SyncBatchNorm (running statistics compared too).
+# layers, with SyncBatchNorm (running statistics compared too), and with a recipe (issue 17):
+# random_crop + hflip + normalize, 3 micro-batches per step, label smoothing, clipping and a
+# validation share held out by val_fraction, over 2 whole epochs (1800 training samples: a
+# multiple of every W, so the padding agrees; the epochs' last batch is half a batch and their
+# last step 2 micro-batches).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
 command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
@@ -35,9 +39,13 @@ log_every = 10
 INI
 sed 's/^layers = .*/layers = conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu, linear(10)/' plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+# floor(2003 x 0.1014) = 203 held out: 1800 train
+sed 's/^max_steps = .*/max_steps = 0/; s/^epochs = .*/epochs = 2\naccumulate = 3\nlabel_smoothing = 0.1/;
+     s/^test =/test =\nval_fraction = 0.1014\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/;
+     s/^weight_decay = .*/&\nclip_grad_norm = 0.5/' plain.ini > recipe.ini
 
 fail=0
-for model in plain syncbn; do
+for model in plain syncbn recipe; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-w1 >/dev/null ||
         { echo "FAIL $model: 1-rank run"; fail=1; continue; }
     for W in 2 3 4; do
@@ -57,5 +65,10 @@ done
 "$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
 if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-w1/model.h5 1e-5 >/dev/null; then
     echo "FAIL: runs with different seeds compared equal"; fail=1
+fi
+# the recipe check can fail: the same run without augmentation must not agree
+"$DDPTRAIN" recipe.ini --set data.batch_size=$G --set data.augment= --set job.output=noaug >/dev/null
+if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" noaug/model.h5 recipe-w1/model.h5 1e-5 >/dev/null; then
+    echo "FAIL: the recipe run without augmentation compared equal"; fail=1
 fi
 exit $fail
