@@ -6,6 +6,8 @@
 # the per-step counters (DDP_EMU_STATS) of 2-rank runs: no allocation after step 1 and no free
 # at all (a free synchronises the device, collectives in flight included), MLP and CNN with
 # SyncBatchNorm; the MLP's counts per step are printed (docs/gpu.md has them as a baseline).
+# A recipe run (augmentation, accumulation, label smoothing, clip_grad_norm: the GPU's xent
+# and sum-of-squares kernels) is compared with the CPU the same way.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -37,9 +39,12 @@ INI
 cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu"
 sed "s/^layers = .*/layers = $cnn, linear(10)/" plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
+sed 's/^epochs = .*/epochs = 1\naccumulate = 3\nlabel_smoothing = 0.1/; s/^max_steps = .*/max_steps = 10/;
+     s/^test =/test =\nval_fraction = 0.1014\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/;
+     s/^weight_decay = .*/&\nclip_grad_norm = 0.5/' plain.ini > recipe.ini
 
 fail=0
-for model in plain syncbn; do
+for model in plain syncbn recipe; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
     for W in 1 2 4; do
