@@ -7,7 +7,8 @@
 # at all (a free synchronises the device, collectives in flight included), MLP and CNN with
 # SyncBatchNorm; the MLP's counts per step are printed (docs/gpu.md has them as a baseline).
 # A recipe run (augmentation, accumulation, label smoothing, clip_grad_norm: the GPU's xent
-# and sum-of-squares kernels) is compared with the CPU the same way.
+# and sum-of-squares kernels) is compared with the CPU the same way, and its counters show one
+# all-reduce per optimiser step, not one per micro-batch.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -105,4 +106,23 @@ for path in sys.argv[1:]:
 sys.exit(bad)
 PYEOF
 done
+# accumulate = 3 all-reduces once per optimiser step (DDP's no_sync on the other micro-batches):
+# as many collectives per step as the plain run, which has the same buckets
+if DDP_EMU_STATS=$work/stats-recipe timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 \
+        recipe.ini --set data.batch_size=24 --set job.output=stats-recipe > stats-recipe.log 2>&1; then
+    $PY - stats-plain.0 stats-recipe.0 <<'PYEOF' || fail=1
+import json, sys
+def per_step(path):
+    rows = [json.loads(l) for l in open(path)]
+    return {r["collectives"] for r in rows if r["step"] > 1 and not r["log_step"]}
+plain, rec = per_step(sys.argv[1]), per_step(sys.argv[2])
+if len(plain) == 1 and rec == plain:
+    print(f"ok   accumulate = 3: {rec.pop()} collectives per optimiser step, as without accumulation")
+else:
+    print(f"FAIL accumulate = 3: collectives per step {sorted(rec)}, without accumulation {sorted(plain)}")
+    sys.exit(1)
+PYEOF
+else
+    echo "FAIL: recipe stats run"; tail -5 stats-recipe.log; fail=1
+fi
 exit $fail
