@@ -10,7 +10,9 @@
 #     checkpoint, bit for bit; an earlier epoch than the last), written atomically;
 #  4. early_stop: with lr = 0 the validation value never improves after the first evaluation,
 #     so early_stop = 2 ends a 10-epoch run after epoch 3 with exit 0, saying why, and the test
-#     split is evaluated at the end; a rerun resumes the stopped run and trains no more.
+#     split is evaluated at the end; a rerun resumes the stopped run and trains no more;
+#  5. [data] normalize applies to evaluation too: `ddptrain eval` and `ddptrain predict` of the
+#     final weights give the run's own final test accuracy.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 PY=/usr/bin/python3
@@ -166,5 +168,17 @@ if [ $? -eq 0 ] && grep -q "nothing to train: the checkpoint's run stopped early
     ok "a rerun of the early-stopped run trains no more"
 else
     bad "rerun of the early-stopped run"; tail -3 es2.log
+fi
+# ---- 5. normalize in eval and predict ---------------------------------------------------------
+if [ -s full1/model.h5 ]; then
+    acc_run=$($PY -c 'import json; print("%.4f" % [json.loads(l) for l in open("full1/metrics.jsonl")][-1]["test_acc"])')
+    acc_eval=$("$DDPTRAIN" eval j.ini --checkpoint full1/model.h5 2>&1 | sed -n 's/.* accuracy \([0-9.]*\) .*/\1/p')
+    acc_pred=$("$DDPTRAIN" predict j.ini --checkpoint full1/model.h5 --input d.h5 --output p.h5 2>&1 |
+        sed -n 's/.*accuracy against its labels \([0-9.]*\).*/\1/p')
+    if [ -n "$acc_eval" ] && [ "$acc_run" = "$acc_eval" ] && [ "$acc_run" = "$acc_pred" ]; then
+        ok "normalize in eval and predict: test accuracy $acc_run (run), $acc_eval (eval), $acc_pred (predict)"
+    else
+        bad "normalize in eval and predict: run $acc_run, eval '$acc_eval', predict '$acc_pred'"
+    fi
 fi
 exit $fail
