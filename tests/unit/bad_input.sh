@@ -184,6 +184,8 @@ case_ "onecycle with warmup" 2 "\-\-set optim.warmup_epochs: onecycle has its ow
 case_ "pct_start 0" 2 "\-\-set optim.pct_start: 0 is out of range" good.ini --set optim.pct_start=0
 case_ "div_factor below 1" 2 "\-\-set optim.div_factor: 0.5 is out of range" \
     good.ini --set optim.div_factor=0.5
+case_ "final_div_factor not a number" 2 "\-\-set optim.final_div_factor: 'big' is not a number" \
+    good.ini --set optim.final_div_factor=big
 
 # ---- datasets ------------------------------------------------------------------------------
 base_job missing.h5 > bad-nodata.ini
