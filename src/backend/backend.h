@@ -111,15 +111,17 @@ struct ddp_backend {
                         uint64_t seed);
     void (*dropout_bwd)(float *dinp, const float *dout, const float *mask, size_t n);
 
-    /* softmax cross-entropy on logits (B,K), labels (B): returns the SUM of losses over the
-     * batch and the number of correct argmax predictions; dlogits (may be NULL) =
-     * (softmax - onehot) * grad_scale. */
+    /* softmax cross-entropy on logits (B,K), labels (B), with label smoothing e in [0, 1]
+     * (nn.CrossEntropyLoss(label_smoothing=e): target q = (1 - e) onehot + e / K): returns the
+     * SUM of losses -sum_j q_j log softmax_j over the batch and the number of correct argmax
+     * predictions; dlogits (may be NULL) = (softmax - q) * grad_scale. e = 0 is plain
+     * cross-entropy, bit for bit. */
     double (*xent)(float *dlogits, int64_t *correct, const float *logits, const int32_t *labels,
-                   int B, int K, float grad_scale);
+                   int B, int K, float grad_scale, float smoothing);
     /* The same, leaving the host out (optional): acc (backend memory, 2 doubles) += the sum of
      * losses and the number of correct predictions; the caller reads acc when it logs. */
     void (*xent_acc)(float *dlogits, double *acc, const float *logits, const int32_t *labels, int B,
-                     int K, float grad_scale);
+                     int K, float grad_scale, float smoothing);
 
     /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h); the gradient
      * used is g[i] * gscale (gscale = 1/W turns the all-reduced sum into the mean; 1 is exact) */
@@ -128,6 +130,10 @@ struct ddp_backend {
     void (*adam_step)(float *p, const float *g, float gscale, float *m, float *v, size_t n,
                       float lr, float b1, float b2, float eps, float weight_decay, int decoupled,
                       int64_t t);
+
+    /* sum of x[i]^2 over n floats, in double, the same for the same input (a fixed order of
+     * summation); the gradient norm of [optim] clip_grad_norm. Waits for the result. */
+    double (*sumsq)(const float *x, size_t n);
 };
 
 /* The CPU backend (always built). */

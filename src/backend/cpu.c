@@ -390,6 +390,20 @@ static void cpu_scale(float *x, size_t n, float a)
     par_run(scale_job, &j, par_parts((double)n, ELEMS_EACH, 2));
 }
 
+/* Sum of squares in double, in index order (4 interleaved partial sums, then added in order):
+ * deterministic, one thread (a gradient norm per step is a small pass). */
+static double cpu_sumsq(const float *x, size_t n)
+{
+    double s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            s[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++)
+        s[0] += (double)x[i] * x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 static size_t cpu_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)
 {
     (void)B, (void)C, (void)H, (void)W, (void)k, (void)stride, (void)pad;
@@ -476,6 +490,7 @@ static const struct ddp_backend g_cpu = {
     .xent = ddp_cpu_xent_f32,
     .sgd_step = ddp_cpu_sgd_step_f32,
     .adam_step = ddp_cpu_adam_step_f32,
+    .sumsq = cpu_sumsq,
 };
 
 const struct ddp_backend *ddp_backend_cpu(void)

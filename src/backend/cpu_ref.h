@@ -50,7 +50,8 @@ double ddp_cpu_uniform(uint64_t seed, uint64_t i);
                                   uint64_t seed);                                                  \
     void ddp_cpu_dropout_bwd##SFX(REAL *dinp, const REAL *dout, const REAL *mask, size_t n);       \
     double ddp_cpu_xent##SFX(REAL *dlogits, int64_t *correct, const REAL *logits,                  \
-                             const int32_t *labels, int B, int K, REAL grad_scale);                \
+                             const int32_t *labels, int B, int K, REAL grad_scale,                 \
+                             REAL smoothing);                                                      \
     void ddp_cpu_sgd_step##SFX(REAL *p, const REAL *g, REAL gscale, REAL *buf, size_t n, REAL lr,  \
                                REAL momentum, REAL weight_decay, int nesterov, int first_step);    \
     void ddp_cpu_adam_step##SFX(REAL *p, const REAL *g, REAL gscale, REAL *m, REAL *v, size_t n,   \

@@ -963,7 +963,7 @@ static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, 
  * (first maximum) == label, and dlogits as the CPU computes them. A label outside [0, K)
  * gives a NaN loss (the trainer validates labels; this only keeps the kernel in bounds). */
 __global__ void k_xent_rows(double *row_loss, int *row_ok, float *dlogits, const float *logits,
-                            const int32_t *labels, int B, int K, float grad_scale)
+                            const int32_t *labels, int B, int K, float grad_scale, float smoothing)
 {
     const int lane = threadIdx.x & 31;
     const int i = blockIdx.x * XENT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -989,25 +989,34 @@ __global__ void k_xent_rows(double *row_loss, int *row_ok, float *dlogits, const
     if (arg >= K)
         arg = 0;
     const double m = z[arg];
-    double se = 0;
-    for (int j = lane; j < K; j += 32)
+    double se = 0, sz = 0;
+    for (int j = lane; j < K; j += 32) {
         se += exp((double)z[j] - m);
+        sz += z[j];
+    }
     se = warp_sum(se);
     se = __shfl_sync(0xffffffffu, se, 0);
+    sz = warp_sum(sz); /* valid in lane 0, which alone writes the loss */
     const double lse = log(se) + m;
     const int label = labels[i];
     const int valid = label >= 0 && label < K;
+    const double eps = smoothing;
     if (dlogits) {
         float *d = dlogits + (size_t)i * K;
+        const float off = (float)(eps / K) * grad_scale, keep_y = (float)(1.0 - eps);
         for (int j = lane; j < K; j += 32) {
             float v = (float)exp((double)z[j] - lse) * grad_scale;
+            if (eps != 0)
+                v -= off;
             if (j == label)
-                v -= grad_scale;
+                v -= eps != 0 ? keep_y * grad_scale : grad_scale;
             d[j] = v;
         }
     }
     if (lane == 0) {
-        row_loss[i] = valid ? lse - (double)z[label] : (double)NAN;
+        const double l =
+            eps == 0 ? lse - (double)z[label] : lse - (1.0 - eps) * (double)z[label] - eps * sz / K;
+        row_loss[i] = valid ? l : (double)NAN;
         row_ok[i] = valid && arg == label;
     }
 }
@@ -1064,7 +1073,7 @@ static char *xent_rows(double **row_loss, int **row_ok, size_t extra, int B)
 }
 
 static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, const int32_t *labels,
-                          int B, int K, float grad_scale)
+                          int B, int K, float grad_scale, float smoothing)
 {
     if (B <= 0 || K <= 0)
         return;
@@ -1073,12 +1082,12 @@ static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, cons
     xent_rows(&row_loss, &row_ok, 0, B);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
-           grad_scale);
+           grad_scale, smoothing);
     LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
 }
 
 static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
-                        const int32_t *labels, int B, int K, float grad_scale)
+                        const int32_t *labels, int B, int K, float grad_scale, float smoothing)
 {
     if (B <= 0 || K <= 0) {
         if (correct)
@@ -1091,7 +1100,7 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
         (struct xent_result *)xent_rows(&row_loss, &row_ok, sizeof(struct xent_result), B);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
-           grad_scale);
+           grad_scale, smoothing);
     LAUNCH(k_xent_total, 1, 1024, dres, row_loss, row_ok, B);
     struct xent_result res;
     CUDA_CHECK(cudaMemcpyAsync(&res, dres, sizeof res, cudaMemcpyDeviceToHost, g.stream));
@@ -1099,6 +1108,45 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
     if (correct)
         *correct = (int64_t)res.correct;
     return res.loss;
+}
+
+/* ---- sum of squares (gradient norm) ------------------------------------------------------- */
+
+#define SUMSQ_BLOCKS 256 /* partial sums; a fixed count, so the order of summation is fixed */
+
+/* Block b sums x[i]^2 (in double) over its grid-stride share into part[b]. */
+__global__ void k_sumsq_partial(double *part, const float *x, size_t n)
+{
+    double s = 0;
+    GRID_STRIDE(i, n)
+    s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+/* One block: the partials in a fixed order. */
+__global__ void k_sumsq_total(double *out, const double *part, int nparts)
+{
+    double s = 0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        s += part[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+static double cuda_sumsq(const float *x, size_t n)
+{
+    if (!n)
+        return 0;
+    double *part = (double *)ws_get(sizeof(double) * (SUMSQ_BLOCKS + 1)), res = 0;
+    LAUNCH(k_sumsq_partial, SUMSQ_BLOCKS, THREADS, part, x, n);
+    LAUNCH(k_sumsq_total, 1, THREADS, part + SUMSQ_BLOCKS, part, SUMSQ_BLOCKS);
+    CUDA_CHECK(
+        cudaMemcpyAsync(&res, part + SUMSQ_BLOCKS, sizeof res, cudaMemcpyDeviceToHost, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    return res;
 }
 
 /* ---- optimisers -------------------------------------------------------------------------- */
@@ -1296,6 +1344,7 @@ static void fill_table(void)
     t->xent_acc = cuda_xent_acc;
     t->sgd_step = cuda_sgd_step;
     t->adam_step = cuda_adam_step;
+    t->sumsq = cuda_sumsq;
 }
 
 /* The copy stream and the events of upload_batch. */

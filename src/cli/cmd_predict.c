@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "data/augment.h"
 #include "data/h5data.h"
 #include "nn/weights.h"
 #include "core/fileio.h"
@@ -56,8 +57,9 @@ static int save(const char *output, const float *logits, const int32_t *pred, in
     return ddp_file_commit(tmp, output, err, errlen);
 }
 
-/* Forward every sample of s in batches of B; logits (N, K) on the host. */
-static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *err, size_t errlen)
+/* Forward every sample of s in batches of B, normalised by norm; logits (N, K) on the host. */
+static int run(struct ddp_model *m, ddp_h5split *s, const struct ddp_augment *norm, int B,
+               float *logits, char *err, size_t errlen)
 {
     int64_t N = ddp_h5split_count(s);
     size_t E = m->in_elems, K = (size_t)m->classes;
@@ -65,6 +67,7 @@ static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *
     int64_t *idx = ddp_malloc(sizeof(int64_t) * (size_t)B);
     int cpu = strcmp(m->be->name, "cpu") == 0;
     float *dev = cpu ? NULL : m->be->alloc(sizeof(float) * (size_t)B * E);
+    float *scratch = ddp_malloc(sizeof(float) * E);
     int rc = 0;
     for (int64_t i = 0; i < N && !rc; i += B) {
         int n = (int)(N - i < B ? N - i : B);
@@ -74,6 +77,7 @@ static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *
             rc = -1;
             break;
         }
+        ddp_augment_apply(norm, x, n, idx, 0, scratch);
         if (dev)
             m->be->upload(dev, x, sizeof(float) * (size_t)n * E);
         const float *out = ddp_model_forward(m, dev ? dev : x, n, 0, 0);
@@ -81,13 +85,14 @@ static int run(struct ddp_model *m, ddp_h5split *s, int B, float *logits, char *
     }
     if (dev)
         m->be->free(dev);
+    free(scratch);
     free(x);
     free(idx);
     return rc;
 }
 
-int ddp_predict(struct ddp_model *m, const char *input, const char *group, const char *output,
-                int batch, char *err, size_t errlen)
+int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *input,
+                const char *group, const char *output, int batch, char *err, size_t errlen)
 {
     ddp_h5split *s = ddp_h5split_open(input, group, err, errlen);
     if (!s)
@@ -107,7 +112,9 @@ int ddp_predict(struct ddp_model *m, const char *input, const char *group, const
     }
     float *logits = ddp_malloc(sizeof(float) * (size_t)N * (size_t)K);
     int32_t *pred = ddp_malloc(sizeof(int32_t) * (size_t)N);
-    if (run(m, s, batch, logits, err, errlen) != 0) {
+    struct ddp_augment norm;
+    ddp_augment_init(&norm, job, nd, dims, 0);
+    if (run(m, s, &norm, batch, logits, err, errlen) != 0) {
         rc = DDP_EXIT_DATA;
         goto done;
     }

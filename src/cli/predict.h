@@ -12,11 +12,13 @@
 
 #include <stddef.h>
 
+#include "core/config.h"
 #include "nn/model.h"
 
 /* Returns an exit code: 0, DDP_EXIT_DATA (X.h5 unreadable or of another sample shape),
- * DDP_EXIT_RUNTIME (Y.h5 cannot be written); err says why. */
-int ddp_predict(struct ddp_model *m, const char *input, const char *group, const char *output,
-                int batch, char *err, size_t errlen);
+ * DDP_EXIT_RUNTIME (Y.h5 cannot be written); err says why. The samples are normalised as
+ * job's [data] normalize says, as in training and evaluation (no augmentation). */
+int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *input,
+                const char *group, const char *output, int batch, char *err, size_t errlen);
 
 #endif

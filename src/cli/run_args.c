@@ -82,7 +82,7 @@ int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,
             ddp_log("exported %s (%zu parameters) to %s", a->checkpoint, m->nparams, a->onnx);
     } else if (a->mode == DDP_RUN_PREDICT) {
         const char *group = a->group ? a->group : (job->data_test[0] ? job->data_test : "/test");
-        rc = ddp_predict(m, a->input, group, a->output, (int)job->batch_size, err, errlen);
+        rc = ddp_predict(m, job, a->input, group, a->output, (int)job->batch_size, err, errlen);
     }
     if (rc)
         ddp_warn("%s", err);

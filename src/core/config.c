@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "dist/bootstrap.h"
+#include "core/recipe.h"
 #include "core/suggest.h"
 
 enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
@@ -43,13 +44,17 @@ struct names {
 
 static const char *const OPTIM_NAMES[DDP_OPTIM_COUNT] = {"sgd", "adam", "adamw"};
 static const char *const SCALING_NAMES[DDP_LR_SCALING_COUNT] = {"none", "linear", "sqrt"};
-static const char *const SCHEDULE_NAMES[DDP_SCHEDULE_COUNT] = {"constant", "step", "cosine"};
+static const char *const SCHEDULE_NAMES[DDP_SCHEDULE_COUNT] = {"constant", "step", "cosine",
+                                                               "multistep", "onecycle"};
+static const char *const KEEP_BEST_NAMES[DDP_KEEP_BEST_COUNT] = {"none", "val_acc", "val_loss"};
 static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32"};
 _Static_assert(sizeof OPTIM_NAMES / sizeof *OPTIM_NAMES == DDP_OPTIM_COUNT, "optim names");
 _Static_assert(sizeof SCALING_NAMES / sizeof *SCALING_NAMES == DDP_LR_SCALING_COUNT,
                "lr_scaling names");
 _Static_assert(sizeof SCHEDULE_NAMES / sizeof *SCHEDULE_NAMES == DDP_SCHEDULE_COUNT,
                "schedule names");
+_Static_assert(sizeof KEEP_BEST_NAMES / sizeof *KEEP_BEST_NAMES == DDP_KEEP_BEST_COUNT,
+               "keep_best names");
 _Static_assert(sizeof PRECISION_NAMES / sizeof *PRECISION_NAMES == DDP_PRECISION_COUNT,
                "precision names");
 
@@ -57,102 +62,7 @@ _Static_assert(sizeof PRECISION_NAMES / sizeof *PRECISION_NAMES == DDP_PRECISION
 #define BIG 9.0e15
 
 static const struct key_def g_keys[] = {
-    {"job", "name", T_STR, F(name), "ddptrain", 0, 0, NULL, "run name, used in logs"},
-    {"job", "seed", T_INT, F(seed), "1234", 0, BIG, NULL,
-     "seeds initialisation, the sampler's shuffle and dropout"},
-    {"job", "output", T_STR, F(output), "runs/ddptrain", 0, 0, NULL,
-     "directory for job.ini, metrics.jsonl, checkpoints/ and model.h5 (rank 0 writes and locks "
-     "it); Slurm's %j %A %a %x %u %N %% expand (docs/checkpoints.md, The output directory)"},
-    {"job", "report", T_BOOL, F(report), "true", 0, 0, NULL,
-     "rank 0 writes report.html (curves, job, machine; docs/report.md) at the end of the run"},
-    {"job", "tensorboard", T_BOOL, F(tensorboard), "false", 0, 0, NULL,
-     "also write the metrics as TensorBoard event files under tb/ (docs/report.md)"},
-
-    {"data", "file", T_STR, F(data_file), "datasets/fashion-mnist.h5", 0, 0, NULL,
-     "HDF5 dataset (docs/data.md); relative paths are taken from the working directory"},
-    {"data", "train", T_STR, F(data_train), "/train", 0, 0, NULL,
-     "group holding the training `images` and `labels`"},
-    {"data", "test", T_STR, F(data_test), "/test", 0, 0, NULL,
-     "group holding the test split; empty to skip evaluation"},
-    {"data", "batch_size", T_INT, F(batch_size), "64", 1, 1 << 20, NULL,
-     "samples per step on each rank (global batch = batch_size x world size)"},
-    {"data", "shuffle", T_BOOL, F(shuffle), "true", 0, 0, NULL,
-     "reshuffle every epoch (seed + epoch), as DistributedSampler with set_epoch"},
-    {"data", "drop_last", T_BOOL, F(drop_last), "false", 0, 0, NULL,
-     "drop the tail that does not fill a whole global batch instead of padding"},
-    {"data", "cache_mb", T_INT, F(cache_mb), "2048", 0, 1 << 24, NULL,
-     "keep a split's images in memory when they need at most this many MiB; else stream"},
-
-    {"model", "layers", T_STR, F(layers), "flatten, linear(10)", 0, 0, NULL,
-     "comma-separated layers: flatten, linear(n), relu, conv2d(out, k[, stride=s, pad=p]), "
-     "maxpool(k), avgpool(k), batchnorm, dropout(p); also globalavgpool, bias=false on conv2d "
-     "and linear, residual(layers...) (docs/training.md, Residual blocks)"},
-    {"model", "init", T_STR, F(init), "pytorch", 0, 0, NULL,
-     "`pytorch` (PyTorch's default initialisation) or an HDF5 file with a /model group"},
-
-    {"optim", "name", T_ENUM, F(optim), "sgd", 0, 0, NAMES(OPTIM_NAMES, DDP_OPTIM_COUNT),
-     "optimiser, with PyTorch's update rules"},
-    {"optim", "lr", T_FLOAT, F(lr), "0.1", 0, 1e6, NULL, "learning rate before scaling"},
-    {"optim", "momentum", T_FLOAT, F(momentum), "0", 0, 1, NULL, "SGD momentum"},
-    {"optim", "nesterov", T_BOOL, F(nesterov), "false", 0, 0, NULL,
-     "Nesterov momentum (needs momentum > 0)"},
-    {"optim", "weight_decay", T_FLOAT, F(weight_decay), "0", 0, 1e3, NULL,
-     "L2 penalty (sgd, adam) or decoupled decay (adamw)"},
-    {"optim", "beta1", T_FLOAT, F(beta1), "0.9", 0, 0.999999, NULL, "Adam/AdamW beta1"},
-    {"optim", "beta2", T_FLOAT, F(beta2), "0.999", 0, 0.999999999, NULL, "Adam/AdamW beta2"},
-    {"optim", "eps", T_FLOAT, F(eps), "1e-8", 1e-30, 1, NULL, "Adam/AdamW epsilon"},
-    {"optim", "lr_scaling", T_ENUM, F(lr_scaling), "none", 0, 0,
-     NAMES(SCALING_NAMES, DDP_LR_SCALING_COUNT),
-     "scale lr by world size (linear) or its square root (sqrt)"},
-    {"optim", "schedule", T_ENUM, F(schedule), "constant", 0, 0,
-     NAMES(SCHEDULE_NAMES, DDP_SCHEDULE_COUNT), "per-epoch schedule after warmup"},
-    {"optim", "step_epochs", T_INT, F(step_epochs), "30", 1, 1e9, NULL,
-     "step schedule: multiply lr by gamma every step_epochs epochs"},
-    {"optim", "gamma", T_FLOAT, F(gamma), "0.1", 0, 1, NULL, "step schedule factor"},
-    {"optim", "warmup_epochs", T_FLOAT, F(warmup_epochs), "0", 0, 1e6, NULL,
-     "linear warmup from 0, per step, over this many epochs"},
-
-    {"train", "epochs", T_INT, F(epochs), "5", 1, 1e9, NULL, "passes over the training split"},
-    {"train", "log_every", T_INT, F(log_every), "100", 1, 1e12, NULL,
-     "steps between log lines and train records in metrics.jsonl"},
-    {"train", "eval_every", T_INT, F(eval_every), "1", 0, 1e9, NULL,
-     "epochs between evaluations on the test split (0: only at the end)"},
-    {"train", "threads", T_INT_AUTO, F(threads), "auto", 1, 4096, NULL,
-     "compute threads per rank; auto = SLURM_CPUS_PER_TASK, else cores / local ranks"},
-    {"train", "precision", T_ENUM, F(precision), "fp32", 0, 0,
-     NAMES(PRECISION_NAMES, DDP_PRECISION_COUNT), "GEMM precision (tf32 only on GPUs)"},
-    {"train", "device", T_ENUM, F(device), "auto", 0, 0, NAMES(ddp_device_names, DDP_DEVICE_COUNT),
-     "where each rank computes: auto takes its bound GPU when this build has CUDA and the node "
-     "has GPUs, else the CPU"},
-    {"train", "max_steps", T_INT, F(max_steps), "0", 0, 1e15, NULL,
-     "stop after this many steps in all (0: run every epoch); for tests and smoke runs"},
-
-    {"checkpoint", "every_epochs", T_INT, F(ckpt_every_epochs), "1", 0, 1e9, NULL,
-     "epochs between checkpoints (0: off)"},
-    {"checkpoint", "every_steps", T_INT, F(ckpt_every_steps), "0", 0, 1e15, NULL,
-     "steps between checkpoints (0: off)"},
-    {"checkpoint", "keep", T_INT, F(ckpt_keep), "3", 1, 1e6, NULL, "newest checkpoints kept"},
-    {"checkpoint", "resume", T_STR, F(resume), "auto", 0, 0, NULL,
-     "`auto` (newest checkpoint that verifies, if the same job wrote it), `never` (start afresh; "
-     "an earlier run's files move to previous-<time>/), or a checkpoint path"},
-    {"checkpoint", "signals", T_STR, F(signals), "USR1, TERM", 0, 0, NULL,
-     "signals that save a checkpoint at the next step and exit 75"},
-
-    {"dist", "backend", T_ENUM, F(backend), "auto", 0, 0,
-     NAMES(ddp_comm_backend_names, DDP_COMM_BACKEND_COUNT),
-     "collectives: nccl on GPUs, mpi on CPUs, none for one process"},
-    {"dist", "bucket_mb", T_FLOAT, F(bucket_mb), "25", 0.001, 4096, NULL,
-     "gradient bucket size in MiB (the first bucket is at most 1 MiB)"},
-    {"dist", "timeout_s", T_FLOAT, F(timeout_s), "300", 1, 1e7, NULL,
-     "deadline for every collective and bootstrap wait"},
-    {"dist", "port", T_INT, F(port), "0", 0, 65535, NULL,
-     "rendezvous port; 0 derives it from the Slurm job and step ids"},
-    {"dist", "bootstrap", T_ENUM, F(bootstrap), "auto", 0, 0,
-     NAMES(ddp_bootstrap_names, DDP_BOOTSTRAP_COUNT), "how the NCCL id travels"},
-    {"dist", "sync_bn", T_BOOL, F(sync_bn), "false", 0, 0, NULL,
-     "batchnorm statistics over the global batch (SyncBatchNorm)"},
-    {"dist", "check_every", T_INT, F(check_every), "0", 0, 1e15, NULL,
-     "steps between cross-rank parameter hash checks (0: off)"},
+#include "core/config_keys.inc"
 };
 #define NKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
 _Static_assert(sizeof g_keys / sizeof g_keys[0] <= DDP_JOB_KEYS_MAX, "raise DDP_JOB_KEYS_MAX");
@@ -638,7 +548,7 @@ int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen)
     if (job->data_train[0] == '\0')
         return ddp_err(err, errlen, "%s: empty; expected a group such as /train",
                        ddp_job_where(job, "data", "train", where, sizeof where));
-    return 0;
+    return ddp_recipe_parse(job, err, errlen);
 }
 
 void ddp_job_write(const struct ddp_job *job, FILE *f)

@@ -16,8 +16,10 @@
 #include <stdio.h>
 
 #define DDP_PATH_MAX 1024
-#define DDP_LAYERS_MAX 4096 /* characters of [model] layers, continuation lines joined */
-#define DDP_JOB_KEYS_MAX 64 /* schema rows; the table in config.c has fewer */
+#define DDP_LAYERS_MAX 4096      /* characters of [model] layers, continuation lines joined */
+#define DDP_JOB_KEYS_MAX 80      /* schema rows; the table in config.c has fewer */
+#define DDP_MILESTONES_MAX 32    /* [optim] milestones */
+#define DDP_NORM_CHANNELS_MAX 16 /* [data] normalize: channels */
 
 /* The job's own choices; each has its name table in config.c, in this order. The choices of
  * [train] device, [dist] backend and [dist] bootstrap belong to their modules
@@ -27,6 +29,8 @@ enum ddp_schedule {
     DDP_SCHEDULE_CONSTANT,
     DDP_SCHEDULE_STEP,
     DDP_SCHEDULE_COSINE,
+    DDP_SCHEDULE_MULTISTEP,
+    DDP_SCHEDULE_ONECYCLE,
     DDP_SCHEDULE_COUNT
 };
 enum ddp_lr_scaling {
@@ -36,6 +40,13 @@ enum ddp_lr_scaling {
     DDP_LR_SCALING_COUNT
 };
 enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32, DDP_PRECISION_COUNT };
+/* [checkpoint] keep_best: which validation metric selects best.h5 */
+enum ddp_keep_best {
+    DDP_KEEP_BEST_NONE,
+    DDP_KEEP_BEST_ACC,
+    DDP_KEEP_BEST_LOSS,
+    DDP_KEEP_BEST_COUNT
+};
 
 struct ddp_job {
     char path[DDP_PATH_MAX]; /* the job file as given */
@@ -54,7 +65,15 @@ struct ddp_job {
     int64_t batch_size; /* per rank */
     int shuffle;
     int drop_last;
-    int64_t cache_mb; /* keep a split in memory when its images need at most this */
+    int64_t cache_mb;    /* keep a split in memory when its images need at most this */
+    char data_val[256];  /* validation group, or "" */
+    double val_fraction; /* share of the training split held out for validation (0: none) */
+    char augment[256];   /* text; parsed into crop_pad, hflip by ddp_job_validate */
+    char normalize[512]; /* text; parsed into norm_* by ddp_job_validate */
+    int crop_pad;        /* random_crop(pad=P): P; 0 without random_crop (the same) */
+    int hflip;           /* random horizontal flip, p = 0.5 */
+    int norm_channels;   /* 0: no normalisation */
+    float norm_mean[DDP_NORM_CHANNELS_MAX], norm_std[DDP_NORM_CHANNELS_MAX];
     /* [model] */
     char layers[DDP_LAYERS_MAX];
     char init[DDP_PATH_MAX]; /* "pytorch" or a path */
@@ -65,14 +84,23 @@ struct ddp_job {
     int lr_scaling; /* enum ddp_lr_scaling */
     int schedule;   /* enum ddp_schedule */
     int64_t step_epochs;
+    double clip_grad_norm; /* 0: off */
+    char milestones_text[256];
+    int64_t milestones[DDP_MILESTONES_MAX]; /* multistep: epochs, increasing */
+    int nmilestones;
+    double pct_start, div_factor, final_div_factor; /* onecycle */
     /* [train] */
     int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
-    int precision; /* enum ddp_precision */
-    int device;    /* enum ddp_device (backend/select.h): auto, cpu, cuda */
+    int precision;          /* enum ddp_precision */
+    int device;             /* enum ddp_device (backend/select.h): auto, cpu, cuda */
+    int64_t accumulate;     /* micro-batches per optimiser step */
+    double label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
+    int64_t early_stop;     /* evaluations on val without improvement that end the run; 0 off */
     /* [checkpoint] */
     int64_t ckpt_every_epochs, ckpt_every_steps, ckpt_keep;
     char resume[DDP_PATH_MAX];
     char signals[128];
+    int keep_best; /* enum ddp_keep_best */
     /* [dist] */
     int backend;   /* enum ddp_comm_backend (comm/comm.h): auto, nccl, mpi, none */
     int bootstrap; /* enum ddp_bootstrap_kind (dist/bootstrap.h): auto, pmi2, mpi, tcp */

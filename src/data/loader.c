@@ -56,6 +56,8 @@ struct ddp_loader {
     int has_dev;
     struct ddp_loader_device dev;
     int64_t tickets[DDP_LOADER_MAX_SLOTS];
+    struct ddp_augment aug; /* applied when active (ddp_loader_set_augment) */
+    float *aug_scratch;     /* (elems) */
 };
 
 /* Sleep until ready(ld) holds or the loader stops; *asleep tells the other side to wake us. */
@@ -109,6 +111,8 @@ static void *prefetch(void *arg)
             else
                 for (int i = 0; i < n; i++)
                     sl->y[i] = labels[sl->idx[i]];
+            if (n > 0 && ld->aug_scratch)
+                ddp_augment_apply(&ld->aug, sl->x, n, sl->idx, ld->sampler->epoch, ld->aug_scratch);
         }
         sl->n = n;
         atomic_store(&ld->filled, step + 1); /* publishes the slot */
@@ -186,6 +190,13 @@ void ddp_loader_hold(ddp_loader *ld, int64_t ticket)
 {
     if (ld->has_dev && ld->next_take > 0)
         ld->tickets[(ld->next_take - 1) % ld->nslots] = ticket;
+}
+
+void ddp_loader_set_augment(ddp_loader *ld, const struct ddp_augment *aug)
+{
+    ld->aug = *aug;
+    if (ddp_augment_active(aug) && !ld->aug_scratch)
+        ld->aug_scratch = ddp_malloc(sizeof(float) * (size_t)ld->elems);
 }
 
 void ddp_loader_stop(ddp_loader *ld)
@@ -274,6 +285,7 @@ void ddp_loader_destroy(ddp_loader *ld)
         }
         free(ld->slots[i].idx);
     }
+    free(ld->aug_scratch);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);
     free(ld);

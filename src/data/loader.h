@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/augment.h"
 #include "data/h5data.h"
 #include "data/sampler.h"
 
@@ -47,6 +48,10 @@ ddp_loader *ddp_loader_create_device(ddp_h5split *split, struct ddp_sampler *sam
  * ticket: its slot is not refilled before. */
 void ddp_loader_hold(ddp_loader *ld, int64_t ticket);
 void ddp_loader_destroy(ddp_loader *ld); /* stops the thread; accepts NULL */
+
+/* Transform every batch after reading it (augment.h; copied), on the prefetch thread.
+ * Call before the first ddp_loader_start. */
+void ddp_loader_set_augment(ddp_loader *ld, const struct ddp_augment *aug);
 
 /* Start reading epoch `epoch` from step `first_step` (sets the sampler's epoch). */
 void ddp_loader_start(ddp_loader *ld, int64_t epoch, int64_t first_step);

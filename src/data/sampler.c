@@ -78,5 +78,40 @@ int ddp_sampler_batch(const struct ddp_sampler *s, int64_t step, int64_t B, int6
     int64_t first = step * B, count = 0;
     for (int64_t k = first; k < first + B && k < s->per_rank; k++)
         idx[count++] = s->order[s->cursor + s->rank + k * s->world_size];
+    if (s->subset)
+        for (int64_t k = 0; k < count; k++)
+            idx[k] = s->subset[idx[k]];
     return (int)count;
+}
+
+void ddp_sampler_holdout(int64_t n, double fraction, uint64_t seed, int64_t **train, int64_t **val,
+                         int64_t *nval)
+{
+    int64_t nv = (int64_t)((double)n * fraction);
+    nv = nv < 1 ? 1 : nv > n - 1 ? n - 1 : nv;
+    int64_t *perm = ddp_malloc(sizeof(int64_t) * (size_t)n);
+    char *held = ddp_calloc((size_t)n, 1);
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    struct ddp_rng r;
+    ddp_rng_seed(&r, seed ^ 0x76616c5f73706c74ULL); /* "val_splt": not the epochs' streams */
+    for (int64_t i = 0; i < nv; i++) { /* partial Fisher-Yates: the first nv are held out */
+        int64_t j = i + (int64_t)ddp_rng_below(&r, (uint64_t)(n - i));
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+        held[perm[i]] = 1;
+    }
+    *train = ddp_malloc(sizeof(int64_t) * (size_t)(n - nv + 1));
+    *val = ddp_malloc(sizeof(int64_t) * (size_t)nv);
+    int64_t a = 0, b = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (held[i])
+            (*val)[b++] = i;
+        else
+            (*train)[a++] = i;
+    }
+    *nval = nv;
+    free(perm);
+    free(held);
 }

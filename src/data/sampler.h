@@ -26,12 +26,21 @@ struct ddp_sampler {
     int world_size, rank;
     uint64_t seed;
     int shuffle, drop_last;
-    int64_t cursor;   /* positions already consumed in this epoch (resume), 0 normally */
-    int64_t total;    /* T: padded or cut length of the epoch's order */
-    int64_t per_rank; /* this rank's share: T / W (eval: positions r + kW < N) */
-    int64_t epoch;    /* epoch of the current order, -1 before set_epoch */
-    int64_t *order;   /* (T) global order of the current epoch (owned) */
+    int64_t cursor;        /* positions already consumed in this epoch (resume), 0 normally */
+    int64_t total;         /* T: padded or cut length of the epoch's order */
+    int64_t per_rank;      /* this rank's share: T / W (eval: positions r + kW < N) */
+    int64_t epoch;         /* epoch of the current order, -1 before set_epoch */
+    int64_t *order;        /* (T) global order of the current epoch (owned) */
+    const int64_t *subset; /* (n) the split's indices the sampler's 0..n-1 stand for (a
+                            * held-out validation share, ddp_sampler_holdout); NULL: the same */
 };
+
+/* [data] val_fraction: the n samples of a split divided, by seed alone (so any world size
+ * agrees), into a training part and a held-out validation part of floor(n * fraction) samples
+ * (at least 1, at most n - 1), each in increasing index order. *train (n - *nval) and *val
+ * (*nval) are malloc'd; the caller frees them. */
+void ddp_sampler_holdout(int64_t n, double fraction, uint64_t seed, int64_t **train, int64_t **val,
+                         int64_t *nval);
 
 void ddp_sampler_init(struct ddp_sampler *s, int64_t n, int world_size, int rank, uint64_t seed,
                       int shuffle, int drop_last);

@@ -103,12 +103,14 @@ struct series_def {
 };
 struct chart_def {
     const char *title;
-    struct series_def s[2];
+    struct series_def s[3];
 };
 
 static const struct chart_def g_charts[] = {
-    {"loss", {{"train", "loss", "train"}, {"eval", "test_loss", "test"}}},
-    {"accuracy", {{"train", "acc", "train"}, {"eval", "test_acc", "test"}}},
+    {"loss",
+     {{"train", "loss", "train"}, {"eval", "test_loss", "test"}, {"val", "val_loss", "val"}}},
+    {"accuracy",
+     {{"train", "acc", "train"}, {"eval", "test_acc", "test"}, {"val", "val_acc", "val"}}},
     {"learning rate", {{"train", "lr", "lr"}, {NULL, NULL, NULL}}},
     {"samples/s (all ranks)", {{"train", "samples_per_s", "samples/s"}, {NULL, NULL, NULL}}},
     {"all-reduce share of the step time",
@@ -144,7 +146,7 @@ static int chart_range(const struct chart_def *c, const struct run *runs, int nr
     fr->x1 = fr->y1 = -INFINITY;
     for (int r = 0; r < nruns; r++)
         for (int i = 0; i < runs[r].n; i++)
-            for (int s = 0; s < 2 && c->s[s].kind; s++) {
+            for (int s = 0; s < 3 && c->s[s].kind; s++) {
                 const struct ddp_json *v = runs[r].rec[i];
                 double x = ddp_json_num(v, "step"), y = ddp_json_num(v, c->s[s].field);
                 if (!is_kind(v, c->s[s].kind) || !isfinite(x) || !isfinite(y))
@@ -242,7 +244,10 @@ static void polyline(FILE *f, const struct frame *fr, const struct run *run, int
     fprintf(f,
             "<polyline class=\"series%s\" data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\""
             " stroke=\"%s\" points=\"",
-            s ? " second" : "", r, sd->kind, sd->field, g_colors[r % 8]);
+            s == 2 ? " third"
+            : s    ? " second"
+                   : "",
+            r, sd->kind, sd->field, g_colors[r % 8]);
     int n = 0;
     for (int i = 0; i < run->n; i++) {
         const struct ddp_json *v = run->rec[i];
@@ -277,15 +282,18 @@ static void chart(FILE *f, const struct chart_def *c, const struct run *runs, in
     axes(f, &fr);
     markers(f, &fr, runs, nruns);
     for (int r = 0; r < nruns; r++)
-        for (int s = 0; s < 2 && c->s[s].kind; s++)
+        for (int s = 0; s < 3 && c->s[s].kind; s++)
             polyline(f, &fr, &runs[r], r, s, &c->s[s]);
     fputs("</svg>\n<div class=\"legend\">", f);
     for (int r = 0; r < nruns; r++)
-        for (int s = 0; s < 2 && c->s[s].kind; s++) {
+        for (int s = 0; s < 3 && c->s[s].kind; s++) {
             fprintf(f,
                     "<span><svg width=\"24\" height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
                     "y2=\"4\" stroke=\"%s\" class=\"%s\"/></svg> ",
-                    g_colors[r % 8], s ? "second" : "first");
+                    g_colors[r % 8],
+                    s == 2 ? "third"
+                    : s    ? "second"
+                           : "first");
             if (nruns > 1)
                 ddp_html_text(f, runs[r].dir), fputs(": ", f);
             fprintf(f, "%s</span>", c->s[s].label);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +18,32 @@
 #define CKPT_FORMAT "ddptrain-checkpoint"
 #define CKPT_JOB_MAX (1 << 20)
 
-static int attr_i64(hid_t loc, const char *name, int64_t v)
+/* A scalar attribute of file type ftype from the memory value v of type mtype. */
+static int attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v)
 {
     hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
+    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t st = a < 0 ? -1 : H5Awrite(a, mtype, v);
     if (a >= 0)
         H5Aclose(a);
     H5Sclose(sp);
     return st < 0 ? -1 : 0;
+}
+
+static int attr_i64(hid_t loc, const char *name, int64_t v)
+{
+    return attr_scalar(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+/* Model selection's state (valsel.h): best (NaN before any evaluation), best_epoch,
+ * since_best. */
+static int attr_best(hid_t f, const struct ddp_ckpt_pos *pos)
+{
+    return attr_scalar(f, "best", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &pos->best) != 0 ||
+                   attr_i64(f, "best_epoch", pos->best_epoch) != 0 ||
+                   attr_i64(f, "since_best", pos->since_best) != 0
+               ? -1
+               : 0;
 }
 
 static int attr_str(hid_t loc, const char *name, const char *v)
@@ -51,6 +69,22 @@ static int read_attr_i64(hid_t loc, const char *name, int64_t *v)
     if (a >= 0)
         H5Aclose(a);
     return st < 0 ? -1 : 0;
+}
+
+/* The model-selection attributes, or "no evaluation yet" (an older ddptrain wrote none). */
+static void read_best(hid_t f, struct ddp_ckpt_pos *pos)
+{
+    pos->best = NAN;
+    hid_t a = H5Aexists(f, "best") > 0 ? H5Aopen(f, "best", H5P_DEFAULT) : -1;
+    if (a >= 0) {
+        if (H5Aread(a, H5T_NATIVE_DOUBLE, &pos->best) < 0)
+            pos->best = NAN;
+        H5Aclose(a);
+    }
+    if (read_attr_i64(f, "best_epoch", &pos->best_epoch) != 0 || pos->best_epoch < 0)
+        pos->best_epoch = 0;
+    if (read_attr_i64(f, "since_best", &pos->since_best) != 0 || pos->since_best < 0)
+        pos->since_best = 0;
 }
 
 static int read_attr_str(hid_t loc, const char *name, char *buf, size_t len)
@@ -203,7 +237,8 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
          attr_i64(f, "world_size", pos->world_size) == 0 &&
          attr_i64(f, "global_batch", pos->global_batch) == 0 &&
          attr_i64(f, "seed", pos->seed) == 0 && attr_i64(f, "train_ms", pos->train_ms) == 0 &&
-         attr_str(f, "job", job_text ? job_text : "") == 0 && attr_i64(f, "checksum", crc) == 0;
+         attr_str(f, "job", job_text ? job_text : "") == 0 && attr_i64(f, "checksum", crc) == 0 &&
+         attr_best(f, pos) == 0;
     char why[256] = "";
     if (ok && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) /* surfaces a full disk with its reason */
         ok = 0;
@@ -333,6 +368,7 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
     read_attr_i64(f, "seed", &pos->seed);
     if (read_attr_i64(f, "train_ms", &pos->train_ms) != 0 || pos->train_ms < 0)
         pos->train_ms = 0; /* written by an older ddptrain */
+    read_best(f, pos);
     static const char *optim_names[] = {"sgd", "adam", "adamw"};
     if (strcmp(oname, optim_names[o->kind]) != 0) {
         ddp_err(err, errlen,

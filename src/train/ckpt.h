@@ -8,7 +8,9 @@
  * `global_batch`, `seed`, `job` (the effective job, as job.ini holds it: every key with
  * defaults and --set overrides applied; older versions stored the bare job file) and
  * `checksum`: CRC-32 over every tensor's bytes and the position, checked on load, so a torn or
- * bit-flipped file is never trusted.
+ * bit-flipped file is never trusted. Model selection on the validation split adds `best`
+ * (float64, NaN before the first evaluation), `best_epoch` and `since_best` (train/valsel.h),
+ * read as "no evaluation yet" when absent.
  *
  * The training position is all that resuming needs: the sampler's order is a function of
  * (seed, epoch), dropout masks of (seed, step, rank, layer), so no generator state is stored.
@@ -35,7 +37,10 @@ struct ddp_ckpt_pos {
     int64_t world_size; /* of the run that saved (informative) */
     int64_t global_batch;
     int64_t seed;
-    int64_t train_ms; /* training wall time of every start up to here (0 if not recorded) */
+    int64_t train_ms;   /* training wall time of every start up to here (0 if not recorded) */
+    double best;        /* model selection (valsel.h): best validation value, NaN if none */
+    int64_t best_epoch; /* its epoch (1-based), 0 if none */
+    int64_t since_best; /* evaluations since without improvement */
 };
 
 /* Write a checkpoint of m, o and pos into dir (created if needed); path_out gets its name.

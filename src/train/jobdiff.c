@@ -15,12 +15,14 @@
 
 /* Keys that may differ between a checkpoint's job and the job that resumes it. */
 static const char *const g_may_differ[] = {
-    "job.name",         "job.output",      "data.test",       "data.cache_mb",
-    "data.batch_size", /* compared as the global batch */
-    "train.epochs",     "train.max_steps", "train.log_every", "train.eval_every",
-    "train.threads",    "train.device",    "checkpoint.*",    "dist.backend",
-    "dist.bucket_mb",   "dist.timeout_s",  "dist.port",       "dist.bootstrap",
+    "job.name",         "job.output",      "data.test",
+    "data.cache_mb",    "data.batch_size", /* compared as the global batch */
+    "train.epochs",     "train.max_steps", "train.log_every",
+    "train.eval_every", "train.threads",   "train.device",
+    "checkpoint.*",     "dist.backend",    "dist.bucket_mb",
+    "dist.timeout_s",   "dist.port",       "dist.bootstrap",
     "dist.check_every", "job.report",      "job.tensorboard",
+    "train.early_stop", /* when the run ends, as train.epochs; not what it trains */
 };
 
 struct item {

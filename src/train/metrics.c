@@ -106,6 +106,24 @@ void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, doubl
     flush_line(mt);
 }
 
+void ddp_metrics_val(struct ddp_metrics *mt, int64_t epoch, int64_t step, double val_loss,
+                     double val_acc, int best)
+{
+    if (!mt->f)
+        return;
+    fprintf(mt->f, "{\"kind\":\"val\",\"epoch\":%lld,\"step\":%lld", (long long)epoch,
+            (long long)step);
+    struct ddp_tb *tb = mt->tb;
+    mt->tb = NULL; /* TensorBoard tags val/loss, val/acc */
+    field(mt, "val_loss", val_loss, "", step);
+    field(mt, "val_acc", val_acc, "", step);
+    mt->tb = tb;
+    ddp_tb_scalar(tb, "val/loss", step, val_loss);
+    ddp_tb_scalar(tb, "val/acc", step, val_acc);
+    fprintf(mt->f, ",\"best\":%s}\n", best ? "true" : "false");
+    flush_line(mt);
+}
+
 void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *members)
 {
     if (!mt->f)

@@ -4,7 +4,9 @@
  *   {"kind":"start","epoch":E,"step":S,"time":T,"world_size":W,...}   each start of the run
  *   {"kind":"train","epoch":E,"step":S,"loss":L,"acc":A,"lr":R,"samples_per_s":X}
  *     (+ "allreduce_frac":F,"busbw_gbs":B,"step_s_min":a,"step_s_max":b with several ranks)
- *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}
+ *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}     the test split
+ *   {"kind":"val","epoch":E,"step":S,"val_loss":L,"val_acc":A,"best":B} the validation split;
+ *     B: the best so far by the selection metric (best.h5 written when keep_best is on)
  *   {"kind":"stop","epoch":E,"step":S,"time":T,"signal":"USR1"}       preempted (exit 75)
  *   {"kind":"summary",...}
  * Epochs count from 1, steps are global optimiser steps from 1. Only rank 0 opens the file;
@@ -12,7 +14,7 @@
  * fails (a full disk) is fatal, with the path and the system's reason.
  *
  * With [job] tensorboard, the same train and eval series also go to TensorBoard event files
- * (report/tbevents.h) under tags train/<field> and test/<loss|acc>.
+ * (report/tbevents.h) under tags train/<field>, test/<loss|acc> and val/<loss|acc>.
  */
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
@@ -44,6 +46,8 @@ void ddp_metrics_close(struct ddp_metrics *mt);
 void ddp_metrics_train(struct ddp_metrics *mt, const struct ddp_train_record *r);
 void ddp_metrics_eval(struct ddp_metrics *mt, int64_t epoch, int64_t step, double test_loss,
                       double test_acc);
+void ddp_metrics_val(struct ddp_metrics *mt, int64_t epoch, int64_t step, double val_loss,
+                     double val_acc, int best);
 /* A line {"kind":"<kind>",<members>}: fields already formatted as JSON members
  * ("\"a\":1,\"b\":2"); kind is "summary", "start" or "stop". */
 void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *members);

@@ -32,9 +32,15 @@ void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const str
     o->step_epochs = job->step_epochs;
     o->warmup_epochs = job->warmup_epochs;
     o->epochs = job->epochs;
+    o->nmilestones = job->nmilestones;
+    memcpy(o->milestones, job->milestones, sizeof o->milestones);
+    o->pct_start = job->pct_start;
+    o->div_factor = job->div_factor;
+    o->final_div_factor = job->final_div_factor;
+    o->steps_per_epoch = 1;
     size_t bytes = sizeof(float) * (nparams ? nparams : 1);
     if (o->kind == DDP_OPTIM_SGD) {
-        if (o->momentum != 0)
+        if (o->momentum != 0 || o->schedule == DDP_SCHEDULE_ONECYCLE)
             o->state1 = be->alloc(bytes);
     } else {
         o->state1 = be->alloc(bytes);
@@ -51,8 +57,35 @@ void ddp_optim_free(struct ddp_optim *o)
     memset(o, 0, sizeof *o);
 }
 
+/* OneCycleLR's cosine annealing from start to end at pct in [0, 1]. */
+static double anneal_cos(double start, double end, double pct)
+{
+    return end + (start - end) / 2.0 * (cos(M_PI * pct) + 1);
+}
+
+/* OneCycleLR (two phases) at step: phase 1 ends at pct_start * total - 1, phase 2 at total - 1;
+ * f(start, end, pct) of the phase the step is in, as torch's get_lr. */
+static double onecycle_at(const struct ddp_optim *o, int64_t step, int64_t steps_per_epoch,
+                          double v1_start, double v1_end, double v2_end)
+{
+    double total = (double)(o->epochs * steps_per_epoch);
+    double end1 = o->pct_start * total - 1, end2 = total - 1, s = (double)step;
+    if (s <= end1)
+        return anneal_cos(v1_start, v1_end, s / end1);
+    return anneal_cos(v1_end, v2_end, (s - end1) / (end2 - end1));
+}
+
+double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step)
+{
+    return onecycle_at(o, step, o->steps_per_epoch, 0.95, 0.85, 0.95);
+}
+
 double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int64_t steps_per_epoch)
 {
+    if (o->schedule == DDP_SCHEDULE_ONECYCLE) {
+        double first = o->lr_eff / o->div_factor;
+        return onecycle_at(o, step, steps_per_epoch, first, o->lr_eff, first / o->final_div_factor);
+    }
     double warm = o->warmup_epochs * (double)steps_per_epoch;
     double g = (double)step;
     if (warm > 0 && g < warm)
@@ -63,6 +96,12 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int6
     switch (o->schedule) {
     case DDP_SCHEDULE_STEP:
         return o->lr_eff * pow(o->gamma, floor(e / (double)o->step_epochs));
+    case DDP_SCHEDULE_MULTISTEP: {
+        int passed = 0;
+        while (passed < o->nmilestones && (double)o->milestones[passed] <= e)
+            passed++;
+        return o->lr_eff * pow(o->gamma, passed);
+    }
     case DDP_SCHEDULE_COSINE: {
         double total = (double)o->epochs - o->warmup_epochs;
         if (total <= 0)
@@ -74,14 +113,24 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int6
     }
 }
 
+void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
+                           float clip)
+{
+    double momentum = o->momentum, beta1 = o->beta1;
+    if (o->schedule == DDP_SCHEDULE_ONECYCLE) /* cycle_momentum, at this step (t from 0) */
+        momentum = beta1 = ddp_optim_onecycle_momentum(o, o->t);
+    o->t++;
+    float gscale = clip == 1.0f ? o->grad_scale : o->grad_scale * clip;
+    if (o->kind == DDP_OPTIM_SGD)
+        o->be->sgd_step(params, grads, gscale, o->state1, o->n, (float)lr, (float)momentum,
+                        (float)o->weight_decay, o->nesterov, o->t == 1);
+    else
+        o->be->adam_step(params, grads, gscale, o->state1, o->state2, o->n, (float)lr, (float)beta1,
+                         (float)o->beta2, (float)o->eps, (float)o->weight_decay,
+                         o->kind == DDP_OPTIM_ADAMW, o->t);
+}
+
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr)
 {
-    o->t++;
-    if (o->kind == DDP_OPTIM_SGD)
-        o->be->sgd_step(params, grads, o->grad_scale, o->state1, o->n, (float)lr,
-                        (float)o->momentum, (float)o->weight_decay, o->nesterov, o->t == 1);
-    else
-        o->be->adam_step(params, grads, o->grad_scale, o->state1, o->state2, o->n, (float)lr,
-                         (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay,
-                         o->kind == DDP_OPTIM_ADAMW, o->t);
+    ddp_optim_step_scaled(o, params, grads, lr, 1.0f);
 }

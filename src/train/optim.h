@@ -12,7 +12,16 @@
  * first warmup_epochs * steps_per_epoch steps, lr rises linearly: lr_eff * (g + 1) / warmup
  * (g = global step from 0). After warmup the per-epoch schedule applies to e = epoch -
  * warmup_epochs (whole epochs): constant; step: lr_eff * gamma^floor(e / step_epochs);
- * cosine: lr_eff * (1 + cos(pi * e / E)) / 2 with E = epochs - warmup_epochs.
+ * cosine: lr_eff * (1 + cos(pi * e / E)) / 2 with E = epochs - warmup_epochs; multistep:
+ * lr_eff * gamma^(milestones <= e) (MultiStepLR stepped per epoch).
+ *
+ * onecycle is per step, torch's OneCycleLR(max_lr = lr_eff, total_steps = epochs x
+ * steps_per_epoch, pct_start, div_factor, final_div_factor, anneal_strategy = 'cos',
+ * three_phase = False, cycle_momentum = True, base_momentum 0.85, max_momentum 0.95): lr
+ * rises from lr_eff / div_factor to lr_eff over pct_start x total - 1 steps, then falls to
+ * lr_eff / div_factor / final_div_factor at the last step, both by cosine annealing; the
+ * momentum (sgd) or beta1 (adam, adamw) goes the opposite way between 0.95 and 0.85, so the
+ * job's momentum/beta1 is not used, as in torch.
  */
 #ifndef DDP_OPTIM_H
 #define DDP_OPTIM_H
@@ -34,6 +43,10 @@ struct ddp_optim {
     double momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
     int nesterov, schedule;
     int64_t step_epochs, epochs;
+    int64_t milestones[DDP_MILESTONES_MAX]; /* multistep */
+    int nmilestones;
+    double pct_start, div_factor, final_div_factor; /* onecycle */
+    int64_t steps_per_epoch; /* onecycle's total steps = epochs x this; set by the trainer */
 };
 
 void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const struct ddp_job *job,
@@ -48,5 +61,11 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
  * gradients (ddp_sync_finish); the update uses grads / world_size, scaled inside the same
  * pass (bitwise what a separate scaling pass gives). */
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr);
+/* The same with the gradient also multiplied by clip (clip_grad_norm's factor; 1: none). */
+void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
+                           float clip);
+
+/* onecycle: the momentum (sgd) or beta1 (adam) at global step `step` (0-based). */
+double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step);
 
 #endif

@@ -8,24 +8,50 @@
 #include <math.h>
 #include <string.h>
 
-double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, int n,
-                    uint64_t noise, double lr)
+/* Backward hook of a micro-batch that is not the last: no all-reduce (DDP's no_sync). */
+static void no_sync(void *ctx, int layer)
+{
+    (void)ctx, (void)layer;
+}
+
+/* The extra gradient factor of [optim] clip_grad_norm: min(1, max / (norm + 1e-6)) of the
+ * averaged gradient (grads hold the sum over ranks; the optimiser's grad_scale averages). */
+static float clip_factor(const struct ddp_step *s)
+{
+    const struct ddp_model *m = s->model;
+    double norm = sqrt(m->be->sumsq(m->grads, m->nparams)) * (double)s->optim->grad_scale;
+    if (s->grad_norm)
+        *s->grad_norm = norm;
+    double coef = s->clip_grad_norm / (norm + 1e-6);
+    return coef < 1 ? (float)coef : 1.0f;
+}
+
+double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y, int n,
+                      uint64_t noise, double lr, int first, int last)
 {
     struct ddp_model *m = s->model;
     const struct ddp_backend *be = m->be;
-    be->zero(m->grads, m->nparams);
+    const int K = s->accumulate > 1 ? s->accumulate : 1;
+    if (first)
+        be->zero(m->grads, m->nparams);
     const float *logits = ddp_model_forward(m, x, n, 1, noise); /* (B, K) */
+    const float gscale = K > 1 ? 1.0f / ((float)n * (float)K) : 1.0f / (float)n;
     double loss = 0;
     if (s->acc) {
-        be->xent_acc(ddp_model_dlogits(m), s->acc, logits, y, n, m->classes, 1.0f / (float)n);
+        be->xent_acc(ddp_model_dlogits(m), s->acc, logits, y, n, m->classes, gscale,
+                     s->label_smoothing);
     } else {
         int64_t correct = 0;
         loss = be->xent(ddp_model_dlogits(m), s->correct ? &correct : NULL, logits, y, n,
-                        m->classes, 1.0f / (float)n);
+                        m->classes, gscale, s->label_smoothing);
         if (s->correct)
             *s->correct += correct;
         if (!isfinite(loss) && s->nonfinite)
             s->nonfinite(s->nonfinite_ctx, x, n, noise, loss);
+    }
+    if (!last) {
+        ddp_model_backward(m, x, n, no_sync, NULL);
+        return loss;
     }
     ddp_sync_begin(s->sync);
     if (s->layer_done)
@@ -33,8 +59,15 @@ double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, 
     else
         ddp_model_backward(m, x, n, ddp_sync_layer_done, s->sync);
     ddp_sync_finish(s->sync);
-    ddp_optim_step(s->optim, m->params, m->grads, lr);
+    float clip = s->clip_grad_norm > 0 ? clip_factor(s) : 1.0f;
+    ddp_optim_step_scaled(s->optim, m->params, m->grads, lr, clip);
     return loss;
+}
+
+double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, int n,
+                    uint64_t noise, double lr)
+{
+    return ddp_step_micro(s, x, y, n, noise, lr, 1, 1);
 }
 
 void ddp_step_flip_bit(const struct ddp_backend *be, float *params)

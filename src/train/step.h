@@ -7,6 +7,13 @@
  * Dimension letters: B batch (n here), K classes.
  * What it leaves to others: the data (the caller passes x and y in backend memory), the
  * learning rate schedule (optim.h), logging and checkpoints (the trainer).
+ *
+ * Recipes ([train] accumulate, label_smoothing, [optim] clip_grad_norm; docs/training.md):
+ * with accumulate = K an optimiser step is K micro-batches (ddp_step_micro): the first zeroes
+ * the gradients, each adds its loss / K's gradient (backward adds into the weight gradients),
+ * and only the last reports layers to the buckets (all-reduce, as DDP's no_sync on the
+ * others), clips and steps. Clipping scales the averaged gradient by
+ * min(1, max_norm / (norm + 1e-6)), norm its global L2 norm, as clip_grad_norm_ does.
  */
 #ifndef DDP_STEP_H
 #define DDP_STEP_H
@@ -37,6 +44,10 @@ struct ddp_step {
      * loss, ddp_step_run returns 0, `correct` and `nonfinite` are not used, and the caller
      * reads acc when it logs (a non-finite loss shows there). */
     double *acc;
+    int accumulate;        /* K micro-batches per optimiser step; 0 or 1: none */
+    float label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
+    double clip_grad_norm; /* max global L2 norm of the averaged gradient; 0: no clipping */
+    double *grad_norm;     /* NULL, or where a clipping step writes the norm before clipping */
 };
 
 /* One step on the batch x (B, in_elems), labels y (B), both in backend memory; noise seeds
@@ -44,6 +55,12 @@ struct ddp_step {
  * (not averaged) loss of the batch on this rank. */
 double ddp_step_run(const struct ddp_step *s, const float *x, const int32_t *y, int n,
                     uint64_t noise, double lr);
+
+/* One micro-batch of an accumulating step: first zeroes the gradients, last all-reduces,
+ * clips and applies the update (first = last = 1 is ddp_step_run). The gradient is that of
+ * the batch's mean loss divided by s->accumulate. Returns the summed loss, as above. */
+double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y, int n,
+                      uint64_t noise, double lr, int first, int last);
 
 /* Fault injection for tests: flip bit 3 of the first parameter (params in backend memory). */
 void ddp_step_flip_bit(const struct ddp_backend *be, float *params);

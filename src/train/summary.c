@@ -73,6 +73,28 @@ static void print_output(const struct ddp_check_facts *f)
     printf("  output        %s (%s; free to lock)\n", job->output, what);
 }
 
+/* The recipe keys (docs/training.md, Recipes) and the validation split. */
+static void print_recipe(const struct ddp_check_facts *f)
+{
+    const struct ddp_job *job = f->job;
+    printf("  recipe        augment %s, normalize %s, accumulate %lld (optimiser steps of %lld "
+           "samples), label_smoothing %g, clip_grad_norm %g\n",
+           job->augment[0] ? job->augment : "none", job->normalize[0] ? job->normalize : "none",
+           (long long)job->accumulate,
+           (long long)(job->accumulate * job->batch_size * f->world->world_size),
+           job->label_smoothing, job->clip_grad_norm);
+    if (f->val_n > 0)
+        printf("  validation    %lld samples (%s), keep_best %s, early_stop %lld\n",
+               (long long)f->val_n,
+               job->data_val[0] ? job->data_val : "held out of the training split by the seed",
+               job->keep_best == DDP_KEEP_BEST_LOSS  ? "val_loss"
+               : job->keep_best == DDP_KEEP_BEST_ACC ? "val_acc"
+                                                     : "none",
+               (long long)job->early_stop);
+    else
+        printf("  validation    none ([data] val, val_fraction)\n");
+}
+
 int ddp_check_print(const struct ddp_check_facts *f)
 {
     if (f->world->rank != 0)
@@ -114,6 +136,7 @@ int ddp_check_print(const struct ddp_check_facts *f)
            "all\n",
            (long long)f->steps_per_epoch, (long long)G, (long long)job->epochs,
            job->epochs > 1 ? "s" : "", (long long)total);
+    print_recipe(f);
     if (f->resumed)
         printf("  resume        from step %lld (epoch %lld, %lld samples into it)\n",
                (long long)f->start->step, (long long)f->start->epoch + 1,

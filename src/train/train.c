@@ -41,6 +41,9 @@
 #include "train/signals.h"
 #include "train/step.h"
 #include "train/summary.h"
+#include "train/valsel.h"
+#include "core/recipe.h"
+#include "data/augment.h"
 #include "report/report.h"
 #include "core/testhooks.h"
 #include "core/util.h"
@@ -57,6 +60,13 @@ struct trainer {
     ddp_h5split *train, *test;
     struct ddp_sampler train_sampler, test_sampler;
     ddp_loader *train_loader, *test_loader;
+    ddp_h5split *val;                       /* [data] val's split; NULL: none or val_fraction */
+    struct ddp_sampler val_sampler;         /* over val, or over the held-out part of train */
+    ddp_loader *val_loader;                 /* NULL: no validation split */
+    int64_t *train_part, *val_part;         /* val_fraction: the train split's two parts */
+    int64_t ntrain, nval;                   /* samples trained on, validated on */
+    struct ddp_augment aug_train, aug_eval; /* [data] augment and normalize */
+    struct ddp_valsel valsel;               /* best validation value so far */
     struct ddp_model model;
     struct ddp_sync sync;
     struct ddp_optim optim;
@@ -124,6 +134,33 @@ static int agree(struct trainer *t, int code, const char *msg)
     return rc;
 }
 
+/* [data] val, [data] normalize and augment against the samples' shape. */
+static int open_val(struct trainer *t, size_t cache, char *err, size_t errlen)
+{
+    const struct ddp_job *job = &t->job;
+    int64_t a[3], b[3];
+    int na = ddp_h5split_shape(t->train, a);
+    if (ddp_recipe_check_data(job, na, na == 3 ? (int)a[0] : 1, err, errlen) != 0)
+        return DDP_EXIT_USAGE;
+    if (!job->data_val[0])
+        return 0;
+    t->val = ddp_h5split_open(job->data_file, job->data_val, err, errlen);
+    if (!t->val || ddp_h5split_cache(t->val, cache, err, errlen) < 0) {
+        char where[DDP_PATH_MAX + 64];
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (from %s)",
+                 ddp_job_where(job, "data", "val", where, sizeof where));
+        return DDP_EXIT_DATA;
+    }
+    int nb = ddp_h5split_shape(t->val, b);
+    if (na != nb || memcmp(a, b, sizeof(int64_t) * (size_t)na) != 0) {
+        ddp_err(err, errlen, "%s: %s and %s hold samples of different shapes", job->data_file,
+                job->data_train, job->data_val);
+        return DDP_EXIT_DATA;
+    }
+    return 0;
+}
+
 static int open_data(struct trainer *t, char *err, size_t errlen)
 {
     const struct ddp_job *job = &t->job;
@@ -147,7 +184,7 @@ static int open_data(struct trainer *t, char *err, size_t errlen)
             return DDP_EXIT_DATA;
         }
     }
-    return 0;
+    return open_val(t, cache, err, errlen);
 }
 
 static int build_model(struct trainer *t, char *err, size_t errlen)
@@ -166,7 +203,8 @@ static int build_model(struct trainer *t, char *err, size_t errlen)
     }
     int K = t->model.classes;
     if (ddp_h5split_check_labels(t->train, K, err, errlen) != 0 ||
-        (t->test && ddp_h5split_check_labels(t->test, K, err, errlen) != 0)) {
+        (t->test && ddp_h5split_check_labels(t->test, K, err, errlen) != 0) ||
+        (t->val && ddp_h5split_check_labels(t->val, K, err, errlen) != 0)) {
         size_t n = strlen(err);
         snprintf(err + n, errlen - n, " (the model's last layer has %d outputs)", K);
         return DDP_EXIT_DATA;
@@ -325,22 +363,23 @@ static void take_device_loss(struct trainer *t, double *loss_acc)
     loss_acc[2] += acc[1];
 }
 
-/* Distributed evaluation: each rank takes its share of the test split; sums are reduced. */
-static void evaluate(struct trainer *t, double *loss, double *acc)
+/* Distributed evaluation: each rank takes its share of the loader's split (test or val);
+ * sums are reduced. */
+static void evaluate(struct trainer *t, ddp_loader *loader, double *loss, double *acc)
 {
     char err[DDP_ERR_LEN];
     double sums[3] = {0, 0, 0}; /* loss sum, correct, count */
     if (t->world.world_size > 1 && !t->job.sync_bn && t->model.nbuffers)
         ddp_comm_broadcast(t->comm, t->model.buffers, sizeof(float) * t->model.nbuffers, 0);
-    ddp_loader_start(t->test_loader, 0, 0);
+    ddp_loader_start(loader, 0, 0);
     const float *x;
     const int32_t *y;
     int n;
-    while ((n = ddp_loader_next(t->test_loader, &x, &y, err, sizeof err)) > 0) {
+    while ((n = ddp_loader_next(loader, &x, &y, err, sizeof err)) > 0) {
         to_device(t, &x, &y, n);
         const float *logits = ddp_model_forward(&t->model, x, n, 0, 0);
         int64_t correct = 0;
-        sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0);
+        sums[0] += t->be->xent(NULL, &correct, logits, y, n, t->model.classes, 0, 0);
         sums[1] += (double)correct;
         sums[2] += n;
     }
@@ -484,11 +523,17 @@ static int resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_t
     int rc = agree(t, code, err);
     if (rc)
         return rc;
-    int64_t head[6] = {found, pos->epoch, pos->step, pos->cursor, t->optim.t, pos->train_ms};
+    int64_t head[8] = {found,      pos->epoch,    pos->step,       pos->cursor,
+                       t->optim.t, pos->train_ms, pos->best_epoch, pos->since_best};
     ddp_comm_broadcast(t->comm, head, sizeof head, 0);
     t->resumed = head[0] != 0;
+    ddp_valsel_init(&t->valsel, job->keep_best);
     if (!head[0])
         return 0;
+    ddp_comm_broadcast(t->comm, &pos->best, sizeof pos->best, 0);
+    t->valsel.best = pos->best;
+    t->valsel.best_epoch = pos->best_epoch = head[6];
+    t->valsel.since = pos->since_best = head[7];
     pos->epoch = head[1];
     pos->step = head[2];
     pos->cursor = head[3];
@@ -573,7 +618,8 @@ struct loop {
     int64_t log_first;  /* the step of the last log line */
     int64_t step, first_step, samples_since_log, epoch, cursor, epoch_end, last_saved;
     int stopped;
-    FILE *sample_log; /* test hook DDP_TEST_SAMPLE_LOG: every sample index this rank trained on */
+    int early_stopped; /* [train] early_stop ended the run */
+    FILE *sample_log;  /* test hook DDP_TEST_SAMPLE_LOG: every sample index this rank trained on */
 };
 
 /* The step function's non-finite hook: ctx is the trainer; the step is the one running. */
@@ -655,7 +701,10 @@ static int after_step(struct trainer *t, struct loop *lp)
                                    W,
                                    job->batch_size * W,
                                    job->seed,
-                                   total_ms(lp->start, lp->t0)};
+                                   total_ms(lp->start, lp->t0),
+                                   t->valsel.best,
+                                   t->valsel.best_epoch,
+                                   t->valsel.since};
         save_checkpoint(t, &pos);
         lp->last_saved = lp->step;
     }
@@ -672,18 +721,37 @@ static int after_step(struct trainer *t, struct loop *lp)
     return 0;
 }
 
-/* The steps of one epoch, from lp->cursor. Returns 0 (lp->stopped may be set) or an exit code. */
+/* The dropout seed of micro-batch j of the coming step (j = 0 without accumulation). */
+static uint64_t step_noise(const struct trainer *t, const struct loop *lp, int64_t j)
+{
+    return (uint64_t)t->job.seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
+           (uint64_t)t->world.rank ^ ((uint64_t)j << 48);
+}
+
+/* The steps of one epoch, from lp->cursor. With [train] accumulate = K each optimiser step
+ * takes K loader batches (the epoch's last step the rest). Returns 0 (lp->stopped may be set)
+ * or an exit code. */
 static int run_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size, rank = t->world.rank;
-    const struct ddp_step step = {&t->model,      &t->sync, &t->optim,    NULL,  NULL,
-                                  nonfinite_hook, t,        &lp->correct, t->acc};
+    const struct ddp_step step = {.model = &t->model,
+                                  .sync = &t->sync,
+                                  .optim = &t->optim,
+                                  .nonfinite = nonfinite_hook,
+                                  .nonfinite_ctx = t,
+                                  .correct = &lp->correct,
+                                  .acc = t->acc,
+                                  .accumulate = (int)job->accumulate,
+                                  .label_smoothing = (float)job->label_smoothing,
+                                  .clip_grad_norm = job->clip_grad_norm};
+    const int64_t K = job->accumulate;
+    const int64_t micros = ddp_sampler_steps(&t->train_sampler, job->batch_size);
     char err[DDP_ERR_LEN];
     const float *x;
     const int32_t *y;
     int n, rc = 0;
-    while (lp->step < lp->total_steps && rc == 0 && !lp->stopped) {
+    for (int64_t j = 0; lp->step < lp->total_steps && rc == 0 && !lp->stopped; j++) {
         n = ddp_loader_next(t->train_loader, &x, &y, err, sizeof err);
         if (n < 0)
             ddp_die_at(__FILE__, __LINE__, DDP_EXIT_DATA, "%s", err);
@@ -696,15 +764,17 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         }
         to_device_async(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
-        uint64_t noise = (uint64_t)job->seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
-                         (uint64_t)rank;
-        lp->loss_acc[0] += ddp_step_run(&step, x, y, n, noise, lr);
+        int first = j % K == 0, last = (j + 1) % K == 0 || j + 1 == micros;
+        lp->loss_acc[0] +=
+            ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
         lp->correct = 0;
-        lp->step++;
         lp->cursor += job->batch_size * W;
         lp->samples_since_log += (int64_t)n * W;
+        if (!last)
+            continue;
+        lp->step++;
         if (lp->step == lp->first_step + 1 && t->hooks->trace && rank == 0) {
             FILE *f = fopen(t->hooks->trace, "w");
             if (f) {
@@ -719,14 +789,53 @@ static int run_epoch(struct trainer *t, struct loop *lp)
     return rc;
 }
 
-/* At the end of an epoch: evaluate and checkpoint when due. */
+/* Rank 0: best.h5, the model at its best validation value so far, written atomically. */
+static void save_best(struct trainer *t, const struct loop *lp)
+{
+    char err[DDP_ERR_LEN], path[DDP_PATH_MAX + 64];
+    if (t->world.rank != 0)
+        return;
+    snprintf(path, sizeof path, "%s/best.h5", t->job.output);
+    if (ddp_weights_save(path, &t->model, err, sizeof err) != 0)
+        ddp_die("%s", err);
+    ddp_log("best %s %.4f at epoch %lld: %s", ddp_valsel_metric(&t->valsel), t->valsel.best,
+            (long long)lp->epoch + 1, path);
+}
+
+/* The validation split after an epoch: log, metrics, model selection, best.h5, early stop. */
+static void validate_epoch(struct trainer *t, struct loop *lp)
+{
+    const struct ddp_job *job = &t->job;
+    double loss, acc;
+    evaluate(t, t->val_loader, &loss, &acc);
+    int better = ddp_valsel_update(&t->valsel, lp->epoch + 1, loss, acc);
+    ddp_log("val epoch %lld step %lld: val loss %.4f accuracy %.4f%s", (long long)lp->epoch + 1,
+            (long long)lp->step, loss, acc, better ? " (best so far)" : "");
+    ddp_metrics_val(&t->metrics, lp->epoch + 1, lp->step, loss, acc, better);
+    if (better && job->keep_best != DDP_KEEP_BEST_NONE)
+        save_best(t, lp);
+    if (ddp_valsel_stop(&t->valsel, job->early_stop)) {
+        ddp_log("early stop: %s has not improved for %lld evaluation%s (best %.4f at epoch "
+                "%lld); the run ends here ([train] early_stop = %lld)",
+                ddp_valsel_metric(&t->valsel), (long long)t->valsel.since,
+                t->valsel.since == 1 ? "" : "s", t->valsel.best, (long long)t->valsel.best_epoch,
+                (long long)job->early_stop);
+        lp->early_stopped = 1;
+    }
+}
+
+/* At the end of an epoch: evaluate (val when there is one, else test) and checkpoint when
+ * due. */
 static void end_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
     int W = t->world.world_size;
     int last = lp->epoch + 1 == job->epochs || lp->step >= lp->total_steps;
-    if (t->test && (last || (job->eval_every > 0 && (lp->epoch + 1) % job->eval_every == 0))) {
-        evaluate(t, &lp->last_loss, &lp->last_acc);
+    int due = last || (job->eval_every > 0 && (lp->epoch + 1) % job->eval_every == 0);
+    if (t->val_loader && due && lp->cursor >= lp->epoch_end) {
+        validate_epoch(t, lp);
+    } else if (t->test && !t->val_loader && due) {
+        evaluate(t, t->test_loader, &lp->last_loss, &lp->last_acc);
         ddp_log("eval epoch %lld step %lld: test loss %.4f accuracy %.4f", (long long)lp->epoch + 1,
                 (long long)lp->step, lp->last_loss, lp->last_acc);
         ddp_metrics_eval(&t->metrics, lp->epoch + 1, lp->step, lp->last_loss, lp->last_acc);
@@ -739,7 +848,10 @@ static void end_epoch(struct trainer *t, struct loop *lp)
                                    W,
                                    job->batch_size * W,
                                    job->seed,
-                                   total_ms(lp->start, lp->t0)};
+                                   total_ms(lp->start, lp->t0),
+                                   t->valsel.best,
+                                   t->valsel.best_epoch,
+                                   t->valsel.since};
         save_checkpoint(t, &pos);
         lp->last_saved = lp->step;
     }
@@ -753,8 +865,10 @@ static void finish_training(struct trainer *t, struct loop *lp)
     int W = t->world.world_size;
     int64_t G = job->batch_size * W;
     char err[DDP_ERR_LEN];
-    if (t->test && !isfinite(lp->last_acc)) { /* e.g. resumed a finished run: still report */
-        evaluate(t, &lp->last_loss, &lp->last_acc);
+    if (t->test && !isfinite(lp->last_acc)) { /* with val, or a resumed finished run */
+        evaluate(t, t->test_loader, &lp->last_loss, &lp->last_acc);
+        ddp_log("test split after epoch %lld step %lld: test loss %.4f accuracy %.4f",
+                (long long)lp->epoch, (long long)lp->step, lp->last_loss, lp->last_acc);
         ddp_metrics_eval(&t->metrics, lp->epoch, lp->step, lp->last_loss, lp->last_acc);
     }
     double start_s = ddp_now() - lp->t0, train_s = (double)total_ms(lp->start, lp->t0) / 1000.0;
@@ -770,7 +884,7 @@ static void finish_training(struct trainer *t, struct loop *lp)
             ddp_die("%s", err);
         ddp_log("final weights: %s", path);
     }
-    char members[512], l[32] = "null", a[32] = "null";
+    char members[1024], l[32] = "null", a[32] = "null";
     if (isfinite(lp->last_loss))
         snprintf(l, sizeof l, "%.6g", lp->last_loss);
     if (isfinite(lp->last_acc))
@@ -781,6 +895,17 @@ static void finish_training(struct trainer *t, struct loop *lp)
              "\"test_acc\":%s",
              (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s,
              (double)(lp->step - lp->first_step) * (double)G / start_s, l, a);
+    if (t->val_loader) {
+        size_t used = strlen(members);
+        char b[32] = "null";
+        if (isfinite(t->valsel.best))
+            snprintf(b, sizeof b, "%.6g", t->valsel.best);
+        snprintf(members + used, sizeof members - used,
+                 ",\"val_metric\":\"%s\",\"best_val\":%s,\"best_epoch\":%lld,"
+                 "\"early_stopped\":%s",
+                 ddp_valsel_metric(&t->valsel), b, (long long)t->valsel.best_epoch,
+                 lp->early_stopped ? "true" : "false");
+    }
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(lp->last_acc))
         ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", lp->last_acc,
@@ -814,7 +939,13 @@ static int train_loop(struct trainer *t, const struct ddp_ckpt_pos *start)
                 "or max_steps to continue)",
                 (long long)lp.step, (long long)lp.total_steps);
     int rc = 0;
-    for (; lp.epoch < job->epochs && lp.step < lp.total_steps; lp.epoch++, lp.cursor = 0) {
+    lp.early_stopped = t->val_loader && ddp_valsel_stop(&t->valsel, job->early_stop);
+    if (lp.early_stopped)
+        ddp_log("nothing to train: the checkpoint's run stopped early (%s did not improve for "
+                "%lld evaluations)",
+                ddp_valsel_metric(&t->valsel), (long long)t->valsel.since);
+    for (; lp.epoch < job->epochs && lp.step < lp.total_steps && !lp.early_stopped;
+         lp.epoch++, lp.cursor = 0) {
         ddp_sampler_set_epoch(&t->train_sampler, lp.epoch);
         ddp_sampler_set_cursor(&t->train_sampler, lp.cursor);
         ddp_loader_start(t->train_loader, lp.epoch, 0);
@@ -848,12 +979,13 @@ static int check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, do
                                  t->threads,
                                  t->sync.nbuckets,
                                  &t->model,
-                                 ddp_h5split_count(t->train),
+                                 t->ntrain,
                                  t->test ? ddp_h5split_count(t->test) : 0,
                                  t->steps_per_epoch,
                                  start,
                                  t->resumed,
-                                 ddp_now() - t_setup};
+                                 ddp_now() - t_setup,
+                                 t->nval};
     return ddp_check_print(&cf);
 }
 
@@ -1032,10 +1164,14 @@ static int run_eval(struct trainer *t)
 {
     const struct ddp_job *job = &t->job;
     const struct ddp_world *w = &t->world;
+    int64_t dims[3];
+    int nd = ddp_h5split_shape(t->test, dims);
+    ddp_augment_init(&t->aug_eval, job, nd, dims, 0);
     ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
     t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+    ddp_loader_set_augment(t->test_loader, &t->aug_eval);
     double loss, acc;
-    evaluate(t, &loss, &acc);
+    evaluate(t, t->test_loader, &loss, &acc);
     ddp_log("%s on %s %s: test loss %.4f accuracy %.4f (%lld samples, %d rank%s)", t->eval_only,
             job->data_file, job->data_test, loss, acc, (long long)ddp_h5split_count(t->test),
             w->world_size, w->world_size > 1 ? "s" : "");
@@ -1060,15 +1196,68 @@ static void log_banner(struct trainer *t)
     char shape[96];
     ddp_h5split_shape_text(t->train, shape, sizeof shape);
     ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",
-            job->data_file, job->data_train, (long long)ddp_h5split_count(t->train), shape,
+            job->data_file, job->data_train, (long long)t->ntrain, shape,
             job->data_test[0] ? job->data_test : "-",
             t->test ? (long long)ddp_h5split_count(t->test) : 0LL, (long long)t->steps_per_epoch,
             (long long)(job->batch_size * w->world_size));
+    if (t->nval)
+        ddp_log("validation: %lld samples of %s%s, every %lld epoch%s; selection by %s",
+                (long long)t->nval, t->val ? job->data_val : job->data_train,
+                t->val ? "" : " held out by the seed ([data] val_fraction)",
+                (long long)(job->eval_every ? job->eval_every : job->epochs),
+                job->eval_every == 1 ? "" : "s", ddp_valsel_metric(&t->valsel));
     ddp_log("model: %zu parameters in %d bucket%s: %s", m->nparams, t->sync.nbuckets,
             t->sync.nbuckets > 1 ? "s" : "", desc);
     ddp_log("effective job (also in %s/job.ini):", job->output);
     if (w->rank == 0)
         ddp_job_log_lines(job, log_line);
+}
+
+/* The training sampler over the train split, or its part that [data] val_fraction leaves;
+ * the validation sampler over [data] val or the held-out part. */
+static void setup_samplers(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    const struct ddp_world *w = &t->world;
+    int64_t n = ddp_h5split_count(t->train);
+    t->ntrain = n;
+    if (job->val_fraction > 0) {
+        ddp_sampler_holdout(n, job->val_fraction, (uint64_t)job->seed, &t->train_part, &t->val_part,
+                            &t->nval);
+        t->ntrain = n - t->nval;
+    } else if (t->val) {
+        t->nval = ddp_h5split_count(t->val);
+    }
+    ddp_sampler_init(&t->train_sampler, t->ntrain, w->world_size, w->rank, (uint64_t)job->seed,
+                     job->shuffle, job->drop_last);
+    t->train_sampler.subset = t->train_part;
+    if (t->nval) {
+        ddp_sampler_init_eval(&t->val_sampler, t->nval, w->world_size, w->rank);
+        t->val_sampler.subset = t->val_part;
+    }
+}
+
+/* Loaders of every split, with [data] augment (training) and normalize (all). */
+static void setup_loaders(struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    const struct ddp_world *w = &t->world;
+    int64_t dims[3];
+    int nd = ddp_h5split_shape(t->train, dims);
+    ddp_augment_init(&t->aug_train, job, nd, dims, 1);
+    ddp_augment_init(&t->aug_eval, job, nd, dims, 0);
+    t->train_loader = train_loader_create(t);
+    ddp_loader_set_augment(t->train_loader, &t->aug_train);
+    if (t->test) {
+        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
+        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
+        ddp_loader_set_augment(t->test_loader, &t->aug_eval);
+    }
+    if (t->nval) {
+        t->val_loader =
+            ddp_loader_create(t->val ? t->val : t->train, &t->val_sampler, job->batch_size);
+        ddp_loader_set_augment(t->val_loader, &t->aug_eval);
+    }
 }
 
 /* Optimiser, resume, sampler and loaders, the output directory committed; then the loop. */
@@ -1082,9 +1271,11 @@ static int run_training(struct trainer *t, double t_setup)
     int rc = resume(t, &start, err, sizeof err);
     if (rc)
         return rc;
-    ddp_sampler_init(&t->train_sampler, ddp_h5split_count(t->train), w->world_size, w->rank,
-                     (uint64_t)job->seed, job->shuffle, job->drop_last);
-    t->steps_per_epoch = ddp_sampler_steps(&t->train_sampler, job->batch_size);
+    setup_samplers(t);
+    t->steps_per_epoch =
+        (ddp_sampler_steps(&t->train_sampler, job->batch_size) + job->accumulate - 1) /
+        job->accumulate;
+    t->optim.steps_per_epoch = t->steps_per_epoch;
     if (t->steps_per_epoch < 1) {
         if (w->rank == 0)
             ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
@@ -1099,11 +1290,7 @@ static int run_training(struct trainer *t, double t_setup)
     if (rc)
         return rc;
     log_event(t, "start", start.epoch + 1, start.step, NULL);
-    t->train_loader = train_loader_create(t);
-    if (t->test) {
-        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
-        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
-    }
+    setup_loaders(t);
     log_banner(t);
     ddp_log("setup took %.3fs", ddp_now() - t_setup);
     rc = train_loop(t, &start);
@@ -1117,8 +1304,12 @@ static void teardown(struct trainer *t)
 {
     ddp_loader_destroy(t->train_loader);
     ddp_loader_destroy(t->test_loader);
+    ddp_loader_destroy(t->val_loader);
     ddp_sampler_free(&t->train_sampler);
     ddp_sampler_free(&t->test_sampler);
+    ddp_sampler_free(&t->val_sampler);
+    free(t->train_part);
+    free(t->val_part);
     ddp_optim_free(&t->optim);
     ddp_sync_free(&t->sync);
     if (t->dev_x) {
@@ -1133,6 +1324,7 @@ static void teardown(struct trainer *t)
     ddp_model_free(&t->model);
     ddp_h5split_close(t->train);
     ddp_h5split_close(t->test);
+    ddp_h5split_close(t->val);
     ddp_metrics_close(&t->metrics);
     free(t->hosts);
     ddp_comm_destroy(t->comm); /* releases PMI2 if the NCCL id travelled that way */

@@ -215,7 +215,8 @@ int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps
     uint64_t *hmine = ddp_calloc((size_t)steps, sizeof(uint64_t)); /* (S) */
     int64_t at_rest = -1;
     struct hook_ctx hc = {&sync, &m, host, 0, 0};
-    const struct ddp_step step = {&m, &sync, &opt, layer_done, &hc, NULL, NULL, NULL, NULL};
+    const struct ddp_step step = {
+        .model = &m, .sync = &sync, .optim = &opt, .layer_done = layer_done, .layer_ctx = &hc};
 
     for (int s = 0; s < steps; s++) {
         if (s > 0 && at_rest < 0 && hash_params(&m, host) != hmine[s - 1])

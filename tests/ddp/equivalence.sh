@@ -2,8 +2,12 @@
 # equivalence.sh - W ranks with per-rank batch G/W train exactly what 1 rank with batch G
 # trains: same seed and initial weights, a dataset size not divisible by W, 30 steps; final
 # parameters agree within 1e-5 (relative to each tensor's scale). For W = 2, 3, 4, with plain
-# layers, with SyncBatchNorm (running statistics compared too), and with residual blocks
-# that hold SyncBatchNorm (projection and identity shortcuts, a nested block).
+# layers, with SyncBatchNorm (running statistics compared too), with residual blocks that hold
+# SyncBatchNorm (projection and identity shortcuts, a nested block), and with a recipe (issue
+# 17): random_crop + hflip + normalize, 3 micro-batches per step, label smoothing, clipping and
+# a validation share held out by val_fraction, over 2 whole epochs (1800 training samples: a
+# multiple of every W, so the padding agrees; the epochs' last batch is half a batch and their
+# last step 2 micro-batches).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
 command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
@@ -43,8 +47,13 @@ printf '%s\n' '[model]' 'layers = conv2d(4, 3, pad=1, bias=false), batchnorm, re
     '           residual(conv2d(8, 3, pad=1, bias=false), batchnorm, relu)),' \
     '  residual(conv2d(8, 3, pad=1), batchnorm), globalavgpool, flatten, linear(10)' >> resnet.ini
 
+# floor(2003 x 0.1014) = 203 held out: 1800 train
+sed 's/^max_steps = .*/max_steps = 0/; s/^epochs = .*/epochs = 2\naccumulate = 3\nlabel_smoothing = 0.1/;
+     s/^test =/test =\nval_fraction = 0.1014\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/;
+     s/^weight_decay = .*/&\nclip_grad_norm = 0.5/' plain.ini > recipe.ini
+
 fail=0
-for model in plain syncbn resnet; do
+for model in plain syncbn resnet recipe; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-w1 >/dev/null ||
         { echo "FAIL $model: 1-rank run"; fail=1; continue; }
     for W in 2 3 4; do
@@ -64,5 +73,10 @@ done
 "$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
 if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-w1/model.h5 1e-5 >/dev/null; then
     echo "FAIL: runs with different seeds compared equal"; fail=1
+fi
+# the recipe check can fail: the same run without augmentation must not agree
+"$DDPTRAIN" recipe.ini --set data.batch_size=$G --set data.augment= --set job.output=noaug >/dev/null
+if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" noaug/model.h5 recipe-w1/model.h5 1e-5 >/dev/null; then
+    echo "FAIL: the recipe run without augmentation compared equal"; fail=1
 fi
 exit $fail

@@ -607,7 +607,19 @@ static void t_batchnorm(int B, int Cc, int S)
     free(cdb);
 }
 
-static void t_xent(int B, int K)
+/* [optim] clip_grad_norm's sum of squares: the same as the CPU's within 1e-10 relative. */
+static void t_sumsq(size_t n)
+{
+    char name[64];
+    float *x = rnd(n, 9), *gx = dev_f(x, n);
+    double c = C->sumsq(x, n), g = G->sumsq(gx, n);
+    snprintf(name, sizeof name, "sumsq n%zu", n);
+    check_d(name, &g, &c, 1);
+    G->free(gx);
+    free(x);
+}
+
+static void t_xent(int B, int K, float smoothing)
 {
     char name[96];
     const size_t n = (size_t)B * K;
@@ -628,22 +640,22 @@ static void t_xent(int B, int K)
     float *cd = ddp_malloc(sizeof(float) * n), *gd = G->alloc(sizeof(float) * n);
     int64_t cc = -1, gc = -1;
     const float scale = 1.0f / (float)B;
-    double cl = C->xent(cd, &cc, z, y, B, K, scale);
-    double gl = G->xent(gd, &gc, gz, gy, B, K, scale);
-    snprintf(name, sizeof name, "xent loss B%d K%d", B, K);
+    double cl = C->xent(cd, &cc, z, y, B, K, scale, smoothing);
+    double gl = G->xent(gd, &gc, gz, gy, B, K, scale, smoothing);
+    snprintf(name, sizeof name, "xent loss B%d K%d smoothing %g", B, K, smoothing);
     check_d(name, &gl, &cl, 1);
     check_i("xent correct", gc, cc);
     check("xent dlogits", gd, cd, NULL, n, 0);
     gc = -1;
-    gl = G->xent(NULL, &gc, gz, gy, B, K, 0);
+    gl = G->xent(NULL, &gc, gz, gy, B, K, 0, smoothing);
     check_d("xent loss, no dlogits", &gl, &cl, 1);
     check_i("xent correct, no dlogits", gc, cc);
     /* the device accumulator: twice the batch on top of (1, 2) */
     const double acc0[2] = {1, 2};
     double acc[2], *gacc = G->alloc(sizeof acc);
     G->upload(gacc, acc0, sizeof acc);
-    G->xent_acc(gd, gacc, gz, gy, B, K, scale);
-    G->xent_acc(NULL, gacc, gz, gy, B, K, scale);
+    G->xent_acc(gd, gacc, gz, gy, B, K, scale, smoothing);
+    G->xent_acc(NULL, gacc, gz, gy, B, K, scale, smoothing);
     G->download(acc, gacc, sizeof acc);
     const double want = 1 + 2 * cl;
     check_d("xent_acc loss sum (+=)", &acc[0], &want, 1);
@@ -788,9 +800,13 @@ int main(void)
     t_batchnorm(6, 5, 49);
     t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
     t_batchnorm(64, 8, 3136); /* several partial sums per channel */
-    t_xent(67, 10);
-    t_xent(9, 1000); /* K > 32: lanes loop */
-    t_xent(1, 2);
+    t_xent(67, 10, 0);
+    t_xent(9, 1000, 0); /* K > 32: lanes loop */
+    t_xent(1, 2, 0);
+    t_xent(67, 10, 0.1f); /* label smoothing */
+    t_xent(9, 1000, 0.25f);
+    t_sumsq(1);
+    t_sumsq(100003);
     t_optim(10007);
     t_tf32();
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);

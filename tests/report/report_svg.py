@@ -4,7 +4,9 @@ resumed, rank 0 writes report.html at the end; every <polyline> of every chart, 
 through the chart's axes, must equal the records of metrics.jsonl in order (to the SVG's
 0.001 px), the preemption and the resume must be marked at their steps, the page must hold no
 script and fetch nothing, `ddptrain report A B` must overlay a second run (data-run=1), and
-`ddptrain report V.json` must render `validate --json` as a node and rank table."""
+`ddptrain report V.json` must render `validate --json` as a node and rank table. The second
+run holds out a validation share: its val_loss and val_acc are series of the loss and accuracy
+charts too (data-kind="val"), checked like the others."""
 import os
 import re
 import sys
@@ -67,7 +69,7 @@ def main():
         sys.exit("FAIL: no stop record after SIGUSR1")
     more = str(stop[0]["step"] + 600)  # past the first epoch boundary
     seelib.run(["a.ini", "--set", "train.max_steps=" + more, "--set", "train.threads=1"], tmp)
-    seelib.run(["b.ini", "--set", "train.threads=1"], tmp)
+    seelib.run(["b.ini", "--set", "train.threads=1", "--set", "data.val_fraction=0.1"], tmp)
     recs = [seelib.metrics(os.path.join(tmp, d)) for d in ("a", "b")]
     starts = [r for r in recs[0] if r["kind"] == "start"]
     if [s["resumed"] for s in starts] != [False, True]:
@@ -101,6 +103,10 @@ def main():
     runs = {s["data-run"] for c in sweep for s in c["series"]}
     if runs != {"0", "1"}:
         errors.append(f"overlay of two runs has series of runs {sorted(runs)}")
+    val = {(c["title"], s["data-field"]) for c in sweep for s in c["series"]
+           if s["data-kind"] == "val" and s["data-run"] == "1"}
+    if val != {("loss", "val_loss"), ("accuracy", "val_acc")}:
+        errors.append(f"the validation series of run b: {sorted(val)}")
     for c in sweep:
         for s in c["series"]:
             checked += check_series(c, s, recs, errors)

@@ -2,7 +2,7 @@
 """[job] tensorboard = true: TensorBoard's own reader (EventAccumulator, from PyPI's
 tensorboard in tools/pyvenv.sh's venv) reads every scalar of metrics.jsonl back, with its
 step and its value as float32, across a preempted and resumed run (two event files), and
-nothing else. Two ranks under mpirun when it is there, so that the all-reduce series exist.
+nothing else; the run holds out a validation share, so val/loss and val/acc are there too. Two ranks under mpirun when it is there, so that the all-reduce series exist.
 Skips (77) only when the venv cannot be installed."""
 import os
 import shutil
@@ -22,6 +22,7 @@ tensorboard = true
 [data]
 file = d.h5
 batch_size = 16
+val_fraction = 0.25
 [model]
 layers = flatten, linear(16), relu, linear(4)
 [train]
@@ -41,6 +42,9 @@ def expected(recs):
         elif r["kind"] == "eval":
             want.setdefault("test/loss", []).append((r["step"], r["test_loss"]))
             want.setdefault("test/acc", []).append((r["step"], r["test_acc"]))
+        elif r["kind"] == "val":
+            want.setdefault("val/loss", []).append((r["step"], r["val_loss"]))
+            want.setdefault("val/acc", []).append((r["step"], r["val_acc"]))
     return want
 
 
@@ -74,6 +78,8 @@ def main():
     ea = EventAccumulator(os.path.join(tmp, "out", "tb"), size_guidance={"scalars": 0})
     ea.Reload()
     want, errors, n = expected(recs), [], 0
+    if "val/acc" not in want:
+        errors.append("metrics.jsonl has no val record")
     got_tags = set(ea.Tags()["scalars"])
     if got_tags != set(want):
         errors.append(f"tags {sorted(got_tags)} but metrics.jsonl has {sorted(want)}")

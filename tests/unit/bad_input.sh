@@ -13,6 +13,7 @@ cd "$work" || exit 1
 
 $DDPTRAIN data synth -o good.h5 --shape 1,8,8 --classes 4 --train 64 --test 16 --seed 3 \
     >/dev/null || { echo "cannot make the synthetic dataset"; exit 1; }
+$DDPTRAIN data synth -o flat.h5 --shape 64 --classes 4 --train 32 --test 8 >/dev/null
 have_h5py=0
 $PY -c 'import h5py, numpy' 2>/dev/null && have_h5py=1
 
@@ -164,6 +165,69 @@ case_ "unknown --set key" 2 "\-\-set train.epoch: unknown key" good.ini --set tr
 { base_job | sed 's/^layers = .*/layers = flatten, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4)/'; } > bad-long.ini
 case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 
+# ---- recipe keys (issue 17) ------------------------------------------------------------------
+case_ "augment: unknown, did you mean" 2 \
+    "\-\-set data.augment: 'hflp': unknown augmentation; did you mean 'hflip'?" \
+    good.ini --set data.augment=hflp
+case_ "augment: pad out of range" 2 "\-\-set data.augment: 'random_crop(pad=0)': pad must be" \
+    good.ini --set "data.augment=random_crop(pad=0)"
+case_ "augment: given twice" 2 "\-\-set data.augment: hflip given twice" \
+    good.ini --set "data.augment=hflip, hflip"
+case_ "augment on flat samples" 2 "\-\-set data.augment: random_crop and hflip need images" \
+    good.ini --set data.augment=hflip --set data.file=flat.h5
+case_ "normalize: odd count" 2 "\-\-set data.normalize: 3 numbers; expected as many means" \
+    good.ini --set "data.normalize=0.5, 0.2, 0.1"
+case_ "normalize: std 0" 2 "\-\-set data.normalize: standard deviation 0 of channel 0" \
+    good.ini --set "data.normalize=0.5, 0"
+case_ "normalize: not a number" 2 "\-\-set data.normalize: 'x' is not a number" \
+    good.ini --set "data.normalize=x, 1"
+case_ "normalize: channels of the data" 2 \
+    "\-\-set data.normalize: 2 mean/std pairs for samples of 1 channel" \
+    good.ini --set "data.normalize=0.5, 0.5, 0.2, 0.2"
+case_ "val_fraction out of range" 2 "\-\-set data.val_fraction: 1.5 is out of range" \
+    good.ini --set data.val_fraction=1.5
+case_ "val and val_fraction" 2 "\-\-set data.val_fraction: set together with \[data\] val" \
+    good.ini --set data.val=/test --set data.val_fraction=0.1
+case_ "val group missing" 3 "no group /validation.* (from --set data.val)" good.ini \
+    --set data.val=/validation
+case_ "keep_best without val" 2 "\-\-set checkpoint.keep_best: needs a validation split" \
+    good.ini --set checkpoint.keep_best=val_acc
+case_ "keep_best: did you mean" 2 "keep_best: 'val_accuracy' is not a choice; expected one of" \
+    good.ini --set checkpoint.keep_best=val_accuracy
+case_ "early_stop without val" 2 "\-\-set train.early_stop: needs a validation split" \
+    good.ini --set train.early_stop=2
+case_ "early_stop negative" 2 "\-\-set train.early_stop: -1 is out of range" \
+    good.ini --set train.early_stop=-1
+case_ "accumulate 0" 2 "\-\-set train.accumulate: 0 is out of range; expected 1 to" \
+    good.ini --set train.accumulate=0
+case_ "label_smoothing above 1" 2 "\-\-set train.label_smoothing: 2 is out of range" \
+    good.ini --set train.label_smoothing=2
+case_ "label_smoothing: did you mean" 2 \
+    "\-\-set train.label_smooting: unknown key; did you mean 'label_smoothing'?" \
+    good.ini --set train.label_smooting=0.1
+case_ "clip_grad_norm negative" 2 "\-\-set optim.clip_grad_norm: -1 is out of range" \
+    good.ini --set optim.clip_grad_norm=-1
+case_ "schedule: unknown choice" 2 \
+    "schedule: 'one_cycle' is not a choice; expected one of constant/step/cosine/multistep/onecycle" \
+    good.ini --set optim.schedule=one_cycle
+{ base_job; printf '[optim]\nschedule = multistep\n'; } > bad-multistep.ini
+case_ "multistep without milestones" 2 "\[optim\] milestones (default): empty; schedule = multistep" \
+    bad-multistep.ini
+{ base_job; printf '[optim]\nschedule = multistep\nmilestones = 5, 3\n'; } > bad-milestones.ini
+case_ "milestones not increasing" 2 "bad-milestones.ini:12: \[optim\] milestones: 3 after 5" \
+    bad-milestones.ini
+case_ "milestones without multistep" 2 "\-\-set optim.milestones: applies to schedule = multistep" \
+    good.ini --set optim.milestones=3
+case_ "milestones not epochs" 2 "\-\-set optim.milestones: 'two' is not an epoch" \
+    good.ini --set optim.schedule=multistep --set optim.milestones=two
+case_ "onecycle with warmup" 2 "\-\-set optim.warmup_epochs: onecycle has its own warmup" \
+    good.ini --set optim.schedule=onecycle --set optim.warmup_epochs=1
+case_ "pct_start 0" 2 "\-\-set optim.pct_start: 0 is out of range" good.ini --set optim.pct_start=0
+case_ "div_factor below 1" 2 "\-\-set optim.div_factor: 0.5 is out of range" \
+    good.ini --set optim.div_factor=0.5
+case_ "final_div_factor not a number" 2 "\-\-set optim.final_div_factor: 'big' is not a number" \
+    good.ini --set optim.final_div_factor=big
+
 # ---- datasets ------------------------------------------------------------------------------
 base_job missing.h5 > bad-nodata.ini
 case_ "missing dataset file" 3 "missing.h5" bad-nodata.ini
@@ -178,7 +242,6 @@ case_ "missing group" 3 "/validation" bad-group.ini
 base_job | sed 's/^layers = .*/layers = flatten, linear(3)/' > bad-classes.ini
 case_ "labels beyond the model's classes" 3 "3 outputs" bad-classes.ini
 base_job | sed 's/^layers = .*/layers = conv2d(4, 3), flatten, linear(4)/; s/^file = .*/file = flat.h5/' > bad-shape.ini
-$DDPTRAIN data synth -o flat.h5 --shape 64 --classes 4 --train 32 --test 8 >/dev/null
 case_ "shape does not fit the model" 2 "conv2d: input (64) is not (C, H, W)" bad-shape.ini
 if [ $have_h5py -eq 1 ]; then
     $PY - <<'PY'

@@ -5,8 +5,13 @@ parameter and buffer within 1e-4 relative OR 1e-6 absolute of PyTorch's, element
 
 Cases: MLP 50 SGD-momentum steps, CNN 20 SGD-momentum steps, conv+batchnorm (running stats
 compared too), a small ResNet (identity and projection shortcuts, a nested block, bias=false,
-globalavgpool; 5 and 20 SGD-momentum steps, batchnorm buffers compared too), MLP SGD nesterov + weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4
-gating, eps 1e-8 reported). Every case also trains a float64 copy of the PyTorch model: a case
+globalavgpool; 5 and 20 SGD-momentum steps, batchnorm buffers compared too), MLP SGD nesterov +
+weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4 gating, eps 1e-8 reported).
+Recipe cases (RECIPES) train several epochs over a small split: clip_grad_norm
+(torch.nn.utils.clip_grad_norm_), accumulate (K micro-batches, each loss / K, one step),
+label_smoothing (F.cross_entropy(label_smoothing=)), multistep (MultiStepLR stepped per epoch)
+and onecycle (OneCycleLR stepped per step, torch's defaults, momentum cycled). Every case also
+trains a float64 copy of the PyTorch model: a case
 passes against PyTorch float32 (the criterion) or, where PyTorch float32 itself strays from
 exact arithmetic, against PyTorch float64; for SGD, failing both, every single step from
 ddptrain's own checkpointed state must match (see CASES). DDP_PARITY_STRICT=1 accepts only
@@ -91,6 +96,22 @@ CASES = [
      True),
     ("mlp-adam-e8", MLP, 64, 10, dict(name="adam", lr=1e-3, weight_decay=0.01), 5, False),
     ("mlp-adamw-e8", MLP, 64, 10, dict(name="adamw", lr=1e-3, weight_decay=0.01), 6, False),
+]
+
+# Recipe cases: name -> (layers, batch, micro-batches per epoch, epochs, optimiser, seed,
+# recipe). The split is the first batch x micro-batches samples, shuffle off, so every epoch
+# sees the same batches in order; the recipe's keys go to ddptrain with --set and to the
+# PyTorch loop in torch_recipe.
+SGD9 = dict(name="sgd", lr=0.05, momentum=0.9)
+RECIPES = [
+    ("mlp-clip", MLP, 64, 10, 2, SGD9, 11, dict(clip=0.5)),
+    ("mlp-accumulate", MLP, 32, 10, 2, SGD9, 12, dict(accumulate=3)),
+    ("mlp-label-smoothing", MLP, 64, 10, 2, SGD9, 13, dict(smoothing=0.1)),
+    ("mlp-multistep", MLP, 64, 4, 5, SGD9, 14, dict(milestones=[1, 3], gamma=0.5)),
+    ("mlp-onecycle", MLP, 64, 6, 3, SGD9, 15, dict(onecycle=True)),
+    ("mlp-adam-onecycle-clip-acc", MLP, 32, 6, 2,
+     dict(name="adam", lr=1e-3, weight_decay=0.01, eps=1e-4), 16,
+     dict(onecycle=True, clip=1.0, accumulate=2, smoothing=0.05)),
 ]
 
 
@@ -245,8 +266,10 @@ def wrap_layers(layers):
     return ",\n    ".join(lines)
 
 
-def run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch, steps, o, every_step=False):
-    """Train with ddptrain; every_step: also keep a checkpoint after every step (run-steps/)."""
+def run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch, steps, o, every_step=False,
+                 extra=None):
+    """Train with ddptrain; every_step: also keep a checkpoint after every step (run-steps/);
+    extra: more --set keys (they win)."""
     out = os.path.join(tmp, name, "run-steps" if every_step else "run")
     job = os.path.join(tmp, name, "job.ini")
     with open(job, "w") as f:
@@ -268,6 +291,7 @@ def run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch, steps, o, 
     if o["name"] == "sgd":
         sets["optim.momentum"] = o.get("momentum", 0)
         sets["optim.nesterov"] = str(o.get("nesterov", False)).lower()
+    sets.update(extra or {})
     cmd = [ddptrain, job]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
@@ -583,6 +607,111 @@ def run_case(ddptrain, tmp, data_file, X, Y, case):
     return res
 
 
+def recipe_sets(rc, epochs):
+    """ddptrain's --set keys for a recipe."""
+    sets = {"train.epochs": epochs, "train.max_steps": 0}
+    if "clip" in rc:
+        sets["optim.clip_grad_norm"] = rc["clip"]
+    if "accumulate" in rc:
+        sets["train.accumulate"] = rc["accumulate"]
+    if "smoothing" in rc:
+        sets["train.label_smoothing"] = rc["smoothing"]
+    if "milestones" in rc:
+        sets.update({"optim.schedule": "multistep", "optim.gamma": rc["gamma"],
+                     "optim.milestones": ", ".join(str(m) for m in rc["milestones"])})
+    if rc.get("onecycle"):
+        sets["optim.schedule"] = "onecycle"
+    return sets
+
+
+def torch_recipe(model, o, rc, X, Y, batch, micros, epochs):
+    """The PyTorch loop of a recipe: per step K micro-batches (the epoch's last step the
+    rest), each loss / K; clip_grad_norm_; the scheduler stepped per epoch (MultiStepLR) or
+    per step (OneCycleLR). Returns the per-step mean losses."""
+    opt = make_optim(model, o)
+    K = rc.get("accumulate", 1)
+    spe = (micros + K - 1) // K
+    sched = None
+    if "milestones" in rc:
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, rc["milestones"], gamma=rc["gamma"])
+    elif rc.get("onecycle"):
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=o["lr"], total_steps=epochs * spe)
+    model.train()
+    losses = []
+    for _ in range(epochs):
+        for g in range(spe):
+            opt.zero_grad()
+            js = range(g * K, min((g + 1) * K, micros))
+            total = 0.0
+            for j in js:
+                xb, yb = X[j * batch:(j + 1) * batch], Y[j * batch:(j + 1) * batch]
+                loss = F.cross_entropy(model(xb), yb, label_smoothing=rc.get("smoothing", 0.0))
+                (loss / K).backward()
+                total += loss.item()
+            if "clip" in rc:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), rc["clip"])
+            opt.step()
+            if rc.get("onecycle"):
+                sched.step()
+            losses.append(total / len(js))
+        if "milestones" in rc:
+            sched.step()
+    return losses
+
+
+def run_recipe(ddptrain, tmp, X, Y, case):
+    """A recipe case; the same summary dict as run_case."""
+    name, layers, batch, micros, epochs, o, seed, rc = case
+    os.makedirs(os.path.join(tmp, name))
+    n = batch * micros
+    data_file = os.path.join(tmp, name, "data.h5")
+    with h5py.File(data_file, "w") as f:
+        f["train/images"] = X[:n].numpy()
+        f["train/labels"] = Y[:n].numpy()
+    torch.manual_seed(seed)
+    model = build_torch(layers, X.shape[1:])
+    init = os.path.join(tmp, name, "init.h5")
+    save_init(model, init)
+    model64 = copy.deepcopy(model).double()
+    K = rc.get("accumulate", 1)
+    steps = epochs * ((micros + K - 1) // K)
+    print(f"\n[{name}] {layers} | batch {batch}, {micros} batches x {epochs} epochs = {steps} "
+          f"steps, {o}, recipe {rc}, seed {seed}")
+    res = dict(name=name, steps=steps, gating=True)
+    try:
+        ours, our_losses = run_ddptrain(ddptrain, tmp, name, layers, data_file, init, batch,
+                                        steps, o, extra=recipe_sets(rc, epochs))
+    except Exception as e:  # noqa: BLE001 - report, go on with the other cases
+        print(f"  ddptrain failed: {e}")
+        res.update(verdict="FAIL", why="ddptrain failed")
+        return res
+    ref_losses = torch_recipe(model, o, rc, X, Y, batch, micros, epochs)
+    torch_recipe(model64, o, rc, X.double(), Y, batch, micros, epochs)
+    sd32, sd64 = model.state_dict(), model64.state_dict()
+    rows, bad32, problems = compare(ours, sd32)
+    _, bad64, _ = compare(ours, sd64)
+    for k, d, r, nb in rows:
+        print(f"  {k:<24} {d:12.3e} {r:12.3e} {nb:7d}")
+    ld = [abs(a - b) for a, b in zip(our_losses, ref_losses)] or [float("inf")]
+    print(f"  loss: ddptrain {our_losses[0]:.6f} -> {our_losses[-1]:.6f}, torch "
+          f"{ref_losses[0]:.6f} -> {ref_losses[-1]:.6f}, max |diff| {max(ld):.2e}")
+    if len(our_losses) != steps:
+        problems.append(f"{len(our_losses)} train records in metrics.jsonl, expected {steps}")
+    if max(ld) > 1e-4:
+        problems.append(f"per-step losses differ by up to {max(ld):.2e}")
+    for p in problems:
+        print(f"  {p}")
+    verdict = "FAIL" if problems else "ok" if bad32 == 0 else "ok (f64)" if bad64 == 0 \
+        else "MISMATCH"
+    self_bad = sum(int(np.count_nonzero(tensor_errors(sd32[k].numpy(), sd64[k].numpy())[2]))
+                   for k in sd32)
+    res.update(verdict=verdict, maxabs=max((r[1] for r in rows), default=float("nan")),
+               maxrel=max((r[2] for r in rows), default=float("nan")), bad=bad32, bad64=bad64,
+               self_bad=self_bad, nelem=sum(int(v.numel()) for v in sd32.values()),
+               loss_diff=max(ld))
+    return res
+
+
 def main():
     torch.set_num_threads(1)
     ddptrain = find_ddptrain()
@@ -593,7 +722,7 @@ def main():
     failed = []
     try:
         data_file, data_desc = get_dataset(ddptrain, tmp)
-        need = max(c[2] * c[3] for c in CASES)
+        need = max([c[2] * c[3] for c in CASES] + [r[2] * r[3] for r in RECIPES])
         X, Y = load_split(data_file, need)
         print(f"ddptrain {ddptrain}; torch {torch.__version__}; data {data_file} ({data_desc})")
         print(f"pass: every element within {REL_TOL:g} relative or {ABS_TOL:g} absolute of "
@@ -604,6 +733,10 @@ def main():
             if only and case[0] not in only:
                 continue
             results.append(run_case(ddptrain, tmp, data_file, X, Y, case))
+        for case in RECIPES:
+            if only and case[0] not in only:
+                continue
+            results.append(run_recipe(ddptrain, tmp, X, Y, case))
         print("\n* max relative error over the elements outside the absolute tolerance")
         print("bad: elements outside both tolerances vs PyTorch f32 / vs PyTorch f64 / "
               "PyTorch f32 vs its own f64\n")

@@ -257,34 +257,61 @@ static void drop_b(const struct layer_case *c, double *dx, double *dw, double *d
     free(mask), free(y);
 }
 
-/* Loss: L = sum over the batch of cross-entropy; dlogits with grad_scale 1. */
-static void check_xent(void)
+/* Loss: L = sum over the batch of cross-entropy (label smoothing ls); dlogits with
+ * grad_scale 1 against central differences. */
+static void check_xent_fd(double ls)
 {
     enum { B = 5, K = 7 };
     double *z = rnd(B * K, 3), dz[B * K];
     int32_t y[B] = {0, 6, 3, 3, 1};
-    ddp_cpu_xent_f64(dz, NULL, z, y, B, K, 1);
+    ddp_cpu_xent_f64(dz, NULL, z, y, B, K, 1, ls);
     double worst = 0;
     for (int i = 0; i < B * K; i++) {
         double keep = z[i];
         z[i] = keep + H;
-        double lp = ddp_cpu_xent_f64(NULL, NULL, z, y, B, K, 1);
+        double lp = ddp_cpu_xent_f64(NULL, NULL, z, y, B, K, 1, ls);
         z[i] = keep - H;
-        double lm = ddp_cpu_xent_f64(NULL, NULL, z, y, B, K, 1);
+        double lm = ddp_cpu_xent_f64(NULL, NULL, z, y, B, K, 1, ls);
         z[i] = keep;
         double err = fabs((lp - lm) / (2 * H) - dz[i]);
         if (err > worst)
             worst = err;
     }
-    CHECK(worst <= TOL, "xent dlogits worst error %.3g", worst);
-    printf("  %-28s dz  worst abs err %.2e\n", "cross-entropy", worst);
+    CHECK(worst <= TOL, "xent (smoothing %g) dlogits worst error %.3g", ls, worst);
+    printf("  %-28s dz  worst abs err %.2e\n",
+           ls > 0 ? "cross-entropy, smoothing 0.1" : "cross-entropy", worst);
+    /* the value: -sum_j q_j log p_j with q = (1 - ls) onehot + ls / K, directly */
+    double ref = 0;
+    for (int i = 0; i < B; i++) {
+        double m = z[i * K], se = 0;
+        for (int j = 1; j < K; j++)
+            m = z[i * K + j] > m ? z[i * K + j] : m;
+        for (int j = 0; j < K; j++)
+            se += exp(z[i * K + j] - m);
+        for (int j = 0; j < K; j++) {
+            double q = (1 - ls) * (j == y[i]) + ls / K;
+            ref -= q * (z[i * K + j] - m - log(se));
+        }
+    }
+    double l = ddp_cpu_xent_f64(NULL, NULL, z, y, B, K, 1, ls);
+    CHECK(fabs(l - ref) < 1e-12, "xent (smoothing %g) %.15g != %.15g", ls, l, ref);
+    free(z);
+}
+
+static void check_xent(void)
+{
+    enum { B = 5, K = 7 };
+    check_xent_fd(0);
+    check_xent_fd(0.1);
+    double *z = rnd(B * K, 3), dz[B * K];
+    int32_t y[B] = {0, 6, 3, 3, 1};
     /* value: uniform logits give log(K) per sample */
     double zero[B * K] = {0};
-    double l = ddp_cpu_xent_f64(NULL, NULL, zero, y, B, K, 1);
+    double l = ddp_cpu_xent_f64(NULL, NULL, zero, y, B, K, 1, 0);
     CHECK(fabs(l - B * log(K)) < 1e-12, "xent of zero logits %.15g != %.15g", l, B * log(K));
     /* stability: huge logits stay finite */
     z[0] = 1e4;
-    l = ddp_cpu_xent_f64(dz, NULL, z, y, B, K, 1);
+    l = ddp_cpu_xent_f64(dz, NULL, z, y, B, K, 1, 0);
     CHECK(isfinite(l) && isfinite(dz[0]), "xent not finite for large logits");
     free(z);
 }

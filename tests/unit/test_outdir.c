@@ -205,6 +205,34 @@ static void test_jobdiff(void)
     free(text);
 }
 
+/* Issue 17's recipe keys change what is trained: each must match on resume; early_stop (when
+ * to stop, as epochs) and keep_best (a [checkpoint] key) may differ. */
+static void test_jobdiff_recipe(void)
+{
+    static struct ddp_job a, b;
+    static const char *const must[] = {
+        "data.augment=hflip",    "data.normalize=0.5, 0.2",   "data.val=/val",
+        "data.val_fraction=0.1", "optim.clip_grad_norm=1",    "optim.schedule=onecycle",
+        "optim.pct_start=0.25",  "optim.div_factor=10",       "optim.final_div_factor=100",
+        "train.accumulate=4",    "train.label_smoothing=0.1", "optim.milestones=3, 6",
+    };
+    char d[DDP_ERR_LEN];
+    ddp_job_defaults(&a);
+    for (size_t i = 0; i < sizeof must / sizeof *must; i++) {
+        ddp_job_defaults(&b);
+        set(&b, must[i]);
+        char key[64];
+        snprintf(key, sizeof key, "%.*s ", (int)strcspn(must[i], "="), must[i]);
+        int n = diff_of(&a, 64, &b, 64, d, sizeof d);
+        CHECK(n == 1 && strstr(d, key), "%s: %d '%s'", must[i], n, d);
+    }
+    ddp_job_defaults(&b);
+    set(&b, "train.early_stop=3");
+    set(&b, "checkpoint.keep_best=val_loss");
+    int n = diff_of(&a, 64, &b, 64, d, sizeof d);
+    CHECK(n == 0, "early_stop and keep_best refused (%d): %s", n, d);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/test_outdir.XXXXXX";
@@ -214,5 +242,6 @@ int main(void)
     test_lock(dir);
     test_move_aside(dir);
     test_jobdiff();
+    test_jobdiff_recipe();
     return check_report_dir("test_outdir", dir);
 }

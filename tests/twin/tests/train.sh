@@ -9,7 +9,9 @@
 # out of the steady step: every step after the first that is not a log step has 0 host
 # synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
 # page-locked memory on a stream other than the compute stream; the counts per step are
-# printed (docs/gpu.md has them).
+# printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
+# clip_grad_norm: the GPU's xent and sum-of-squares kernels) is compared with the CPU the same
+# way, and its counters show one all-reduce per optimiser step, not one per micro-batch.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -48,8 +50,12 @@ printf '%s\n' '[model]' 'layers = conv2d(4, 3, pad=1, bias=false), batchnorm, re
     '           residual(conv2d(8, 3, pad=1, bias=false), batchnorm, relu)),' \
     '  residual(conv2d(8, 3, pad=1), batchnorm), globalavgpool, flatten, linear(10)' >> resnet.ini
 
+sed 's/^epochs = .*/epochs = 1\naccumulate = 3\nlabel_smoothing = 0.1/; s/^max_steps = .*/max_steps = 10/;
+     s/^test =/test =\nval_fraction = 0.1014\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/;
+     s/^weight_decay = .*/&\nclip_grad_norm = 0.5/' plain.ini > recipe.ini
+
 fail=0
-for model in plain syncbn resnet; do
+for model in plain syncbn resnet recipe; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
     for W in 1 2 4; do
@@ -126,4 +132,23 @@ for path in sys.argv[1:]:
 sys.exit(bad)
 PYEOF
 done
+# accumulate = 3 all-reduces once per optimiser step (DDP's no_sync on the other micro-batches):
+# as many collectives per step as the plain run, which has the same buckets
+if DDP_EMU_STATS=$work/stats-recipe timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 \
+        recipe.ini --set data.batch_size=24 --set job.output=stats-recipe > stats-recipe.log 2>&1; then
+    $PY - stats-plain.0 stats-recipe.0 <<'PYEOF' || fail=1
+import json, sys
+def per_step(path):
+    rows = [json.loads(l) for l in open(path)]
+    return {r["collectives"] for r in rows if r["step"] > 1 and not r["log_step"]}
+plain, rec = per_step(sys.argv[1]), per_step(sys.argv[2])
+if len(plain) == 1 and rec == plain:
+    print(f"ok   accumulate = 3: {rec.pop()} collectives per optimiser step, as without accumulation")
+else:
+    print(f"FAIL accumulate = 3: collectives per step {sorted(rec)}, without accumulation {sorted(plain)}")
+    sys.exit(1)
+PYEOF
+else
+    echo "FAIL: recipe stats run"; tail -5 stats-recipe.log; fail=1
+fi
 exit $fail
