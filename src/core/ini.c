@@ -63,8 +63,8 @@ const char *ddp_ini_hint_section(const struct ddp_ini_schema *s, const char *sec
     const char *cands[INI_KEYS_MAX] = {0};
     const int n = s->nkeys < INI_KEYS_MAX ? s->nkeys : INI_KEYS_MAX;
     for (int i = 0; i < n; i++)
-        cands[i] = i && !strcmp(s->keys[i].section, s->keys[i - 1].section) ? NULL
-                                                                            : s->keys[i].section;
+        cands[i] =
+            i && !strcmp(s->keys[i].section, s->keys[i - 1].section) ? NULL : s->keys[i].section;
     const char *near = ddp_suggest(section, cands, n);
     if (near)
         snprintf(out, len, " did you mean [%s]?", near);
@@ -355,16 +355,19 @@ static int parse_text(const struct ddp_ini_schema *s, const char *path, char *te
     FILE *f = fmemopen(text, len, "r"); /* inih reads lines from a stream */
     if (!f)
         return ddp_err(err, errlen, "%s: cannot read %s: %s", path, s->what, strerror(errno));
-    struct parse_state ps = {
-        .s = s, .path = path, .base = base, .key_line = key_line, .f = f, .err = err,
-        .errlen = errlen};
+    struct parse_state ps = {.s = s,
+                             .path = path,
+                             .base = base,
+                             .key_line = key_line,
+                             .f = f,
+                             .err = err,
+                             .errlen = errlen};
     int rc = ini_parse_stream(read_line, &ps, on_value, &ps);
     fclose(f);
     if (ps.line_too_long && (!ps.failed || ps.line_too_long <= ps.line))
-        return ddp_err(err, errlen, "%s:%d: line longer than %d characters; %s", path,
-                       ps.line_too_long, 198,
-                       s->continuation ? "continue a long value on the next line, indented"
-                                       : "shorten it");
+        return ddp_err(
+            err, errlen, "%s:%d: line longer than %d characters; %s", path, ps.line_too_long, 198,
+            s->continuation ? "continue a long value on the next line, indented" : "shorten it");
     if (ps.failed)
         return -1;
     if (rc > 0)

@@ -42,9 +42,9 @@ struct ddp_ini_key {
 struct ddp_ini_schema {
     const struct ddp_ini_key *keys;
     int nkeys;
-    const char *what;  /* "job file", "validate settings", ...: named in messages */
-    const char *doc;   /* where the keys are documented, e.g. "docs/job-file.md" */
-    int continuation;  /* an indented line continues the previous STR value */
+    const char *what; /* "job file", "validate settings", ...: named in messages */
+    const char *doc;  /* where the keys are documented, e.g. "docs/job-file.md" */
+    int continuation; /* an indented line continues the previous STR value */
 };
 
 /* Read path and set every key it gives in base. key_line (nkeys entries, zero or -1 for keys
