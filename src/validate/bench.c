@@ -29,6 +29,14 @@
  * the rate: far outside any noise, so the test that injects it is not flaky). */
 #define SLOW_FACTOR 99.0
 
+/* ddp_validate_bench_cap: 0 or the most seconds one measurement may take. */
+static double g_cap_s;
+
+void ddp_validate_bench_cap(double seconds)
+{
+    g_cap_s = seconds;
+}
+
 /* Sleep for s seconds (fault injection: a slow rank). */
 static void sleep_s(double s)
 {
@@ -52,7 +60,7 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
                               double seconds, int slow)
 {
     const double t0 = ddp_now();
-    double guard = -1;
+    double guard = -1, first = 0;
     int counted = 0, cap = 64;
     double *rate = ddp_malloc(sizeof(double) * (size_t)cap);
     if (reps < 1)
@@ -63,8 +71,11 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
         if (slow)
             sleep_s(SLOW_FACTOR * (ddp_now() - a));
         const double b = ddp_now();
-        if (guard < 0) { /* the first call sizes the guard band and is never counted */
+        if (guard < 0) { /* the first call sizes the guard band and is never counted... */
             guard = 2 * (b - a);
+            first = work / (b - a);
+            if (g_cap_s > 0 && b - t0 > g_cap_s)
+                break; /* ... unless it is all the cap allows */
             continue;
         }
         const double lo = t0 + guard, hi = t0 + guard + seconds;
@@ -75,9 +86,11 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
             }
             rate[counted++] = work / (b - a);
         }
-        if (b >= hi + guard && counted >= reps)
+        if ((b >= hi + guard && counted >= reps) || (g_cap_s > 0 && b - t0 > g_cap_s))
             break;
     }
+    if (counted == 0)
+        rate[counted++] = first;
     qsort(rate, (size_t)counted, sizeof(double), cmp_double);
     double m = counted % 2 ? rate[counted / 2] : 0.5 * (rate[counted / 2 - 1] + rate[counted / 2]);
     free(rate);

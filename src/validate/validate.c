@@ -1533,6 +1533,15 @@ static int vrun_reference(struct vrun *v)
     return agree(v->c, code);
 }
 
+/* The most seconds one rate measurement with a window of `seconds` may take: four windows
+ * (two seconds at least), so that a very slow rank is measured in bounded time; with
+ * --slurm-health also at most 15% of the budget. */
+static double measure_cap(const struct vrun *v, double seconds)
+{
+    double cap = fmax(2.0, 4 * seconds);
+    return v->a->slurm_health ? fmin(cap, 0.15 * v->a->budget_s) : cap;
+}
+
 /* One round of rates: each turn's ranks measure, the others meet them in the kernels' sync;
  * then everybody's results into v->all. */
 static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
@@ -1546,10 +1555,12 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             ddp_comm_barrier(v->c);
             continue;
         }
+        ddp_validate_bench_cap(measure_cap(v, L->gemm_s));
         mine->gemm = ddp_validate_gemm(
             v->be, L->gemm_n, L->gemm_reps, L->gemm_s,
             ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_GEMM, v->me), barrier_cb,
             v->c);
+        ddp_validate_bench_cap(measure_cap(v, L->triad_s));
         mine->triad = ddp_validate_triad(
             L->triad_mib, L->triad_reps, L->triad_s, v->threads,
             ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me), barrier_cb,

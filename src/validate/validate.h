@@ -196,6 +196,9 @@ double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double s
                          void (*sync)(void *), void *sync_ctx);
 double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
                           void (*sync)(void *), void *sync_ctx);
+/* At most this many seconds per measurement from here on (0: no cap): --slurm-health's budget.
+ * A capped measurement counts what calls fit (the first one if none other does). */
+void ddp_validate_bench_cap(double seconds);
 
 /* Level long: GEMMs of side n back to back for `seconds` through the backend, each result
  * compared bit for bit with the first (same inputs, same kernel: any difference is a fault
