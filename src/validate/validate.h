@@ -2,7 +2,10 @@
  * validate.h - `ddptrain validate`: node validation for admins (docs/validate.md), run like
  * training (srun, mpirun, or one process). Every rank measures itself; rank 0 judges, prints
  * the tables and writes the JSON report; every rank exits with the same code (0: all passed,
- * 1: a check failed, 2 usage, 4 launch, 5 a peer stopped answering).
+ * 1: a check failed, 2 usage, 4 launch, 5 a peer stopped answering, 6 retest: only shortfalls
+ * that other processes' load explains). Levels quick, standard, long (burn); --expect adds
+ * absolute floors per node type (expect.c); --slurm-health runs one process per node within a
+ * time budget and may drain the node (health.c).
  *
  * Checks, in order:
  *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
@@ -14,9 +17,12 @@
  *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, the
  *              median pass, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as
  *              STREAM).
- *              gemm and triad are compared with the median over all ranks: below
- *              min_fraction (0.9) of it fails, after two more rounds of measurements of
- *              every rank (only when one is below it); the round closest to passing counts.
+ *              gemm and triad fall short below the expectation's floor, or as outliers:
+ *              below min_fraction (0.8) of the median of the other ranks and outlier_mads
+ *              (5) scaled MADs below it; a shortfall measures every rank again (rounds, 3)
+ *              and the round with the fewest shortfalls counts. A shortfall on a rank whose
+ *              measuring thread waited for other processes' CPUs (foreign_load_max) and that
+ *              the load explains is "retest", not a failure.
  *              Ranks of one machine (same kernel boot id) whose threads exceed its CPUs
  *              take turns, so that they do not measure each other;
  *              such a run holds a machine-wide lock (/tmp/ddptrain-validate.lock) from its
@@ -45,9 +51,11 @@
  *   bad_allreduce:R  rank R flips a bit of one element of every all-reduce input it builds
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
  *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
+ *   bad_burn:R       rank R changes one element of the first result its burn reads back
  *
- * Not here: GPU checks (cuBLAS GEMM, device memory, NCCL sweep, golden run on CUDA), draining
- * nodes (slurm/validate-nodes.sbatch prints the commands), reading the job file.
+ *  burn        (level long) sustained GEMMs, every result compared with the first.
+ *
+ * Not here: GPU utilisation by other processes, device memory tests, reading the job file.
  */
 #ifndef DDP_VALIDATE_H
 #define DDP_VALIDATE_H

@@ -130,6 +130,17 @@ static void test_expect(void)
         CHECK(ddp_validate_expect_load(&e, p, err, sizeof err) != 0 && strstr(err, bad[i].want),
               "bad expect file %zu: got '%s', want '%s'", i, err, bad[i].want);
     }
+    /* the shipped expectation files parse */
+    const char *src = getenv("DDP_SRC");
+    static const char *const shipped[] = {"expect-cpu-2core-test.ini", "expect-h100-sxm.ini",
+                                          "expect-h200-sxm.ini"};
+    for (size_t i = 0; src && i < sizeof shipped / sizeof shipped[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/configs/%s", src, shipped[i]);
+        CHECK(ddp_validate_expect_load(&e, path, err, sizeof err) == 0 && e.gemm_min_gflops > 0 &&
+                  e.gemm_n > 0 && e.type[0] && e.source[0],
+              "%s: %s", path, err);
+    }
     CHECK(ddp_validate_expect_load(&e, g_dir, err, sizeof err) != 0 &&
               strstr(err, "is a directory, not a node expectation file"),
           "a directory: %s", err);
