@@ -542,16 +542,21 @@ static double median_of(const struct rank_info *ri, int W, int triad)
     return median_but(ri, W, triad, -1);
 }
 
-/* Median absolute deviation from m of the positive values of the ranks but `skip`. */
-static double mad_but(const struct rank_info *ri, int W, int triad, int skip, double m)
+/* Rates are compared on a log scale (a rank at half the rate is as far below as one at twice
+ * is above): the median of log(rate) of the positive values of the ranks but `skip` in *lm,
+ * and their median absolute deviation from it. */
+static double log_mad_but(const struct rank_info *ri, int W, int triad, int skip, double *lm)
 {
     double *v = ddp_malloc(sizeof(double) * (size_t)W);
     int n = 0;
     for (int r = 0; r < W; r++) {
         double x = triad ? ri[r].triad : ri[r].gemm;
         if (x > 0 && r != skip)
-            v[n++] = fabs(x - m);
+            v[n++] = log(x);
     }
+    *lm = median_sort(v, n);
+    for (int i = 0; i < n; i++)
+        v[i] = fabs(v[i] - *lm);
     double d = median_sort(v, n);
     free(v);
     return d;
@@ -596,9 +601,10 @@ struct shortfall {
 };
 
 /* Whether rank r's GEMM (triad 0) or triad rate is short: below the expectation's floor, or an
- * outlier among the ranks - below min_fraction x the median of the others AND outlier_mads
- * scaled MADs (1.4826 MAD: a standard deviation for normal noise) below it. Every rank
- * computes it alike from the same numbers. A rate <= 0 is not judged here. */
+ * outlier among the ranks - below min_fraction x the median of the others AND, on a log scale,
+ * outlier_mads scaled MADs (1.4826 MAD: a standard deviation for normal noise) below their
+ * median. Every rank computes it alike from the same numbers. A rate <= 0 is not judged
+ * here. */
 static int rate_short(const struct vrun *v, const struct rank_info *ri, int r, int triad,
                       struct shortfall *s)
 {
@@ -619,8 +625,9 @@ static int rate_short(const struct vrun *v, const struct rank_info *ri, int r, i
     const double m = median_but(ri, W, triad, r);
     if (m <= 0)
         return 0; /* no other rank to compare with */
-    const double mad = mad_but(ri, W, triad, r, m);
-    const double a = v->cfg.min_fraction * m, b = m - v->cfg.outlier_mads * 1.4826 * mad;
+    double lm;
+    const double lmad = log_mad_but(ri, W, triad, r, &lm);
+    const double a = v->cfg.min_fraction * m, b = exp(lm - v->cfg.outlier_mads * 1.4826 * lmad);
     s->limit = a < b ? a : b;
     s->median = m;
     if (!(s->limit > 0 && s->x < s->limit))

@@ -24,7 +24,8 @@ grep -qE '^validate: (PASS \(4 ranks on 2 nodes|RETEST)' ok.log || fail "clean s
 rc=0
 DDP_TEST_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 SR_TIMEOUT=100 \
     sr "${run[@]}" --json "$CASE_DIR/bad.json" >bad.log 2>&1 || rc=$?
-grep -E '^(FAIL|validate:)' bad.log || tail -n 20 bad.log
+grep -E "^(FAIL|validate:)" bad.log || tail -n 20 bad.log
+sed -n "/^ranks/,/median/p" bad.log
 expect_eq "$rc" 1 "faulty srun: exit code"
 grep -q '^FAIL gemm: rank 1 on n1: ' bad.log || fail "rank 1 on n1 not named (gemm)"
 grep -q '^FAIL allreduce: rank 2 on n2: ' bad.log || fail "rank 2 on n2 not named (all-reduce)"
