@@ -25,7 +25,7 @@
 
 /* Most calls however short they are (a bound on a tiny N under a long window). */
 #define MAX_REPS 100000
-/* Fault injection: a slow rank sleeps this many times as long as the work took (a hundredth of
+/* Fault injection: a slow rank spins this many times as long as the work took (a hundredth of
  * the rate: far outside any noise, so the test that injects it is not flaky). */
 #define SLOW_FACTOR 99.0
 
@@ -37,14 +37,14 @@ void ddp_validate_bench_cap(double seconds)
     g_cap_s = seconds;
 }
 
-/* Sleep for s seconds (fault injection: a slow rank). */
+/* Stay busy for s seconds (fault injection: a slow rank keeps its CPU, as slow hardware does;
+ * a sleep would hand the CPU to other processes and look like their load). */
 static void sleep_s(double s)
 {
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    const double end = ddp_now() + s;
+    volatile unsigned long spin = 0;
+    while (ddp_now() < end)
+        spin++;
 }
 
 static int cmp_double(const void *a, const void *b)

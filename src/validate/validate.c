@@ -209,8 +209,9 @@ struct rank_info {
     char where[DDP_HOST_MAX + 16]; /* "host", or "host GPU d": how failures name the rank */
     char gpu_driver[96];           /* CUDA versions, or "none" */
     char gpu_name[96];             /* the device's name and memory, or "none" */
-    double busy_s, own_s, wall_s;  /* over the measurements: machine busy CPU-s (-1: unknown),
-                                      this rank's CPU-s, wall seconds */
+    double busy_s, own_s, wall_s;  /* over this rank's own measurements: machine busy CPU-s
+                                      (-1: unknown), this rank's CPU-s, wall seconds */
+    int32_t turns;                 /* its machine's ranks measured in turns */
     double wait_share;             /* of the measuring thread: run-queue wait / (run + wait),
                                       -1: unknown */
     double burn_gflops, burn_min;  /* level long: sustained and slowest-second GEMM rate */
@@ -422,8 +423,8 @@ struct vrun {
     int have_expect;
     double rec_gemm, rec_triad; /* --record-expect: the worst rates of every round and rank */
     int rec_rounds;
-    double load_t0, load_busy0, load_own0; /* the start of the load window */
-    double sched_run0, sched_wait0;        /* (-1: unknown) */
+    double sched_run, sched_wait; /* this rank's measuring thread over its measurements; run
+                                     -1: unknown */
 };
 
 /* ---- judging (rank 0) -------------------------------------------------------------------- */
@@ -563,32 +564,31 @@ static double log_mad_but(const struct rank_info *ri, int W, int triad, int skip
 }
 
 /* The share (0..1) of the CPUs of rank r's machine (ranks with its boot id) that other
- * processes used while the ranks there measured: the machine's busy time less what every
- * rank of this run there used itself. */
+ * processes used while rank r measured: the machine's busy time less what rank r used (in
+ * turns: the others only wait then), or less what every rank there used (they measured at
+ * the same time). */
 static double machine_load(const struct rank_info *ri, int W, int r)
 {
-    double busy = -1, own = 0, wall = 0;
-    for (int q = 0; q < W; q++) {
-        if (strcmp(ri[q].boot_id, ri[r].boot_id) != 0)
-            continue;
-        own += ri[q].own_s;
-        if (busy < 0 && ri[q].busy_s >= 0) {
-            busy = ri[q].busy_s;
-            wall = ri[q].wall_s;
-        }
-    }
-    if (busy < 0 || wall <= 0 || ri[r].cpus_online <= 0)
+    double own = ri[r].own_s;
+    if (!ri[r].turns)
+        for (int q = 0; q < W; q++)
+            if (q != r && !strcmp(ri[q].boot_id, ri[r].boot_id))
+                own += ri[q].own_s;
+    if (ri[r].busy_s < 0 || ri[r].wall_s <= 0 || ri[r].cpus_online <= 0)
         return 0;
-    double f = (busy - own) / (wall * ri[r].cpus_online);
+    double f = (ri[r].busy_s - own) / (ri[r].wall_s * ri[r].cpus_online);
     return f < 0 ? 0 : f > 1 ? 1 : f;
 }
 
-/* The load that slowed rank r: the share of the time its measuring thread wanted a CPU that
- * others held (run-queue wait), else (a kernel without schedstat) its machine's foreign load.
- * A rank that is slow by itself (a throttled CPU, a sleep) does not wait for a CPU. */
-static double rank_load(const struct rank_info *ri, int W, int r)
+/* The load that slowed rank r while it measured: for compute (GEMM, all-reduce), the share of
+ * the time its measuring thread wanted a CPU that others held (run-queue wait): a rank slow by
+ * itself (a throttled CPU) does not wait for a CPU. For memory bandwidth (the triad), also the
+ * share of its machine's CPUs that other processes used, which takes bandwidth and caches
+ * without taking its CPU. */
+static double rank_load(const struct rank_info *ri, int W, int r, int memory)
 {
-    return ri[r].wait_share >= 0 ? ri[r].wait_share : machine_load(ri, W, r);
+    const double wait = ri[r].wait_share >= 0 ? ri[r].wait_share : machine_load(ri, W, r);
+    return memory ? fmax(wait, machine_load(ri, W, r)) : wait;
 }
 
 /* Why a rank's rate fell short, if it did. */
@@ -619,7 +619,7 @@ static int rate_short(const struct vrun *v, const struct rank_info *ri, int r, i
     if (floor > 0 && s->x < floor) {
         s->limit = floor;
         s->by_floor = 1;
-        s->load = rank_load(ri, W, r);
+        s->load = rank_load(ri, W, r, triad);
         return 1;
     }
     const double m = median_but(ri, W, triad, r);
@@ -636,8 +636,8 @@ static int rate_short(const struct vrun *v, const struct rank_info *ri, int r, i
     int n = 0;
     for (int q = 0; q < W; q++)
         if (q != r)
-            loads[n++] = rank_load(ri, W, q);
-    s->load = rank_load(ri, W, r) - median_sort(loads, n);
+            loads[n++] = rank_load(ri, W, q, triad);
+    s->load = rank_load(ri, W, r, triad) - median_sort(loads, n);
     free(loads);
     return 1;
 }
@@ -683,10 +683,10 @@ static void judge_rate(struct report *rep, const struct vrun *v, int r, int tria
                  triad ? "triad" : "sgemm", s.x, unit, s.x / s.median, s.median,
                  v->cfg.min_fraction, v->cfg.outlier_mads);
     if (s.load > 0.005)
-        snprintf(load, sizeof load,
-                 "; it waited for a CPU held by other processes %.0f%% of the time it wanted "
-                 "one%s",
-                 100 * s.load, s.by_floor ? "" : " more than the other ranks did");
+        snprintf(load, sizeof load, "; load from other processes %.0f%% (%s)%s", 100 * s.load,
+                 triad ? "of the machine's CPUs, or of its time waiting for a CPU"
+                       : "of its time waiting for a CPU they held",
+                 s.by_floor ? "" : " above the other ranks'");
     if (load_explains(v, &s))
         add_retest(rep, r, check, "rank %d on %s: %s%s: run again when the node is idle", r,
                    x->where, what, load);
@@ -747,7 +747,7 @@ static void judge_busbw(struct report *rep, const struct vrun *v,
     }
     double load = 0;
     for (int r = 0; r < v->W; r++) {
-        double f = rank_load(rep->ri, v->W, r);
+        double f = rank_load(rep->ri, v->W, r, 0);
         load = f > load ? f : load;
     }
     for (int i = 0; i < e->nbusbw; i++) {
@@ -1005,6 +1005,7 @@ struct run_facts {
     const char *launcher, *comm, *backend;
     double med_gemm, med_triad, elapsed;
     int nnodes;
+    const char *expect; /* --expect FILE, or NULL */
 };
 
 /* Unique hosts in rank order; hosts_of[r] = index of rank r's host. */
@@ -1033,7 +1034,7 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
     const int W = rep->W;
     printf("\nranks (%s backend, level %s)\n", rf->backend, rf->level);
     printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s %6s  %s\n", "rank", "host", "cpu",
-           "cpus", "threads", "memory", "gpu", "sgemm", "ratio", "triad", "ratio", "load",
+           "cpus", "threads", "memory", "gpu", "sgemm", "ratio", "triad", "ratio", "wait",
            "verdict");
     printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s %6s  %s\n", "", "", "", "(allowed)",
            "", "(GiB)", "", "(GFLOP/s)", "(x)", "(GB/s)", "(x)", "(%)", "");
@@ -1047,11 +1048,11 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
         printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f %6.0f  %s\n", r,
                x->host, x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus,
                x->gemm, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
-               rf->med_triad > 0 ? x->triad / rf->med_triad : 0, 100 * rank_load(rep->ri, W, r),
+               rf->med_triad > 0 ? x->triad / rf->med_triad : 0, 100 * rank_load(rep->ri, W, r, 0),
                verdict_of(rep, r));
     }
     printf("%4s  %-16s %-28s %9s %7s %9s %5s %9.1f %6s %7.1f %6s %6s  (an outlier below %.2f x "
-           "the median of the others fails; load: CPU wait for other processes)\n",
+           "the median of the others fails; wait: for CPUs other processes held)\n",
            "", "median", "", "", "", "", "", rf->med_gemm, "", rf->med_triad, "", "", frac);
 
     printf("\nall-reduce: in-place sum of float32 over %d rank%s through comm %s; time = median "
@@ -1147,7 +1148,7 @@ static void json_ranks(FILE *f, const struct report *rep, const struct run_facts
         fprintf(f, ", \"triad_ratio\": ");
         json_num(f, rf->med_triad > 0 ? x->triad / rf->med_triad : NAN, "%.4f");
         fprintf(f, ", \"cpu_wait_share\": %.3f, \"foreign_cpu_share\": %.3f, \"verdict\": \"%s\"}",
-                rank_load(rep->ri, W, r), machine_load(rep->ri, W, r), verdict_of(rep, r));
+                rank_load(rep->ri, W, r, 0), machine_load(rep->ri, W, r), verdict_of(rep, r));
     }
 }
 
@@ -1204,7 +1205,12 @@ static int write_json(const char *path, const struct report *rep, const struct r
             "  \"world_size\": %d,\n  \"nodes_count\": %d,\n  \"launcher\": \"%s\",\n"
             "  \"comm\": \"%s\",\n  \"backend\": \"%s\",\n  \"elapsed_s\": %.3f,\n",
             W, rf->nnodes, rf->launcher, rf->comm, rf->backend, rf->elapsed);
-    fprintf(f, "  \"failures\": [");
+    fprintf(f, "  \"expect\": ");
+    if (rf->expect)
+        json_str(f, rf->expect);
+    else
+        fputs("null", f);
+    fprintf(f, ",\n  \"failures\": [");
     for (int i = 0; i < rep->nfail; i++) {
         const struct failure *x = &rep->fail[i];
         fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", i ? "," : "", x->rank);
@@ -1549,6 +1555,42 @@ static double measure_cap(const struct vrun *v, double seconds)
     return v->a->slurm_health ? fmin(cap, 0.15 * v->a->budget_s) : cap;
 }
 
+/* The counters of the load at a moment (health.c). */
+struct load_mark {
+    double busy, own, t, run, wait; /* busy -1, run -1: unknown */
+};
+
+static void load_mark(struct load_mark *m)
+{
+    m->busy = ddp_validate_machine_busy_s();
+    m->own = ddp_validate_own_cpu_s();
+    m->t = ddp_now();
+    if (ddp_validate_sched_s(&m->run, &m->wait) != 0)
+        m->run = -1;
+}
+
+/* Add the load since m0 to this rank's: only its own measurements count (in turns, the load
+ * while the others measured is theirs). */
+static void load_add(struct vrun *v, const struct load_mark *m0)
+{
+    struct load_mark m1;
+    load_mark(&m1);
+    struct rank_info *mine = &v->mine;
+    mine->busy_s =
+        m0->busy < 0 || m1.busy < 0 || mine->busy_s < 0 ? -1 : mine->busy_s + m1.busy - m0->busy;
+    mine->own_s += m1.own - m0->own;
+    mine->wall_s += m1.t - m0->t;
+    if (m0->run < 0 || m1.run < 0 || v->sched_run < 0) {
+        v->sched_run = -1;
+        mine->wait_share = -1;
+        return;
+    }
+    v->sched_run += m1.run - m0->run;
+    v->sched_wait += m1.wait - m0->wait;
+    mine->wait_share =
+        v->sched_run + v->sched_wait > 0 ? v->sched_wait / (v->sched_run + v->sched_wait) : -1;
+}
+
 /* One round of rates: each turn's ranks measure, the others meet them in the kernels' sync;
  * then everybody's results into v->all. */
 static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
@@ -1562,6 +1604,8 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             ddp_comm_barrier(v->c);
             continue;
         }
+        struct load_mark m0;
+        load_mark(&m0);
         ddp_validate_bench_cap(measure_cap(v, L->gemm_s));
         mine->gemm = ddp_validate_gemm(
             v->be, L->gemm_n, L->gemm_reps, L->gemm_s,
@@ -1573,16 +1617,9 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me), barrier_cb,
             v->c);
         *triad_bad |= mine->triad < 0;
+        load_add(v, &m0);
     }
     mine->triad_bad = *triad_bad;
-    mine->busy_s = v->load_busy0 >= 0 ? ddp_validate_machine_busy_s() - v->load_busy0 : -1;
-    mine->own_s = ddp_validate_own_cpu_s() - v->load_own0;
-    mine->wall_s = ddp_now() - v->load_t0;
-    double run, wait;
-    mine->wait_share = -1;
-    if (v->sched_run0 >= 0 && ddp_validate_sched_s(&run, &wait) == 0 &&
-        run + wait - v->sched_run0 - v->sched_wait0 > 0)
-        mine->wait_share = (wait - v->sched_wait0) / (run + wait - v->sched_run0 - v->sched_wait0);
     ddp_comm_allgather(v->c, mine, v->all, sizeof *mine);
 }
 
@@ -1614,11 +1651,11 @@ static void record_worst(struct vrun *v)
     }
 }
 
-/* Inventory, then the rates, in turns where ranks would share CPUs, in rounds: when a rank
+/* Inventory, then the rates, in turns where ranks would share CPUs, in rounds: when a rate
  * falls short (rate_short), everybody measures again under the same conditions (a passing
- * burst of noise clears; a slow rank stays slow). The round with the fewest shortfalls is
- * judged, whole: mixing rounds would pit one rank's lucky moment against another's unlucky
- * one. Wrong triad values in any round stay wrong. --record-expect measures every round. */
+ * burst of noise clears; a slow rank stays slow). Each rank's best rate of the rounds is
+ * judged: every rank gets the same number of tries, so best is compared with best. Wrong
+ * triad values in any round stay wrong. --record-expect measures every round. */
 static void vrun_rates(struct vrun *v)
 {
     const int W = v->W;
@@ -1631,38 +1668,26 @@ static void vrun_rates(struct vrun *v)
             turns > 1 ? "; ranks sharing CPUs measure their rates in turns" : "");
     if (shared && my_turn == 0)
         v->lock = machine_lock();
-    ddp_comm_barrier(v->c); /* the load window starts together */
-    v->load_t0 = ddp_now();
-    v->load_busy0 = ddp_validate_machine_busy_s();
-    v->load_own0 = ddp_validate_own_cpu_s();
-    if (ddp_validate_sched_s(&v->sched_run0, &v->sched_wait0) != 0)
-        v->sched_run0 = -1;
-    int rounds = 0, triad_bad = 0, kept_short = -1;
+    v->mine.turns = shared;
+    int rounds = 0, triad_bad = 0;
     const int nrounds = v->a->record_expect && v->cfg.rounds < 5 ? 5 : v->cfg.rounds;
-    struct rank_info *kept = ddp_calloc((size_t)W, sizeof *kept);
+    struct rank_info *best = ddp_calloc((size_t)W, sizeof *best);
     for (int round = 0; round < nrounds; round++) {
         rates_round(v, turns, my_turn, &triad_bad);
         rounds++;
         record_worst(v);
-        const int nshort = rates_shortfalls(v, v->all);
-        if (kept_short < 0 || nshort < kept_short) {
-            kept_short = nshort;
-            memcpy(kept, v->all, sizeof *v->all * (size_t)W);
+        for (int r = 0; r < W; r++) {
+            const double g = fmax(best[r].gemm, v->all[r].gemm);
+            const double t = fmax(best[r].triad, v->all[r].triad);
+            best[r] = v->all[r]; /* the load so far, and everything else as now */
+            best[r].gemm = g;
+            best[r].triad = v->all[r].triad_bad ? -1 : t;
         }
-        if (nshort == 0 && !v->a->record_expect)
+        if (rates_shortfalls(v, best) == 0 && !v->a->record_expect)
             break;
     }
-    for (int r = 0; r < W; r++) {
-        if (v->all[r].triad_bad)
-            kept[r].triad = -1;
-        /* the load over all rounds, as the last round measured it */
-        kept[r].busy_s = v->all[r].busy_s;
-        kept[r].own_s = v->all[r].own_s;
-        kept[r].wall_s = v->all[r].wall_s;
-        kept[r].wait_share = v->all[r].wait_share;
-    }
-    memcpy(v->all, kept, sizeof *v->all * (size_t)W);
-    free(kept);
+    memcpy(v->all, best, sizeof *v->all * (size_t)W);
+    free(best);
     ddp_log("rates measured in %d round%s (%.1f s)", rounds, rounds == 1 ? "" : "s",
             ddp_now() - v->t_start);
 }
@@ -1772,7 +1797,7 @@ static int vrun_after(struct vrun *v, struct report *rep, int verdict)
     if (v->a->record_expect && !rep->nhard) {
         double load = 0;
         for (int r = 0; r < v->W; r++)
-            load = fmax(load, rank_load(v->all, v->W, r));
+            load = fmax(load, rank_load(v->all, v->W, r, 1));
         if (load >= v->cfg.foreign_load_max && v->cfg.foreign_load_max > 0) {
             ddp_warn("validate: not recorded: other processes held the CPU %.0f%% of the time "
                      "it was measuring; record expectations on an idle node",
@@ -1833,8 +1858,10 @@ static int vrun_judge(struct vrun *v)
                            med_gemm,
                            med_triad,
                            0,
-                           0};
+                           0,
+                           NULL};
     rf.nnodes = group_hosts(v->all, W, host_of, first_rank);
+    rf.expect = v->have_expect ? v->expect.path : NULL;
     if (record && !strcmp(gv.verdict, "PASS")) {
         if (ddp_validate_ref_write(&v->g, v->be->name, v->rec_path, err, sizeof err) != 0)
             add_failure(&rep, 0, "record", "rank 0 on %s: %s", v->all[0].host, err);

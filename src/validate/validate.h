@@ -45,7 +45,7 @@
  *              reference is a warning, not a failure).
  *
  * Fault injection (test hooks, DDP_TEST_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
- *   slow_gemm:R      rank R sleeps 99 times as long as each timed GEMM took (a hundredth of
+ *   slow_gemm:R      rank R spins 99 times as long as each timed GEMM took (a hundredth of
  *                    the rate)
  *   slow_triad:R     the same for the triad
  *   bad_allreduce:R  rank R flips a bit of one element of every all-reduce input it builds
@@ -66,11 +66,12 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "core/util.h"
 
-/* Exit code of a run whose only shortfalls came while other processes loaded the node (the
- * "retest" verdict): not 1, so that nothing drains a node for it; 6 is the first code that
- * DESIGN.md's 0-5 and 75 (requeue) leave free and is no shell or signal code (126+). */
-#define DDP_EXIT_RETEST 6
+/* DDP_EXIT_RETEST (6, core/util.h) is the exit code of a run whose only shortfalls came while
+ * other processes loaded the node (the "retest" verdict): not 1, so that nothing drains a node
+ * for it; 6 is the first code that 0-5 and 75 (requeue) leave free and is no shell, signal or
+ * sysexits code. */
 
 /* Levels, as DCGM's: quick (prologs), standard, long (burn-in: sustained GEMM with result
  * comparison and the full all-reduce sweep). */
@@ -199,7 +200,7 @@ int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_valida
  * validate passes a barrier, which every rank not measuring calls as well), then times calls
  * for `seconds` between guard bands of two calls (at least reps counted) and returns the
  * median.
- * slow: sleep 99 times as long as each call took (fault injection). */
+ * slow: spin 99 times as long as each call took (fault injection). */
 double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
                          void (*sync)(void *), void *sync_ctx);
 double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,

@@ -184,7 +184,8 @@ print("[gemm]\nn = 256\nmin_gflops = %.3f\n[triad]\nmib = 16\nmin_gbs = %.3f" % 
 PY
 run expect_ok 0 --expect "$work/half.ini"
 clean_ok expect_ok
-grep -q '"level": "quick"' expect_ok.json || bad "expect_ok: no level in the JSON"
+grep -q '"level": "quick"' expect_ok.json && grep -q "\"expect\": \"$work/half.ini\"" expect_ok.json ||
+    bad "expect_ok: no level or expectation file in the JSON"
 DDP_TEST_VALIDATE_FAULT=slow_gemm:0 run expect_slow 0 --expect "$work/half.ini"
 expect_fail expect_slow gemm 0
 grep -q "^FAIL gemm: rank 0 on $HOST: sgemm .* is below the floor .* of $work/half.ini" \
