@@ -179,7 +179,7 @@ python3 - single.json >half.ini <<'PY' || bad "single run: no rates for the floo
 import json, sys
 r = json.load(open(sys.argv[1]))["ranks"][0]
 print("[node]\ntype = test, half of a first run\n[gpu]\ncount = %d" % r["gpu_count"])
-print("[gemm]\nn = 256\nmin_gflops = %.3f\n[triad]\nmib = 16\nmin_gbs = %.3f" % (
+print("[gemm]\nn = 256\nmin_gflops = %.3f\n[triad]\nmib = 128\nmin_gbs = %.3f" % (
     r["gemm_gflops"] / 2, r["triad_gbs"] / 2))
 PY
 run expect_ok 0 --expect "$work/half.ini"
@@ -224,7 +224,7 @@ echo "load: ${#loaders[@]} busy loops (pids ${loaders[*]})"
 python3 - single.json >tight.ini <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["ranks"][0]
-print("[gemm]\nn = 256\nmin_gflops = %.3f\n[triad]\nmib = 16\nmin_gbs = %.3f" % (
+print("[gemm]\nn = 256\nmin_gflops = %.3f\n[triad]\nmib = 128\nmin_gbs = %.3f" % (
     r["gemm_gflops"] * 0.9, r["triad_gbs"] * 0.9))
 PY
 run loaded_tight 0 --expect "$work/tight.ini"

@@ -38,7 +38,7 @@ floors() {
 import json, sys
 r, f = json.load(open(sys.argv[1]))["ranks"][0], float(sys.argv[2])
 print("[node]\ntype = test cluster node\n[gemm]\nn = 256\nmin_gflops = %.3f" % (r["gemm_gflops"] * f))
-print("[triad]\nmib = 16\nmin_gbs = %.3f" % (r["triad_gbs"] * f))
+print("[triad]\nmib = 128\nmin_gbs = %.3f" % (r["triad_gbs"] * f))
 PY
 }
 floors 0.5 >half.ini
