@@ -1,16 +1,10 @@
 /*
- * config.c - the job-file schema and its parser (inih underneath). See config.h.
- *
- * inih is driven through ini_parse_stream with our own line reader, so that every value is
- * known with its line number, lines longer than inih's buffer are reported instead of being
- * cut, and continuation lines (leading blanks) are told apart from a key given twice.
+ * config.c - the job-file schema; core/ini.h reads the file (line numbers, long lines,
+ * continuation lines, duplicate and unknown keys, typed values). See config.h.
  */
 #include "core/config.h"
 
-#include <ini.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -18,12 +12,19 @@
 
 #include "backend/select.h"
 #include "comm/comm.h"
+#include "core/ini.h"
 #include "core/util.h"
 #include "dist/bootstrap.h"
 #include "core/recipe.h"
-#include "core/suggest.h"
 
-enum key_type { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_INT_AUTO };
+enum key_type {
+    T_INT = DDP_INI_INT,
+    T_FLOAT = DDP_INI_FLOAT,
+    T_BOOL = DDP_INI_BOOL,
+    T_STR = DDP_INI_STR,
+    T_ENUM = DDP_INI_ENUM,
+    T_INT_AUTO = DDP_INI_INT_AUTO
+};
 
 struct key_def {
     const char *section, *key;
@@ -67,146 +68,39 @@ static const struct key_def g_keys[] = {
 #define NKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
 _Static_assert(sizeof g_keys / sizeof g_keys[0] <= DDP_JOB_KEYS_MAX, "raise DDP_JOB_KEYS_MAX");
 
-/* A T_ENUM key's words, joined by sep ("a/b/c"). */
-static void choices_text(const struct key_def *k, char sep, char *buf, size_t len)
+/* The schema as core/ini.h reads it: the rows of g_keys, in their order. */
+static const struct ddp_ini_schema *job_schema(void)
 {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < k->choices->n && n < len; i++)
-        n +=
-            (size_t)snprintf(buf + n, len - n, "%s%s", i ? (char[]){sep, 0} : "", k->choices->v[i]);
+    static struct ddp_ini_key keys[NKEYS];
+    static struct ddp_ini_schema schema;
+    if (!schema.keys) {
+        for (int i = 0; i < NKEYS; i++) {
+            const struct key_def *k = &g_keys[i];
+            keys[i] = (struct ddp_ini_key){k->section,
+                                           k->key,
+                                           (enum ddp_ini_type)k->type,
+                                           k->off,
+                                           k->size,
+                                           k->min,
+                                           k->max,
+                                           k->choices ? k->choices->v : NULL,
+                                           k->choices ? k->choices->n : 0};
+        }
+        schema = (struct ddp_ini_schema){keys, NKEYS, "job file", "docs/job-file.md", 1};
+    }
+    return &schema;
 }
 
 static int find_key(const char *section, const char *key)
 {
-    for (int i = 0; i < NKEYS; i++)
-        if (strcmp(g_keys[i].section, section) == 0 && strcmp(g_keys[i].key, key) == 0)
-            return i;
-    return -1;
-}
-
-static int section_known(const char *section)
-{
-    for (int i = 0; i < NKEYS; i++)
-        if (strcmp(g_keys[i].section, section) == 0)
-            return 1;
-    return 0;
-}
-
-/* " did you mean [optim]?" for an unknown section, or "". */
-static const char *hint_section(const char *section, char *out, size_t len)
-{
-    const char *cands[NKEYS];
-    for (int i = 0; i < NKEYS; i++)
-        cands[i] =
-            i && !strcmp(g_keys[i].section, g_keys[i - 1].section) ? NULL : g_keys[i].section;
-    const char *near = ddp_suggest(section, cands, NKEYS);
-    if (near)
-        snprintf(out, len, " did you mean [%s]?", near);
-    else
-        out[0] = '\0';
-    return out;
-}
-
-/* " did you mean 'epochs'?" (a near key of the section) or " did you mean [optim] lr?" (the
- * key, or a near one, of another section) for an unknown key; or "". */
-static const char *hint_key(const char *section, const char *key, char *out, size_t len)
-{
-    const char *here[NKEYS], *all[NKEYS];
-    for (int i = 0; i < NKEYS; i++) {
-        here[i] = strcmp(g_keys[i].section, section) == 0 ? g_keys[i].key : NULL;
-        all[i] = g_keys[i].key;
-    }
-    const char *near = ddp_suggest(key, here, NKEYS);
-    out[0] = '\0';
-    if (near) {
-        snprintf(out, len, " did you mean '%s'?", near);
-        return out;
-    }
-    for (int i = 0; i < NKEYS; i++)
-        if (strcmp(g_keys[i].key, key) == 0 || g_keys[i].key == ddp_suggest(key, all, NKEYS)) {
-            snprintf(out, len, " did you mean [%s] %s?", g_keys[i].section, g_keys[i].key);
-            break;
-        }
-    return out;
-}
-
-/* Lowercase copy of s trimmed of blanks, for enum and bool matching. */
-static void lower_trim(const char *s, char *out, size_t len)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = 0;
-    for (; *s && n + 1 < len; s++)
-        out[n++] = (char)((*s >= 'A' && *s <= 'Z') ? *s - 'A' + 'a' : *s);
-    while (n > 0 && (out[n - 1] == ' ' || out[n - 1] == '\t'))
-        n--;
-    out[n] = '\0';
+    return ddp_ini_find(job_schema(), section, key);
 }
 
 /* Convert value for key k into the job. Returns 0, or -1 with the reason (no location). */
 static int assign(struct ddp_job *job, const struct key_def *k, const char *value, char *why,
                   size_t whylen)
 {
-    char *field = (char *)job + k->off;
-    char low[256];
-    lower_trim(value, low, sizeof low);
-    switch (k->type) {
-    case T_INT_AUTO:
-        if (strcmp(low, "auto") == 0) {
-            *(int64_t *)field = 0;
-            return 0;
-        }
-        /* fall through */
-    case T_INT: {
-        int64_t v;
-        if (ddp_parse_i64(value, &v) != 0)
-            return ddp_err(why, whylen, "'%s' is not an integer; expected a whole number%s", value,
-                           k->type == T_INT_AUTO ? " or auto" : "");
-        if ((double)v < k->min || (double)v > k->max)
-            return ddp_err(why, whylen, "%lld is out of range; expected %.0f to %.0f", (long long)v,
-                           k->min, k->max);
-        *(int64_t *)field = v;
-        return 0;
-    }
-    case T_FLOAT: {
-        double v;
-        if (ddp_parse_f64(value, &v) != 0)
-            return ddp_err(why, whylen, "'%s' is not a number; expected e.g. 0.01 or 1e-3", value);
-        if (v < k->min || v > k->max)
-            return ddp_err(why, whylen, "%g is out of range; expected %g to %g", v, k->min, k->max);
-        *(double *)field = v;
-        return 0;
-    }
-    case T_BOOL:
-        if (!strcmp(low, "true") || !strcmp(low, "yes") || !strcmp(low, "on") || !strcmp(low, "1"))
-            *(int *)field = 1;
-        else if (!strcmp(low, "false") || !strcmp(low, "no") || !strcmp(low, "off") ||
-                 !strcmp(low, "0"))
-            *(int *)field = 0;
-        else
-            return ddp_err(why, whylen, "'%s' is not a boolean; expected true or false", value);
-        return 0;
-    case T_ENUM: {
-        for (int idx = 0; idx < k->choices->n; idx++)
-            if (strcmp(low, k->choices->v[idx]) == 0) {
-                *(int *)field = idx;
-                return 0;
-            }
-        char alts[128];
-        choices_text(k, '/', alts, sizeof alts);
-        return ddp_err(why, whylen, "'%s' is not a choice; expected one of %s", value, alts);
-    }
-    case T_STR: {
-        size_t n = strlen(value);
-        if (n >= k->size)
-            return ddp_err(why, whylen, "value is %zu characters; at most %zu allowed", n,
-                           k->size - 1);
-        memcpy(field, value, n + 1);
-        return 0;
-    }
-    }
-    return ddp_err(why, whylen, "internal: unknown key type");
+    return ddp_ini_assign(&job_schema()->keys[k - g_keys], job, value, why, whylen);
 }
 
 /* The text of key k's value in job, for job.ini and logs. */
@@ -256,222 +150,16 @@ void ddp_job_defaults(struct ddp_job *job)
     }
 }
 
-/* Parser state shared by the line reader and the inih handler. */
-struct parse_state {
-    struct ddp_job *job;
-    FILE *f;
-    int line; /* line number of the line inih is handling */
-    int line_too_long;
-    int cont; /* the current raw line starts with a blank: a continuation */
-    char last_section[64], last_key[64];
-    char *err;
-    size_t errlen;
-    int failed;
-};
-
-/* ini_reader: hands inih one line at a time, counting lines; a line that would not fit
- * inih's buffer is flagged (inih would otherwise split it silently). */
-static char *read_line(char *str, int num, void *stream)
-{
-    struct parse_state *ps = stream;
-    char buf[8192];
-    if (!fgets(buf, sizeof buf, ps->f))
-        return NULL;
-    ps->line++;
-    size_t n = strlen(buf);
-    if (n == sizeof buf - 1 && buf[n - 1] != '\n') { /* drain an absurdly long line */
-        int c;
-        while ((c = fgetc(ps->f)) != EOF && c != '\n')
-            ;
-    }
-    ps->cont = (buf[0] == ' ' || buf[0] == '\t');
-    if (n >= (size_t)num - 1 && !(n == (size_t)num - 1 && buf[n - 1] == '\n')) {
-        if (!ps->line_too_long)
-            ps->line_too_long = ps->line;
-        n = (size_t)num - 2;
-        buf[n] = '\0';
-    }
-    memcpy(str, buf, n + 1);
-    return str;
-}
-
-static int fail_at(struct parse_state *ps, const char *section, const char *key, const char *fmt,
-                   const char *why)
-{
-    if (!ps->failed) {
-        ps->failed = 1;
-        if (key)
-            snprintf(ps->err, ps->errlen, "%s:%d: [%s] %s: %s", ps->job->path, ps->line, section,
-                     key, why);
-        else
-            snprintf(ps->err, ps->errlen, fmt, ps->job->path, ps->line, section, why);
-    }
-    return 0;
-}
-
-static int on_value(void *user, const char *section, const char *name, const char *value)
-{
-    struct parse_state *ps = user;
-    char why[DDP_ERR_LEN];
-    if (ps->failed)
-        return 0;
-    if (section[0] == '\0')
-        return fail_at(ps, "", name, NULL,
-                       "key outside any section; put it under its [section] header");
-    if (!section_known(section)) {
-        char hint[96];
-        snprintf(why, sizeof why,
-                 "unknown section;%s expected one of [job] [data] [model] [optim] [train] "
-                 "[checkpoint] [dist]",
-                 hint_section(section, hint, sizeof hint));
-        return fail_at(ps, section, NULL, "%s:%d: [%s]: %s", why);
-    }
-    int k = find_key(section, name);
-    if (k < 0) {
-        char known[512] = "";
-        size_t used = 0;
-        for (int i = 0; i < NKEYS; i++)
-            if (strcmp(g_keys[i].section, section) == 0 && used < sizeof known - 40)
-                used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
-                                         used ? ", " : "", g_keys[i].key);
-        char hint[160];
-        snprintf(why, sizeof why, "unknown key;%s [%s] takes %s",
-                 hint_key(section, name, hint, sizeof hint), section, known);
-        return fail_at(ps, section, name, NULL, why);
-    }
-    const struct key_def *kd = &g_keys[k];
-    if (ps->cont && strcmp(ps->last_section, section) == 0 && strcmp(ps->last_key, name) == 0) {
-        /* continuation line: append to the value so far */
-        if (kd->type != T_STR)
-            return fail_at(ps, section, name, NULL,
-                           "continuation line for a non-text key; write the value on one line");
-        char *field = (char *)ps->job + kd->off;
-        size_t have = strlen(field), add = strlen(value);
-        if (have + 1 + add >= kd->size)
-            return fail_at(ps, section, name, NULL, "value too long after continuation lines");
-        field[have] = ' ';
-        memcpy(field + have + 1, value, add + 1);
-        return 1;
-    }
-    if (ps->job->key_line[k] > 0) {
-        snprintf(why, sizeof why, "given twice (first on line %d); keep one", ps->job->key_line[k]);
-        return fail_at(ps, section, name, NULL, why);
-    }
-    if (assign(ps->job, kd, value, why, sizeof why) != 0)
-        return fail_at(ps, section, name, NULL, why);
-    ps->job->key_line[k] = ps->line;
-    snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
-    snprintf(ps->last_key, sizeof ps->last_key, "%s", name);
-    return 1;
-}
-
-#define JOB_FILE_MAX (1 << 20) /* a job file is a page of text; refuse anything absurd */
-
-/* The whole job file, NUL-terminated, into *text (*len bytes) from a descriptor that is known
- * to be a regular file. Fails (-1, err) on a read error or past JOB_FILE_MAX bytes. */
-static int read_job_bytes(int fd, const char *path, char **text, size_t *len, char *err,
-                          size_t errlen)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = ddp_malloc(cap);
-    for (;;) {
-        if (n + 1 == cap)
-            buf = ddp_realloc(buf, cap *= 2);
-        ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int e = errno;
-            free(buf);
-            return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(e));
-        }
-        if (got == 0)
-            break;
-        n += (size_t)got;
-        if (n > JOB_FILE_MAX) {
-            free(buf);
-            return ddp_err(err, errlen,
-                           "%s: larger than %d bytes; is this a job file? give "
-                           "an INI file (docs/job-file.md)",
-                           path, JOB_FILE_MAX);
-        }
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
-/* A job file is text: a NUL byte (which would silently cut the line) or a control character
- * other than tab and CR is an error naming line and column. */
-static int check_job_bytes(const char *text, size_t len, const char *path, char *err, size_t errlen)
-{
-    int line = 1, col = 1;
-    for (size_t i = 0; i < len; i++, col++) {
-        unsigned char c = (unsigned char)text[i];
-        if (c == '\n') {
-            line++;
-            col = 0;
-            continue;
-        }
-        if (c >= 0x20 && c != 0x7f)
-            continue;
-        if (c == '\t' || c == '\r')
-            continue;
-        return ddp_err(err, errlen,
-                       "%s:%d: %s byte 0x%02x at column %d; a job file is plain "
-                       "text, remove it (is this a binary file?)",
-                       path, line, c == 0 ? "NUL" : "control", c, col);
-    }
-    return 0;
-}
-
 int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen)
 {
     snprintf(job->path, sizeof job->path, "%s", path);
-    const char *kind = NULL;
-    int fd = ddp_open_regular(path, &kind);
-    if (fd < 0 && kind && strcmp(kind, "file") != 0)
-        return ddp_err(err, errlen,
-                       "%s: is a %s, not a job file; give the path of an INI file "
-                       "(docs/job-file.md)",
-                       path, kind);
-    if (fd < 0)
-        return ddp_err(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
     char *text = NULL;
-    size_t len = 0;
-    int rc = read_job_bytes(fd, path, &text, &len, err, errlen);
-    close(fd);
-    if (rc != 0)
-        return -1;
-    if (check_job_bytes(text, len, path, err, errlen) != 0) {
-        free(text);
-        return -1;
+    int rc = ddp_ini_load(job_schema(), path, job, job->key_line, &text, err, errlen);
+    if (text) {
+        free(job->text);
+        job->text = text; /* the bytes that were parsed, kept for checkpoints */
     }
-    free(job->text);
-    job->text = text; /* the bytes that are parsed, kept for checkpoints */
-    if (len == 0)
-        return 0;                       /* an empty job file: every default */
-    FILE *f = fmemopen(text, len, "r"); /* inih reads lines from a stream */
-    if (!f)
-        return ddp_err(err, errlen, "%s: cannot read job file: %s", path, strerror(errno));
-    struct parse_state ps = {.job = job, .f = f, .err = err, .errlen = errlen};
-    rc = ini_parse_stream(read_line, &ps, on_value, &ps);
-    fclose(f);
-    if (ps.line_too_long && (!ps.failed || ps.line_too_long <= ps.line))
-        return ddp_err(err, errlen,
-                       "%s:%d: line longer than %d characters; continue a long value on "
-                       "the next line, indented",
-                       path, ps.line_too_long, 198);
-    if (ps.failed)
-        return -1;
-    if (rc > 0)
-        return ddp_err(err, errlen,
-                       "%s:%d: not INI syntax; expected [section], key = value, or ; comment", path,
-                       rc);
-    if (rc < 0)
-        return ddp_err(err, errlen, "%s: cannot read job file", path);
-    return 0;
+    return rc;
 }
 
 int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t errlen)
@@ -488,20 +176,21 @@ int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t e
     *eq = '\0';
     *dot = '\0';
     char section[64], key[64];
-    lower_trim(buf, section, sizeof section);
-    lower_trim(dot + 1, key, sizeof key);
+    ddp_ini_lower_trim(buf, section, sizeof section);
+    ddp_ini_lower_trim(dot + 1, key, sizeof key);
     const char *value = eq + 1;
     while (*value == ' ')
         value++;
     int k = find_key(section, key);
     if (k < 0) {
         char hint[160];
-        if (section_known(section))
-            hint_key(section, key, hint, sizeof hint);
+        const int known = ddp_ini_section_known(job_schema(), section);
+        if (known)
+            ddp_ini_hint_key(job_schema(), section, key, hint, sizeof hint);
         else
-            hint_section(section, hint, sizeof hint);
+            ddp_ini_hint_section(job_schema(), section, hint, sizeof hint);
         return ddp_err(err, errlen, "--set %s.%s: unknown %s;%s see docs/job-file.md", section, key,
-                       section_known(section) ? "key" : "section", hint);
+                       known ? "key" : "section", hint);
     }
     char why[DDP_ERR_LEN];
     if (assign(job, &g_keys[k], value, why, sizeof why) != 0)
@@ -636,7 +325,7 @@ void ddp_job_write_reference(FILE *f)
             snprintf(range, sizeof range, "%g to %g%s", k->min, k->max,
                      k->type == T_INT_AUTO ? ", or auto" : "");
         else if (k->type == T_ENUM)
-            choices_text(k, '/', range, sizeof range);
+            ddp_ini_choices_text(&job_schema()->keys[i], '/', range, sizeof range);
         fprintf(f, "| `%s` | %s | `%s` | %s | %s |\n", k->key, tn[k->type], k->def, range, k->doc);
     }
 }

@@ -23,6 +23,8 @@ enum ddp_exit {
     DDP_EXIT_DATA = 3,     /* dataset or checkpoint file error */
     DDP_EXIT_LAUNCH = 4,   /* launch, binding or bootstrap error */
     DDP_EXIT_PEER = 5,     /* a peer failed or a collective timed out */
+    DDP_EXIT_RETEST = 6,   /* validate: no fault found, but a check fell short while other
+                              processes loaded the node: run it again when idle */
     DDP_EXIT_REQUEUE = 75, /* stopped by a signal after a checkpoint: requeue me */
 };
 

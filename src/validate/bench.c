@@ -25,18 +25,26 @@
 
 /* Most calls however short they are (a bound on a tiny N under a long window). */
 #define MAX_REPS 100000
-/* Fault injection: a slow rank sleeps this many times as long as the work took (a tenth of
+/* Fault injection: a slow rank spins this many times as long as the work took (a hundredth of
  * the rate: far outside any noise, so the test that injects it is not flaky). */
-#define SLOW_FACTOR 9.0
+#define SLOW_FACTOR 99.0
 
-/* Sleep for s seconds (fault injection: a slow rank). */
+/* ddp_validate_bench_cap: 0 or the most seconds one measurement may take. */
+static double g_cap_s;
+
+void ddp_validate_bench_cap(double seconds)
+{
+    g_cap_s = seconds;
+}
+
+/* Stay busy for s seconds (fault injection: a slow rank keeps its CPU, as slow hardware does;
+ * a sleep would hand the CPU to other processes and look like their load). */
 static void sleep_s(double s)
 {
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    const double end = ddp_now() + s;
+    volatile unsigned long spin = 0;
+    while (ddp_now() < end)
+        spin++;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -52,7 +60,7 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
                               double seconds, int slow)
 {
     const double t0 = ddp_now();
-    double guard = -1;
+    double guard = -1, first = 0;
     int counted = 0, cap = 64;
     double *rate = ddp_malloc(sizeof(double) * (size_t)cap);
     if (reps < 1)
@@ -63,8 +71,11 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
         if (slow)
             sleep_s(SLOW_FACTOR * (ddp_now() - a));
         const double b = ddp_now();
-        if (guard < 0) { /* the first call sizes the guard band and is never counted */
+        if (guard < 0) { /* the first call sizes the guard band and is never counted... */
             guard = 2 * (b - a);
+            first = work / (b - a);
+            if (g_cap_s > 0 && b - t0 > g_cap_s)
+                break; /* ... unless it is all the cap allows */
             continue;
         }
         const double lo = t0 + guard, hi = t0 + guard + seconds;
@@ -75,9 +86,11 @@ static double windowed_median(void (*pass)(void *), void *ctx, double work, int 
             }
             rate[counted++] = work / (b - a);
         }
-        if (b >= hi + guard && counted >= reps)
+        if ((b >= hi + guard && counted >= reps) || (g_cap_s > 0 && b - t0 > g_cap_s))
             break;
     }
+    if (counted == 0)
+        rate[counted++] = first;
     qsort(rate, (size_t)counted, sizeof(double), cmp_double);
     double m = counted % 2 ? rate[counted / 2] : 0.5 * (rate[counted / 2 - 1] + rate[counted / 2]);
     free(rate);
@@ -98,17 +111,22 @@ static void gemm_pass(void *arg)
         g->be->sync();
 }
 
+/* The fixed inputs of the GEMMs: values in [-1, 1) from an LCG (no denormals). */
+static void fill_lcg(float *x, size_t n)
+{
+    uint32_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+}
+
 double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
                          void (*sync)(void *), void *sync_ctx)
 {
     const size_t elems = (size_t)n * (size_t)n;
     float *host = ddp_malloc(sizeof(float) * elems);
-    /* values in [-1, 1) from a fixed LCG: no denormals, nothing special for the kernel */
-    uint32_t s = 12345;
-    for (size_t i = 0; i < elems; i++) {
-        s = s * 1664525u + 1013904223u;
-        host[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    }
+    fill_lcg(host, elems);
     struct gemm_ctx g = {be, be->alloc(sizeof(float) * elems) /* (N, N) */,
                          be->alloc(sizeof(float) * elems) /* (N, N) */,
                          be->alloc(sizeof(float) * elems) /* (N, N) */, n};
@@ -211,4 +229,49 @@ double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, in
     free(b);
     free(c);
     return best;
+}
+
+void ddp_validate_burn(const struct ddp_backend *be, int n, double seconds, int corrupt,
+                       struct ddp_validate_burn_result *res)
+{
+    const size_t elems = (size_t)n * (size_t)n, bytes = sizeof(float) * elems;
+    float *host = ddp_malloc(bytes), *first = ddp_malloc(bytes), *now = ddp_malloc(bytes);
+    fill_lcg(host, elems);
+    struct gemm_ctx g = {be, be->alloc(bytes), be->alloc(bytes), be->alloc(bytes), n};
+    be->upload(g.a, host, bytes);
+    be->upload(g.w, host, bytes);
+    gemm_pass(&g);
+    be->download(first, g.out, bytes); /* the reference result: the same inputs each call */
+    memset(res, 0, sizeof *res);
+    res->min_gflops = 1e300;
+    const double flop = 2.0 * (double)n * (double)n * (double)n / 1e9, t0 = ddp_now();
+    double win_t = t0;
+    int win_calls = 0;
+    while (ddp_now() - t0 < seconds || res->calls == 0) {
+        gemm_pass(&g);
+        be->download(now, g.out, bytes);
+        if (corrupt && res->calls == 0)
+            now[elems / 2] = -now[elems / 2] + 1.0f; /* fault injection: one wrong element */
+        res->calls++;
+        win_calls++;
+        if (memcmp(now, first, bytes) != 0)
+            res->mismatches++;
+        const double t = ddp_now();
+        if (t - win_t >= 1.0 || ddp_now() - t0 >= seconds) { /* rate per second of burn */
+            const double r = flop * win_calls / (t - win_t);
+            res->min_gflops = r < res->min_gflops ? r : res->min_gflops;
+            win_t = t;
+            win_calls = 0;
+        }
+    }
+    res->seconds = ddp_now() - t0;
+    res->gflops = flop * res->calls / res->seconds;
+    if (res->min_gflops > 1e299)
+        res->min_gflops = res->gflops;
+    be->free(g.a);
+    be->free(g.w);
+    be->free(g.out);
+    free(host);
+    free(first);
+    free(now);
 }

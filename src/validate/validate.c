@@ -10,7 +10,6 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -30,6 +29,7 @@
 #include "comm/comm.h"
 #include "comm/liveness.h"
 #include "core/config.h"
+#include "core/ini.h"
 #include "dist/world.h"
 #include "core/fileio.h"
 #include "core/testhooks.h"
@@ -59,7 +59,10 @@
 void ddp_validate_config_defaults(struct ddp_validate_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->min_fraction = 0.9;
+    c->min_fraction = 0.8;
+    c->outlier_mads = 5;
+    c->foreign_load_max = 0.1;
+    c->rounds = 3;
     c->threads = 0;
     c->timeout_s = 120;
     c->gemm_n = 2048;
@@ -77,147 +80,72 @@ void ddp_validate_config_defaults(struct ddp_validate_config *c)
     c->ar_min_bytes = 8;
     c->ar_max_bytes = (int64_t)256 << 20;
     c->ar_max_bytes_quick = (int64_t)16 << 20;
+    c->ar_max_bytes_long = DDP_VALIDATE_MAX_BYTES;
     c->ar_blocks = 5;
     c->ar_blocks_quick = 3;
     c->ar_block_ms = 20;
     c->golden_steps = 100;
     c->golden_steps_quick = 30;
     c->golden_rtol = 1e-3;
+    c->burn_s = 120;
 }
 
-enum key_type { KEY_INT, KEY_I64, KEY_F64, KEY_STR };
-
-struct key {
-    const char *section, *name;
-    enum key_type type;
-    size_t off;
-    double lo, hi;
-};
-
-#define K(sec, name, type, field, lo, hi)                                    \
-    {                                                                        \
-        sec, name, type, offsetof(struct ddp_validate_config, field), lo, hi \
+#define F(field) \
+    offsetof(struct ddp_validate_config, field), sizeof(((struct ddp_validate_config *)0)->field)
+#define K(sec, name, type, field, lo, hi)          \
+    {                                              \
+        sec, name, type, F(field), lo, hi, NULL, 0 \
     }
-static const struct key g_keys[] = {
-    K("validate", "min_fraction", KEY_F64, min_fraction, 0, 1),
-    K("validate", "threads", KEY_INT, threads, 0, 4096),
-    K("validate", "timeout_s", KEY_F64, timeout_s, 1, 1e6),
-    K("gemm", "n", KEY_INT, gemm_n, 16, DDP_VALIDATE_MAX_GEMM_N),
-    K("gemm", "n_quick", KEY_INT, gemm_n_quick, 16, DDP_VALIDATE_MAX_GEMM_N),
-    K("gemm", "reps", KEY_INT, gemm_reps, 1, 1000),
-    K("gemm", "reps_quick", KEY_INT, gemm_reps_quick, 1, 1000),
-    K("gemm", "seconds", KEY_F64, gemm_s, 0, 3600),
-    K("gemm", "seconds_quick", KEY_F64, gemm_s_quick, 0, 3600),
-    K("triad", "mib", KEY_I64, triad_mib, 1, 1 << 16),
-    K("triad", "mib_quick", KEY_I64, triad_mib_quick, 1, 1 << 16),
-    K("triad", "reps", KEY_INT, triad_reps, 1, 1000),
-    K("triad", "reps_quick", KEY_INT, triad_reps_quick, 1, 1000),
-    K("triad", "seconds", KEY_F64, triad_s, 0, 3600),
-    K("triad", "seconds_quick", KEY_F64, triad_s_quick, 0, 3600),
-    K("allreduce", "min_bytes", KEY_I64, ar_min_bytes, 4, (double)DDP_VALIDATE_MAX_BYTES),
-    K("allreduce", "max_bytes", KEY_I64, ar_max_bytes, 4, (double)DDP_VALIDATE_MAX_BYTES),
-    K("allreduce", "max_bytes_quick", KEY_I64, ar_max_bytes_quick, 4,
-      (double)DDP_VALIDATE_MAX_BYTES),
-    K("allreduce", "blocks", KEY_INT, ar_blocks, 1, 101),
-    K("allreduce", "blocks_quick", KEY_INT, ar_blocks_quick, 1, 101),
-    K("allreduce", "block_ms", KEY_F64, ar_block_ms, 0.01, 60000),
-    K("golden", "steps", KEY_INT, golden_steps, 1, DDP_VALIDATE_MAX_STEPS),
-    K("golden", "steps_quick", KEY_INT, golden_steps_quick, 1, DDP_VALIDATE_MAX_STEPS),
-    K("golden", "rtol", KEY_F64, golden_rtol, 0, 1),
-    K("golden", "reference", KEY_STR, reference, 0, 0),
+#define MAXB ((double)DDP_VALIDATE_MAX_BYTES)
+static const struct ddp_ini_key g_keys[] = {
+    K("validate", "min_fraction", DDP_INI_FLOAT, min_fraction, 0, 1),
+    K("validate", "outlier_mads", DDP_INI_FLOAT, outlier_mads, 0, 1000),
+    K("validate", "foreign_load_max", DDP_INI_FLOAT, foreign_load_max, 0, 1),
+    K("validate", "rounds", DDP_INI_INT, rounds, 1, 10),
+    K("validate", "threads", DDP_INI_INT, threads, 0, 4096),
+    K("validate", "timeout_s", DDP_INI_FLOAT, timeout_s, 1, 1e6),
+    K("gemm", "n", DDP_INI_INT, gemm_n, 16, DDP_VALIDATE_MAX_GEMM_N),
+    K("gemm", "n_quick", DDP_INI_INT, gemm_n_quick, 16, DDP_VALIDATE_MAX_GEMM_N),
+    K("gemm", "reps", DDP_INI_INT, gemm_reps, 1, 1000),
+    K("gemm", "reps_quick", DDP_INI_INT, gemm_reps_quick, 1, 1000),
+    K("gemm", "seconds", DDP_INI_FLOAT, gemm_s, 0, 3600),
+    K("gemm", "seconds_quick", DDP_INI_FLOAT, gemm_s_quick, 0, 3600),
+    K("triad", "mib", DDP_INI_INT, triad_mib, 1, 1 << 16),
+    K("triad", "mib_quick", DDP_INI_INT, triad_mib_quick, 1, 1 << 16),
+    K("triad", "reps", DDP_INI_INT, triad_reps, 1, 1000),
+    K("triad", "reps_quick", DDP_INI_INT, triad_reps_quick, 1, 1000),
+    K("triad", "seconds", DDP_INI_FLOAT, triad_s, 0, 3600),
+    K("triad", "seconds_quick", DDP_INI_FLOAT, triad_s_quick, 0, 3600),
+    K("allreduce", "min_bytes", DDP_INI_INT, ar_min_bytes, 4, MAXB),
+    K("allreduce", "max_bytes", DDP_INI_INT, ar_max_bytes, 4, MAXB),
+    K("allreduce", "max_bytes_quick", DDP_INI_INT, ar_max_bytes_quick, 4, MAXB),
+    K("allreduce", "max_bytes_long", DDP_INI_INT, ar_max_bytes_long, 4, MAXB),
+    K("allreduce", "blocks", DDP_INI_INT, ar_blocks, 1, 101),
+    K("allreduce", "blocks_quick", DDP_INI_INT, ar_blocks_quick, 1, 101),
+    K("allreduce", "block_ms", DDP_INI_FLOAT, ar_block_ms, 0.01, 60000),
+    K("golden", "steps", DDP_INI_INT, golden_steps, 1, DDP_VALIDATE_MAX_STEPS),
+    K("golden", "steps_quick", DDP_INI_INT, golden_steps_quick, 1, DDP_VALIDATE_MAX_STEPS),
+    K("golden", "rtol", DDP_INI_FLOAT, golden_rtol, 0, 1),
+    K("golden", "reference", DDP_INI_STR, reference, 0, 0),
+    K("burn", "seconds", DDP_INI_FLOAT, burn_s, 0, 86400),
 };
 #undef K
-#define NKEYS (sizeof g_keys / sizeof g_keys[0])
-
-struct ini_ctx {
-    struct ddp_validate_config *c;
-    const char *path;
-    FILE *f;
-    int line; /* of the line inih is handling */
-    char *err;
-    size_t errlen;
-    int failed;
-};
-
-/* ini_reader: one line at a time, counted, so that errors can name it. */
-static char *read_line(char *str, int num, void *stream)
-{
-    struct ini_ctx *x = stream;
-    if (!fgets(str, num, x->f))
-        return NULL;
-    x->line++;
-    return str;
-}
-
-/* inih handler: one key; on error fills err once and stops the parse (returns 0). */
-static int on_ini(void *user, const char *section, const char *name, const char *value)
-{
-    struct ini_ctx *x = user;
-    const int lineno = x->line;
-    if (x->failed)
-        return 0;
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct key *k = &g_keys[i];
-        if (strcmp(section, k->section) != 0 || strcmp(name, k->name) != 0)
-            continue;
-        char *field = (char *)x->c + k->off;
-        if (k->type == KEY_STR) {
-            if (strlen(value) >= sizeof x->c->reference) {
-                ddp_err(x->err, x->errlen, "%s:%d: [%s] %s: path too long", x->path, lineno,
-                        section, name);
-                x->failed = 1;
-                return 0;
-            }
-            snprintf(field, sizeof x->c->reference, "%s", value);
-            return 1;
-        }
-        double v;
-        int64_t iv = 0;
-        int ok =
-            k->type == KEY_F64 ? ddp_parse_f64(value, &v) == 0 : ddp_parse_i64(value, &iv) == 0;
-        if (k->type != KEY_F64)
-            v = (double)iv;
-        if (!ok || !(v >= k->lo && v <= k->hi)) {
-            ddp_err(x->err, x->errlen, "%s:%d: [%s] %s: '%s'; expected %s from %g to %g", x->path,
-                    lineno, section, name, value, k->type == KEY_F64 ? "a number" : "an integer",
-                    k->lo, k->hi);
-            x->failed = 1;
-            return 0;
-        }
-        if (k->type == KEY_INT)
-            *(int *)field = (int)iv;
-        else if (k->type == KEY_I64)
-            *(int64_t *)field = iv;
-        else
-            *(double *)field = v;
-        return 1;
-    }
-    if (!section[0])
-        ddp_err(x->err, x->errlen, "%s:%d: key %s before any [section]", x->path, lineno, name);
-    else
-        ddp_err(x->err, x->errlen, "%s:%d: unknown key [%s] %s (configs/validate.ini lists them)",
-                x->path, lineno, section, name);
-    x->failed = 1;
-    return 0;
-}
+#undef F
+#undef MAXB
+#define NKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
 
 int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, char *err,
                              size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return ddp_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    struct ini_ctx x = {c, path, f, 0, err, errlen, 0};
-    int rc = ini_parse_stream(read_line, &x, on_ini, &x);
-    fclose(f);
-    if (x.failed)
+    static const struct ddp_ini_schema schema = {g_keys, NKEYS, "validate settings file",
+                                                 "configs/validate.ini", 0};
+    int key_line[NKEYS] = {0};
+    if (ddp_ini_load(&schema, path, c, key_line, NULL, err, errlen) != 0)
         return -1;
-    if (rc != 0)
-        return ddp_err(err, errlen, "%s:%d: not INI syntax (expected [section] or key = value)",
-                       path, rc);
-    if (c->ar_max_bytes < c->ar_min_bytes || c->ar_max_bytes_quick < c->ar_min_bytes)
+    if (c->ar_max_bytes < c->ar_min_bytes || c->ar_max_bytes_quick < c->ar_min_bytes ||
+        c->ar_max_bytes_long < c->ar_min_bytes)
         return ddp_err(err, errlen,
-                       "%s: [allreduce] max_bytes and max_bytes_quick must be at "
+                       "%s: [allreduce] max_bytes, max_bytes_quick and max_bytes_long must be at "
                        "least min_bytes (%lld)",
                        path, (long long)c->ar_min_bytes);
     return 0;
@@ -226,7 +154,7 @@ int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, ch
 /* ---- fault hooks ------------------------------------------------------------------------- */
 
 static const char *const g_fault_names[DDP_VALIDATE_FAULT_KINDS] = {
-    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param", "bad_grad"};
+    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param", "bad_grad", "bad_burn"};
 
 int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
                               size_t errlen)
@@ -252,7 +180,7 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
         if (kind < 0 || ddp_parse_i64(colon + 1, &r) != 0 || r < 0 || r >= DDP_WORLD_SIZE_MAX)
             return ddp_err(err, errlen,
                            "DDP_TEST_VALIDATE_FAULT: '%s%s%s': expected KIND:RANK with KIND one of "
-                           "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad",
+                           "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad, bad_burn",
                            tok, colon ? ":" : "", colon ? colon + 1 : "");
         f->rank[kind] = (int)r;
     }
@@ -280,6 +208,14 @@ struct rank_info {
     int32_t device;                /* the GPU this rank validates on, -1: the CPU */
     char where[DDP_HOST_MAX + 16]; /* "host", or "host GPU d": how failures name the rank */
     char gpu_driver[96];           /* CUDA versions, or "none" */
+    char gpu_name[96];             /* the device's name and memory, or "none" */
+    double busy_s, own_s, wall_s;  /* over this rank's own measurements: machine busy CPU-s
+                                      (-1: unknown), this rank's CPU-s, wall seconds */
+    int32_t turns;                 /* its machine's ranks measured in turns */
+    double wait_share;             /* of the measuring thread: run-queue wait / (run + wait),
+                                      -1: unknown */
+    double burn_gflops, burn_min;  /* level long: sustained and slowest-second GEMM rate */
+    int64_t burn_calls, burn_bad;  /* GEMMs of the burn, and those whose result differed */
 };
 
 /* Copy the value of "key<blank>:" from a /proc file into out; 0 if found. */
@@ -452,10 +388,50 @@ static void machine_unlock(int fd)
     }
 }
 
+/* The sizes and lengths of one run: the level's settings, with the GEMM side and triad size
+ * of the expectation file (its floors are for them). */
+struct level {
+    const char *name;
+    int gemm_n, gemm_reps, triad_reps, ar_blocks, golden_steps;
+    double gemm_s, triad_s, burn_s; /* burn_s 0: no burn */
+    int64_t triad_mib, ar_max;
+};
+
+/* One validation run: what its phases share. */
+struct vrun {
+    const struct ddp_validate_args *a;
+    double t_start;
+    struct ddp_validate_config cfg;
+    struct ddp_validate_faults faults;
+    struct ddp_world w;
+    const struct ddp_backend *be;
+    int device; /* CUDA ordinal, -1 on the CPU */
+    ddp_comm *c;
+    ddp_liveness *live;
+    int W, me, threads, lock;
+    struct ddp_validate_ref ref;
+    int have_ref;
+    char ref_path[DDP_PATH_MAX + 64], rec_path[DDP_PATH_MAX + 64];
+    char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX];
+    struct rank_info mine, *all;        /* all: (W) */
+    struct ddp_validate_ar_row *rows;   /* (DDP_VALIDATE_MAX_SIZES) this rank's sweep */
+    struct ddp_validate_ar_row *ar_all; /* (W, nsizes) everybody's */
+    int nsizes, steps;
+    struct ddp_validate_golden g;
+    struct level L;
+    struct ddp_validate_expect expect;
+    int have_expect;
+    double rec_gemm, rec_triad; /* --record-expect: the worst rates of every round and rank */
+    int rec_rounds;
+    double sched_run, sched_wait; /* this rank's measuring thread over its measurements; run
+                                     -1: unknown */
+};
+
 /* ---- judging (rank 0) -------------------------------------------------------------------- */
 
 struct failure {
-    int rank;
+    int rank;   /* -1: the run as a whole (an all-reduce floor) */
+    int retest; /* fell short while other processes loaded the node: not a fault found */
     char check[16];
     char reason[REASON_LEN];
 };
@@ -463,15 +439,15 @@ struct failure {
 struct report {
     int W;
     const struct rank_info *ri;
-    struct failure *fail;
+    struct failure *fail; /* failures and retests */
     int nfail, capfail;
+    int nhard, nretest;
     char (*warn)[REASON_LEN];
     int nwarn, capwarn;
 };
 
-static void add_failure(struct report *rep, int rank, const char *check, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void add_failure(struct report *rep, int rank, const char *check, const char *fmt, ...)
+static void add_result(struct report *rep, int rank, int retest, const char *check, const char *fmt,
+                       va_list ap)
 {
     if (rep->nfail == rep->capfail) {
         rep->capfail = rep->capfail ? 2 * rep->capfail : 16;
@@ -479,10 +455,30 @@ static void add_failure(struct report *rep, int rank, const char *check, const c
     }
     struct failure *f = &rep->fail[rep->nfail++];
     f->rank = rank;
+    f->retest = retest;
+    rep->nhard += !retest;
+    rep->nretest += retest;
     snprintf(f->check, sizeof f->check, "%s", check);
+    vsnprintf(f->reason, sizeof f->reason, fmt, ap);
+}
+
+static void add_failure(struct report *rep, int rank, const char *check, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_failure(struct report *rep, int rank, const char *check, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->reason, sizeof f->reason, fmt, ap);
+    add_result(rep, rank, 0, check, fmt, ap);
+    va_end(ap);
+}
+
+static void add_retest(struct report *rep, int rank, const char *check, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_retest(struct report *rep, int rank, const char *check, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    add_result(rep, rank, 1, check, fmt, ap);
     va_end(ap);
 }
 
@@ -500,12 +496,16 @@ static void add_warning(struct report *rep, const char *fmt, ...)
     va_end(ap);
 }
 
-static int rank_failed(const struct report *rep, int rank)
+/* "FAIL", "RETEST" or "PASS" for a rank (-2: the run as a whole). */
+static const char *verdict_of(const struct report *rep, int rank)
 {
+    int hard = 0, re = 0;
     for (int i = 0; i < rep->nfail; i++)
-        if (rep->fail[i].rank == rank)
-            return 1;
-    return 0;
+        if (rank == -2 || rep->fail[i].rank == rank) {
+            hard |= !rep->fail[i].retest;
+            re |= rep->fail[i].retest;
+        }
+    return hard ? "FAIL" : re ? "RETEST" : "PASS";
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -514,62 +514,260 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of the positive values among W (0 when none). */
-static double median_of(const struct rank_info *ri, int W, int triad)
+/* Median of v[0..n) (sorted in place); 0 when n is 0. */
+static double median_sort(double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median of the positive values among W (0 when none), skipping rank `skip` (-1: none). */
+static double median_but(const struct rank_info *ri, int W, int triad, int skip)
 {
     double *v = ddp_malloc(sizeof(double) * (size_t)W);
     int n = 0;
     for (int r = 0; r < W; r++) {
         double x = triad ? ri[r].triad : ri[r].gemm;
-        if (x > 0)
+        if (x > 0 && r != skip)
             v[n++] = x;
     }
-    double m = 0;
-    if (n) {
-        qsort(v, (size_t)n, sizeof(double), cmp_double);
-        m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    }
+    double m = median_sort(v, n);
     free(v);
     return m;
 }
 
-/* The lowest ratio of a rank's GEMM or triad rate to the median of the ranks (0 for wrong
- * triad values): a round passes when it is at least min_fraction (every rank computes it
- * alike from the same numbers). */
-static double rates_score(const struct rank_info *ri, int W)
+static double median_of(const struct rank_info *ri, int W, int triad)
 {
-    double mg = median_of(ri, W, 0), mt = median_of(ri, W, 1), score = 1e300;
-    for (int r = 0; r < W; r++) {
-        double g = mg > 0 ? ri[r].gemm / mg : 0, t = mt > 0 ? ri[r].triad / mt : 0;
-        if (ri[r].triad < 0)
-            t = 0;
-        score = g < score ? g : score;
-        score = t < score ? t : score;
-    }
-    return score;
+    return median_but(ri, W, triad, -1);
 }
 
-static void judge_rates(struct report *rep, double frac, double med_gemm, double med_triad)
+/* Rates are compared on a log scale (a rank at half the rate is as far below as one at twice
+ * is above): the median of log(rate) of the positive values of the ranks but `skip` in *lm,
+ * and their median absolute deviation from it. */
+static double log_mad_but(const struct rank_info *ri, int W, int triad, int skip, double *lm)
+{
+    double *v = ddp_malloc(sizeof(double) * (size_t)W);
+    int n = 0;
+    for (int r = 0; r < W; r++) {
+        double x = triad ? ri[r].triad : ri[r].gemm;
+        if (x > 0 && r != skip)
+            v[n++] = log(x);
+    }
+    *lm = median_sort(v, n);
+    for (int i = 0; i < n; i++)
+        v[i] = fabs(v[i] - *lm);
+    double d = median_sort(v, n);
+    free(v);
+    return d;
+}
+
+/* The share (0..1) of the CPUs of rank r's machine (ranks with its boot id) that other
+ * processes used while rank r measured: the machine's busy time less what rank r used (in
+ * turns: the others only wait then), or less what every rank there used (they measured at
+ * the same time). */
+static double machine_load(const struct rank_info *ri, int W, int r)
+{
+    double own = ri[r].own_s;
+    if (!ri[r].turns)
+        for (int q = 0; q < W; q++)
+            if (q != r && !strcmp(ri[q].boot_id, ri[r].boot_id))
+                own += ri[q].own_s;
+    if (ri[r].busy_s < 0 || ri[r].wall_s <= 0 || ri[r].cpus_online <= 0)
+        return 0;
+    double f = (ri[r].busy_s - own) / (ri[r].wall_s * ri[r].cpus_online);
+    return f < 0 ? 0 : f > 1 ? 1 : f;
+}
+
+/* The load that slowed rank r while it measured: for compute (GEMM, all-reduce), the share of
+ * the time its measuring thread wanted a CPU that others held (run-queue wait): a rank slow by
+ * itself (a throttled CPU) does not wait for a CPU. For memory bandwidth (the triad), also the
+ * share of its machine's CPUs that other processes used, which takes bandwidth and caches
+ * without taking its CPU. */
+static double rank_load(const struct rank_info *ri, int W, int r, int memory)
+{
+    const double wait = ri[r].wait_share >= 0 ? ri[r].wait_share : machine_load(ri, W, r);
+    return memory ? fmax(wait, machine_load(ri, W, r)) : wait;
+}
+
+/* Why a rank's rate fell short, if it did. */
+struct shortfall {
+    double x, limit; /* the rate and the line it fell below */
+    double median;   /* of the other ranks (outliers) */
+    double load;     /* the load that counts (rank_load): the rank's own (floors), or its excess
+                        over the other ranks' (outliers, which compare ranks) */
+    int by_floor;    /* 1: the expectation file's floor, 0: an outlier among the ranks */
+};
+
+/* Whether rank r's GEMM (triad 0) or triad rate is short: below the expectation's floor, or an
+ * outlier among the ranks - below min_fraction x the median of the others AND, on a log scale,
+ * outlier_mads scaled MADs (1.4826 MAD: a standard deviation for normal noise) below their
+ * median. Every rank computes it alike from the same numbers. A rate <= 0 is not judged
+ * here. */
+static int rate_short(const struct vrun *v, const struct rank_info *ri, int r, int triad,
+                      struct shortfall *s)
+{
+    const int W = v->W;
+    memset(s, 0, sizeof *s);
+    s->x = triad ? ri[r].triad : ri[r].gemm;
+    const double floor = !v->have_expect ? 0
+                         : triad         ? v->expect.triad_min_gbs
+                                         : v->expect.gemm_min_gflops;
+    if (s->x <= 0)
+        return 0;
+    if (floor > 0 && s->x < floor) {
+        s->limit = floor;
+        s->by_floor = 1;
+        s->load = rank_load(ri, W, r, triad);
+        return 1;
+    }
+    const double m = median_but(ri, W, triad, r);
+    if (m <= 0)
+        return 0; /* no other rank to compare with */
+    double lm;
+    const double lmad = log_mad_but(ri, W, triad, r, &lm);
+    const double a = v->cfg.min_fraction * m, b = exp(lm - v->cfg.outlier_mads * 1.4826 * lmad);
+    s->limit = a < b ? a : b;
+    s->median = m;
+    if (!(s->limit > 0 && s->x < s->limit))
+        return 0;
+    double *loads = ddp_malloc(sizeof(double) * (size_t)W);
+    int n = 0;
+    for (int q = 0; q < W; q++)
+        if (q != r)
+            loads[n++] = rank_load(ri, W, q, triad);
+    s->load = rank_load(ri, W, r, triad) - median_sort(loads, n);
+    free(loads);
+    return 1;
+}
+
+/* Shortfalls of a round (rates <= 0 and wrong triad values count): 0 means it passes. */
+static int rates_shortfalls(const struct vrun *v, const struct rank_info *ri)
+{
+    int n = 0;
+    struct shortfall s;
+    for (int r = 0; r < v->W; r++)
+        for (int t = 0; t < 2; t++)
+            n += (t ? ri[r].triad : ri[r].gemm) <= 0 || rate_short(v, ri, r, t, &s);
+    return n;
+}
+
+/* A shortfall the load explains (retest): the load is at least foreign_load_max and the rate
+ * at least a quarter of what the CPU share left to us would give at the limit,
+ * limit x (1 - load) / 4 (a GEMM whose threads wait for each other suffers more than its
+ * share). A rank slower than that is slow whatever the load. */
+static int load_explains(const struct vrun *v, const struct shortfall *s)
+{
+    return s->load >= v->cfg.foreign_load_max && v->cfg.foreign_load_max > 0 &&
+           s->x >= 0.25 * s->limit * (1 - s->load);
+}
+
+/* One rate's verdict for rank r (triad 0: GEMM). */
+static void judge_rate(struct report *rep, const struct vrun *v, int r, int triad)
+{
+    const struct rank_info *x = &rep->ri[r];
+    const char *check = triad ? "triad" : "gemm", *unit = triad ? "GB/s" : "GFLOP/s";
+    char what[REASON_LEN], load[200] = "";
+    struct shortfall s;
+    if (!rate_short(v, rep->ri, r, triad, &s))
+        return;
+    if (s.by_floor)
+        snprintf(what, sizeof what, "%s %.1f %s is below the floor %.1f of %.200s (%.100s)",
+                 triad ? "triad" : "sgemm", s.x, unit, s.limit, v->expect.path,
+                 v->expect.type[0] ? v->expect.type : "no node type");
+    else
+        snprintf(what, sizeof what,
+                 "%s %.1f %s is %.2f x the median %.1f of the other ranks (an outlier: below "
+                 "%.2f x and %g MADs)",
+                 triad ? "triad" : "sgemm", s.x, unit, s.x / s.median, s.median,
+                 v->cfg.min_fraction, v->cfg.outlier_mads);
+    if (s.load > 0.005)
+        snprintf(load, sizeof load, "; load from other processes %.0f%% (%s)%s", 100 * s.load,
+                 triad ? "of the machine's CPUs, or of its time waiting for a CPU"
+                       : "of its time waiting for a CPU they held",
+                 s.by_floor ? "" : " above the other ranks'");
+    if (load_explains(v, &s))
+        add_retest(rep, r, check, "rank %d on %s: %s%s: run again when the node is idle", r,
+                   x->where, what, load);
+    else
+        add_failure(rep, r, check, "rank %d on %s: %s%s", r, x->where, what, load);
+}
+
+static void judge_rates(struct report *rep, const struct vrun *v)
 {
     for (int r = 0; r < rep->W; r++) {
         const struct rank_info *x = &rep->ri[r];
         if (x->gemm <= 0)
             add_failure(rep, r, "gemm", "rank %d on %s: the GEMM did not run", r, x->where);
-        else if (x->gemm < frac * med_gemm)
-            add_failure(rep, r, "gemm",
-                        "rank %d on %s: sgemm %.1f GFLOP/s is %.2f x the median %.1f of the "
-                        "ranks (minimum %.2f)",
-                        r, x->where, x->gemm, x->gemm / med_gemm, med_gemm, frac);
+        else
+            judge_rate(rep, v, r, 0);
         if (x->triad < 0)
             add_failure(rep, r, "triad",
                         "rank %d on %s: the triad read back wrong values (memory does not hold "
                         "what was written)",
                         r, x->where);
-        else if (x->triad < frac * med_triad)
-            add_failure(rep, r, "triad",
-                        "rank %d on %s: triad %.1f GB/s is %.2f x the median %.1f of the ranks "
-                        "(minimum %.2f)",
-                        r, x->where, x->triad, x->triad / med_triad, med_triad, frac);
+        else
+            judge_rate(rep, v, r, 1);
+    }
+}
+
+/* The expectation's GPU count and model, and the burn's results, per rank. */
+static void judge_node(struct report *rep, const struct vrun *v)
+{
+    const struct ddp_validate_expect *e = &v->expect;
+    for (int r = 0; r < rep->W; r++) {
+        const struct rank_info *x = &rep->ri[r];
+        if (v->have_expect && e->gpu_count >= 0 && x->gpu_count != e->gpu_count)
+            add_failure(rep, r, "gpu", "rank %d on %s: the driver reports %d GPU%s, %s expects %d",
+                        r, x->where, x->gpu_count, x->gpu_count == 1 ? "" : "s", e->path,
+                        e->gpu_count);
+        if (v->have_expect && e->gpu_model[0] && !strcasestr(x->gpu_name, e->gpu_model))
+            add_failure(rep, r, "gpu", "rank %d on %s: device '%s', %s expects a '%s'", r, x->where,
+                        x->gpu_name, e->path, e->gpu_model);
+        if (x->burn_bad)
+            add_failure(rep, r, "burn",
+                        "rank %d on %s: %lld of %lld GEMM results of the burn differed from the "
+                        "first (same inputs): the device computes wrong under sustained load",
+                        r, x->where, (long long)x->burn_bad, (long long)x->burn_calls);
+    }
+}
+
+/* The expectation's bus bandwidth floors, for the run as a whole (rank -1). */
+static void judge_busbw(struct report *rep, const struct vrun *v,
+                        const struct ddp_validate_ar_row *rows, int nsizes)
+{
+    const struct ddp_validate_expect *e = &v->expect;
+    if (!v->have_expect || !e->nbusbw || v->W < 2)
+        return;
+    if (e->ar_ranks && e->ar_ranks != v->W) {
+        add_warning(rep, "%s: all-reduce floors are for %d ranks, this run has %d: not checked",
+                    e->path, e->ar_ranks, v->W);
+        return;
+    }
+    double load = 0;
+    for (int r = 0; r < v->W; r++) {
+        double f = rank_load(rep->ri, v->W, r, 0);
+        load = f > load ? f : load;
+    }
+    for (int i = 0; i < e->nbusbw; i++) {
+        int s = 0;
+        while (s < nsizes && rows[s].bytes != e->busbw_bytes[i])
+            s++;
+        if (s == nsizes) {
+            add_warning(rep, "%s: no all-reduce of %lld bytes at level %s: floor not checked",
+                        e->path, (long long)e->busbw_bytes[i], v->L.name);
+            continue;
+        }
+        const double x = rows[s].busbw, lim = e->busbw_min[i];
+        if (x >= lim)
+            continue;
+        struct shortfall sf = {x, lim, 0, load, 1};
+        (load_explains(v, &sf) ? add_retest : add_failure)(
+            rep, -1, "allreduce",
+            "all %d ranks: busbw %.3f GB/s at %lld bytes is below the floor %.3f of %s%s", v->W, x,
+            (long long)e->busbw_bytes[i], lim, e->path,
+            load_explains(v, &sf) ? " while other processes loaded a node: run again" : "");
     }
 }
 
@@ -801,11 +999,13 @@ static void json_num(FILE *f, double v, const char *fmt)
 }
 
 struct run_facts {
-    int quick, nsizes, gemm_n, steps;
+    const char *level;
+    int nsizes, gemm_n, steps;
     int64_t triad_mib;
     const char *launcher, *comm, *backend;
     double med_gemm, med_triad, elapsed;
     int nnodes;
+    const char *expect; /* --expect FILE, or NULL */
 };
 
 /* Unique hosts in rank order; hosts_of[r] = index of rank r's host. */
@@ -832,12 +1032,12 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
                          const int *first_rank, double frac)
 {
     const int W = rep->W;
-    printf("\nranks (%s backend, %s%s)\n", rf->backend, rf->quick ? "quick: " : "",
-           rf->quick ? "fewer and smaller tests" : "full tests");
-    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s  %s\n", "rank", "host", "cpu", "cpus",
-           "threads", "memory", "gpu", "sgemm", "ratio", "triad", "ratio", "verdict");
-    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s  %s\n", "", "", "", "(allowed)", "",
-           "(GiB)", "", "(GFLOP/s)", "(x)", "(GB/s)", "(x)", "");
+    printf("\nranks (%s backend, level %s)\n", rf->backend, rf->level);
+    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s %6s  %s\n", "rank", "host", "cpu",
+           "cpus", "threads", "memory", "gpu", "sgemm", "ratio", "triad", "ratio", "wait",
+           "verdict");
+    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9s %6s %7s %6s %6s  %s\n", "", "", "", "(allowed)",
+           "", "(GiB)", "", "(GFLOP/s)", "(x)", "(GB/s)", "(x)", "(%)", "");
     for (int r = 0; r < W; r++) {
         const struct rank_info *x = &rep->ri[r];
         char cpus[32];
@@ -845,15 +1045,15 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
         char gpus[16] = "none";
         if (x->gpu_count > 0)
             snprintf(gpus, sizeof gpus, "%d", x->gpu_count);
-        printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f  %s\n", r, x->host,
-               x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus, x->gemm,
-               rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
-               rf->med_triad > 0 ? x->triad / rf->med_triad : 0,
-               rank_failed(rep, r) ? "FAIL" : "PASS");
+        printf("%4d  %-16.16s %-28.28s %9s %7d %9.1f %5s %9.1f %6.2f %7.1f %6.2f %6.0f  %s\n", r,
+               x->host, x->cpu_model, cpus, x->threads, (double)x->mem_total / (1 << 30), gpus,
+               x->gemm, rf->med_gemm > 0 ? x->gemm / rf->med_gemm : 0, x->triad,
+               rf->med_triad > 0 ? x->triad / rf->med_triad : 0, 100 * rank_load(rep->ri, W, r, 0),
+               verdict_of(rep, r));
     }
-    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9.1f %6s %7.1f %6s  (a rank below %.2f x the "
-           "median fails)\n",
-           "", "median", "", "", "", "", "", rf->med_gemm, "", rf->med_triad, "", frac);
+    printf("%4s  %-16s %-28s %9s %7s %9s %5s %9.1f %6s %7.1f %6s %6s  (an outlier below %.2f x "
+           "the median of the others fails; wait: for CPUs other processes held)\n",
+           "", "median", "", "", "", "", "", rf->med_gemm, "", rf->med_triad, "", "", frac);
 
     printf("\nall-reduce: in-place sum of float32 over %d rank%s through comm %s; time = median "
            "of timed blocks of the slowest rank; busbw = algbw x 2(n-1)/n\n",
@@ -890,10 +1090,14 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
         char rr[64];
         rank_ranges(list, n, rr, sizeof rr);
         int printed = 0;
+        const char *hv = "PASS";
         for (int i = 0; i < rep->nfail; i++)
-            if (host_of[rep->fail[i].rank] == h) {
+            if (rep->fail[i].rank >= 0 && host_of[rep->fail[i].rank] == h)
+                hv = !rep->fail[i].retest ? "FAIL" : strcmp(hv, "FAIL") ? "RETEST" : hv;
+        for (int i = 0; i < rep->nfail; i++)
+            if (rep->fail[i].rank >= 0 && host_of[rep->fail[i].rank] == h) {
                 printf("%-20.20s %-12s %-7s %s\n", printed ? "" : rep->ri[first_rank[h]].host,
-                       printed ? "" : rr, printed ? "" : "FAIL", rep->fail[i].reason);
+                       printed ? "" : rr, printed ? "" : hv, rep->fail[i].reason);
                 printed = 1;
             }
         if (!printed)
@@ -905,11 +1109,16 @@ static void print_report(const struct report *rep, const struct run_facts *rf,
     if (rep->nfail == 0) {
         printf("validate: PASS (%d rank%s on %d node%s, %.1f s)\n", W, W == 1 ? "" : "s", nh,
                nh == 1 ? "" : "s", rf->elapsed);
+    } else if (rep->nhard) {
+        printf("validate: FAIL on %d check%s:\n", rep->nhard, rep->nhard == 1 ? "" : "s");
     } else {
-        printf("validate: FAIL on %d check%s:\n", rep->nfail, rep->nfail == 1 ? "" : "s");
-        for (int i = 0; i < rep->nfail; i++)
-            printf("FAIL %s: %s\n", rep->fail[i].check, rep->fail[i].reason);
+        printf("validate: RETEST: %d check%s fell short while other processes loaded the node; "
+               "no fault found, run again when it is idle (exit %d)\n",
+               rep->nretest, rep->nretest == 1 ? "" : "s", DDP_EXIT_RETEST);
     }
+    for (int i = 0; i < rep->nfail; i++)
+        printf("%s %s: %s\n", rep->fail[i].retest ? "RETEST" : "FAIL", rep->fail[i].check,
+               rep->fail[i].reason);
     fflush(stdout);
 }
 
@@ -938,7 +1147,8 @@ static void json_ranks(FILE *f, const struct report *rep, const struct run_facts
         json_num(f, x->triad, "%.3f");
         fprintf(f, ", \"triad_ratio\": ");
         json_num(f, rf->med_triad > 0 ? x->triad / rf->med_triad : NAN, "%.4f");
-        fprintf(f, ", \"verdict\": \"%s\"}", rank_failed(rep, r) ? "FAIL" : "PASS");
+        fprintf(f, ", \"cpu_wait_share\": %.3f, \"foreign_cpu_share\": %.3f, \"verdict\": \"%s\"}",
+                rank_load(rep->ri, W, r, 0), machine_load(rep->ri, W, r), verdict_of(rep, r));
     }
 }
 
@@ -983,18 +1193,34 @@ static int write_json(const char *path, const struct report *rep, const struct r
     if (!f)
         return ddp_err(err, errlen, "--json %s.tmp: cannot write: %s", path, strerror(errno));
     fprintf(f, "{\n  \"format\": \"ddptrain-validate-1\",\n  \"version\": \"%s\",\n", DDP_VERSION);
-    fprintf(f, "  \"verdict\": \"%s\",\n  \"exit_code\": %d,\n  \"quick\": %s,\n",
-            rep->nfail ? "FAIL" : "PASS", rep->nfail ? 1 : 0, rf->quick ? "true" : "false");
+    fprintf(f,
+            "  \"verdict\": \"%s\",\n  \"exit_code\": %d,\n  \"quick\": %s,\n  \"level\": "
+            "\"%s\",\n",
+            verdict_of(rep, -2),
+            rep->nhard     ? 1
+            : rep->nretest ? DDP_EXIT_RETEST
+                           : 0,
+            strcmp(rf->level, "quick") ? "false" : "true", rf->level);
     fprintf(f,
             "  \"world_size\": %d,\n  \"nodes_count\": %d,\n  \"launcher\": \"%s\",\n"
             "  \"comm\": \"%s\",\n  \"backend\": \"%s\",\n  \"elapsed_s\": %.3f,\n",
             W, rf->nnodes, rf->launcher, rf->comm, rf->backend, rf->elapsed);
-    fprintf(f, "  \"failures\": [");
+    fprintf(f, "  \"expect\": ");
+    if (rf->expect)
+        json_str(f, rf->expect);
+    else
+        fputs("null", f);
+    fprintf(f, ",\n  \"failures\": [");
     for (int i = 0; i < rep->nfail; i++) {
-        fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", i ? "," : "", rep->fail[i].rank);
-        json_str(f, rep->ri[rep->fail[i].rank].host);
-        fprintf(f, ", \"check\": \"%s\", \"reason\": ", rep->fail[i].check);
-        json_str(f, rep->fail[i].reason);
+        const struct failure *x = &rep->fail[i];
+        fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", i ? "," : "", x->rank);
+        if (x->rank >= 0)
+            json_str(f, rep->ri[x->rank].host);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"check\": \"%s\", \"verdict\": \"%s\", \"reason\": ", x->check,
+                x->retest ? "RETEST" : "FAIL");
+        json_str(f, x->reason);
         fputc('}', f);
     }
     fprintf(f, "%s],\n  \"warnings\": [", rep->nfail ? "\n  " : "");
@@ -1043,12 +1269,14 @@ static int write_json(const char *path, const struct report *rep, const struct r
                 list[n++] = r;
             }
         fprintf(f, "], \"reasons\": [");
+        const char *hv = "PASS";
         for (int i = 0; i < rep->nfail; i++)
-            if (host_of[rep->fail[i].rank] == h) {
+            if (rep->fail[i].rank >= 0 && host_of[rep->fail[i].rank] == h) {
                 fprintf(f, "%s", failed++ ? ", " : "");
                 json_str(f, rep->fail[i].reason);
+                hv = !rep->fail[i].retest ? "FAIL" : strcmp(hv, "FAIL") ? "RETEST" : hv;
             }
-        fprintf(f, "], \"verdict\": \"%s\"}", failed ? "FAIL" : "PASS");
+        fprintf(f, "], \"verdict\": \"%s\"}", hv);
     }
     free(list);
     fprintf(f, "\n  ]\n}\n");
@@ -1164,32 +1392,44 @@ static int choose_device(const struct ddp_world *w, double timeout_s, const stru
     return 0;
 }
 
-/* One validation run: what its phases share. */
-struct vrun {
-    const struct ddp_validate_args *a;
-    double t_start;
-    struct ddp_validate_config cfg;
-    struct ddp_validate_faults faults;
-    struct ddp_world w;
-    const struct ddp_backend *be;
-    int device; /* CUDA ordinal, -1 on the CPU */
-    ddp_comm *c;
-    ddp_liveness *live;
-    int W, me, threads, lock;
-    struct ddp_validate_ref ref;
-    int have_ref;
-    char ref_path[DDP_PATH_MAX + 64], rec_path[DDP_PATH_MAX + 64];
-    char no_ref[2 * DDP_ERR_LEN + DDP_PATH_MAX];
-    struct rank_info mine, *all;        /* all: (W) */
-    struct ddp_validate_ar_row *rows;   /* (DDP_VALIDATE_MAX_SIZES) this rank's sweep */
-    struct ddp_validate_ar_row *ar_all; /* (W, nsizes) everybody's */
-    int nsizes, steps;
-    struct ddp_validate_golden g;
-};
+/* The level's settings (see struct level). */
+static void level_of(const struct vrun *v, struct level *L)
+{
+    const struct ddp_validate_config *c = &v->cfg;
+    const int q = v->a->level == DDP_VALIDATE_QUICK, lg = v->a->level == DDP_VALIDATE_LONG;
+    L->name = q ? "quick" : lg ? "long" : "standard";
+    L->gemm_n = q ? c->gemm_n_quick : c->gemm_n;
+    L->gemm_reps = q ? c->gemm_reps_quick : c->gemm_reps;
+    L->gemm_s = q ? c->gemm_s_quick : c->gemm_s;
+    L->triad_mib = q ? c->triad_mib_quick : c->triad_mib;
+    L->triad_reps = q ? c->triad_reps_quick : c->triad_reps;
+    L->triad_s = q ? c->triad_s_quick : c->triad_s;
+    L->ar_max = q ? c->ar_max_bytes_quick : lg ? c->ar_max_bytes_long : c->ar_max_bytes;
+    L->ar_blocks = q ? c->ar_blocks_quick : c->ar_blocks;
+    L->golden_steps = v->a->record || !q ? c->golden_steps : c->golden_steps_quick;
+    L->burn_s = lg ? c->burn_s : 0;
+    if (v->have_expect && v->expect.gemm_n)
+        L->gemm_n = v->expect.gemm_n;
+    if (v->have_expect && v->expect.triad_mib)
+        L->triad_mib = v->expect.triad_mib;
+}
 
-/* Settings, faults, world and collectives (as training sets them up), the liveness watch and
- * threads. Returns 0 or an exit code (the reason printed). */
-static int vrun_start(struct vrun *v)
+/* --slurm-health: one process per node whatever a prolog's environment says (slurmd runs it
+ * outside any job step): the launchers' variables are hidden from world detection. */
+static const char *env_single(void *ctx, const char *name)
+{
+    (void)ctx;
+    static const char *const hidden[] = {"SLURM_", "OMPI_",      "PMI",         "PMIX",
+                                         "RANK",   "WORLD_SIZE", "LOCAL_",      "MASTER_",
+                                         "GROUP_", "ROLE_",      "TORCHELASTIC"};
+    for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+        if (!strncmp(name, hidden[i], strlen(hidden[i])))
+            return NULL;
+    return getenv(name);
+}
+
+/* Settings, expectations and faults; usage errors. Returns 0 or DDP_EXIT_USAGE (printed). */
+static int vrun_settings(struct vrun *v)
 {
     const struct ddp_validate_args *a = v->a;
     char err[DDP_ERR_LEN * 2];
@@ -1198,8 +1438,19 @@ static int vrun_start(struct vrun *v)
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
+    if (a->expect) {
+        if (ddp_validate_expect_load(&v->expect, a->expect, err, sizeof err) != 0) {
+            fprintf(stderr, "ddptrain: validate: --expect %s\n", err);
+            return DDP_EXIT_USAGE;
+        }
+        v->have_expect = 1;
+    }
     if (a->reference && a->record) {
         fprintf(stderr, "ddptrain: validate: --record and --reference exclude each other\n");
+        return DDP_EXIT_USAGE;
+    }
+    if (a->expect && a->record_expect) {
+        fprintf(stderr, "ddptrain: validate: --expect and --record-expect exclude each other\n");
         return DDP_EXIT_USAGE;
     }
     if (ddp_validate_faults_parse(&v->faults, ddp_test_hooks()->validate_fault, err, sizeof err) !=
@@ -1207,8 +1458,23 @@ static int vrun_start(struct vrun *v)
         fprintf(stderr, "ddptrain: validate: %s\n", err);
         return DDP_EXIT_USAGE;
     }
+    if (a->slurm_health && v->cfg.rounds > 2)
+        v->cfg.rounds = 2; /* the budget is short: one retry */
+    level_of(v, &v->L);
+    return 0;
+}
+
+/* Settings, faults, world and collectives (as training sets them up), the liveness watch and
+ * threads. Returns 0 or an exit code (the reason printed). */
+static int vrun_start(struct vrun *v)
+{
+    char err[DDP_ERR_LEN * 2];
+    int rc = vrun_settings(v);
+    if (rc)
+        return rc;
     struct ddp_world *w = &v->w;
-    if (ddp_world_detect(w, NULL, NULL, 0, err, sizeof err) != 0) {
+    if (ddp_world_detect(w, v->a->slurm_health ? env_single : NULL, NULL, 0, err, sizeof err) !=
+        0) {
         fprintf(stderr, "ddptrain: %s\n", err);
         return DDP_EXIT_LAUNCH;
     }
@@ -1280,12 +1546,56 @@ static int vrun_reference(struct vrun *v)
     return agree(v->c, code);
 }
 
+/* The most seconds one rate measurement with a window of `seconds` may take: four windows
+ * (two seconds at least), so that a very slow rank is measured in bounded time; with
+ * --slurm-health also at most 15% of the budget. */
+static double measure_cap(const struct vrun *v, double seconds)
+{
+    double cap = fmax(2.0, 4 * seconds);
+    return v->a->slurm_health ? fmin(cap, 0.15 * v->a->budget_s) : cap;
+}
+
+/* The counters of the load at a moment (health.c). */
+struct load_mark {
+    double busy, own, t, run, wait; /* busy -1, run -1: unknown */
+};
+
+static void load_mark(struct load_mark *m)
+{
+    m->busy = ddp_validate_machine_busy_s();
+    m->own = ddp_validate_own_cpu_s();
+    m->t = ddp_now();
+    if (ddp_validate_sched_s(&m->run, &m->wait) != 0)
+        m->run = -1;
+}
+
+/* Add the load since m0 to this rank's: only its own measurements count (in turns, the load
+ * while the others measured is theirs). */
+static void load_add(struct vrun *v, const struct load_mark *m0)
+{
+    struct load_mark m1;
+    load_mark(&m1);
+    struct rank_info *mine = &v->mine;
+    mine->busy_s =
+        m0->busy < 0 || m1.busy < 0 || mine->busy_s < 0 ? -1 : mine->busy_s + m1.busy - m0->busy;
+    mine->own_s += m1.own - m0->own;
+    mine->wall_s += m1.t - m0->t;
+    if (m0->run < 0 || m1.run < 0 || v->sched_run < 0) {
+        v->sched_run = -1;
+        mine->wait_share = -1;
+        return;
+    }
+    v->sched_run += m1.run - m0->run;
+    v->sched_wait += m1.wait - m0->wait;
+    mine->wait_share =
+        v->sched_run + v->sched_wait > 0 ? v->sched_wait / (v->sched_run + v->sched_wait) : -1;
+}
+
 /* One round of rates: each turn's ranks measure, the others meet them in the kernels' sync;
  * then everybody's results into v->all. */
 static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
 {
-    const struct ddp_validate_config *cfg = &v->cfg;
-    const int quick = v->a->quick;
+    const struct level *L = &v->L;
     struct rank_info *mine = &v->mine;
     mine->gemm = mine->triad = 0;
     for (int t = 0; t < turns; t++) {
@@ -1294,91 +1604,141 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             ddp_comm_barrier(v->c);
             continue;
         }
+        struct load_mark m0;
+        load_mark(&m0);
+        ddp_validate_bench_cap(measure_cap(v, L->gemm_s));
         mine->gemm = ddp_validate_gemm(
-            v->be, quick ? cfg->gemm_n_quick : cfg->gemm_n,
-            quick ? cfg->gemm_reps_quick : cfg->gemm_reps, quick ? cfg->gemm_s_quick : cfg->gemm_s,
+            v->be, L->gemm_n, L->gemm_reps, L->gemm_s,
             ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_GEMM, v->me), barrier_cb,
             v->c);
+        ddp_validate_bench_cap(measure_cap(v, L->triad_s));
         mine->triad = ddp_validate_triad(
-            quick ? cfg->triad_mib_quick : cfg->triad_mib,
-            quick ? cfg->triad_reps_quick : cfg->triad_reps,
-            quick ? cfg->triad_s_quick : cfg->triad_s, v->threads,
+            L->triad_mib, L->triad_reps, L->triad_s, v->threads,
             ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TRIAD, v->me), barrier_cb,
             v->c);
         *triad_bad |= mine->triad < 0;
+        load_add(v, &m0);
     }
     mine->triad_bad = *triad_bad;
     ddp_comm_allgather(v->c, mine, v->all, sizeof *mine);
 }
 
-/* Inventory, then the rates, in turns where ranks would share CPUs, in rounds: when a rank
- * falls below the threshold, everybody measures again under the same conditions (a passing
- * burst of noise clears; a slow rank stays slow). The round that comes closest to passing is
- * judged, whole: mixing rounds would pit one rank's lucky moment against another's unlucky
- * one. Wrong triad values in any round stay wrong. */
-static void vrun_rates(struct vrun *v)
+/* The inventory of every rank, to everybody. */
+static void vrun_inventory(struct vrun *v)
 {
-    const int W = v->W, quick = v->a->quick;
-    v->all = ddp_calloc((size_t)W, sizeof *v->all);
+    v->all = ddp_calloc((size_t)v->W, sizeof *v->all);
     inventory(&v->mine, &v->w, v->threads);
+    snprintf(v->mine.gpu_name, sizeof v->mine.gpu_name, "none");
     if (v->device >= 0) {
         v->mine.device = v->device;
         snprintf(v->mine.where, sizeof v->mine.where, "%s GPU %d", v->w.host, v->device);
+#if HAVE_CUDA
+        snprintf(v->mine.gpu_name, sizeof v->mine.gpu_name, "%s", ddp_cuda_device_string());
+#endif
     }
     ddp_comm_allgather(v->c, &v->mine, v->all, sizeof v->mine);
+}
+
+/* The worst rates of a round, for --record-expect. */
+static void record_worst(struct vrun *v)
+{
+    for (int r = 0; r < v->W; r++) {
+        if (v->rec_rounds == 0 || v->all[r].gemm < v->rec_gemm)
+            v->rec_gemm = v->all[r].gemm;
+        if (v->rec_rounds == 0 || v->all[r].triad < v->rec_triad)
+            v->rec_triad = v->all[r].triad;
+        v->rec_rounds += r == 0;
+    }
+}
+
+/* Inventory, then the rates, in turns where ranks would share CPUs, in rounds: when a rate
+ * falls short (rate_short), everybody measures again under the same conditions (a passing
+ * burst of noise clears; a slow rank stays slow). Each rank's best rate of the rounds is
+ * judged: every rank gets the same number of tries, so best is compared with best. Wrong
+ * triad values in any round stay wrong. --record-expect measures every round. */
+static void vrun_rates(struct vrun *v)
+{
+    const int W = v->W;
+    vrun_inventory(v);
     int my_turn, shared, turns = measurement_turns(v->all, W, v->me, &my_turn, &shared);
-    ddp_log("ddptrain %s validate%s: %d rank%s, launcher %s, comm %s, backend %s, %d thread%s "
-            "per rank%s",
-            DDP_VERSION, quick ? " --quick" : "", W, W == 1 ? "" : "s",
-            ddp_launcher_name(v->w.launcher), ddp_comm_name(v->c), v->be->name, v->threads,
-            v->threads == 1 ? "" : "s",
+    ddp_log("ddptrain %s validate --level %s: %d rank%s, launcher %s, comm %s, backend %s, %d "
+            "thread%s per rank%s",
+            DDP_VERSION, v->L.name, W, W == 1 ? "" : "s", ddp_launcher_name(v->w.launcher),
+            ddp_comm_name(v->c), v->be->name, v->threads, v->threads == 1 ? "" : "s",
             turns > 1 ? "; ranks sharing CPUs measure their rates in turns" : "");
     if (shared && my_turn == 0)
         v->lock = machine_lock();
+    v->mine.turns = shared;
     int rounds = 0, triad_bad = 0;
-    struct rank_info *kept = ddp_calloc((size_t)W, sizeof *kept);
-    double kept_score = -1;
-    for (int round = 0; round < RATE_ROUNDS; round++) {
+    const int nrounds = v->a->record_expect && v->cfg.rounds < 5 ? 5 : v->cfg.rounds;
+    struct rank_info *best = ddp_calloc((size_t)W, sizeof *best);
+    for (int round = 0; round < nrounds; round++) {
         rates_round(v, turns, my_turn, &triad_bad);
         rounds++;
-        const double score = rates_score(v->all, W);
-        if (score > kept_score) {
-            kept_score = score;
-            memcpy(kept, v->all, sizeof *v->all * (size_t)W);
+        record_worst(v);
+        for (int r = 0; r < W; r++) {
+            const double g = fmax(best[r].gemm, v->all[r].gemm);
+            const double t = fmax(best[r].triad, v->all[r].triad);
+            best[r] = v->all[r]; /* the load so far, and everything else as now */
+            best[r].gemm = g;
+            best[r].triad = v->all[r].triad_bad ? -1 : t;
         }
-        if (score >= v->cfg.min_fraction)
+        if (rates_shortfalls(v, best) == 0 && !v->a->record_expect)
             break;
     }
-    for (int r = 0; r < W; r++)
-        if (v->all[r].triad_bad)
-            kept[r].triad = -1;
-    memcpy(v->all, kept, sizeof *v->all * (size_t)W);
-    free(kept);
-    ddp_log("rates measured in %d round%s (%.1f s); all-reduce sweep", rounds,
-            rounds == 1 ? "" : "s", ddp_now() - v->t_start);
+    memcpy(v->all, best, sizeof *v->all * (size_t)W);
+    free(best);
+    ddp_log("rates measured in %d round%s (%.1f s)", rounds, rounds == 1 ? "" : "s",
+            ddp_now() - v->t_start);
 }
 
 /* The all-reduce sweep; every rank's checks to everybody. */
 static void vrun_sweep(struct vrun *v)
 {
     const struct ddp_validate_config *cfg = &v->cfg;
-    const int quick = v->a->quick;
     struct ddp_validate_ar_opts ao = {
-        cfg->ar_min_bytes, quick ? cfg->ar_max_bytes_quick : cfg->ar_max_bytes,
-        quick ? cfg->ar_blocks_quick : cfg->ar_blocks, cfg->ar_block_ms / 1e3,
+        cfg->ar_min_bytes, v->L.ar_max, v->L.ar_blocks, cfg->ar_block_ms / 1e3,
         ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, v->me)};
     v->rows = ddp_calloc(DDP_VALIDATE_MAX_SIZES, sizeof *v->rows);
     v->nsizes = ddp_validate_allreduce_sweep(v->c, &ao, v->rows);
     v->ar_all = ddp_calloc((size_t)v->W * (size_t)v->nsizes, sizeof *v->ar_all);
     ddp_comm_allgather(v->c, v->rows, v->ar_all, sizeof *v->rows * (size_t)v->nsizes);
-    ddp_log("all-reduce sweep done (%.1f s); golden run", ddp_now() - v->t_start);
+    ddp_log("all-reduce sweep done (%.1f s)", ddp_now() - v->t_start);
+}
+
+/* Level long: every rank burns at once (the node's full load), then everybody's results. */
+static void vrun_burn(struct vrun *v)
+{
+    if (v->L.burn_s <= 0)
+        return;
+    struct ddp_validate_burn_result b;
+    ddp_comm_barrier(v->c);
+    ddp_validate_burn(v->be, v->L.gemm_n, v->L.burn_s,
+                      ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_BAD_BURN, v->me), &b);
+    v->mine.burn_gflops = b.gflops;
+    v->mine.burn_min = b.min_gflops;
+    v->mine.burn_calls = b.calls;
+    v->mine.burn_bad = b.mismatches;
+    struct rank_info *got = ddp_calloc((size_t)v->W, sizeof *got);
+    ddp_comm_allgather(v->c, &v->mine, got, sizeof v->mine);
+    for (int r = 0; r < v->W; r++) {
+        v->all[r].burn_gflops = got[r].burn_gflops;
+        v->all[r].burn_min = got[r].burn_min;
+        v->all[r].burn_calls = got[r].burn_calls;
+        v->all[r].burn_bad = got[r].burn_bad;
+    }
+    free(got);
+    ddp_log("burn: %.0f s of GEMMs (n %d), %.1f GFLOP/s sustained on rank 0, slowest second "
+            "%.1f (%.1f s)",
+            v->L.burn_s, v->L.gemm_n, v->all[0].burn_gflops, v->all[0].burn_min,
+            ddp_now() - v->t_start);
 }
 
 /* The golden run; returns the code every rank agrees on. */
 static int vrun_golden(struct vrun *v)
 {
     char err[DDP_ERR_LEN * 2];
-    v->steps = v->a->record || !v->a->quick ? v->cfg.golden_steps : v->cfg.golden_steps_quick;
+    v->steps = v->L.golden_steps;
     int code =
         ddp_validate_golden_run(v->c, v->be, v->steps, &v->faults, &v->g, err, sizeof err) != 0
             ? DDP_EXIT_RUNTIME
@@ -1388,36 +1748,120 @@ static int vrun_golden(struct vrun *v)
     return agree(v->c, code);
 }
 
+/* --record-expect: floors from the worst rates of every round and rank, less the margin; the
+ * bus bandwidth at 1 MiB and the largest size on runs of 2+ ranks. Rank 0. */
+static int write_expect(const struct vrun *v, const struct ddp_validate_ar_row *ar, char *err,
+                        size_t errlen)
+{
+    const char *path = v->a->record_expect;
+    const double keep = 1 - v->a->margin;
+    const struct rank_info *x = &v->all[0];
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime(&now));
+    struct ddp_atomic_file af;
+    FILE *f = ddp_atomic_open(&af, path);
+    if (!f)
+        return ddp_err(err, errlen, "--record-expect %s.tmp: cannot write: %s", path,
+                       strerror(errno));
+    fprintf(f,
+            "; expectations of ddptrain validate --expect (docs/validate.md): floors are the worst "
+            "of %d rounds on %d rank%s x %d thread%s, less %.0f%%\n[node]\ntype = %s\n"
+            "source = measured on %s, %s, level %s, %s backend, margin %g\n\n[gpu]\ncount = %d\n",
+            v->rec_rounds, v->W, v->W == 1 ? "" : "s", v->threads, v->threads == 1 ? "" : "s",
+            100 * v->a->margin, x->device >= 0 ? x->gpu_name : x->cpu_model, x->host, when,
+            v->L.name, v->be->name, v->a->margin, x->gpu_count);
+    if (x->device >= 0)
+        fprintf(f, "model = %s\n", x->gpu_name);
+    fprintf(f, "\n[gemm]\nn = %d\nmin_gflops = %.1f\n\n[triad]\nmib = %lld\nmin_gbs = %.1f\n",
+            v->L.gemm_n, v->rec_gemm * keep, (long long)v->L.triad_mib, v->rec_triad * keep);
+    if (v->W >= 2 && v->nsizes > 0) {
+        fprintf(f, "\n[allreduce]\nranks = %d\nmin_busbw_gbs = ", v->W);
+        for (int s = 0; s < v->nsizes; s++)
+            if (ar[s].bytes == (1 << 20) && s != v->nsizes - 1)
+                fprintf(f, "%lld:%.3f, ", (long long)ar[s].bytes, ar[s].busbw * keep);
+        fprintf(f, "%lld:%.3f\n", (long long)ar[v->nsizes - 1].bytes,
+                ar[v->nsizes - 1].busbw * keep);
+    }
+    char why[DDP_ERR_LEN];
+    if (ddp_atomic_close(&af, why, sizeof why) != 0)
+        return ddp_err(err, errlen, "--record-expect %s", why);
+    return 0;
+}
+
+/* After the verdict: --record-expect writes its file (only from a clean run on an idle node),
+ * --slurm-health --drain drains a failing node. Returns the exit code. */
+static int vrun_after(struct vrun *v, struct report *rep, int verdict)
+{
+    char err[DDP_ERR_LEN * 2];
+    if (v->a->record_expect && !rep->nhard) {
+        double load = 0;
+        for (int r = 0; r < v->W; r++)
+            load = fmax(load, rank_load(v->all, v->W, r, 1));
+        if (load >= v->cfg.foreign_load_max && v->cfg.foreign_load_max > 0) {
+            ddp_warn("validate: not recorded: other processes held the CPU %.0f%% of the time "
+                     "it was measuring; record expectations on an idle node",
+                     100 * load);
+            return DDP_EXIT_RETEST;
+        }
+        if (write_expect(v, v->ar_all, err, sizeof err) != 0) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_RUNTIME;
+        }
+        ddp_log("recorded expectations (%d rounds, margin %g) in %s", v->rec_rounds, v->a->margin,
+                v->a->record_expect);
+    }
+    if (v->a->slurm_health && verdict == DDP_EXIT_RETEST)
+        verdict = 0; /* a loaded node is never drained, and a prolog must not fail for it */
+    if (v->a->slurm_health && v->a->drain && rep->nhard) {
+        const struct failure *f = rep->fail;
+        while (f->retest)
+            f++;
+        char reason[REASON_LEN + 64], node[256];
+        snprintf(reason, sizeof reason, "ddptrain validate: %s: %s", f->check, f->reason);
+        if (ddp_validate_drain(reason, node, sizeof node, err, sizeof err) != 0)
+            ddp_warn("validate: %s", err);
+        else
+            ddp_log("drained node %s: %.200s", node, reason);
+    }
+    return verdict;
+}
+
 /* Rank 0 judges, records, prints and writes the report. Returns its verdict (exit code). */
 static int vrun_judge(struct vrun *v)
 {
     const int W = v->W;
     const char *record = v->a->record;
     char err[DDP_ERR_LEN * 2];
-    int verdict = 0;
     struct report rep = {.W = W, .ri = v->all};
     double med_gemm = median_of(v->all, W, 0), med_triad = median_of(v->all, W, 1);
-    judge_rates(&rep, v->cfg.min_fraction, med_gemm, med_triad);
+    judge_node(&rep, v);
+    judge_rates(&rep, v);
     judge_allreduce(&rep, v->ar_all, v->nsizes);
+    judge_busbw(&rep, v, v->ar_all, v->nsizes);
+    if (W == 1 && !v->have_expect)
+        add_warning(&rep, "one rank: its rates were compared with nothing; give --expect FILE "
+                          "for absolute floors (configs/expect-*.ini)");
     struct golden_verdict gv;
     judge_golden(&rep, &v->g, v->have_ref ? &v->ref : NULL, v->ref_path, v->no_ref,
                  v->cfg.golden_rtol, record != NULL, &gv);
     int *host_of = ddp_malloc(sizeof(int) * (size_t)W);
     int *first_rank = ddp_malloc(sizeof(int) * (size_t)W);
-    const int quick = v->a->quick;
-    struct run_facts rf = {quick,
+    struct run_facts rf = {v->L.name,
                            v->nsizes,
-                           quick ? v->cfg.gemm_n_quick : v->cfg.gemm_n,
+                           v->L.gemm_n,
                            v->steps,
-                           quick ? v->cfg.triad_mib_quick : v->cfg.triad_mib,
+                           v->L.triad_mib,
                            ddp_launcher_name(v->w.launcher),
                            ddp_comm_name(v->c),
                            v->be->name,
                            med_gemm,
                            med_triad,
                            0,
-                           0};
+                           0,
+                           NULL};
     rf.nnodes = group_hosts(v->all, W, host_of, first_rank);
+    rf.expect = v->have_expect ? v->expect.path : NULL;
     if (record && !strcmp(gv.verdict, "PASS")) {
         if (ddp_validate_ref_write(&v->g, v->be->name, v->rec_path, err, sizeof err) != 0)
             add_failure(&rep, 0, "record", "rank 0 on %s: %s", v->all[0].host, err);
@@ -1429,18 +1873,43 @@ static int vrun_judge(struct vrun *v)
     }
     rf.elapsed = ddp_now() - v->t_start;
     print_report(&rep, &rf, v->ar_all, &gv, &v->g, host_of, first_rank, v->cfg.min_fraction);
+    int verdict = rep.nhard ? DDP_EXIT_RUNTIME : rep.nretest ? DDP_EXIT_RETEST : 0;
     if (v->a->json && write_json(v->a->json, &rep, &rf, &v->cfg, v->ar_all, &gv, &v->g, host_of,
                                  first_rank, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         verdict = DDP_EXIT_RUNTIME;
     }
-    if (rep.nfail)
-        verdict = DDP_EXIT_RUNTIME;
+    verdict = vrun_after(v, &rep, verdict);
     free(host_of);
     free(first_rank);
     free(rep.fail);
     free(rep.warn);
     return verdict;
+}
+
+/* The checks in order; --slurm-health skips what its budget leaves no room for (the all-reduce
+ * of one process, a golden run when less than GOLDEN_RESERVE_S remain). */
+#define GOLDEN_RESERVE_S 4.0
+static int vrun_checks(struct vrun *v)
+{
+    const int health = v->a->slurm_health;
+    ddp_validate_budget_phase(1);
+    vrun_rates(v);
+    ddp_validate_budget_phase(2);
+    if (!health) {
+        vrun_sweep(v);
+    } else {
+        v->rows = ddp_calloc(DDP_VALIDATE_MAX_SIZES, sizeof *v->rows);
+        v->ar_all = ddp_calloc(1, sizeof *v->ar_all);
+    }
+    vrun_burn(v);
+    ddp_validate_budget_phase(3);
+    if (health && v->a->budget_s - (ddp_now() - v->t_start) < GOLDEN_RESERVE_S) {
+        ddp_log("--slurm-health: %.1f s of the budget left: no golden run",
+                v->a->budget_s - (ddp_now() - v->t_start));
+        v->L.golden_steps = 1;
+    }
+    return vrun_golden(v);
 }
 
 int ddp_validate_run(const struct ddp_validate_args *a)
@@ -1451,19 +1920,20 @@ int ddp_validate_run(const struct ddp_validate_args *a)
     v->a = a;
     v->t_start = ddp_now();
     v->lock = -1;
+    if (a->slurm_health)
+        ddp_validate_budget_arm(a->budget_s);
     int rc = vrun_start(v);
     if (!rc)
         rc = vrun_reference(v);
+    if (!rc)
+        rc = vrun_checks(v);
     if (!rc) {
-        vrun_rates(v);
-        vrun_sweep(v);
-        rc = vrun_golden(v);
-    }
-    if (!rc) {
+        ddp_validate_budget_phase(4);
         int64_t verdict = v->me == 0 ? vrun_judge(v) : 0;
         ddp_comm_broadcast(v->c, &verdict, sizeof verdict, 0);
         rc = (int)verdict;
     }
+    ddp_validate_budget_disarm();
     /* the one cleanup path */
     ddp_validate_golden_free(&v->g);
     free(v->rows);

@@ -2,7 +2,10 @@
  * validate.h - `ddptrain validate`: node validation for admins (docs/validate.md), run like
  * training (srun, mpirun, or one process). Every rank measures itself; rank 0 judges, prints
  * the tables and writes the JSON report; every rank exits with the same code (0: all passed,
- * 1: a check failed, 2 usage, 4 launch, 5 a peer stopped answering).
+ * 1: a check failed, 2 usage, 4 launch, 5 a peer stopped answering, 6 retest: only shortfalls
+ * that other processes' load explains). Levels quick, standard, long (burn); --expect adds
+ * absolute floors per node type (expect.c); --slurm-health runs one process per node within a
+ * time budget and may drain the node (health.c).
  *
  * Checks, in order:
  *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
@@ -14,9 +17,12 @@
  *  triad       a[i] = b[i] + s * c[i] on doubles (STREAM's triad), the rank's threads, the
  *              median pass, GB/s = 3 * 8 * n / t (no write-allocate traffic counted, as
  *              STREAM).
- *              gemm and triad are compared with the median over all ranks: below
- *              min_fraction (0.9) of it fails, after two more rounds of measurements of
- *              every rank (only when one is below it); the round closest to passing counts.
+ *              gemm and triad fall short below the expectation's floor, or as outliers:
+ *              below min_fraction (0.8) of the median of the other ranks and outlier_mads
+ *              (5) scaled MADs below it; a shortfall measures every rank again (rounds, 3)
+ *              and the round with the fewest shortfalls counts. A shortfall on a rank whose
+ *              measuring thread waited for other processes' CPUs (foreign_load_max) and that
+ *              the load explains is "retest", not a failure.
  *              Ranks of one machine (same kernel boot id) whose threads exceed its CPUs
  *              take turns, so that they do not measure each other;
  *              such a run holds a machine-wide lock (/tmp/ddptrain-validate.lock) from its
@@ -39,15 +45,17 @@
  *              reference is a warning, not a failure).
  *
  * Fault injection (test hooks, DDP_TEST_VALIDATE_FAULT=KIND:RANK[,KIND:RANK...]):
- *   slow_gemm:R      rank R sleeps 9 times as long as each timed GEMM took (a tenth of
+ *   slow_gemm:R      rank R spins 99 times as long as each timed GEMM took (a hundredth of
  *                    the rate)
  *   slow_triad:R     the same for the triad
  *   bad_allreduce:R  rank R flips a bit of one element of every all-reduce input it builds
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
  *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
+ *   bad_burn:R       rank R changes one element of the first result its burn reads back
  *
- * Not here: GPU checks (cuBLAS GEMM, device memory, NCCL sweep, golden run on CUDA), draining
- * nodes (slurm/validate-nodes.sbatch prints the commands), reading the job file.
+ *  burn        (level long) sustained GEMMs, every result compared with the first.
+ *
+ * Not here: GPU utilisation by other processes, device memory tests, reading the job file.
  */
 #ifndef DDP_VALIDATE_H
 #define DDP_VALIDATE_H
@@ -58,14 +66,30 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "core/util.h"
+
+/* DDP_EXIT_RETEST (6, core/util.h) is the exit code of a run whose only shortfalls came while
+ * other processes loaded the node (the "retest" verdict): not 1, so that nothing drains a node
+ * for it; 6 is the first code that 0-5 and 75 (requeue) leave free and is no shell, signal or
+ * sysexits code. */
+
+/* Levels, as DCGM's: quick (prologs), standard, long (burn-in: sustained GEMM with result
+ * comparison and the full all-reduce sweep). */
+enum ddp_validate_level { DDP_VALIDATE_QUICK, DDP_VALIDATE_STANDARD, DDP_VALIDATE_LONG };
 
 /* The command line of `ddptrain validate` (cli/validate.c). */
 struct ddp_validate_args {
-    const char *json;      /* --json FILE, or NULL */
-    const char *config;    /* --config FILE, or NULL */
-    const char *record;    /* --record FILE|DIR, or NULL */
-    const char *reference; /* --reference FILE|DIR, or NULL */
-    int quick;             /* --quick */
+    const char *json;          /* --json FILE, or NULL */
+    const char *config;        /* --config FILE, or NULL */
+    const char *record;        /* --record FILE|DIR, or NULL */
+    const char *reference;     /* --reference FILE|DIR, or NULL */
+    const char *expect;        /* --expect FILE: absolute floors, or NULL */
+    const char *record_expect; /* --record-expect FILE, or NULL */
+    double margin;             /* --margin: floors = worst measured x (1 - margin) */
+    int level;                 /* enum ddp_validate_level; --quick = quick */
+    int slurm_health;          /* --slurm-health: one process per node, budget, exit 0/1 */
+    double budget_s;           /* --budget-s (slurm-health) */
+    int drain;                 /* --drain (slurm-health): scontrol drains a failing node */
 };
 
 /* Run the validation; returns the exit code. */
@@ -84,9 +108,13 @@ int ddp_validate_run(const struct ddp_validate_args *a);
 
 struct ddp_validate_config {
     /* [validate] */
-    double min_fraction; /* a rank below this fraction of the median rate fails */
-    int threads;         /* compute threads per rank, 0 = as training chooses them */
-    double timeout_s;    /* deadline of every collective */
+    double min_fraction;     /* an outlier must also be below this fraction of the median */
+    double outlier_mads;     /* ... and this many scaled MADs below it (of the other ranks) */
+    double foreign_load_max; /* share of a node's CPUs other processes may use: more, and a
+                                shortfall there is "retest" */
+    int rounds;              /* rate rounds at most (a shortfall measures everybody again) */
+    int threads;             /* compute threads per rank, 0 = as training chooses them */
+    double timeout_s;        /* deadline of every collective */
     /* [gemm] */
     int gemm_n, gemm_n_quick, gemm_reps, gemm_reps_quick;
     double gemm_s, gemm_s_quick; /* timing window (the median call counts) */
@@ -95,18 +123,49 @@ struct ddp_validate_config {
     int triad_reps, triad_reps_quick;
     double triad_s, triad_s_quick;
     /* [allreduce] */
-    int64_t ar_min_bytes, ar_max_bytes, ar_max_bytes_quick;
+    int64_t ar_min_bytes, ar_max_bytes, ar_max_bytes_quick, ar_max_bytes_long;
     int ar_blocks, ar_blocks_quick; /* timed blocks per size (median reported) */
     double ar_block_ms;             /* target length of one block */
     /* [golden] */
     int golden_steps, golden_steps_quick;
     double golden_rtol;   /* relative tolerance of losses and gradient norms */
     char reference[1024]; /* file or directory; "" = the shipped references */
+    /* [burn] (level long) */
+    double burn_s; /* sustained GEMM (gemm n), every result compared with the first */
 };
 
 void ddp_validate_config_defaults(struct ddp_validate_config *c);
 /* Read an INI file over the defaults. -1 with "FILE:LINE: [section] key: ..." in err. */
 int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, char *err,
+                             size_t errlen);
+
+/* ---- expectations per node type (--expect FILE; configs/expect-*.ini) ---------------- */
+
+#define DDP_VALIDATE_EXPECT_SIZES 16
+
+struct ddp_validate_expect {
+    char path[1024];
+    /* [node] */
+    char type[128];   /* the node type the floors are for */
+    char source[256]; /* how they were obtained ("measured ...", "data sheet, unmeasured") */
+    /* [gpu] */
+    int gpu_count;       /* -1: not checked */
+    char gpu_model[128]; /* a substring of the device name; "": not checked */
+    /* [gemm] [triad]: floors per rank, at this size (the run measures at it); 0: none */
+    int gemm_n;
+    double gemm_min_gflops;
+    int64_t triad_mib;
+    double triad_min_gbs;
+    /* [allreduce] */
+    int ar_ranks;      /* floors apply to runs of this many ranks (0: any) */
+    char ar_text[512]; /* min_busbw_gbs = SIZE:GBS, ... (SIZE in bytes, K/M/G allowed) */
+    int nbusbw;
+    int64_t busbw_bytes[DDP_VALIDATE_EXPECT_SIZES];
+    double busbw_min[DDP_VALIDATE_EXPECT_SIZES];
+};
+
+/* Read an expectation file (core/ini.h: -1 with one line in err; the caller exits 2). */
+int ddp_validate_expect_load(struct ddp_validate_expect *e, const char *path, char *err,
                              size_t errlen);
 
 /* ---- fault injection (test hooks) ------------------------------------------------------- */
@@ -117,6 +176,7 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_BAD_ALLREDUCE,
     DDP_VALIDATE_FAULT_FLIP_PARAM,
     DDP_VALIDATE_FAULT_BAD_GRAD,
+    DDP_VALIDATE_FAULT_BAD_BURN,
     DDP_VALIDATE_FAULT_KINDS
 };
 
@@ -140,11 +200,25 @@ int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_valida
  * validate passes a barrier, which every rank not measuring calls as well), then times calls
  * for `seconds` between guard bands of two calls (at least reps counted) and returns the
  * median.
- * slow: sleep 9 times as long as each call took (fault injection). */
+ * slow: spin 99 times as long as each call took (fault injection). */
 double ddp_validate_gemm(const struct ddp_backend *be, int n, int reps, double seconds, int slow,
                          void (*sync)(void *), void *sync_ctx);
 double ddp_validate_triad(int64_t mib, int reps, double seconds, int threads, int slow,
                           void (*sync)(void *), void *sync_ctx);
+/* At most this many seconds per measurement from here on (0: no cap): --slurm-health's budget.
+ * A capped measurement counts what calls fit (the first one if none other does). */
+void ddp_validate_bench_cap(double seconds);
+
+/* Level long: GEMMs of side n back to back for `seconds` through the backend, each result
+ * compared bit for bit with the first (same inputs, same kernel: any difference is a fault
+ * under sustained load, as gpu-burn). corrupt: change one element of the first result read
+ * back (fault injection). */
+struct ddp_validate_burn_result {
+    long calls, mismatches;
+    double seconds, gflops, min_gflops; /* overall, and the slowest second */
+};
+void ddp_validate_burn(const struct ddp_backend *be, int n, double seconds, int corrupt,
+                       struct ddp_validate_burn_result *res);
 
 /* ---- the all-reduce sweep (allreduce.c) ------------------------------------------ */
 
@@ -221,5 +295,30 @@ void ddp_validate_ref_free(struct ddp_validate_ref *r); /* accepts a zeroed stru
 double ddp_validate_ref_compare(const struct ddp_validate_golden *g,
                                 const struct ddp_validate_ref *r, double rtol, int *first_step,
                                 int *ranks);
+
+/* ---- the node around the measurements (health.c) -------------------------------------- */
+
+/* CPU-seconds the whole machine has been busy (/proc/stat: all but idle and iowait), -1 if
+ * unknown; CPU-seconds of this process (all its threads). Their differences over a window,
+ * summed over the ranks of a machine, tell the CPU time other processes took. */
+double ddp_validate_machine_busy_s(void);
+double ddp_validate_own_cpu_s(void);
+/* The calling thread's time on a CPU and waiting for one on the run queue, so far
+ * (/proc/thread-self/schedstat). Over a window, wait / (run + wait) is the share of the time
+ * it wanted a CPU that others held: the load that slowed it down. -1 where the kernel does
+ * not keep these. */
+int ddp_validate_sched_s(double *run_s, double *wait_s);
+
+/* --slurm-health's hard budget: after `seconds` the process writes which phase it was in and
+ * exits 0 (no verdict: a slow node under load is not drained). Phases: 0 start, 1 rates,
+ * 2 all-reduce, 3 golden run, 4 verdict. */
+void ddp_validate_budget_arm(double seconds);
+void ddp_validate_budget_phase(int phase);
+void ddp_validate_budget_disarm(void);
+
+/* --drain: `scontrol update nodename=NODE state=drain reason=REASON` for this node
+ * ($SLURMD_NODENAME, else the short host name, into node), waited for at most 15 s. Returns 0,
+ * or -1 with one line in err. */
+int ddp_validate_drain(const char *reason, char *node, size_t nodelen, char *err, size_t errlen);
 
 #endif

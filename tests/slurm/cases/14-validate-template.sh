@@ -5,8 +5,10 @@
 # (each waits for the other to have started), with 4 ranks each and the arguments given to
 # sbatch (--quick); a failing node is reported with its failing check, not a rank table row; phase 2 runs all nodes that passed together; a node failing alone is
 # listed with the scontrol line to drain it; passing alone but failing together is reported;
-# the exit code says whether all passed. With a ddptrain that has no `validate`, the template
-# stops with exit 2 and says so.
+# the exit code says whether all passed. A node whose validate exits 6 (retest: short only
+# under foreign load) is listed to run again, not to drain, still takes part in phase 2, and
+# the job exits 6. With a
+# ddptrain that has no `validate`, the template stops with exit 2 and says so.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 
@@ -44,6 +46,10 @@ if [[ ,${STUB_BAD_NODES:-}, == *,$node,* ]]; then
     echo "validate: FAIL on 1 check:"
     echo "FAIL memory: rank $SLURM_PROCID on $node: GPU 2 failed the memory test"; exit 1
 fi
+if [[ ,${STUB_RETEST_NODES:-}, == *,$node,* ]]; then
+    echo "validate: RETEST: 1 check fell short while other processes loaded the node"
+    echo "RETEST gemm: rank $SLURM_PROCID on $node: sgemm 10.0 GFLOP/s is below the floor 20.0"; exit 6
+fi
 if [[ ${STUB_FAIL_TOGETHER:-} == 1 && $SLURM_STEP_NUM_NODES -gt 1 ]]; then
     echo "error: all-reduce between nodes timed out"; exit 5
 fi
@@ -68,6 +74,7 @@ run() {
 run ok
 run bad STUB_BAD_NODES=n2
 run apart STUB_FAIL_TOGETHER=1
+run loaded STUB_RETEST_NODES=n1
 nov=
 if [[ -n ${DDPTRAIN:-} && -x $DDPTRAIN ]] &&
     ! { "$DDPTRAIN" validate --help 2>&1 | grep -qw validate; }; then
@@ -112,6 +119,16 @@ cat apart.out
 grep -q '^FAIL together (exit 5)' apart.out || fail "together failure: no FAIL together line"
 grep -q 'passed alone but not together' apart.out || fail "together failure: no advice"
 ! grep -q 'nodes to drain' apart.out || fail "together failure: a node listed to drain"
+
+echo "=== n1 short under load: retest"
+cat loaded.out
+expect_eq "$(cat loaded.rc)" 6 "retest: sbatch --wait exit code"
+grep -q '^RETEST n1 (alone, exit 6): RETEST gemm: rank [0-9] on n1: ' loaded.out ||
+    fail "retest: no RETEST line for n1"
+grep -qx 'PASS n2 (alone)' loaded.out || fail "retest: n2 should pass"
+grep -q '^to run again when idle .*: n1' loaded.out || fail "retest: n1 not listed to run again"
+grep -qE '^(PASS|RETEST) together.*: n1 n2' loaded.out || fail "retest: n1 left out of phase 2"
+! grep -q 'drain' loaded.out || fail "retest: a node listed to drain"
 
 if [[ -n $nov ]]; then
     echo "=== the real ddptrain, without validate"

@@ -25,16 +25,19 @@ cat ok.out
 if [[ $rc != 0 ]]; then # the step logs say why
     for f in ok/*.log; do echo "--- $f"; tail -n 40 "$f"; done
 fi
-expect_eq "$rc" 0 "clean job: sbatch --wait exit code"
-grep -qx 'PASS n1 (alone)' ok.out || fail "clean job: n1 did not pass alone"
-grep -qx 'PASS n2 (alone)' ok.out || fail "clean job: n2 did not pass alone"
-grep -qx 'PASS together: n1 n2' ok.out || fail "clean job: no PASS together"
+# 6: retest, a node short only while other processes loaded the machine (never a FAIL)
+[[ $rc == 0 || $rc == 6 ]] || fail "clean job: sbatch --wait exit code $rc, want 0 (or 6)"
+grep -qxE '(PASS|RETEST) n1 \(alone.*' ok.out || fail "clean job: n1 did not pass alone"
+grep -qxE '(PASS|RETEST) n2 \(alone.*' ok.out || fail "clean job: n2 did not pass alone"
+grep -qE '^(PASS|RETEST) together.*: n1 n2' ok.out || fail "clean job: no PASS together"
+! grep -q '^FAIL' ok.out || fail "clean job: a FAIL line"
 /usr/bin/python3 - ok <<'PY' || fail "clean job: JSON reports"
 import json, sys
 d = sys.argv[1]
 for name, ranks, hosts in (("node-n1", 4, ["n1"]), ("node-n2", 4, ["n2"]), ("all", 8, ["n1", "n2"])):
     j = json.load(open(f"{d}/{name}.json"))
-    assert j["verdict"] == "PASS" and j["world_size"] == ranks and j["launcher"] == "slurm", name
+    assert j["verdict"] in ("PASS", "RETEST") and j["world_size"] == ranks, name
+    assert j["launcher"] == "slurm", name
     assert [n["host"] for n in j["nodes"]] == hosts, (name, j["nodes"])
     assert [r["host"] for r in j["ranks"]] == sorted(hosts * (ranks // len(hosts))), name
     rows = j["allreduce"]["rows"]

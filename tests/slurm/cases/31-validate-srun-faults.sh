@@ -17,13 +17,15 @@ run=(srun -N 2 -n 4 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix "$DDPTRAIN"
 rc=0
 SR_TIMEOUT=100 sr "${run[@]}" --json "$CASE_DIR/ok.json" >ok.log 2>&1 || rc=$?
 tail -n 8 ok.log
-expect_eq "$rc" 0 "clean srun: exit code"
-grep -q '^validate: PASS (4 ranks on 2 nodes' ok.log || fail "clean srun: no PASS line"
+# 6: retest, a rank short only while other processes loaded the machine (never a FAIL)
+[[ $rc == 0 || ($rc == 6 && $(grep -c '^FAIL ' ok.log) == 0) ]] || fail "clean: exit code $rc, want 0 (or 6)"
+grep -qE '^validate: (PASS \(4 ranks on 2 nodes|RETEST)' ok.log || fail "clean srun: no PASS line"
 
 rc=0
 DDP_TEST_VALIDATE_FAULT=slow_gemm:1,bad_allreduce:2,bad_grad:3 SR_TIMEOUT=100 \
     sr "${run[@]}" --json "$CASE_DIR/bad.json" >bad.log 2>&1 || rc=$?
-grep -E '^(FAIL|validate:)' bad.log || tail -n 20 bad.log
+grep -E "^(FAIL|validate:)" bad.log || tail -n 20 bad.log
+sed -n "/^ranks/,/median/p" bad.log
 expect_eq "$rc" 1 "faulty srun: exit code"
 grep -q '^FAIL gemm: rank 1 on n1: ' bad.log || fail "rank 1 on n1 not named (gemm)"
 grep -q '^FAIL allreduce: rank 2 on n2: ' bad.log || fail "rank 2 on n2 not named (all-reduce)"
