@@ -1021,29 +1021,6 @@ __global__ void k_xent_rows(double *row_loss, int *row_ok, float *dlogits, const
     }
 }
 
-struct xent_result {
-    double loss;
-    long long correct;
-};
-
-/* One block: the batch's sums in a fixed order (deterministic). */
-__global__ void k_xent_total(struct xent_result *res, const double *row_loss, const int *row_ok,
-                             int B)
-{
-    double s = 0;
-    long long c = 0;
-    for (int i = threadIdx.x; i < B; i += blockDim.x) {
-        s += row_loss[i];
-        c += row_ok[i];
-    }
-    s = block_sum(s);
-    c = block_sum(c);
-    if (threadIdx.x == 0) {
-        res->loss = s;
-        res->correct = c;
-    }
-}
-
 /* One block: acc[0] += the batch's loss sum, acc[1] += its correct count (fixed order). */
 __global__ void k_xent_acc(double *acc, const double *row_loss, const int *row_ok, int B)
 {
@@ -1096,18 +1073,18 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
     }
     double *row_loss;
     int *row_ok;
-    struct xent_result *dres =
-        (struct xent_result *)xent_rows(&row_loss, &row_ok, sizeof(struct xent_result), B);
+    double *dres = (double *)xent_rows(&row_loss, &row_ok, 2 * sizeof(double), B);
+    CUDA_CHECK(cudaMemsetAsync(dres, 0, 2 * sizeof(double), g.stream));
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale, smoothing);
-    LAUNCH(k_xent_total, 1, 1024, dres, row_loss, row_ok, B);
-    struct xent_result res;
-    CUDA_CHECK(cudaMemcpyAsync(&res, dres, sizeof res, cudaMemcpyDeviceToHost, g.stream));
+    LAUNCH(k_xent_acc, 1, 1024, dres, row_loss, row_ok, B);
+    double res[2]; /* loss sum, correct count (exact in a double) */
+    CUDA_CHECK(cudaMemcpyAsync(res, dres, sizeof res, cudaMemcpyDeviceToHost, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     if (correct)
-        *correct = (int64_t)res.correct;
-    return res.loss;
+        *correct = (int64_t)res[1];
+    return res[0];
 }
 
 /* ---- sum of squares (gradient norm) ------------------------------------------------------- */

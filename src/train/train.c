@@ -1159,6 +1159,15 @@ static int setup_model(struct trainer *t)
     return 0;
 }
 
+/* The test split's loader (normalised as the job says, never augmented); t->test is open. */
+static void test_loader_create(struct trainer *t, const struct ddp_augment *aug)
+{
+    const struct ddp_world *w = &t->world;
+    ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
+    t->test_loader = ddp_loader_create(t->test, &t->test_sampler, t->job.batch_size);
+    ddp_loader_set_augment(t->test_loader, aug);
+}
+
 /* `ddptrain eval`: the test split's loss and accuracy, on every rank's share. */
 static int run_eval(struct trainer *t)
 {
@@ -1167,9 +1176,7 @@ static int run_eval(struct trainer *t)
     int64_t dims[3];
     int nd = ddp_h5split_shape(t->test, dims);
     ddp_augment_init(&t->aug_eval, job, nd, dims, 0);
-    ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
-    t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
-    ddp_loader_set_augment(t->test_loader, &t->aug_eval);
+    test_loader_create(t, &t->aug_eval);
     double loss, acc;
     evaluate(t, t->test_loader, &loss, &acc);
     ddp_log("%s on %s %s: test loss %.4f accuracy %.4f (%lld samples, %d rank%s)", t->eval_only,
@@ -1241,18 +1248,14 @@ static void setup_samplers(struct trainer *t)
 static void setup_loaders(struct trainer *t)
 {
     const struct ddp_job *job = &t->job;
-    const struct ddp_world *w = &t->world;
     int64_t dims[3];
     int nd = ddp_h5split_shape(t->train, dims);
     ddp_augment_init(&t->aug_train, job, nd, dims, 1);
     ddp_augment_init(&t->aug_eval, job, nd, dims, 0);
     t->train_loader = train_loader_create(t);
     ddp_loader_set_augment(t->train_loader, &t->aug_train);
-    if (t->test) {
-        ddp_sampler_init_eval(&t->test_sampler, ddp_h5split_count(t->test), w->world_size, w->rank);
-        t->test_loader = ddp_loader_create(t->test, &t->test_sampler, job->batch_size);
-        ddp_loader_set_augment(t->test_loader, &t->aug_eval);
-    }
+    if (t->test)
+        test_loader_create(t, &t->aug_eval);
     if (t->nval) {
         t->val_loader =
             ddp_loader_create(t->val ? t->val : t->train, &t->val_sampler, job->batch_size);
