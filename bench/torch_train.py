@@ -21,6 +21,25 @@ import time
 T_IMPORT0 = time.time()
 
 
+def augment(torch, F, xb, P, hflip):
+    """torchvision's RandomCrop(size, padding=P) (P > 0) then RandomHorizontalFlip (hflip), per
+    sample of the batch (B, C, H, W), as ddptrain's loader does (zero padding)."""
+    B, C, H, W = xb.shape
+    out = xb
+    if P:
+        xp = F.pad(xb, (P, P, P, P))
+        oy = torch.randint(0, 2 * P + 1, (B,))
+        ox = torch.randint(0, 2 * P + 1, (B,))
+        rows = (oy[:, None] + torch.arange(H))[:, None, :, None]
+        cols = (ox[:, None] + torch.arange(W))[:, None, None, :]
+        out = xp[torch.arange(B)[:, None, None, None], torch.arange(C)[None, :, None, None],
+                 rows, cols]
+    if not hflip:
+        return out
+    flip = torch.rand(B) < 0.5
+    return torch.where(flip[:, None, None, None], out.flip(3), out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -31,6 +50,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--crop-pad", type=int, default=0,
+                    help="[data] augment = random_crop(pad=P): per sample, every step")
+    ap.add_argument("--hflip", action="store_true", help="[data] augment = hflip")
+    ap.add_argument("--normalize", default="", help="MEAN,STD (one channel)")
+    ap.add_argument("--label-smoothing", type=float, default=0.0)
+    ap.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
     a = ap.parse_args()
 
     import h5py
@@ -62,7 +88,9 @@ def main():
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, nesterov=a.nesterov,
+                          weight_decay=a.weight_decay)
+    norm = [float(v) for v in a.normalize.split(",")] if a.normalize else None
     model.train()
 
     per_rank = -(-N // world)  # DistributedSampler without drop_last: pad to a multiple of W
@@ -81,8 +109,12 @@ def main():
         bi = idx[pos * a.batch:(pos + 1) * a.batch]
         pos += 1
         xb, yb = X.index_select(0, bi), Y.index_select(0, bi)
+        if a.crop_pad or a.hflip:
+            xb = augment(torch, F, xb, a.crop_pad, a.hflip)
+        if norm:
+            xb = (xb - norm[0]) / norm[1]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
+        loss = F.cross_entropy(model(xb), yb, label_smoothing=a.label_smoothing)
         loss.backward()
         opt.step()
         if step == 0:

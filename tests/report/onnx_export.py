@@ -43,6 +43,19 @@ JOBS = [("mlp", "configs/fashion-mlp.ini", []),
 TOL = 1e-5
 
 
+def normalize_of(job):
+    """[data] normalize of the job file: (means, stds) per channel, or None. The ONNX graph is
+    the model alone, so its input is normalised as ddptrain's loader does (docs/report.md)."""
+    import configparser
+    cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), strict=False)
+    cp.read(job)
+    v = cp.get("data", "normalize", fallback="").strip()
+    if not v:
+        return None
+    vals = [float(t) for t in v.split(",")]
+    return vals[:len(vals) // 2], vals[len(vals) // 2:]
+
+
 def one(name, cfg, extra, data, tmp):
     job = os.path.join(seelib.src(), cfg)
     sets = ["--set", f"data.file={data}", "--set", f"job.output={tmp}/{name}", "--set",
@@ -66,6 +79,10 @@ def one(name, cfg, extra, data, tmp):
     with h5py.File(data, "r") as f:
         x = f["test/images"][()].astype(np.float32) / 255.0
         y = f["test/labels"][()].astype(np.int64)
+    norm = normalize_of(job)
+    if norm:
+        for c, (mu, sd) in enumerate(zip(*norm)):
+            x[:, c] = (x[:, c] - np.float32(mu)) / np.float32(sd)
     errors = []
     lse = np.log(np.exp(logits.astype(np.float64) - logits.max(1, keepdims=True)).sum(1)) + \
         logits.max(1)
