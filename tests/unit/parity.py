@@ -10,10 +10,10 @@ weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4 gating, eps 1e-8 r
 Recipe cases (RECIPES) train several epochs over a small split: clip_grad_norm
 (torch.nn.utils.clip_grad_norm_), accumulate (K micro-batches, each loss / K, one step),
 label_smoothing (F.cross_entropy(label_smoothing=)), multistep (MultiStepLR stepped per epoch)
-and onecycle (OneCycleLR stepped per step, torch's defaults, momentum cycled). Every case also
-trains a float64 copy of the PyTorch model: a case
-passes against PyTorch float32 (the criterion) or, where PyTorch float32 itself strays from
-exact arithmetic, against PyTorch float64; for SGD, failing both, every single step from
+and onecycle (OneCycleLR stepped per step, torch's defaults, momentum cycled), and the ResNet
+under clipping, accumulation and label smoothing together. Every case also trains a float64
+copy of the PyTorch model: a case passes against PyTorch float32 (the criterion) or, where
+PyTorch float32 itself strays from exact arithmetic, against PyTorch float64; for SGD, failing both, every single step from
 ddptrain's own checkpointed state must match (see CASES). DDP_PARITY_STRICT=1 accepts only
 agreement with PyTorch float32 and makes the eps-1e-8 Adam cases gate too.
 
@@ -112,6 +112,10 @@ RECIPES = [
     ("mlp-adam-onecycle-clip-acc", MLP, 32, 6, 2,
      dict(name="adam", lr=1e-3, weight_decay=0.01, eps=1e-4), 16,
      dict(onecycle=True, clip=1.0, accumulate=2, smoothing=0.05)),
+    # residual blocks (projection and identity shortcuts, a nested block, batchnorm buffers)
+    # under clipping, accumulation and label smoothing together
+    ("resnet-clip-acc-smoothing", RESNET, 16, 6, 2, dict(name="sgd", lr=0.01, momentum=0.9), 17,
+     dict(clip=1.0, accumulate=2, smoothing=0.1)),
 ]
 
 
