@@ -234,13 +234,19 @@ static int rest_blank(const char *s)
     return *s == '\0';
 }
 
-int ddp_parse_i64(const char *s, int64_t *out)
+/* s past its leading blanks, or NULL when s is NULL or holds nothing else. */
+static const char *number_start(const char *s)
 {
     if (!s)
-        return -1;
+        return NULL;
     while (*s == ' ' || *s == '\t')
         s++;
-    if (*s == '\0')
+    return *s ? s : NULL;
+}
+
+int ddp_parse_i64(const char *s, int64_t *out)
+{
+    if (!(s = number_start(s)))
         return -1;
     char *end;
     errno = 0;
@@ -253,11 +259,7 @@ int ddp_parse_i64(const char *s, int64_t *out)
 
 int ddp_parse_f64(const char *s, double *out)
 {
-    if (!s)
-        return -1;
-    while (*s == ' ' || *s == '\t')
-        s++;
-    if (*s == '\0')
+    if (!(s = number_start(s)))
         return -1;
     char *end;
     errno = 0;

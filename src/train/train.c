@@ -670,6 +670,25 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
 
 /* After a step: test hooks, the replica check, checkpoints and stop requests. Returns 0 (with
  * lp->stopped set when a signal stopped the run, after a checkpoint) or an exit code. */
+/* A checkpoint of the loop's position: after a whole epoch (done) or mid-epoch at the cursor. */
+static void save_position(struct trainer *t, struct loop *lp, int done)
+{
+    const struct ddp_job *job = &t->job;
+    const int W = t->world.world_size;
+    struct ddp_ckpt_pos pos = {done ? lp->epoch + 1 : lp->epoch,
+                               lp->step,
+                               done ? 0 : lp->cursor,
+                               W,
+                               job->batch_size * W,
+                               job->seed,
+                               total_ms(lp->start, lp->t0),
+                               t->valsel.best,
+                               t->valsel.best_epoch,
+                               t->valsel.since};
+    save_checkpoint(t, &pos);
+    lp->last_saved = lp->step;
+}
+
 static int after_step(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
@@ -695,18 +714,7 @@ static int after_step(struct trainer *t, struct loop *lp)
         ddp_comm_allreduce_max(t->comm, &stop, 1, DDP_I64);
     int at_end = lp->cursor >= lp->epoch_end;
     if (stop || ckpt_due) {
-        struct ddp_ckpt_pos pos = {at_end ? lp->epoch + 1 : lp->epoch,
-                                   lp->step,
-                                   at_end ? 0 : lp->cursor,
-                                   W,
-                                   job->batch_size * W,
-                                   job->seed,
-                                   total_ms(lp->start, lp->t0),
-                                   t->valsel.best,
-                                   t->valsel.best_epoch,
-                                   t->valsel.since};
-        save_checkpoint(t, &pos);
-        lp->last_saved = lp->step;
+        save_position(t, lp, at_end);
     }
     if (t->be->step_end) /* the GPU twin's per-step counters, the stop agreement included */
         t->be->step_end(rank, (long)lp->step,
@@ -829,7 +837,6 @@ static void validate_epoch(struct trainer *t, struct loop *lp)
 static void end_epoch(struct trainer *t, struct loop *lp)
 {
     const struct ddp_job *job = &t->job;
-    int W = t->world.world_size;
     int last = lp->epoch + 1 == job->epochs || lp->step >= lp->total_steps;
     int due = last || (job->eval_every > 0 && (lp->epoch + 1) % job->eval_every == 0);
     if (t->val_loader && due && lp->cursor >= lp->epoch_end) {
@@ -842,18 +849,7 @@ static void end_epoch(struct trainer *t, struct loop *lp)
     }
     if (job->ckpt_every_epochs > 0 && (lp->epoch + 1) % job->ckpt_every_epochs == 0 &&
         lp->last_saved != lp->step && lp->cursor >= lp->epoch_end) {
-        struct ddp_ckpt_pos pos = {lp->epoch + 1,
-                                   lp->step,
-                                   0,
-                                   W,
-                                   job->batch_size * W,
-                                   job->seed,
-                                   total_ms(lp->start, lp->t0),
-                                   t->valsel.best,
-                                   t->valsel.best_epoch,
-                                   t->valsel.since};
-        save_checkpoint(t, &pos);
-        lp->last_saved = lp->step;
+        save_position(t, lp, 1);
     }
 }
 
