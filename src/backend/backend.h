@@ -57,6 +57,11 @@ struct ddp_backend {
                        const float *w, int B, int C, int O);
 
     void (*relu_fwd)(float *out, const float *inp, size_t n);
+    /* linear followed by relu in one pass over the output: out (B,O) = max(0, inp w^T + b)
+     * (b may be NULL); optional. The model uses it for a linear layer whose only reader is a
+     * relu (the relu's out is written, the linear's pre-activation is never stored). */
+    void (*linear_relu_fwd)(float *out, const float *inp, const float *w, const float *b, int B,
+                            int C, int O);
     void (*relu_bwd)(float *dinp, const float *dout, const float *out, size_t n);
 
     /* conv2d: inp (B,C,H,W), w (O,C,k,k), b (O) -> out (B,O,OH,OW); col is scratch of

@@ -407,6 +407,34 @@ static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size
     LAUNCH(k_relu_bwd, blocks_for(n), THREADS, dinp, dout, out, n);
 }
 
+/* ---- fused epilogues --------------------------------------------------------------------- */
+
+/* out (n, O per `inner` run) = relu(out + b), in place; b NULL: relu alone. The sum is the
+ * one rounding cuBLAS's beta = 1 makes when the bias was broadcast first. */
+__global__ void k_bias_relu(float *out, const float *b, size_t n, int O, int inner)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float v = b ? out[i] + b[(i / (size_t)inner) % (size_t)O] : out[i];
+        out[i] = v > 0 ? v : 0;
+    }
+}
+
+/* linear + relu: the GEMM writes the product (beta = 0), one kernel adds the bias and clamps;
+ * separately, the bias is broadcast, the GEMM reads it back (beta = 1) and relu makes a third
+ * pass into another buffer. */
+static void cuda_linear_relu_fwd(float *out, const float *inp, const float *w, const float *b,
+                                 int B, int C, int O)
+{
+    const size_t n = (size_t)B * O;
+    if (n == 0)
+        return;
+    const float one = 1, zero = 0;
+    CUBLAS_CHECK(
+        g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &zero, out, O));
+    LAUNCH(k_bias_relu, blocks_for(n), THREADS, out, b, n, O, 1);
+}
+
 /* ---- conv2d: im2col per chunk of nb samples + GEMMs ---------------------------------------- */
 
 struct conv_geom {
@@ -1299,6 +1327,7 @@ static void fill_table(void)
     t->linear_fwd = cuda_linear_fwd;
     t->linear_bwd = cuda_linear_bwd;
     t->relu_fwd = cuda_relu_fwd;
+    t->linear_relu_fwd = cuda_linear_relu_fwd;
     t->relu_bwd = cuda_relu_bwd;
     t->conv_col_elems = cuda_conv_col_elems;
     t->conv2d_fwd = cuda_conv2d_fwd;

@@ -700,10 +700,31 @@ static int layout_params(struct ddp_model *m, char *err, size_t errlen)
     return 0;
 }
 
+/* Fuse each linear layer whose output only a relu reads (the next layer) into one backend
+ * op, where the backend has one: the relu's forward is done by the linear's, and the
+ * pre-activation is never stored (the relu's backward needs only its own output). */
+static void plan_fusion(struct ddp_model *m)
+{
+    for (int i = 0; m->be->linear_relu_fwd && i + 1 < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
+        if (l->spec.kind != DDP_LAYER_LINEAR || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
+            l->fused)
+            continue;
+        int readers = 0;
+        for (int j = 0; j < m->nlayers; j++)
+            readers += (m->layers[j].in == i) + (m->layers[j].in2 == i);
+        if (readers == 1) {
+            l->fused = 1;
+            r->fused = 2;
+        }
+    }
+}
+
 /* Parameters, gradients, buffers, and each layer's activations and scratch for max_batch. */
 static void alloc_buffers(struct ddp_model *m, int max_batch)
 {
     const struct ddp_backend *be = m->be;
+    plan_fusion(m);
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
@@ -716,7 +737,7 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             l->dout = l->in >= 0 ? m->layers[l->in].dout : be->alloc(sizeof(float) * act);
             continue;
         }
-        l->out = be->alloc(sizeof(float) * act);
+        l->out = l->fused == 1 ? NULL : be->alloc(sizeof(float) * act);
         l->dout = be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
         case DDP_LAYER_CONV2D: {
@@ -1087,10 +1108,14 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
         l->out = (float *)inp;
         break;
     case DDP_LAYER_LINEAR:
-        be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
+        if (l->fused == 1)
+            be->linear_relu_fwd(m->layers[i + 1].out, inp, w, b, B, l->ishape[0], l->oshape[0]);
+        else
+            be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
         break;
     case DDP_LAYER_RELU:
-        be->relu_fwd(l->out, inp, n);
+        if (l->fused != 2)
+            be->relu_fwd(l->out, inp, n);
         break;
     case DDP_LAYER_CONV2D:
         be->conv2d_fwd(l->out, m->col, inp, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2], s->n,
@@ -1352,11 +1377,15 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         struct ddp_layer *l = &m->layers[i];
         if (first_param < 0 && l->w_n)
             first_param = i;
+        if (l->fused == 1)
+            continue; /* its relu's output stands for it */
         double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
         if (!bad) {
             prev = out;
             continue;
         }
+        if (l->fused == 2) /* the linear and its relu ran as one: name the linear */
+            l = &m->layers[--i];
         layer_str(&l->spec, what, sizeof what);
         if (first_param < 0 || first_param == i)
             return snprintf(why, len,

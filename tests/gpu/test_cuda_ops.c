@@ -215,6 +215,18 @@ static void t_linear(int B, int Cin, int O)
         snprintf(name, sizeof name, "linear_fwd %dx%d->%d%s", B, Cin, O,
                  with_bias ? "" : " nobias");
         check(name, gy, cy, ry, no, 0);
+        /* the fused linear + relu (model.c uses it for a linear whose only reader is a relu)
+         * against the CPU's two ops */
+        C->relu_fwd(cy, cy, no);
+        for (size_t i = 0; i < no; i++)
+            ry[i] = ry[i] > 0 ? ry[i] : 0;
+        if (G->linear_relu_fwd) {
+            G->zero(gy, no);
+            G->linear_relu_fwd(gy, gx, gw, with_bias ? gb : NULL, B, Cin, O);
+            snprintf(name, sizeof name, "linear_relu_fwd %dx%d->%d%s", B, Cin, O,
+                     with_bias ? "" : " nobias");
+            check(name, gy, cy, ry, no, 0);
+        }
         free(cy);
         free(ry);
         G->free(gy);
