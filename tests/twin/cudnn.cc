@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "cudnn.h"
@@ -154,7 +156,8 @@ cudnnStatus_t status_of(cudaError_t e)
     return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
-template <typename Perf, typename Algo>
+/* The first n entries of list into out (a _v7 answer). */
+template <typename Perf>
 void report(Perf *out, int n, int *returned, std::initializer_list<Perf> list)
 {
     int i = 0;
@@ -162,7 +165,6 @@ void report(Perf *out, int n, int *returned, std::initializer_list<Perf> list)
         if (i < n)
             out[i++] = p;
     *returned = i;
-    (void)sizeof(Algo);
 }
 
 } // namespace
@@ -286,21 +288,21 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
     if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, y, &g))
         return CUDNN_STATUS_BAD_PARAM;
     const cudnnMathType_t m = cv->math;
-    report<cudnnConvolutionFwdAlgoPerf_t, int>(out, n, returned,
-                                               {{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
-                                                 CUDNN_STATUS_SUCCESS,
-                                                 -1,
-                                                 g.col_bytes(),
-                                                 CUDNN_DETERMINISTIC,
-                                                 m,
-                                                 {}},
-                                                {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                                                 CUDNN_STATUS_SUCCESS,
-                                                 -1,
-                                                 0,
-                                                 CUDNN_DETERMINISTIC,
-                                                 m,
-                                                 {}}});
+    report<cudnnConvolutionFwdAlgoPerf_t>(out, n, returned,
+                                          {{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                            CUDNN_STATUS_SUCCESS,
+                                            -1,
+                                            g.col_bytes(),
+                                            CUDNN_DETERMINISTIC,
+                                            m,
+                                            {}},
+                                           {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                            CUDNN_STATUS_SUCCESS,
+                                            -1,
+                                            0,
+                                            CUDNN_DETERMINISTIC,
+                                            m,
+                                            {}}});
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -313,21 +315,21 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     if (!h || !returned || !out || n <= 0 || !geom_of(dx, f, cv, dy, &g))
         return CUDNN_STATUS_BAD_PARAM;
     const cudnnMathType_t m = cv->math;
-    report<cudnnConvolutionBwdDataAlgoPerf_t, int>(out, n, returned,
-                                                   {{CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
-                                                     CUDNN_STATUS_SUCCESS,
-                                                     -1,
-                                                     0,
-                                                     CUDNN_NON_DETERMINISTIC,
-                                                     m,
-                                                     {}},
-                                                    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
-                                                     CUDNN_STATUS_SUCCESS,
-                                                     -1,
-                                                     g.col_bytes(),
-                                                     CUDNN_DETERMINISTIC,
-                                                     m,
-                                                     {}}});
+    report<cudnnConvolutionBwdDataAlgoPerf_t>(out, n, returned,
+                                              {{CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                                                CUDNN_STATUS_SUCCESS,
+                                                -1,
+                                                0,
+                                                CUDNN_NON_DETERMINISTIC,
+                                                m,
+                                                {}},
+                                               {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+                                                CUDNN_STATUS_SUCCESS,
+                                                -1,
+                                                g.col_bytes(),
+                                                CUDNN_DETERMINISTIC,
+                                                m,
+                                                {}}});
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -340,21 +342,21 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, dy, &g))
         return CUDNN_STATUS_BAD_PARAM;
     const cudnnMathType_t m = cv->math;
-    report<cudnnConvolutionBwdFilterAlgoPerf_t, int>(out, n, returned,
-                                                     {{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
-                                                       CUDNN_STATUS_SUCCESS,
-                                                       -1,
-                                                       0,
-                                                       CUDNN_NON_DETERMINISTIC,
-                                                       m,
-                                                       {}},
-                                                      {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
-                                                       CUDNN_STATUS_SUCCESS,
-                                                       -1,
-                                                       g.col_bytes(),
-                                                       CUDNN_DETERMINISTIC,
-                                                       m,
-                                                       {}}});
+    report<cudnnConvolutionBwdFilterAlgoPerf_t>(out, n, returned,
+                                                {{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+                                                  CUDNN_STATUS_SUCCESS,
+                                                  -1,
+                                                  0,
+                                                  CUDNN_NON_DETERMINISTIC,
+                                                  m,
+                                                  {}},
+                                                 {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                                  CUDNN_STATUS_SUCCESS,
+                                                  -1,
+                                                  g.col_bytes(),
+                                                  CUDNN_DETERMINISTIC,
+                                                  m,
+                                                  {}}});
     return CUDNN_STATUS_SUCCESS;
 }
 
