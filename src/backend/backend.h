@@ -72,6 +72,11 @@ struct ddp_backend {
     void (*conv2d_bwd)(float *dinp, float *dw, float *db, float *col, const float *dout,
                        const float *inp, const float *w, int B, int C, int H, int W, int O, int k,
                        int stride, int pad);
+    /* Optional: plan the convolution of this shape for batches of up to B (algorithms chosen
+     * once, at model build) and return the floats of col conv2d_fwd/bwd then need for it, for
+     * every batch size up to B (the model sizes col as the most over its conv layers). Where it
+     * is NULL, conv_col_elems sizes col. Host work only: never in the steady step. */
+    size_t (*conv_plan)(int B, int C, int H, int W, int O, int k, int stride, int pad);
 
     /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
     void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,

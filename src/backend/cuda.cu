@@ -22,10 +22,14 @@
  */
 #ifdef DDP_CUDA_TWIN
 #include "twin_kernels.h" /* tests/twin: the GPU twin's runtime, cuBLAS and kernel language */
+#include "cudnn.h"        /* the twin's cuDNN (tests/twin/cudnn.cc) */
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#if DDP_HAVE_CUDNN_H /* src/backend/meson.build: cudnn.h found next to the toolkit's headers */
+#include <cudnn.h>
+#endif
 #endif
 
 #include <math.h>
@@ -347,16 +351,27 @@ __global__ void k_adam(float *p, const float *g_, float gscale, float *m, float 
 
 /* ---- linear ------------------------------------------------------------------------------ */
 
-/* db (O) += column sums of dout (B,O): one thread per feature, rows in order. */
+/* db (O) += column sums of dout (B,O). One block per 32 features: lane l of warp r sums
+ * rows r, r + nwarps, ... of feature 32 * blockIdx.x + l (a warp reads 32 consecutive floats
+ * of a row), then the warps' partial sums are added in warp order: parallel over rows and
+ * features, and the same order of summation on every run. */
 __global__ void k_colsum_add(float *db, const float *dout, int B, int O)
 {
-    const int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= O)
-        return;
+    __shared__ float part[THREADS / 32][32];
+    const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int o = blockIdx.x * 32 + lane;
     float s = 0;
-    for (int b = 0; b < B; b++)
-        s += dout[(size_t)b * O + o];
-    db[o] += s;
+    if (o < O)
+        for (int b = r; b < B; b += nw)
+            s += dout[(size_t)b * O + o];
+    part[r][lane] = s;
+    __syncthreads();
+    if (r == 0 && o < O) {
+        float t = 0;
+        for (int i = 0; i < nw; i++)
+            t += part[i][lane];
+        db[o] += t;
+    }
 }
 
 static void cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int B,
@@ -389,7 +404,7 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
     CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C, dout, O,
                               &one, dw, C));
     if (db) {
-        LAUNCH(k_colsum_add, (O + THREADS - 1) / THREADS, THREADS, db, dout, B, O);
+        LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
     }
 }
 
@@ -624,6 +639,538 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
             LAUNCH(k_col2im, blocks_for(nin), THREADS, dinp, dcol, i0, nb, q);
         }
     }
+}
+
+/* ---- conv2d through cuDNN ---------------------------------------------------------------
+ * cuDNN (the legacy convolution API of cuDNN 9) is opened at run time like cuBLAS: dnn_open()
+ * dlopens the soname of the cuDNN the build was compiled against (libcudnn.so.9) when the
+ * trainer chooses the convolution path (ddp_cuda_conv_path), and every call goes through
+ * g_dnn. Missing (or a build without cudnn.h, or [train] conv = im2col): the im2col + cuBLAS
+ * functions above run instead. The twin build points the table at the twin's cuDNN
+ * (tests/twin/cudnn.cc); DDP_EMU_NO_CUDNN=1 makes it missing.
+ *
+ * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
+ * pad) with descriptors and, for the planned batch B, the first algorithm of each direction
+ * that cuDNN's heuristics (_v7) list as deterministic and supported with a workspace of at
+ * most DNN_WS_MAX, in FMA math (fp32) or default math (tf32, as PyTorch's allow_tf32); the
+ * workspace is the caller's col buffer, sized by conv_plan's answer (the most of the three).
+ * A call with another batch size (the last partial batch, evaluation) re-chooses within that
+ * workspace in a second slot, kept for the next call of that size: host work only, no device
+ * memory, no synchronisation, so steady steps stay free of both. */
+#if defined(DDP_CUDA_TWIN) || DDP_HAVE_CUDNN_H
+#define DDP_DNN 1
+
+struct dnn_api {
+    decltype(&cudnnGetVersion) get_version;
+    decltype(&cudnnGetErrorString) error_string;
+    decltype(&cudnnCreate) create;
+    decltype(&cudnnSetStream) set_stream;
+    decltype(&cudnnCreateTensorDescriptor) create_tensor;
+    decltype(&cudnnSetTensor4dDescriptor) set_tensor;
+    decltype(&cudnnCreateFilterDescriptor) create_filter;
+    decltype(&cudnnSetFilter4dDescriptor) set_filter;
+    decltype(&cudnnCreateConvolutionDescriptor) create_conv;
+    decltype(&cudnnSetConvolution2dDescriptor) set_conv;
+    decltype(&cudnnSetConvolutionMathType) set_math;
+    decltype(&cudnnGetConvolutionForwardAlgorithm_v7) fwd_algos;
+    decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) bwd_data_algos;
+    decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) bwd_filter_algos;
+    decltype(&cudnnGetConvolutionForwardWorkspaceSize) fwd_ws;
+    decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) bwd_data_ws;
+    decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) bwd_filter_ws;
+    decltype(&cudnnConvolutionForward) fwd;
+    decltype(&cudnnConvolutionBackwardData) bwd_data;
+    decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
+};
+
+#define DNN_STR2(x) #x
+#define DNN_STR(x) DNN_STR2(x)
+#define DNN_SONAME "libcudnn.so." DNN_STR(CUDNN_MAJOR)
+
+#ifdef DDP_CUDA_TWIN
+static struct dnn_api g_dnn = {&cudnnGetVersion,
+                               &cudnnGetErrorString,
+                               &cudnnCreate,
+                               &cudnnSetStream,
+                               &cudnnCreateTensorDescriptor,
+                               &cudnnSetTensor4dDescriptor,
+                               &cudnnCreateFilterDescriptor,
+                               &cudnnSetFilter4dDescriptor,
+                               &cudnnCreateConvolutionDescriptor,
+                               &cudnnSetConvolution2dDescriptor,
+                               &cudnnSetConvolutionMathType,
+                               &cudnnGetConvolutionForwardAlgorithm_v7,
+                               &cudnnGetConvolutionBackwardDataAlgorithm_v7,
+                               &cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+                               &cudnnGetConvolutionForwardWorkspaceSize,
+                               &cudnnGetConvolutionBackwardDataWorkspaceSize,
+                               &cudnnGetConvolutionBackwardFilterWorkspaceSize,
+                               &cudnnConvolutionForward,
+                               &cudnnConvolutionBackwardData,
+                               &cudnnConvolutionBackwardFilter};
+
+/* The twin's cuDNN, or missing under DDP_EMU_NO_CUDNN=1 (the fallback path's tests). */
+static int dnn_open(char *err, size_t errlen)
+{
+    const char *no = getenv("DDP_EMU_NO_CUDNN");
+    if (no && strcmp(no, "1") == 0)
+        return ddp_err(err, errlen, "%s: cannot open shared object file (DDP_EMU_NO_CUDNN=1)",
+                       DNN_SONAME);
+    return 0;
+}
+#else
+static struct dnn_api g_dnn;
+
+/* 0 when the table is filled (once per process); -1 with the reason in err. */
+static int dnn_open(char *err, size_t errlen)
+{
+    static int state; /* 0 not tried, 1 open, -1 failed */
+    static char why[512];
+#define DNN_SYM(f, field)            \
+    {                                \
+#f, offsetof(dnn_api, field) \
+    }
+    static const struct {
+        const char *sym;
+        size_t off;
+    } syms[] = {
+        DNN_SYM(cudnnGetVersion, get_version),
+        DNN_SYM(cudnnGetErrorString, error_string),
+        DNN_SYM(cudnnCreate, create),
+        DNN_SYM(cudnnSetStream, set_stream),
+        DNN_SYM(cudnnCreateTensorDescriptor, create_tensor),
+        DNN_SYM(cudnnSetTensor4dDescriptor, set_tensor),
+        DNN_SYM(cudnnCreateFilterDescriptor, create_filter),
+        DNN_SYM(cudnnSetFilter4dDescriptor, set_filter),
+        DNN_SYM(cudnnCreateConvolutionDescriptor, create_conv),
+        DNN_SYM(cudnnSetConvolution2dDescriptor, set_conv),
+        DNN_SYM(cudnnSetConvolutionMathType, set_math),
+        DNN_SYM(cudnnGetConvolutionForwardAlgorithm_v7, fwd_algos),
+        DNN_SYM(cudnnGetConvolutionBackwardDataAlgorithm_v7, bwd_data_algos),
+        DNN_SYM(cudnnGetConvolutionBackwardFilterAlgorithm_v7, bwd_filter_algos),
+        DNN_SYM(cudnnGetConvolutionForwardWorkspaceSize, fwd_ws),
+        DNN_SYM(cudnnGetConvolutionBackwardDataWorkspaceSize, bwd_data_ws),
+        DNN_SYM(cudnnGetConvolutionBackwardFilterWorkspaceSize, bwd_filter_ws),
+        DNN_SYM(cudnnConvolutionForward, fwd),
+        DNN_SYM(cudnnConvolutionBackwardData, bwd_data),
+        DNN_SYM(cudnnConvolutionBackwardFilter, bwd_filter),
+    };
+#undef DNN_SYM
+    if (state == 0) {
+        void *h = dlopen(DNN_SONAME, RTLD_NOW | RTLD_LOCAL);
+        state = h ? 1 : -1;
+        if (!h) {
+            const char *d = dlerror();
+            snprintf(why, sizeof why, "%s", d ? d : DNN_SONAME ": not found");
+        }
+        for (size_t i = 0; h && i < sizeof syms / sizeof syms[0]; i++) {
+            void *f = dlsym(h, syms[i].sym);
+            if (!f) {
+                snprintf(why, sizeof why,
+                         "%s has no %s: a cuDNN other than the %d.x this build "
+                         "expects",
+                         DNN_SONAME, syms[i].sym, CUDNN_MAJOR);
+                state = -1;
+                break;
+            }
+            memcpy((char *)&g_dnn + syms[i].off, &f, sizeof f);
+        }
+    }
+    if (state < 0)
+        return ddp_err(err, errlen, "%s", why);
+    return 0;
+}
+#endif
+
+#define DNN_CHECK(call)                                                                   \
+    do {                                                                                  \
+        cudnnStatus_t s_ = (call);                                                        \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                   \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuDNN error %s", #call, \
+                       g_dnn.error_string(s_));                                           \
+    } while (0)
+
+/* Most workspace one convolution may plan for (bytes): the im2col path's col is 128 MiB. */
+#define DNN_WS_MAX ((size_t)256 << 20)
+/* Algorithms asked of each _v7 heuristic (more than cuDNN has of any direction). */
+#define DNN_ALGOS 16
+/* Convolution shapes planned at most (one per conv layer shape of the model). */
+#define DNN_PLANS 256
+
+/* Descriptors and algorithms of one plan for one batch size. */
+struct dnn_slot {
+    int B, tf32; /* B 0: not prepared */
+    cudnnTensorDescriptor_t x, y;
+    cudnnConvolutionDescriptor_t cv[3]; /* forward, backward data, backward filter */
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t ws[3]; /* bytes each needs */
+};
+
+struct dnn_plan {
+    struct conv_geom q;
+    size_t cap; /* workspace bytes every caller's col holds for this shape */
+    cudnnFilterDescriptor_t w;
+    struct dnn_slot slot[2]; /* the planned batch; the last other batch size */
+};
+
+static struct {
+    int mode; /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
+    cudnnHandle_t h;
+    struct dnn_plan plans[DNN_PLANS];
+    int nplans;
+} gd = {-1, NULL, {}, 0};
+
+/* Index of the first deterministic, supported entry of a _v7 list in the math this run
+ * allows (FMA for fp32; anything but a down-conversion for tf32) whose workspace fits cap per
+ * its size query ws(i); -1 when none. */
+template <typename Perf, typename WsFn>
+static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, WsFn ws)
+{
+    for (int i = 0; i < n; i++) {
+        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].determinism != CUDNN_DETERMINISTIC ||
+            p[i].memory > cap)
+            continue;
+        if (tf32 ? p[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                 : p[i].mathType != CUDNN_FMA_MATH)
+            continue;
+        if (ws(i) <= cap)
+            return i;
+    }
+    return -1;
+}
+
+/* Descriptors of slot s for batch B within cap workspace bytes; 0, or -1 with the direction
+ * that has no algorithm in err. */
+static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, char *err,
+                       size_t errlen)
+{
+    const struct conv_geom q = pl->q;
+    const cudnnMathType_t math = g.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    if (!s->x) {
+        DNN_CHECK(g_dnn.create_tensor(&s->x));
+        DNN_CHECK(g_dnn.create_tensor(&s->y));
+        for (int d = 0; d < 3; d++) {
+            DNN_CHECK(g_dnn.create_conv(&s->cv[d]));
+            DNN_CHECK(g_dnn.set_conv(s->cv[d], q.pad, q.pad, q.stride, q.stride, 1, 1,
+                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        }
+    }
+    s->B = 0;
+    DNN_CHECK(g_dnn.set_tensor(s->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
+    DNN_CHECK(g_dnn.set_tensor(s->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
+    for (int d = 0; d < 3; d++)
+        DNN_CHECK(g_dnn.set_math(s->cv[d], math));
+    int n = 0, i;
+    cudnnConvolutionFwdAlgoPerf_t pf[DNN_ALGOS];
+    DNN_CHECK(g_dnn.fwd_algos(gd.h, s->x, pl->w, s->cv[0], s->y, DNN_ALGOS, &n, pf));
+    i = dnn_pick(pf, n, cap, g.tf32, [&](int j) {
+        size_t b = SIZE_MAX;
+        return g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, pf[j].algo, &b) ==
+                       CUDNN_STATUS_SUCCESS
+                   ? b
+                   : SIZE_MAX;
+    });
+    if (i < 0)
+        return ddp_err(err, errlen, "forward");
+    s->fwd = pf[i].algo;
+    DNN_CHECK(g_dnn.set_math(s->cv[0], pf[i].mathType));
+    DNN_CHECK(g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, s->fwd, &s->ws[0]));
+    cudnnConvolutionBwdDataAlgoPerf_t pd[DNN_ALGOS];
+    DNN_CHECK(g_dnn.bwd_data_algos(gd.h, pl->w, s->y, s->cv[1], s->x, DNN_ALGOS, &n, pd));
+    i = dnn_pick(pd, n, cap, g.tf32, [&](int j) {
+        size_t b = SIZE_MAX;
+        return g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, pd[j].algo, &b) ==
+                       CUDNN_STATUS_SUCCESS
+                   ? b
+                   : SIZE_MAX;
+    });
+    if (i < 0)
+        return ddp_err(err, errlen, "backward data");
+    s->bwd_data = pd[i].algo;
+    DNN_CHECK(g_dnn.set_math(s->cv[1], pd[i].mathType));
+    DNN_CHECK(g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, s->bwd_data, &s->ws[1]));
+    cudnnConvolutionBwdFilterAlgoPerf_t pw[DNN_ALGOS];
+    DNN_CHECK(g_dnn.bwd_filter_algos(gd.h, s->x, s->y, s->cv[2], pl->w, DNN_ALGOS, &n, pw));
+    i = dnn_pick(pw, n, cap, g.tf32, [&](int j) {
+        size_t b = SIZE_MAX;
+        return g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, pw[j].algo, &b) ==
+                       CUDNN_STATUS_SUCCESS
+                   ? b
+                   : SIZE_MAX;
+    });
+    if (i < 0)
+        return ddp_err(err, errlen, "backward filter");
+    s->bwd_filter = pw[i].algo;
+    DNN_CHECK(g_dnn.set_math(s->cv[2], pw[i].mathType));
+    DNN_CHECK(g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, s->bwd_filter, &s->ws[2]));
+    s->B = B;
+    s->tf32 = g.tf32;
+    return 0;
+}
+
+static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
+{
+    return a->C == b->C && a->H == b->H && a->W == b->W && a->O == b->O && a->k == b->k &&
+           a->stride == b->stride && a->pad == b->pad;
+}
+
+static struct dnn_plan *dnn_find(const struct conv_geom *q)
+{
+    for (int i = 0; i < gd.nplans; i++)
+        if (geom_eq(&gd.plans[i].q, q))
+            return &gd.plans[i];
+    return NULL;
+}
+
+[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, const char *dir)
+{
+    ddp_die("cuDNN has no deterministic %s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d "
+            "pad %d at batch %d within a %zu-byte workspace; set [train] conv = im2col",
+            dir, q->C, q->H, q->W, q->O, q->k, q->stride, q->pad, B, cap);
+}
+
+/* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
+ * its workspace in floats. */
+static size_t dnn_plan_shape(const struct conv_geom *q, int B)
+{
+    struct dnn_plan *pl = dnn_find(q);
+    char dir[32];
+    if (!pl) {
+        if (gd.nplans == DNN_PLANS)
+            ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
+        pl = &gd.plans[gd.nplans++];
+        memset(pl, 0, sizeof *pl);
+        pl->q = *q;
+        pl->cap = DNN_WS_MAX;
+        DNN_CHECK(g_dnn.create_filter(&pl->w));
+        DNN_CHECK(
+            g_dnn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C, q->k, q->k));
+        if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0)
+            dnn_no_algo(q, B, pl->cap, dir);
+        const struct dnn_slot *s = &pl->slot[0];
+        pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
+        pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
+    } else if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0) {
+        dnn_no_algo(q, B, pl->cap, dir); /* planned again (another model): within its cap */
+    }
+    return (pl->cap + sizeof(float) - 1) / sizeof(float);
+}
+
+/* The slot for a call with batch B: the planned one, or the other slot (re)prepared. */
+static const struct dnn_slot *dnn_slot_for(const struct conv_geom *q, int B)
+{
+    struct dnn_plan *pl = dnn_find(q);
+    if (!pl)
+        ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d was not planned: the backend's "
+                "conv_plan must size col before the convolution runs (a bug)",
+                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
+    for (int i = 0; i < 2; i++)
+        if (pl->slot[i].B == B && pl->slot[i].tf32 == g.tf32)
+            return &pl->slot[i];
+    char dir[32];
+    if (dnn_prepare(pl, &pl->slot[1], B, pl->cap, dir, sizeof dir) != 0)
+        dnn_no_algo(q, B, pl->cap, dir);
+    return &pl->slot[1];
+}
+
+/* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
+ * y, y + splits, ... (in blocks of THREADS) of channel o; in double, in a fixed order. */
+__global__ void k_chan_partial(double *part, const float *dout, int B, int O, int P)
+{
+    const int o = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
+    const size_t n = (size_t)B * P;
+    double s = 0;
+    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x)
+        s += dout[((j / P) * O + o) * P + j % P];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[(size_t)o * splits + y] = s;
+}
+
+/* db[o] += the splits' sums of channel o, in order. */
+__global__ void k_chan_finish(float *db, const double *part, int O, int splits)
+{
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= O)
+        return;
+    double s = 0;
+    for (int y = 0; y < splits; y++)
+        s += part[(size_t)o * splits + y];
+    db[o] += (float)s;
+}
+
+/* db (O) += per-channel sums of dout (B, O, P): a deterministic two-pass reduction. */
+static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
+{
+    const size_t n = (size_t)B * P;
+    if (O <= 0 || n == 0)
+        return;
+    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
+    if (splits > BN_MAX_SPLITS)
+        splits = BN_MAX_SPLITS;
+    double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
+    dim3 grid((unsigned)O, (unsigned)splits);
+    LAUNCH(k_chan_partial, grid, THREADS, part, dout, B, O, P);
+    LAUNCH(k_chan_finish, (O + THREADS - 1) / THREADS, THREADS, db, part, O, (int)splits);
+}
+
+static void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b,
+                           int B, const struct conv_geom *q)
+{
+    const struct dnn_slot *s = dnn_slot_for(q, B);
+    const size_t n_out = (size_t)B * q->O * q->P;
+    if (b) {
+        LAUNCH(k_fill_bias, blocks_for(n_out), THREADS, out, b, n_out, q->O, q->P);
+    }
+    const float one = 1, beta = b ? 1.0f : 0.0f;
+    DNN_CHECK(g_dnn.fwd(gd.h, &one, s->x, inp, dnn_find(q)->w, w, s->cv[0], s->fwd, col, s->ws[0],
+                        &beta, s->y, out));
+}
+
+static void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                           const float *inp, const float *w, int B, const struct conv_geom *q)
+{
+    const struct dnn_slot *s = dnn_slot_for(q, B);
+    const cudnnFilterDescriptor_t wd = dnn_find(q)->w;
+    const float one = 1, zero = 0;
+    if (db)
+        conv_bias_grad(db, dout, B, q->O, q->P);
+    DNN_CHECK(g_dnn.bwd_filter(gd.h, &one, s->x, inp, s->y, dout, s->cv[2], s->bwd_filter, col,
+                               s->ws[2], &one, wd, dw));
+    if (dinp)
+        DNN_CHECK(g_dnn.bwd_data(gd.h, &one, wd, w, s->y, dout, s->cv[1], s->bwd_data, col,
+                                 s->ws[1], &zero, s->x, dinp));
+}
+
+/* Which path: 1 for cuDNN. Chosen at ddp_cuda_conv_path; cuDNN if it loads when never
+ * chosen (a program that makes the backend without the trainer). */
+static int dnn_active(void)
+{
+    if (gd.mode < 0) {
+        char line[8];
+        ddp_cuda_conv_path(1, line, sizeof line);
+    }
+    return gd.mode == 1;
+}
+
+/* Open cuDNN and make its handle on the compute stream; 0, or with the reason in err -1 (not
+ * found) or -2 (found, but it does not start on this GPU). */
+static int dnn_start(char *err, size_t errlen)
+{
+    if (gd.h)
+        return 0;
+    if (dnn_open(err, errlen) != 0)
+        return -1;
+    cudnnHandle_t h;
+    cudnnStatus_t s = g_dnn.create(&h);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        ddp_err(err, errlen, "cudnnCreate: %s", g_dnn.error_string(s));
+        return -2;
+    }
+    if ((s = g_dnn.set_stream(h, g.stream)) != CUDNN_STATUS_SUCCESS) {
+        ddp_err(err, errlen, "cudnnSetStream: %s", g_dnn.error_string(s));
+        return -2;
+    }
+    gd.h = h;
+    return 0;
+}
+
+static void dnn_version(char *out, size_t len)
+{
+    char why[8];
+    if (dnn_open(why, sizeof why) != 0) {
+        snprintf(out, len, "not found");
+        return;
+    }
+    const size_t v = g_dnn.get_version();
+    snprintf(out, len, "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
+}
+#else /* built without cudnn.h: im2col + cuBLAS only */
+static int dnn_start(char *err, size_t errlen)
+{
+    return ddp_err(err, errlen, "this ddptrain was built without cuDNN (no cudnn.h at build time)");
+}
+static void dnn_version(char *out, size_t len)
+{
+    snprintf(out, len, "not built in");
+}
+#endif
+
+/* The table's conv entries: cuDNN when it runs, else im2col + cuBLAS. */
+static size_t conv2d_plan_any(int B, int C, int H, int W, int O, int k, int stride, int pad)
+{
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+        return dnn_plan_shape(&q, B > 0 ? B : 1);
+    }
+#endif
+    (void)O;
+    return cuda_conv_col_elems(B, C, H, W, k, stride, pad);
+}
+
+static void conv2d_fwd_any(float *out, float *col, const float *inp, const float *w, const float *b,
+                           int B, int C, int H, int W, int O, int k, int stride, int pad)
+{
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+        if ((size_t)B * O * q.P > 0)
+            dnn_conv2d_fwd(out, col, inp, w, b, B, &q);
+        return;
+    }
+#endif
+    cuda_conv2d_fwd(out, col, inp, w, b, B, C, H, W, O, k, stride, pad);
+}
+
+static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const float *dout,
+                           const float *inp, const float *w, int B, int C, int H, int W, int O,
+                           int k, int stride, int pad)
+{
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+        if (B > 0 && q.P > 0)
+            dnn_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, &q);
+        return;
+    }
+#endif
+    cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, C, H, W, O, k, stride, pad);
+}
+
+extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
+{
+    char why[400];
+    if (g.device < 0) {
+        snprintf(line, len, "%s", "");
+        return 0;
+    }
+    if (!use_cudnn) {
+#ifdef DDP_DNN
+        gd.mode = 0;
+#endif
+        snprintf(line, len, "im2col + cuBLAS ([train] conv = im2col)");
+        return 0;
+    }
+    const int rc = dnn_start(why, sizeof why);
+    if (rc != 0) {
+#ifdef DDP_DNN
+        gd.mode = 0;
+#endif
+        snprintf(line, len, "cuDNN %s (%s): convolutions use im2col + cuBLAS",
+                 rc == -1 ? "not found" : "does not start", why);
+        return 0;
+    }
+#ifdef DDP_DNN
+    gd.mode = 1;
+#endif
+    char v[32];
+    dnn_version(v, sizeof v);
+    snprintf(line, len, "cuDNN %s (deterministic algorithms, %s)", v,
+             g.tf32 ? "tf32 allowed" : "fp32 FMA math");
+    return 1;
 }
 
 /* ---- pools ------------------------------------------------------------------------------- */
@@ -1330,8 +1877,9 @@ static void fill_table(void)
     t->linear_relu_fwd = cuda_linear_relu_fwd;
     t->relu_bwd = cuda_relu_bwd;
     t->conv_col_elems = cuda_conv_col_elems;
-    t->conv2d_fwd = cuda_conv2d_fwd;
-    t->conv2d_bwd = cuda_conv2d_bwd;
+    t->conv_plan = conv2d_plan_any;
+    t->conv2d_fwd = conv2d_fwd_any;
+    t->conv2d_bwd = conv2d_bwd_any;
     t->maxpool_fwd = cuda_maxpool_fwd;
     t->maxpool_bwd = cuda_maxpool_bwd;
     t->avgpool_fwd = cuda_avgpool_fwd;
@@ -1489,7 +2037,7 @@ extern "C" int ddp_cuda_device_count(void)
 
 extern "C" const char *ddp_cuda_version_string(void)
 {
-    static char buf[160];
+    static char buf[200];
     int rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
         rt = 0;
@@ -1515,8 +2063,11 @@ extern "C" const char *ddp_cuda_version_string(void)
 #else
     const char *what = "";
 #endif
-    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, driver %s", what, rt / 1000,
-             (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)", driver);
+    char dnn[32];
+    dnn_version(dnn, sizeof dnn);
+    snprintf(buf, sizeof buf, "%sCUDA runtime %d.%d, cuBLAS %d.%d.%d%s, cuDNN %s, driver %s", what,
+             rt / 1000, (rt % 1000) / 10, maj, min, pat, have_blas ? "" : " (library not found)",
+             dnn, driver);
     return buf;
 }
 

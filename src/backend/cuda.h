@@ -43,11 +43,21 @@ extern "C" {
  * is no driver, no such device, or the device cannot be used (caller exits DDP_EXIT_LAUNCH). */
 const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char *err, size_t errlen);
 
+/* The convolution path of the backend: cuDNN when use_cudnn and it loads and starts (opened
+ * with dlopen here, the first time), else im2col + cuBLAS. Writes one line for the log: which
+ * path runs and why ("cuDNN 9.19.0 (deterministic algorithms, fp32 FMA math)", "im2col +
+ * cuBLAS ([train] conv = im2col)", "cuDNN not found (...): convolutions use im2col + cuBLAS";
+ * "" before ddp_backend_cuda succeeded). Never an error. Call before the model is built (its
+ * conv_plan sizes the workspace for the path); without a call, cuDNN runs where it loads.
+ * Returns 1 when cuDNN runs. */
+int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len);
+
 /* Devices the driver reports (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES), or -1 when
  * there is no usable driver: the driver_count of ddp_binding_compute. Needs no device. */
 int ddp_cuda_device_count(void);
 
-/* "CUDA runtime 13.0, cuBLAS 13.1.0, driver 13.0" ("driver none" without one). Static
+/* "CUDA runtime 13.0, cuBLAS 13.1.0, cuDNN 9.19.0, driver 13.0" ("cuDNN not found", "driver
+ * none" without them). Static
  * storage; needs no device. For `ddptrain --version`. */
 const char *ddp_cuda_version_string(void);
 

@@ -15,6 +15,9 @@
 const char *const ddp_device_names[DDP_DEVICE_COUNT] = {"auto", "cpu", "cuda"};
 _Static_assert(sizeof ddp_device_names / sizeof *ddp_device_names == DDP_DEVICE_COUNT,
                "one name per device kind");
+const char *const ddp_conv_names[DDP_CONV_COUNT] = {"auto", "im2col"};
+_Static_assert(sizeof ddp_conv_names / sizeof *ddp_conv_names == DDP_CONV_COUNT,
+               "one name per convolution path");
 
 int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int local_size,
                        struct ddp_device_choice *out, char *err, size_t errlen)
@@ -46,4 +49,16 @@ int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int loc
                        "lists the backends)");
 #endif
     return 0;
+}
+
+void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, char *line, size_t len)
+{
+    if (len)
+        line[0] = 0;
+#if HAVE_CUDA
+    if (dev->device >= 0)
+        ddp_cuda_conv_path(want != DDP_CONV_IM2COL, line, len);
+#else
+    (void)dev, (void)want;
+#endif
 }

@@ -28,4 +28,13 @@ struct ddp_device_choice {
 int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int local_size,
                        struct ddp_device_choice *out, char *err, size_t errlen);
 
+/* [train] conv: auto (cuDNN where it loads, else im2col + cuBLAS) or im2col (never cuDNN). */
+enum ddp_conv { DDP_CONV_AUTO, DDP_CONV_IM2COL, DDP_CONV_COUNT };
+extern const char *const ddp_conv_names[DDP_CONV_COUNT];
+
+/* The convolution path of the chosen device for want (enum ddp_conv), set before the model
+ * is built; one line for the log in line (which path runs and why; "" on the CPU). Never
+ * fails: a missing cuDNN falls back to im2col + cuBLAS. */
+void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, char *line, size_t len);
+
 #endif

@@ -93,6 +93,7 @@ struct ddp_job {
     int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
     int precision;          /* enum ddp_precision */
     int device;             /* enum ddp_device (backend/select.h): auto, cpu, cuda */
+    int conv;               /* enum ddp_conv (backend/select.h): auto, im2col */
     int64_t accumulate;     /* micro-batches per optimiser step */
     double label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
     int64_t early_stop;     /* evaluations on val without improvement that end the run; 0 off */

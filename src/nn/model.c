@@ -532,6 +532,17 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
                    all, have, which);
 }
 
+/* Floats of col conv layer l needs for batches up to max_batch: the backend's plan (cuDNN's
+ * algorithms chosen and their workspace sized here, at build) or its im2col size. */
+static size_t conv_scratch(const struct ddp_backend *be, const struct ddp_layer *l, int max_batch)
+{
+    if (be->conv_plan)
+        return be->conv_plan(max_batch, l->ishape[0], l->ishape[1], l->ishape[2], l->spec.n,
+                             l->spec.k, l->spec.stride, l->spec.pad);
+    return be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2], l->spec.k,
+                              l->spec.stride, l->spec.pad);
+}
+
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
 {
     const struct ddp_backend *be = m->be;
@@ -541,10 +552,7 @@ int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_
         const struct ddp_layer *l = &m->layers[i];
         double b = layer_bytes(l, i, max_batch);
         if (l->spec.kind == DDP_LAYER_CONV2D) {
-            double c =
-                (double)be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2],
-                                           l->spec.k, l->spec.stride, l->spec.pad) *
-                sizeof(float);
+            double c = (double)conv_scratch(be, l, max_batch) * sizeof(float);
             col = c > col ? c : col;
         }
         total += b;
@@ -741,8 +749,7 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
         l->dout = be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
         case DDP_LAYER_CONV2D: {
-            size_t c = be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2],
-                                          l->spec.k, l->spec.stride, l->spec.pad);
+            size_t c = conv_scratch(be, l, max_batch);
             if (c > col)
                 col = c;
             break;

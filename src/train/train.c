@@ -77,6 +77,7 @@ struct trainer {
     ddp_liveness *liveness;   /* names dead peers when a collective fails */
     ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
     char device[160];         /* "cpu" or "cuda:N (name)" */
+    char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
     char *job_text;           /* the effective job: job.ini and every checkpoint's `job` */
     int resumed;              /* a checkpoint was loaded */
@@ -1050,6 +1051,7 @@ static int start_comm(struct trainer *t)
     }
     t->be = dev.be;
     snprintf(t->device, sizeof t->device, "%s", dev.name);
+    ddp_backend_conv_path(&dev, job->conv, t->conv_path, sizeof t->conv_path);
     const int gpu = dev.device >= 0;
     if (gpu && job->backend == DDP_COMM_MPI && w->world_size > 1) {
         ddp_warn("[dist] backend = mpi cannot reduce GPU gradients; use backend = nccl (or auto), "
@@ -1196,6 +1198,8 @@ static void log_banner(struct trainer *t)
             t->threads > 1 ? "s" : "");
     if (t->be == ddp_backend_cpu())
         ddp_log("cpu kernels: OpenBLAS %s", ddp_blas_core_describe());
+    if (t->conv_path[0])
+        ddp_log("convolutions: %s", t->conv_path);
     char shape[96];
     ddp_h5split_shape_text(t->train, shape, sizeof shape);
     ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",

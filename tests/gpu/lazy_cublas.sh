@@ -5,7 +5,8 @@
 # skipped (77) in a build without CUDA. With device=auto, training loads cuBLAS exactly when
 # gpu_probe finds a usable GPU (then auto trains on it). NCCL likewise is not linked
 # (comm_nccl.c opens it): with libnccl hidden (as root, in a private mount namespace)
-# `ddptrain --version` still runs and says the library is not found.
+# `ddptrain --version` still runs and says the library is not found. cuDNN (where the build
+# has it) is opened by the GPU backend's convolution path and --version only.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 src=${DDP_SRC:?}
@@ -55,6 +56,21 @@ if echo "$v" | grep -Eq "cuBLAS [0-9]+\.[0-9]+\.[0-9]+," &&
     ok "--version opens cuBLAS at run time: $(echo "$v" | grep -o 'cuBLAS [0-9.]*')"
 else
     bad "--version did not open cuBLAS: $v"
+fi
+# cuDNN likewise: opened by a GPU backend's convolution path and by --version, never by
+# commands or CPU training
+if echo "$v" | grep -Eq "cuDNN [0-9]+\.[0-9]+\.[0-9]+,"; then
+    loads_cudnn() { LD_DEBUG=files "$@" 2>&1 >/dev/null | grep -q "file=libcudnn"; }
+    for cmd in "--help" "env"; do
+        # shellcheck disable=SC2086
+        loads_cudnn "$DDPTRAIN" $cmd && bad "ddptrain $cmd loads cuDNN" || ok "ddptrain $cmd: no cuDNN"
+    done
+    grep -q "file=libcudnn" "$work/ld-cpu" && bad "training with device=cpu loads cuDNN" ||
+        ok "training with device=cpu: no cuDNN"
+    loads_cudnn "$DDPTRAIN" --version && ok "--version opens cuDNN: $(echo "$v" | grep -o 'cuDNN [0-9.]*')" ||
+        bad "--version reports cuDNN without opening it"
+else
+    echo "note: $(echo "$v" | grep -o 'cuDNN [a-z ]*'): cuDNN's loading is not checked"
 fi
 if "$DDPTRAIN" --version | grep -q "nccl ("; then
     ldd "$DDPTRAIN" | grep -q "libnccl" && bad "ddptrain links NCCL (ldd)" || ok "NCCL not linked"

@@ -42,6 +42,7 @@
 
 static int g_fail, g_checks;
 static const struct ddp_backend *G, *C;
+static char g_conv_path[16] = "im2col"; /* the convolution path under test */
 
 /* ---- data -------------------------------------------------------------------------------- */
 
@@ -336,10 +337,16 @@ static void t_elementwise(size_t n)
     free(cm);
 }
 
-static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
+/* conv2d on the path the backend runs now (cuDNN or im2col + cuBLAS, named in the lines),
+ * planned for batches of planB and run at B <= planB (the last partial batch), with or without
+ * bias. Backward runs twice from the same start: the results must be bit-identical (the
+ * algorithms are deterministic). */
+static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int stride, int pad,
+                      int bias)
 {
-    char name[128], shape[96];
-    snprintf(shape, sizeof shape, "B%d C%d %dx%d O%d k%d s%d p%d", B, Cin, H, W, O, k, stride, pad);
+    char name[160], shape[112];
+    snprintf(shape, sizeof shape, "%s B%d/%d C%d %dx%d O%d k%d s%d p%d%s", g_conv_path, B, planB,
+             Cin, H, W, O, k, stride, pad, bias ? "" : " nobias");
     const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  no = (size_t)B * O * OH * OW;
@@ -348,18 +355,21 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
     double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
            *dy64 = to_f64(dy, no);
     const size_t ccol = C->conv_col_elems(B, Cin, H, W, k, stride, pad);
-    const size_t gcol = G->conv_col_elems(B, Cin, H, W, k, stride, pad);
+    const size_t gcol = G->conv_plan ? G->conv_plan(planB, Cin, H, W, O, k, stride, pad)
+                                     : G->conv_col_elems(planB, Cin, H, W, k, stride, pad);
     float *ccolb = ddp_malloc(sizeof(float) * ccol);
     double *rcol = ddp_malloc(sizeof(double) * ccol);
-    float *gcolb = G->alloc(sizeof(float) * gcol);
+    float *gcolb = gcol ? G->alloc(sizeof(float) * gcol) : NULL;
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+    const float *cb_ = bias ? b : NULL, *gb_ = bias ? gb : NULL;
+    const double *rb_ = bias ? b64 : NULL;
 
     float *cy = ddp_malloc(sizeof(float) * no);
     double *ry = ddp_malloc(sizeof(double) * no);
     float *gy = G->alloc(sizeof(float) * no);
-    C->conv2d_fwd(cy, ccolb, x, w, b, B, Cin, H, W, O, k, stride, pad);
-    ddp_cpu_conv2d_fwd_f64(ry, rcol, x64, w64, b64, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_fwd(cy, ccolb, x, w, cb_, B, Cin, H, W, O, k, stride, pad);
+    ddp_cpu_conv2d_fwd_f64(ry, rcol, x64, w64, rb_, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb_, B, Cin, H, W, O, k, stride, pad);
     snprintf(name, sizeof name, "conv2d_fwd %s", shape);
     check(name, gy, cy, ry, no, 0);
 
@@ -368,13 +378,32 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
     double *rdx = ddp_malloc(sizeof(double) * ni), *rdw = to_f64(dw0, nw),
            *rdb = to_f64(db0, (size_t)O);
     float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
-    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
-    ddp_cpu_conv2d_bwd_f64(rdx, rdw, rdb, rcol, dy64, x64, w64, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    float *cdb_ = bias ? cdb : NULL, *gdb_ = bias ? gdb : NULL;
+    double *rdb_ = bias ? rdb : NULL;
+    C->conv2d_bwd(cdx, cdw, cdb_, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
+    ddp_cpu_conv2d_bwd_f64(rdx, rdw, rdb_, rcol, dy64, x64, w64, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
     snprintf(name, sizeof name, "conv2d_bwd dinp %s", shape);
     check(name, gdx, cdx, rdx, ni, 0);
-    check("conv2d_bwd dw (+=)", gdw, cdw, rdw, nw, 0);
-    check("conv2d_bwd db (+=)", gdb, cdb, rdb, (size_t)O, 0);
+    snprintf(name, sizeof name, "conv2d_bwd dw (+=) %s", shape);
+    check(name, gdw, cdw, rdw, nw, 0);
+    if (bias) {
+        snprintf(name, sizeof name, "conv2d_bwd db (+=) %s", shape);
+        check(name, gdb, cdb, rdb, (size_t)O, 0);
+    }
+    /* the same again: bit for bit (deterministic algorithms) */
+    float *hdx = host_of(gdx, ni), *hdw = host_of(gdw, nw), *hdb = host_of(gdb, (size_t)O);
+    G->upload(gdw, dw0, sizeof(float) * nw);
+    G->upload(gdb, db0, sizeof(float) * O);
+    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    snprintf(name, sizeof name, "conv2d_bwd again %s", shape);
+    check(name, gdw, hdw, NULL, nw, 1);
+    check(name, gdx, hdx, NULL, ni, 1);
+    if (bias)
+        check(name, gdb, hdb, NULL, (size_t)O, 1);
+    free(hdx);
+    free(hdw);
+    free(hdb);
 
     G->free(gx);
     G->free(gw);
@@ -384,7 +413,8 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
     G->free(gdx);
     G->free(gdw);
     G->free(gdb);
-    G->free(gcolb);
+    if (gcolb)
+        G->free(gcolb);
     free(x);
     free(w);
     free(b);
@@ -405,6 +435,35 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
     free(rdx);
     free(rdw);
     free(rdb);
+}
+
+static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
+{
+    t_conv_ex(B, B, Cin, H, W, O, k, stride, pad, 1);
+}
+
+/* Every conv case on the path chosen by use_cudnn; the path the backend reports must be the
+ * one asked for when want_path is given. */
+static void t_conv_all(int use_cudnn, const char *want_path)
+{
+    char line[480];
+    const int dnn = ddp_cuda_conv_path(use_cudnn, line, sizeof line);
+    snprintf(g_conv_path, sizeof g_conv_path, "%s", dnn ? "cudnn" : "im2col");
+    printf("convolutions: %s\n", line);
+    if (want_path) {
+        g_checks++;
+        const int ok = strcmp(g_conv_path, want_path) == 0;
+        printf("%-4s conv path %s (expected %s)\n", ok ? "ok" : "FAIL", g_conv_path, want_path);
+        g_fail += !ok;
+    }
+    t_conv(5, 3, 13, 13, 8, 3, 1, 1);
+    t_conv(4, 2, 11, 9, 6, 4, 2, 1);             /* non-square, stride 2, window overhangs */
+    t_conv(3, 1, 28, 28, 32, 5, 1, 0);           /* fashion-cnn's first layer */
+    t_conv(48, 16, 32, 32, 16, 5, 1, 2);         /* 409600 col floats a sample: 2 chunks of <= 40 */
+    t_conv_ex(7, 7, 5, 9, 7, 3, 1, 1, 0, 1);     /* 1x1, odd sizes */
+    t_conv_ex(6, 6, 4, 10, 10, 8, 3, 2, 1, 0);   /* stride 2, no bias */
+    t_conv_ex(3, 16, 3, 13, 13, 8, 3, 1, 1, 1);  /* a smaller batch than planned */
+    t_conv_ex(16, 16, 3, 13, 13, 8, 3, 1, 1, 1); /* back to the planned batch */
 }
 
 static void t_pools(int B, int Cc, int H, int W, int k)
@@ -801,11 +860,11 @@ int main(void)
     t_linear(37, 300, 70);
     t_linear(256, 784, 512); /* fashion-mlp's first layer */
     t_linear(1, 5, 3);
-    t_conv(5, 3, 13, 13, 8, 3, 1, 1);
-    t_conv(4, 2, 11, 9, 6, 4, 2, 1);     /* non-square, stride 2, window overhangs */
-    t_conv(3, 1, 28, 28, 32, 5, 1, 0);   /* fashion-cnn's first layer */
-    t_conv(48, 16, 32, 32, 16, 5, 1, 2); /* 409600 col floats a sample: 2 chunks of <= 40 */
-    t_pools(3, 4, 10, 10, 3);            /* floor mode: a row and column left over */
+    /* cuDNN where it loads (on the twin: unless DDP_EMU_NO_CUDNN=1; DDP_TEST_CONV_PATH names
+     * the path expected), then always the im2col fallback */
+    t_conv_all(1, getenv("DDP_TEST_CONV_PATH"));
+    t_conv_all(0, "im2col");
+    t_pools(3, 4, 10, 10, 3); /* floor mode: a row and column left over */
     t_pools(2, 3, 8, 12, 2);
     t_residual_ops(5, 16, 49);
     t_residual_ops(3, 64, 16);

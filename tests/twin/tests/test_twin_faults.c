@@ -13,6 +13,9 @@
  *                 twin keeps the slot read-only while the copy is queued, so the refill is
  *                 killed by SIGSEGV with the twin's report (on a GPU the kernel would silently
  *                 see the next batch)
+ *   cudnn-workspace  a convolution through cuDNN given a col buffer smaller than conv_plan
+ *                 asked for: the twin's cuDNN faults on the workspace (exit 1)
+ *   cudnn-host    a host array as a cuDNN convolution's input: a GPU fault naming operand x
  * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
  */
 #include <stdio.h>
@@ -90,12 +93,33 @@ static int slot_reuse(int plant)
     return check(host, 3.0f, "batch 1 as the kernel saw it");
 }
 
+/* conv2d through cuDNN: C2 9x9 -> O4, k3, pad 1, batch 3; the bug: a workspace smaller than
+ * planned (cudnn-workspace) or a host input (cudnn-host). */
+static int cudnn_case(int workspace, int plant)
+{
+    char line[480];
+    if (!ddp_cuda_conv_path(1, line, sizeof line) || !G->conv_plan) {
+        printf("no cuDNN: %s\n", line);
+        return 2;
+    }
+    enum { B = 3, C = 2, H = 9, O = 4, K = 3 };
+    static float hx[B * C * H * H];
+    const size_t col = G->conv_plan(B, C, H, H, O, K, 1, 1);
+    float *x = G->alloc(sizeof hx), *w = G->alloc(sizeof(float) * O * C * K * K);
+    float *y = G->alloc(sizeof(float) * B * O * H * H);
+    float *ws = G->alloc(sizeof(float) * (workspace && plant ? col / 2 : col));
+    G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, C, H, H, O, K, 1, 1);
+    G->sync();
+    printf("ok   convolution through cuDNN with a %zu-float workspace\n", col);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
-        fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse "
-                        "plant|clean\n");
+        fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse|"
+                        "cudnn-workspace|cudnn-host plant|clean\n");
         return 2;
     }
     const int plant = strcmp(argv[2], "plant") == 0;
@@ -128,6 +152,8 @@ int main(int argc, char **argv)
         return missing_wait(plant);
     if (strcmp(argv[1], "slot-reuse") == 0)
         return slot_reuse(plant);
+    if (strcmp(argv[1], "cudnn-workspace") == 0 || strcmp(argv[1], "cudnn-host") == 0)
+        return cudnn_case(strcmp(argv[1], "cudnn-workspace") == 0, plant);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

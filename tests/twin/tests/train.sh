@@ -3,8 +3,11 @@
 # W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
 # id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
 # CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers, SyncBatchNorm, and
-# residual blocks with SyncBatchNorm inside (W = 2, 4). Then the per-step counters
-# (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm: no allocation after step 1
+# residual blocks with SyncBatchNorm inside (W = 2, 4; their convolutions through the twin's
+# cuDNN, and at W = 2 once more with cuDNN missing: im2col + cuBLAS, the log line saying
+# so). Then the per-step counters
+# (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm (cuDNN, and im2col): no
+# allocation after step 1
 # and no free at all (a free synchronises the device, collectives in flight included); the host
 # out of the steady step: every step after the first that is not a log step has 0 host
 # synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
@@ -58,12 +61,23 @@ fail=0
 for model in plain syncbn resnet recipe; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
-    for W in 1 2 4; do
+    # W=2n: the convolutions of the CNNs through im2col + cuBLAS, cuDNN missing (the fallback)
+    runs="1 2 4"
+    [ $model = syncbn ] || [ $model = resnet ] && runs="2 4 2n"
+    for W in $runs; do
         [ $model != plain ] && [ $W = 1 ] && continue
-        if ! timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node $W $model.ini \
-                --set data.batch_size=$((G / W)) --set job.output=$model-w$W \
+        nocudnn=0; [ $W = 2n ] && nocudnn=1
+        if ! DDP_EMU_NO_CUDNN=$nocudnn timeout 300 "$DDPTRAIN_TWIN" launch \
+                --nproc-per-node ${W%n} $model.ini \
+                --set data.batch_size=$((G / ${W%n})) --set job.output=$model-w$W \
                 > $model-w$W.log 2>&1; then
             echo "FAIL $model W=$W: run failed"; tail -5 $model-w$W.log; fail=1; continue
+        fi
+        want="convolutions: cuDNN 9"
+        [ $nocudnn = 1 ] && want="convolutions: cuDNN not found (.*): convolutions use im2col"
+        if ! grep -q "$want" $model-w$W.log; then
+            echo "FAIL $model W=$W: no line '$want':"; grep 'convolutions' $model-w$W.log
+            fail=1; continue
         fi
         if ! grep -q "comm nccl, device cuda:0 (ddptrain GPU twin 0" $model-w$W.log &&
            ! { [ $W = 1 ] && grep -q "device cuda:0 (ddptrain GPU twin 0" $model-w$W.log; }; then
@@ -84,14 +98,16 @@ if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 
-# counters per step, 2 ranks
-for model in plain syncbn; do
-    if ! DDP_EMU_STATS=$work/stats-$model timeout 300 "$DDPTRAIN_TWIN" launch \
-            --nproc-per-node 2 $model.ini --set data.batch_size=24 --set job.output=stats-$model \
-            > stats-$model.log 2>&1; then
-        echo "FAIL: $model stats run"; tail -5 stats-$model.log; fail=1; continue
+# counters per step, 2 ranks; the CNN with cuDNN and with cuDNN missing (syncbn-im2col)
+for run in plain syncbn syncbn-im2col; do
+    model=${run%-im2col}
+    nocudnn=0; [ $run != $model ] && nocudnn=1
+    if ! DDP_EMU_NO_CUDNN=$nocudnn DDP_EMU_STATS=$work/stats-$run timeout 300 "$DDPTRAIN_TWIN" \
+            launch --nproc-per-node 2 $model.ini --set data.batch_size=24 \
+            --set job.output=stats-$run > stats-$run.log 2>&1; then
+        echo "FAIL: $run stats run"; tail -5 stats-$run.log; fail=1; continue
     fi
-    $PY - stats-$model.0 stats-$model.1 <<'PYEOF' || fail=1
+    $PY - stats-$run.0 stats-$run.1 <<'PYEOF' || fail=1
 import json, sys
 bad = 0
 for path in sys.argv[1:]:

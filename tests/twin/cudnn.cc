@@ -1,0 +1,565 @@
+/*
+ * cudnn.cc - the GPU twin's cuDNN: descriptors, algorithm lists with workspace sizes and
+ * determinism, and the three convolutions (NCHW, pad, stride, alpha/beta) computed on the CPU
+ * (im2col and cblas) and queued on the handle's stream like a kernel (counted as a launch).
+ * Operands are device addresses, translated and checked to lie inside one live allocation
+ * each; a host or out-of-range operand, or a workspace smaller than the algorithm needs, is a
+ * GPU fault with one line naming it.
+ *
+ * Algorithms the twin reports (ddptrain must pick a deterministic one):
+ *   forward         IMPLICIT_PRECOMP_GEMM (workspace: one sample's im2col matrix),
+ *                   IMPLICIT_GEMM (none)
+ *   backward data   ALGO_0 (non-deterministic, none), ALGO_1 (workspace: one sample's dcol)
+ *   backward filter ALGO_0 (non-deterministic, none), ALGO_1 (workspace: one sample's col)
+ * The non-deterministic ones are: their sums run in an order that changes from call to call,
+ * so their results differ in the last bits between two identical calls, as on a GPU.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "cudnn.h"
+#include "twin.h"
+
+struct cudnnContext {
+    cudaStream_t stream = nullptr;
+    long calls = 0; /* the non-deterministic algorithms' order */
+};
+struct cudnnTensorStruct {
+    int n = 0, c = 0, h = 0, w = 0;
+};
+struct cudnnFilterStruct {
+    int k = 0, c = 0, h = 0, w = 0;
+};
+struct cudnnConvolutionStruct {
+    int ph = 0, pw = 0, u = 1, v = 1;
+    bool set = false;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+namespace
+{
+
+/* One convolution's shape, from its descriptors, checked for consistency. */
+struct Geom {
+    int N, C, H, W, O, R, S, ph, pw, u, v, OH, OW;
+    size_t P() const
+    {
+        return (size_t)OH * OW;
+    }
+    size_t CKK() const
+    {
+        return (size_t)C * R * S;
+    }
+    size_t col_bytes() const
+    {
+        return 4 * CKK() * P();
+    }
+};
+
+bool geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
+             const cudnnConvolutionStruct *cv, const cudnnTensorStruct *y, Geom *g)
+{
+    if (!x || !f || !cv || !y || !cv->set || x->n <= 0 || f->k <= 0 || x->c != f->c)
+        return false;
+    *g = Geom{x->n, x->c, x->h, x->w, f->k, f->h, f->w, cv->ph, cv->pw, cv->u, cv->v, 0, 0};
+    g->OH = (x->h + 2 * cv->ph - f->h) / cv->u + 1;
+    g->OW = (x->w + 2 * cv->pw - f->w) / cv->v + 1;
+    return g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH && y->w == g->OW;
+}
+
+/* col (CKK, P) of one sample x (C,H,W), zero outside the image. */
+void im2col(float *col, const float *x, const Geom &g)
+{
+    for (int c = 0; c < g.C; c++)
+        for (int r = 0; r < g.R; r++)
+            for (int s = 0; s < g.S; s++) {
+                float *row = col + (((size_t)c * g.R + r) * g.S + s) * g.P();
+                for (int oh = 0; oh < g.OH; oh++)
+                    for (int ow = 0; ow < g.OW; ow++) {
+                        const int ih = oh * g.u - g.ph + r, iw = ow * g.v - g.pw + s;
+                        row[(size_t)oh * g.OW + ow] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
+                                                          ? x[((size_t)c * g.H + ih) * g.W + iw]
+                                                          : 0.0f;
+                    }
+            }
+}
+
+/* dx (C,H,W) += the columns of dcol (CKK, P) scattered back. */
+void col2im_add(float *dx, const float *dcol, const Geom &g)
+{
+    for (int c = 0; c < g.C; c++)
+        for (int r = 0; r < g.R; r++)
+            for (int s = 0; s < g.S; s++) {
+                const float *row = dcol + (((size_t)c * g.R + r) * g.S + s) * g.P();
+                for (int oh = 0; oh < g.OH; oh++)
+                    for (int ow = 0; ow < g.OW; ow++) {
+                        const int ih = oh * g.u - g.ph + r, iw = ow * g.v - g.pw + s;
+                        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
+                            dx[((size_t)c * g.H + ih) * g.W + iw] += row[(size_t)oh * g.OW + ow];
+                    }
+            }
+}
+
+/* out = alpha * v + beta * out over n floats; beta == 0 never reads out (as cuDNN). */
+void blend(float *out, const float *v, size_t n, float alpha, float beta)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = beta == 0 ? alpha * v[i] : alpha * v[i] + beta * out[i];
+}
+
+/* One operand of a convolution: its device address, the bytes it must span, its name. */
+struct Operand {
+    const void *dev;
+    size_t bytes;
+    const char *name;
+    void *host = nullptr;
+};
+
+/* Translate every operand and check the workspace; on a problem queue a fault naming it
+ * (what the hardware would do) and return false. */
+bool translate(cudnnHandle_t h, const char *call, Operand *ops, int nops, size_t ws_need,
+               size_t ws_given, cudaError_t *e)
+{
+    const bool inject = twin::inject_kernel_fault();
+    char why[320] = "";
+    if (inject)
+        snprintf(why, sizeof why, "%s: fault injected by DDP_EMU_FAIL", call);
+    else if (ws_given < ws_need)
+        snprintf(why, sizeof why,
+                 "%s: workspace of %zu bytes given, the algorithm needs %zu: an out-of-bounds "
+                 "workspace access",
+                 call, ws_given, ws_need);
+    for (int i = 0; i < nops && !why[0]; i++) {
+        if (ops[i].bytes == 0)
+            continue;
+        ops[i].host = twin::dev_to_host(ops[i].dev, ops[i].bytes);
+        if (!ops[i].host)
+            snprintf(why, sizeof why,
+                     "%s: operand %s (%p, %zu bytes) is not inside one device allocation", call,
+                     ops[i].name, ops[i].dev, ops[i].bytes);
+    }
+    if (!why[0])
+        return true;
+    std::string line(why);
+    *e = twin::enqueue(h->stream, call,
+                       [line] { twin::device_fault(cudaErrorIllegalAddress, "%s", line.c_str()); });
+    return false;
+}
+
+cudnnStatus_t status_of(cudaError_t e)
+{
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+/* The first n entries of list into out (a _v7 answer). */
+template <typename Perf>
+void report(Perf *out, int n, int *returned, std::initializer_list<Perf> list)
+{
+    int i = 0;
+    for (const Perf &p : list)
+        if (i < n)
+            out[i++] = p;
+    *returned = i;
+}
+
+} // namespace
+
+extern "C" {
+
+size_t cudnnGetVersion(void)
+{
+    return CUDNN_VERSION;
+}
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    switch (s) {
+    case CUDNN_STATUS_SUCCESS:
+        return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED:
+        return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM:
+        return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_NOT_SUPPORTED:
+        return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR:
+        return "CUDNN_STATUS_INTERNAL_ERROR";
+    default:
+        return "CUDNN_STATUS_EXECUTION_FAILED";
+    }
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    *h = new cudnnContext;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
+{
+    delete h;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
+{
+    *d = new cudnnTensorStruct;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f,
+                                         cudnnDataType_t t, int n, int c, int h, int w)
+{
+    if (!d || f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT || n <= 0 || c <= 0 || h <= 0 ||
+        w <= 0)
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = cudnnTensorStruct{n, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
+{
+    *d = new cudnnFilterStruct;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t,
+                                         cudnnTensorFormat_t f, int k, int c, int h, int w)
+{
+    if (!d || f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT || k <= 0 || c <= 0 || h <= 0 ||
+        w <= 0)
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = cudnnFilterStruct{k, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
+{
+    *d = new cudnnConvolutionStruct;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u,
+                                              int v, int dh, int dw, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t t)
+{
+    if (!d || ph < 0 || pw < 0 || u <= 0 || v <= 0 || dh <= 0 || dw <= 0 || t != CUDNN_DATA_FLOAT)
+        return CUDNN_STATUS_BAD_PARAM;
+    if (dh != 1 || dw != 1 || mode != CUDNN_CROSS_CORRELATION)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the twin does what ddptrain uses */
+    d->ph = ph, d->pw = pw, d->u = u, d->v = v, d->set = true;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
+{
+    if (!d || m < CUDNN_DEFAULT_MATH || m > CUDNN_FMA_MATH)
+        return CUDNN_STATUS_BAD_PARAM;
+    d->math = m;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- algorithms and workspaces ---- */
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t f,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int n,
+    int *returned, cudnnConvolutionFwdAlgoPerf_t *out)
+{
+    Geom g;
+    if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, y, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const cudnnMathType_t m = cv->math;
+    report<cudnnConvolutionFwdAlgoPerf_t>(out, n, returned,
+                                          {{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                            CUDNN_STATUS_SUCCESS,
+                                            -1,
+                                            g.col_bytes(),
+                                            CUDNN_DETERMINISTIC,
+                                            m,
+                                            {}},
+                                           {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                            CUDNN_STATUS_SUCCESS,
+                                            -1,
+                                            0,
+                                            CUDNN_DETERMINISTIC,
+                                            m,
+                                            {}}});
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t f, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int n,
+    int *returned, cudnnConvolutionBwdDataAlgoPerf_t *out)
+{
+    Geom g;
+    if (!h || !returned || !out || n <= 0 || !geom_of(dx, f, cv, dy, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const cudnnMathType_t m = cv->math;
+    report<cudnnConvolutionBwdDataAlgoPerf_t>(out, n, returned,
+                                              {{CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                                                CUDNN_STATUS_SUCCESS,
+                                                -1,
+                                                0,
+                                                CUDNN_NON_DETERMINISTIC,
+                                                m,
+                                                {}},
+                                               {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+                                                CUDNN_STATUS_SUCCESS,
+                                                -1,
+                                                g.col_bytes(),
+                                                CUDNN_DETERMINISTIC,
+                                                m,
+                                                {}}});
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t f, const int n,
+    int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *out)
+{
+    Geom g;
+    if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, dy, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const cudnnMathType_t m = cv->math;
+    report<cudnnConvolutionBwdFilterAlgoPerf_t>(out, n, returned,
+                                                {{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+                                                  CUDNN_STATUS_SUCCESS,
+                                                  -1,
+                                                  0,
+                                                  CUDNN_NON_DETERMINISTIC,
+                                                  m,
+                                                  {}},
+                                                 {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                                                  CUDNN_STATUS_SUCCESS,
+                                                  -1,
+                                                  g.col_bytes(),
+                                                  CUDNN_DETERMINISTIC,
+                                                  m,
+                                                  {}}});
+    return CUDNN_STATUS_SUCCESS;
+}
+
+} /* extern "C" */
+
+namespace
+{
+
+/* Workspace bytes of an algorithm (the twin's rule: the one-sample im2col matrix or none);
+ * -1 for an algorithm the twin does not have. */
+long long fwd_ws(const Geom &g, int algo)
+{
+    return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ? (long long)g.col_bytes()
+           : algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM       ? 0
+                                                                    : -1;
+}
+long long bwd_ws(const Geom &g, int algo) /* data and filter alike */
+{
+    return algo == 1 ? (long long)g.col_bytes() : algo == 0 ? 0 : -1;
+}
+
+} // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h,
+                                                      const cudnnTensorDescriptor_t x,
+                                                      const cudnnFilterDescriptor_t f,
+                                                      const cudnnConvolutionDescriptor_t cv,
+                                                      const cudnnTensorDescriptor_t y,
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t *sz)
+{
+    Geom g;
+    if (!h || !sz || !geom_of(x, f, cv, y, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long b = fwd_ws(g, algo);
+    if (b < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *sz = (size_t)b;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t f, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx,
+    cudnnConvolutionBwdDataAlgo_t algo, size_t *sz)
+{
+    Geom g;
+    if (!h || !sz || !geom_of(dx, f, cv, dy, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long b = bwd_ws(g, algo);
+    if (b < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *sz = (size_t)b;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t f,
+    cudnnConvolutionBwdFilterAlgo_t algo, size_t *sz)
+{
+    Geom g;
+    if (!h || !sz || !geom_of(x, f, cv, dy, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long b = bwd_ws(g, algo);
+    if (b < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *sz = (size_t)b;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- the convolutions ---- */
+
+/* y = alpha * conv(x, w) + beta * y */
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
+                                      const cudnnTensorDescriptor_t xd, const void *x,
+                                      const cudnnFilterDescriptor_t wd, const void *w,
+                                      const cudnnConvolutionDescriptor_t cv,
+                                      cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes,
+                                      const void *beta, const cudnnTensorDescriptor_t yd, void *y)
+{
+    Geom g;
+    if (!h || !alpha || !beta || !geom_of(xd, wd, cv, yd, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long need = fwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    Operand ops[] = {{x, 4 * g.N * CHW, "x"},
+                     {w, 4 * (size_t)g.O * g.CKK(), "w"},
+                     {y, 4 * g.N * OP, "y"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, "cudnnConvolutionForward", ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    const float *hx = (const float *)ops[0].host, *hw = (const float *)ops[1].host;
+    float *hy = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    e = twin::enqueue(h->stream, "cudnnConvolutionForward", [=] {
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP);
+        float *col = hws ? hws : own.data();
+        for (int i = 0; i < g.N; i++) {
+            im2col(col, hx + i * CHW, g);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, (int)g.P(), (int)g.CKK(),
+                        1.0f, hw, (int)g.CKK(), col, (int)g.P(), 0.0f, tmp.data(), (int)g.P());
+            blend(hy + i * OP, tmp.data(), OP, a, b);
+        }
+    });
+    return status_of(e);
+}
+
+/* dx = alpha * conv^T(dy, w) + beta * dx */
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
+                                           const cudnnFilterDescriptor_t wd, const void *w,
+                                           const cudnnTensorDescriptor_t dyd, const void *dy,
+                                           const cudnnConvolutionDescriptor_t cv,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void *ws,
+                                           size_t ws_bytes, const void *beta,
+                                           const cudnnTensorDescriptor_t dxd, void *dx)
+{
+    Geom g;
+    if (!h || !alpha || !beta || !geom_of(dxd, wd, cv, dyd, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long need = bwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    Operand ops[] = {{w, 4 * (size_t)g.O * g.CKK(), "w"},
+                     {dy, 4 * g.N * OP, "dy"},
+                     {dx, 4 * g.N * CHW, "dx"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, "cudnnConvolutionBackwardData", ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    const float *hw = (const float *)ops[0].host, *hdy = (const float *)ops[1].host;
+    float *hdx = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    /* ALGO_0 splits the sum over output channels at a point that moves from call to call */
+    const int split = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? (int)(h->calls++ % g.O) : 0;
+    e = twin::enqueue(h->stream, "cudnnConvolutionBackwardData", [=] {
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW);
+        float *dcol = hws ? hws : own.data();
+        const int P = (int)g.P(), CKK = (int)g.CKK();
+        for (int i = 0; i < g.N; i++) {
+            const float *d = hdy + i * OP;
+            /* dcol (CKK,P) = w^T (CKK,O) dy_i (O,P), in two parts when split */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, split ? split : g.O, 1.0f,
+                        hw, CKK, d, P, 0.0f, dcol, P);
+            if (split)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, g.O - split, 1.0f,
+                            hw + (size_t)split * CKK, CKK, d + (size_t)split * P, P, 1.0f, dcol, P);
+            memset(tmp.data(), 0, 4 * CHW);
+            col2im_add(tmp.data(), dcol, g);
+            blend(hdx + i * CHW, tmp.data(), CHW, a, b);
+        }
+    });
+    return status_of(e);
+}
+
+/* dw = alpha * sum over samples of dy_i col_i^T + beta * dw */
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
+                                             const cudnnTensorDescriptor_t xd, const void *x,
+                                             const cudnnTensorDescriptor_t dyd, const void *dy,
+                                             const cudnnConvolutionDescriptor_t cv,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
+                                             size_t ws_bytes, const void *beta,
+                                             const cudnnFilterDescriptor_t dwd, void *dw)
+{
+    Geom g;
+    if (!h || !alpha || !beta || !geom_of(xd, dwd, cv, dyd, &g))
+        return CUDNN_STATUS_BAD_PARAM;
+    const long long need = bwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    const size_t nw = (size_t)g.O * g.CKK();
+    Operand ops[] = {{x, 4 * g.N * CHW, "x"},
+                     {dy, 4 * g.N * OP, "dy"},
+                     {dw, 4 * nw, "dw"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, "cudnnConvolutionBackwardFilter", ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    const float *hx = (const float *)ops[0].host, *hdy = (const float *)ops[1].host;
+    float *hdw = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    /* ALGO_0 sums the samples starting at one that moves from call to call */
+    const int first = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? (int)(h->calls++ % g.N) : 0;
+    e = twin::enqueue(h->stream, "cudnnConvolutionBackwardFilter", [=] {
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw);
+        float *col = hws ? hws : own.data();
+        const int P = (int)g.P(), CKK = (int)g.CKK();
+        for (int j = 0; j < g.N; j++) {
+            const int i = (first + j) % g.N;
+            im2col(col, hx + i * CHW, g);
+            /* acc (O,CKK) += dy_i (O,P) col_i^T (P,CKK) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.O, CKK, P, 1.0f, hdy + i * OP, P,
+                        col, P, j ? 1.0f : 0.0f, acc.data(), CKK);
+        }
+        blend(hdw, acc.data(), nw, a, b);
+    });
+    return status_of(e);
+}
+
+} /* extern "C" */
