@@ -69,6 +69,10 @@ struct ddp_backend {
     size_t (*conv_col_elems)(int B, int C, int H, int W, int k, int stride, int pad);
     void (*conv2d_fwd)(float *out, float *col, const float *inp, const float *w, const float *b,
                        int B, int C, int H, int W, int O, int k, int stride, int pad);
+    /* conv2d followed by relu, out = max(0, conv + b) (optional; as linear_relu_fwd) */
+    void (*conv2d_relu_fwd)(float *out, float *col, const float *inp, const float *w,
+                            const float *b, int B, int C, int H, int W, int O, int k, int stride,
+                            int pad);
     void (*conv2d_bwd)(float *dinp, float *dw, float *db, float *col, const float *dout,
                        const float *inp, const float *w, int B, int C, int H, int W, int O, int k,
                        int stride, int pad);

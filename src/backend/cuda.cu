@@ -1016,17 +1016,22 @@ static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
     LAUNCH(k_chan_finish, (O + THREADS - 1) / THREADS, THREADS, db, part, O, (int)splits);
 }
 
+/* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
+ * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer. */
 static void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b,
-                           int B, const struct conv_geom *q)
+                           int B, const struct conv_geom *q, int relu)
 {
     const struct dnn_slot *s = dnn_slot_for(q, B);
     const size_t n_out = (size_t)B * q->O * q->P;
-    if (b) {
+    if (b && !relu) {
         LAUNCH(k_fill_bias, blocks_for(n_out), THREADS, out, b, n_out, q->O, q->P);
     }
-    const float one = 1, beta = b ? 1.0f : 0.0f;
+    const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
     DNN_CHECK(g_dnn.fwd(gd.h, &one, s->x, inp, dnn_find(q)->w, w, s->cv[0], s->fwd, col, s->ws[0],
                         &beta, s->y, out));
+    if (relu) {
+        LAUNCH(k_bias_relu, blocks_for(n_out), THREADS, out, b, n_out, q->O, q->P);
+    }
 }
 
 static void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
@@ -1118,11 +1123,31 @@ static void conv2d_fwd_any(float *out, float *col, const float *inp, const float
     if (dnn_active()) {
         const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
         if ((size_t)B * O * q.P > 0)
-            dnn_conv2d_fwd(out, col, inp, w, b, B, &q);
+            dnn_conv2d_fwd(out, col, inp, w, b, B, &q, 0);
         return;
     }
 #endif
     cuda_conv2d_fwd(out, col, inp, w, b, B, C, H, W, O, k, stride, pad);
+}
+
+/* conv2d + relu (backend.h): through cuDNN, one epilogue pass; on the im2col path the relu is
+ * applied in place (no second buffer). */
+static void conv2d_relu_fwd_any(float *out, float *col, const float *inp, const float *w,
+                                const float *b, int B, int C, int H, int W, int O, int k,
+                                int stride, int pad)
+{
+    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+    const size_t n_out = (size_t)B * O * q.P;
+    if (n_out == 0)
+        return;
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        dnn_conv2d_fwd(out, col, inp, w, b, B, &q, 1);
+        return;
+    }
+#endif
+    cuda_conv2d_fwd(out, col, inp, w, b, B, C, H, W, O, k, stride, pad);
+    LAUNCH(k_bias_relu, blocks_for(n_out), THREADS, out, (const float *)NULL, n_out, O, q.P);
 }
 
 static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const float *dout,
@@ -1879,6 +1904,7 @@ static void fill_table(void)
     t->conv_col_elems = cuda_conv_col_elems;
     t->conv_plan = conv2d_plan_any;
     t->conv2d_fwd = conv2d_fwd_any;
+    t->conv2d_relu_fwd = conv2d_relu_fwd_any;
     t->conv2d_bwd = conv2d_bwd_any;
     t->maxpool_fwd = cuda_maxpool_fwd;
     t->maxpool_bwd = cuda_maxpool_bwd;

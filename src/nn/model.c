@@ -708,15 +708,18 @@ static int layout_params(struct ddp_model *m, char *err, size_t errlen)
     return 0;
 }
 
-/* Fuse each linear layer whose output only a relu reads (the next layer) into one backend
- * op, where the backend has one: the relu's forward is done by the linear's, and the
+/* Fuse each linear or conv2d layer whose output only a relu reads (the next layer) into one
+ * backend op, where the backend has one: the relu's forward is done by the layer's, and the
  * pre-activation is never stored (the relu's backward needs only its own output). */
 static void plan_fusion(struct ddp_model *m)
 {
-    for (int i = 0; m->be->linear_relu_fwd && i + 1 < m->nlayers; i++) {
+    for (int i = 0; i + 1 < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
-        if (l->spec.kind != DDP_LAYER_LINEAR || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
-            l->fused)
+        const int kind = l->spec.kind;
+        if (!(kind == DDP_LAYER_LINEAR && m->be->linear_relu_fwd) &&
+            !(kind == DDP_LAYER_CONV2D && m->be->conv2d_relu_fwd))
+            continue;
+        if (r->spec.kind != DDP_LAYER_RELU || r->in != i || l->fused)
             continue;
         int readers = 0;
         for (int j = 0; j < m->nlayers; j++)
@@ -1125,8 +1128,9 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
             be->relu_fwd(l->out, inp, n);
         break;
     case DDP_LAYER_CONV2D:
-        be->conv2d_fwd(l->out, m->col, inp, w, b, B, l->ishape[0], l->ishape[1], l->ishape[2], s->n,
-                       s->k, s->stride, s->pad);
+        (l->fused == 1 ? be->conv2d_relu_fwd : be->conv2d_fwd)(
+            l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, l->ishape[0],
+            l->ishape[1], l->ishape[2], s->n, s->k, s->stride, s->pad);
         break;
     case DDP_LAYER_MAXPOOL:
         be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);

@@ -79,8 +79,8 @@ struct ddp_layer {
     char pos[48];                       /* 1-based place for messages: "3", "2.1", "2 (shortcut)" */
     int in, in2;   /* layers read (-1: the model's input); in2: residual joins only */
     int acc, acc2; /* backward adds into in's (in2's) dout instead of overwriting it */
-    int fused;     /* 1: a linear whose forward applies the next layer's relu into that layer's out
-                * (its own out is not stored); 2: that relu (its forward is done) */
+    int fused;     /* 1: a linear or conv2d whose forward applies the next layer's relu into
+                * that layer's out (its own out is not stored); 2: that relu (forward done) */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */

@@ -372,6 +372,19 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     G->conv2d_fwd(gy, gcolb, gx, gw, gb_, B, Cin, H, W, O, k, stride, pad);
     snprintf(name, sizeof name, "conv2d_fwd %s", shape);
     check(name, gy, cy, ry, no, 0);
+    if (G->conv2d_relu_fwd) { /* the fused conv + relu against the CPU's two ops */
+        float *cr = ddp_malloc(sizeof(float) * no);
+        double *rr = ddp_malloc(sizeof(double) * no);
+        C->relu_fwd(cr, cy, no);
+        for (size_t i = 0; i < no; i++)
+            rr[i] = ry[i] > 0 ? ry[i] : 0;
+        G->zero(gy, no);
+        G->conv2d_relu_fwd(gy, gcolb, gx, gw, gb_, B, Cin, H, W, O, k, stride, pad);
+        snprintf(name, sizeof name, "conv2d_relu_fwd %s", shape);
+        check(name, gy, cr, rr, no, 0);
+        free(cr);
+        free(rr);
+    }
 
     float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = copy_f(dw0, nw),
           *cdb = copy_f(db0, (size_t)O);
