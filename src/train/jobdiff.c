@@ -23,6 +23,7 @@ static const char *const g_may_differ[] = {
     "dist.timeout_s",   "dist.port",       "dist.bootstrap",
     "dist.check_every", "job.report",      "job.tensorboard",
     "train.early_stop", /* when the run ends, as train.epochs; not what it trains */
+    "train.cuda_graph", /* how the step is issued, not what it computes */
 };
 
 struct item {
