@@ -1529,7 +1529,7 @@ static cudaError_t input_setup(void)
         e = cudaEventCreateWithFlags(&g.mark[i], cudaEventDisableTiming);
     for (int i = 0; i < UPLOAD_RING && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&g.copied[i], cudaEventDisableTiming);
-    return e;
+    return e == cudaSuccess ? graph_setup() : e; /* and the CUDA graphs' step values */
 }
 
 /* One line for a failed setup call; clears CUDA's last error. Returns NULL. */
@@ -1613,8 +1613,6 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
         return setup_fail(err, errlen, device, "cudaStreamCreate", e);
     if ((e = input_setup()) != cudaSuccess)
         return setup_fail(err, errlen, device, "creating the copy stream and its events", e);
-    if ((e = graph_setup()) != cudaSuccess)
-        return setup_fail(err, errlen, device, "allocating the CUDA graph step values", e);
     if (blas_open(err, errlen) != 0) {
         cudaStreamDestroy(stream);
         return NULL;
