@@ -67,6 +67,17 @@ static void capture(struct ddp_graph *g, const struct ddp_step *s, const float *
     g->captures++;
 }
 
+/* What a replayed step does to the host's state: the optimiser's step count and each
+ * batchnorm layer's num_batches_tracked, as ddp_step_run advances them. */
+static void replayed(const struct ddp_step *s)
+{
+    s->optim->t++;
+    const struct ddp_model *m = s->model;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].spec.kind == DDP_LAYER_BATCHNORM)
+            m->layers[i].num_batches_tracked++;
+}
+
 double ddp_graph_step(struct ddp_graph *g, const struct ddp_step *s, const float *x,
                       const int32_t *y, int n, int set, uint64_t noise, double lr)
 {
@@ -82,7 +93,7 @@ double ddp_graph_step(struct ddp_graph *g, const struct ddp_step *s, const float
     if (!g->ready[set])
         capture(g, s, x, y, n, set, &sc, lr);
     else
-        s->optim->t++; /* what the replayed optimiser step does to the host's state */
+        replayed(s);
     s->model->be->graph_launch(set, &sc);
     g->launches++;
     return 0;
