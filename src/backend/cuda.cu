@@ -959,6 +959,7 @@ static struct {
     struct graph_vals *dev; /* (2) device blocks */
     char *host;             /* GRAPH_RING page-locked slots */
     cudaEvent_t copied[GRAPH_RING];
+    cudaEvent_t used[2]; /* the last launch of slot s's graph, recorded after it */
     int64_t writes;
     cudaGraphExec_t exec[2];
     uint64_t noise;         /* the capture step's seed */
@@ -1066,6 +1067,8 @@ static cudaError_t graph_setup(void)
                           cudaHostAllocDefault);
     for (int i = 0; i < GRAPH_RING && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&gg.copied[i], cudaEventDisableTiming);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&gg.used[i], cudaEventDisableTiming);
     return e;
 }
 
@@ -1105,9 +1108,9 @@ static int cuda_graph_capture_end(int slot, char *err, size_t errlen)
                    g.device, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* The values go up on the copy stream after the latest upload_batch, which filled this slot's
- * input set: the copy stream waited then for the step that last used the set (and this
- * block), and the compute stream waits for the copy, as for the batch. */
+/* The values go up on the copy stream, after the slot's previous launch has run (in training
+ * upload_batch has ordered the copy stream so already: the slot's input set was last read
+ * by that launch), and the compute stream waits for the copy, as for the batch. */
 static void cuda_graph_launch(int slot, const struct ddp_graph_scalars *sc)
 {
     const int i = (int)(gg.writes % GRAPH_RING);
@@ -1119,10 +1122,12 @@ static void cuda_graph_launch(int slot, const struct ddp_graph_scalars *sc)
     }
     struct graph_vals *h = (struct graph_vals *)(gg.host + (size_t)i * GRAPH_SLOT_BYTES);
     graph_fill(h, sc);
+    CUDA_CHECK(cudaStreamWaitEvent(g.copy, gg.used[slot], 0));
     CUDA_CHECK(cudaMemcpyAsync(gg.dev + slot, h, sizeof *h, cudaMemcpyHostToDevice, g.copy));
     CUDA_CHECK(cudaEventRecord(gg.copied[i], g.copy));
     CUDA_CHECK(cudaStreamWaitEvent(g.stream, gg.copied[i], 0));
     CUDA_CHECK(cudaGraphLaunch(gg.exec[slot], g.stream));
+    CUDA_CHECK(cudaEventRecord(gg.used[slot], g.stream));
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
