@@ -1,7 +1,8 @@
 #!/bin/bash
 # faults.sh - the GPU twin finds planted bugs, and ddptrain reports GPU faults as such
 # (suite twin). Each planted bug must make the twin report it with the plant and pass without:
-#   host-read, kernel-host, missing-wait, slot-reuse  (test_twin_faults, under DDP_EMU_LATE=1)
+#   host-read, kernel-host, missing-wait, slot-reuse, capture-sync, capture-freed, capture-fork
+#     (test_twin_faults, under DDP_EMU_LATE=1)
 #   sticky kernel error in rank 1 of a 2-rank ddptrain-twin run: rank 1 says its own GPU
 #     faulted and exits 1 (not "a peer may have died"); rank 0 exits 5
 #   two ranks on one twin GPU of one host: NCCL's "Duplicate GPU detected", exit 4 (setup)
@@ -36,6 +37,11 @@ expect kernel-host 1 "GPU fault: kernel k_scale: argument 1 .* is not device mem
 expect missing-wait 3 "FAIL (bug exposed): parameters after the optimiser step"
 # the twin keeps a page-locked source read-only while its copy is queued: the refill faults
 expect slot-reuse 139 "host write to page-locked memory at .* still queued"
+# CUDA graphs: a host sync inside the captured step, a buffer freed under a graph, a stream
+# forked into a capture and not joined back
+expect capture-sync 1 "cudaStreamSynchronize on compute during stream capture .* invalidated"
+expect capture-freed 1 "GPU fault: graph launch: .* freed after the capture"
+expect capture-fork 1 "FAIL (bug exposed): cudaStreamEndCapture: cudaErrorStreamCaptureUnjoined"
 
 # two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \

@@ -13,6 +13,13 @@
  *                 twin keeps the slot read-only while the copy is queued, so the refill is
  *                 killed by SIGSEGV with the twin's report (on a GPU the kernel would silently
  *                 see the next batch)
+ *   capture-sync  a host synchronisation inside a captured CUDA graph step (the backend's sync
+ *                 between the step's ops): the twin names the call and invalidates the
+ *                 capture, the backend's CUDA check stops with the error (exit 1)
+ *   capture-freed a buffer of a captured graph freed before the graph is launched: the
+ *                 replayed kernel faults as with a freed pointer (exit 1)
+ *   capture-fork  a second stream forked into the capture and never joined back:
+ *                 cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined (exit 1)
  * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
  */
 #include <stdio.h>
@@ -90,12 +97,90 @@ static int slot_reuse(int plant)
     return check(host, 3.0f, "batch 1 as the kernel saw it");
 }
 
+/* A captured step (scale by 3 with a host sync planted between two ops), replayed twice. */
+static int capture_sync(int plant)
+{
+    float host[N], *x = G->alloc(sizeof host);
+    for (int i = 0; i < N; i++)
+        host[i] = 1;
+    G->upload(x, host, sizeof host);
+    const struct ddp_graph_scalars sc = {0.1f, 0, 0.9f, 2, 7};
+    char err[DDP_ERR_LEN];
+    if (G->graph_capture_begin(0, &sc, err, sizeof err) != 0)
+        return printf("%s\n", err), 1;
+    G->scale(x, N, 3.0f);
+    if (plant)
+        G->sync(); /* the bug: waits for the device inside the captured step */
+    G->scale(x, N, 1.0f);
+    if (G->graph_capture_end(0, err, sizeof err) != 0) {
+        printf("FAIL (bug exposed): %s\n", err);
+        return 1;
+    }
+    G->graph_launch(0, &sc);
+    G->graph_launch(0, &sc);
+    G->download(host, x, sizeof host);
+    return check(host, 9.0f, "x after two launches of the captured x *= 3");
+}
+
+static int capture_freed(int plant)
+{
+    float host[N], *x = G->alloc(sizeof host), *y = G->alloc(sizeof host);
+    G->zero(x, N);
+    const struct ddp_graph_scalars sc = {0.1f, 0, 0.9f, 2, 7};
+    char err[DDP_ERR_LEN];
+    if (G->graph_capture_begin(1, &sc, err, sizeof err) != 0)
+        return 1;
+    G->scale(y, N, 2.0f);
+    G->scale(x, N, 2.0f);
+    if (G->graph_capture_end(1, err, sizeof err) != 0)
+        return printf("%s\n", err), 1;
+    if (plant)
+        G->free(y); /* the bug: the graph still uses y */
+    G->graph_launch(1, &sc);
+    G->download(host, x, sizeof host);
+    return check(host, 0.0f, "x after the launch");
+}
+
+static int capture_fork(int plant)
+{
+    cudaStream_t compute = (cudaStream_t)ddp_cuda_stream(), side;
+    cudaEvent_t fork, join;
+    float host[N], *x = G->alloc(sizeof host), *y = G->alloc(sizeof host);
+    if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&join, cudaEventDisableTiming) != cudaSuccess)
+        return 1;
+    G->zero(x, N);
+    G->zero(y, N);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(compute, cudaStreamCaptureModeGlobal);
+    G->scale(x, N, 2.0f);
+    cudaEventRecord(fork, compute);
+    cudaStreamWaitEvent(side, fork, 0); /* side joins the capture */
+    cudaMemcpyAsync(y, x, sizeof host, cudaMemcpyDeviceToDevice, side);
+    if (!plant) {
+        cudaEventRecord(join, side);
+        cudaStreamWaitEvent(compute, join, 0); /* joined back */
+    }
+    const cudaError_t e = cudaStreamEndCapture(compute, &graph);
+    if (e != cudaSuccess) {
+        printf("FAIL (bug exposed): cudaStreamEndCapture: %s\n", cudaGetErrorName(e));
+        return 1;
+    }
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+        cudaGraphLaunch(exec, compute) != cudaSuccess)
+        return 1;
+    G->download(host, y, sizeof host);
+    return check(host, 0.0f, "y copied from x in the graph");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
-        fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse "
-                        "plant|clean\n");
+        fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse|"
+                        "capture-sync|capture-freed|capture-fork plant|clean\n");
         return 2;
     }
     const int plant = strcmp(argv[2], "plant") == 0;
@@ -128,6 +213,12 @@ int main(int argc, char **argv)
         return missing_wait(plant);
     if (strcmp(argv[1], "slot-reuse") == 0)
         return slot_reuse(plant);
+    if (strcmp(argv[1], "capture-sync") == 0)
+        return capture_sync(plant);
+    if (strcmp(argv[1], "capture-freed") == 0)
+        return capture_freed(plant);
+    if (strcmp(argv[1], "capture-fork") == 0)
+        return capture_fork(plant);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }
