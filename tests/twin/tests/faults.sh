@@ -56,6 +56,8 @@ layers = flatten, linear(32), relu, linear(16), relu, linear(10)
 [train]
 max_steps = 30
 log_every = 10
+# DDP_EMU_FAIL=kernel:N counts kernel launches from the host: replayed graphs launch none
+cuda_graph = off
 [dist]
 timeout_s = 20
 INI
