@@ -1,7 +1,8 @@
 #!/bin/bash
 # faults.sh - the GPU twin finds planted bugs, and ddptrain reports GPU faults as such
 # (suite twin). Each planted bug must make the twin report it with the plant and pass without:
-#   host-read, kernel-host, missing-wait, slot-reuse, capture-sync, capture-freed, capture-fork
+#   host-read, kernel-host, missing-wait, slot-reuse, capture-sync, capture-freed, capture-fork,
+#     capture-rules
 #     (test_twin_faults, under DDP_EMU_LATE=1)
 #   sticky kernel error in rank 1 of a 2-rank ddptrain-twin run: rank 1 says its own GPU
 #     faulted and exits 1 (not "a peer may have died"); rank 0 exits 5
@@ -42,6 +43,10 @@ expect slot-reuse 139 "host write to page-locked memory at .* still queued"
 expect capture-sync 1 "cudaStreamSynchronize on compute during stream capture .* invalidated"
 expect capture-freed 1 "GPU fault: graph launch: .* freed after the capture"
 expect capture-fork 1 "FAIL (bug exposed): cudaStreamEndCapture: cudaErrorStreamCaptureUnjoined"
+# each call CUDA forbids in a global-mode capture fails and invalidates the capture (8 calls)
+expect capture-rules 1 "exposed: cudaStreamQuery during a capture"
+n=$(grep -c "^exposed:" plant.txt)
+[ "$n" = 8 ] || { echo "FAIL capture-rules: $n of 8 forbidden calls exposed:"; cat plant.txt; fail=1; }
 
 # two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \

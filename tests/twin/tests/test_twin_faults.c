@@ -20,6 +20,11 @@
  *                 replayed kernel faults as with a freed pointer (exit 1)
  *   capture-fork  a second stream forked into the capture and never joined back:
  *                 cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined (exit 1)
+ *   capture-rules each call CUDA forbids during a global-mode capture, planted in a capture of
+ *                 its own: the call fails with CUDA's error and the capture ends with
+ *                 cudaErrorStreamCaptureInvalidated; one "exposed" line per call (exit 1
+ *                 when every one was exposed); clean: the same captures without the calls
+ *                 end with a graph (exit 0)
  * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
  */
 #include <stdio.h>
@@ -175,12 +180,81 @@ static int capture_fork(int plant)
     return check(host, 0.0f, "y copied from x in the graph");
 }
 
+/* Forbidden call number `which` (0-7) while compute captures; returns its error. */
+static cudaError_t forbidden(int which, float *d, cudaEvent_t captured, cudaStream_t compute)
+{
+    static float pageable[N];
+    void *p = NULL;
+    switch (which) {
+    case 0:
+        return cudaStreamSynchronize(compute);
+    case 1:
+        return cudaDeviceSynchronize();
+    case 2:
+        return cudaEventSynchronize(captured);
+    case 3:
+        return cudaEventQuery(captured);
+    case 4:
+        return cudaMemcpy(d, pageable, sizeof pageable, cudaMemcpyHostToDevice);
+    case 5:
+        return cudaMalloc(&p, 64);
+    case 6:
+        return cudaMemcpyAsync(d, pageable, sizeof pageable, cudaMemcpyHostToDevice, compute);
+    default:
+        return cudaStreamQuery(compute);
+    }
+}
+
+static int capture_rules(int plant)
+{
+    static const char *const names[] = {"cudaStreamSynchronize",
+                                        "cudaDeviceSynchronize",
+                                        "cudaEventSynchronize",
+                                        "cudaEventQuery",
+                                        "cudaMemcpy",
+                                        "cudaMalloc",
+                                        "cudaMemcpyAsync (pageable)",
+                                        "cudaStreamQuery"};
+    cudaStream_t compute;
+    cudaEvent_t ev;
+    float *d = G->alloc(sizeof(float) * N);
+    if (cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+        return 2;
+    int exposed = 0;
+    for (int which = 0; which < 8; which++) {
+        cudaGraph_t graph = NULL;
+        enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        cudaStreamBeginCapture(compute, cudaStreamCaptureModeGlobal);
+        cudaMemsetAsync(d, 0, sizeof(float) * N, compute);
+        cudaEventRecord(ev, compute);
+        const cudaError_t e = plant ? forbidden(which, d, ev, compute) : cudaSuccess;
+        cudaStreamIsCapturing(compute, &st);
+        const cudaError_t end = cudaStreamEndCapture(compute, &graph);
+        cudaGetLastError();
+        if (plant && e != cudaSuccess && st == cudaStreamCaptureStatusInvalidated &&
+            end == cudaErrorStreamCaptureInvalidated && !graph) {
+            printf("exposed: %s during a capture: %s; cudaStreamEndCapture: %s\n", names[which],
+                   cudaGetErrorName(e), cudaGetErrorName(end));
+            exposed++;
+        } else if (plant || end != cudaSuccess || !graph) {
+            printf("not exposed: %s: %s, capture status %d, cudaStreamEndCapture: %s\n",
+                   names[which], cudaGetErrorName(e), (int)st, cudaGetErrorName(end));
+        }
+        if (graph)
+            cudaGraphDestroy(graph);
+    }
+    if (!plant && !exposed)
+        printf("ok   8 captures without a forbidden call ended with a graph\n");
+    return exposed == 8 ? 1 : plant ? 3 : 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
         fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse|"
-                        "capture-sync|capture-freed|capture-fork plant|clean\n");
+                        "capture-sync|capture-freed|capture-fork|capture-rules plant|clean\n");
         return 2;
     }
     const int plant = strcmp(argv[2], "plant") == 0;
@@ -219,6 +293,8 @@ int main(int argc, char **argv)
         return capture_freed(plant);
     if (strcmp(argv[1], "capture-fork") == 0)
         return capture_fork(plant);
+    if (strcmp(argv[1], "capture-rules") == 0)
+        return capture_rules(plant);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }
