@@ -19,6 +19,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The values of one training step that change from step to step, as the optimiser and the
+ * model pass them to sgd_step / adam_step / dropout_fwd (CUDA Graphs, below). */
+struct ddp_graph_scalars {
+    float lr;       /* sgd_step's and adam_step's lr */
+    float momentum; /* sgd_step's momentum */
+    float beta1;    /* adam_step's b1 */
+    int64_t t;      /* adam_step's t; sgd_step's first_step is t == 1 */
+    uint64_t noise; /* the step's dropout seed: each layer's seed is noise ^ a constant */
+};
+
 struct ddp_backend {
     const char *name;
 
@@ -148,6 +158,21 @@ struct ddp_backend {
     /* sum of x[i]^2 over n floats, in double, the same for the same input (a fixed order of
      * summation); the gradient norm of [optim] clip_grad_norm. Waits for the result. */
     double (*sumsq)(const float *x, size_t n);
+
+    /* CUDA Graphs (optional; docs/gpu.md "CUDA Graphs"). graph_capture_begin(sc) starts
+     * capturing the compute stream: the ops called until graph_capture_end are recorded, not
+     * run, and sgd_step, adam_step and dropout_fwd take lr, momentum, beta1, t and the seed
+     * from a block of device memory instead of their arguments (which must be sc's values).
+     * graph_capture_end(slot) ends the capture and keeps it as graph `slot` (0 or 1: the
+     * device input set of upload_batch the step reads). Both return 0, or -1 with one line in
+     * err (the capture failed, e.g. because an op synchronised with the host or allocated).
+     * graph_launch(slot, sc), right after the upload_batch that filled the slot's set, copies
+     * sc to the slot's device block (page-locked, on the copy stream, ordered as that batch)
+     * and replays the graph after the work queued so far; the host does not wait. */
+    int (*graph_capture_begin)(int slot, const struct ddp_graph_scalars *sc, char *err,
+                               size_t errlen);
+    int (*graph_capture_end)(int slot, char *err, size_t errlen);
+    void (*graph_launch)(int slot, const struct ddp_graph_scalars *sc);
 };
 
 /* The CPU backend (always built). */

@@ -1537,6 +1537,199 @@ static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const fl
            C, S);
 }
 
+/* ---- CUDA Graphs: the per-step values in device memory ----------------------------------- */
+
+/* What a captured step's kernels read instead of their scalar arguments (backend.h, graph_*):
+ * one block per graph slot (device input set), written by graph_launch on the copy stream. */
+struct graph_vals {
+    float lr, momentum;                   /* sgd */
+    int first;                            /* sgd: first step */
+    float b1, step_size, bc2_sqrt, decay; /* adam, from lr, beta1 and t as cuda_adam_step */
+    uint64_t noise;                       /* dropout: the step's seed */
+};
+
+/* Page-locked staging slots of graph_launch, one page each (a slot is rewritten only after
+ * its event says its copy ran; the loader keeps the host far fewer steps ahead than this). */
+#define GRAPH_RING 64
+#define GRAPH_SLOT_BYTES 4096
+
+static struct {
+    int capturing;
+    int slot;               /* the slot being captured */
+    struct graph_vals *dev; /* (2) device blocks */
+    char *host;             /* GRAPH_RING page-locked slots */
+    cudaEvent_t copied[GRAPH_RING];
+    cudaEvent_t used[2]; /* the last launch of slot s's graph, recorded after it */
+    int64_t writes;
+    cudaGraphExec_t exec[2];
+    uint64_t noise;         /* the capture step's seed */
+    float adam_b2, adam_wd; /* the captured adam_step's constants */
+    int adam_decoupled;
+} gg;
+
+__global__ void k_sgd_graph(float *p, const float *g_, float gscale, float *buf, size_t n,
+                            const graph_vals *sc, float weight_decay, int nesterov)
+{
+    const float lr = sc->lr, momentum = sc->momentum;
+    const int first_step = sc->first;
+    GRID_STRIDE(i, n)
+    {
+        float d = __fmul_rn(g_[i], gscale);
+        if (weight_decay != 0)
+            d += weight_decay * p[i];
+        if (momentum != 0) {
+            buf[i] = first_step ? d : momentum * buf[i] + d;
+            d = nesterov ? d + momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+    }
+}
+
+__global__ void k_adam_graph(float *p, const float *g_, float gscale, float *m, float *v, size_t n,
+                             const graph_vals *sc, float b2, float eps, float weight_decay,
+                             int decoupled)
+{
+    const float b1 = sc->b1, step_size = sc->step_size, bc2_sqrt = sc->bc2_sqrt, decay = sc->decay;
+    GRID_STRIDE(i, n)
+    {
+        float d = __fmul_rn(g_[i], gscale);
+        if (decoupled)
+            p[i] *= decay;
+        else if (weight_decay != 0)
+            d += weight_decay * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * d;
+        v[i] = b2 * v[i] + (1 - b2) * d * d;
+        const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] -= step_size * m[i] / denom;
+    }
+}
+
+__global__ void k_dropout_graph(float *out, float *mask, const float *inp, size_t n, double p,
+                                float keep, uint64_t salt, const graph_vals *sc)
+{
+    const uint64_t seed = sc->noise ^ salt;
+    GRID_STRIDE(i, n)
+    {
+        const float m = dev_uniform(seed, i) >= p ? keep : 0.0f;
+        mask[i] = m;
+        out[i] = inp[i] * m;
+    }
+}
+
+/* The block's values for sc, the scalar factors exactly as cuda_adam_step computes them. */
+static void graph_fill(struct graph_vals *v, const struct ddp_graph_scalars *sc)
+{
+    memset(v, 0, sizeof *v);
+    v->lr = sc->lr;
+    v->momentum = sc->momentum;
+    v->first = sc->t == 1;
+    const float lr = sc->lr, b1 = sc->beta1, b2 = gg.adam_b2, weight_decay = gg.adam_wd;
+    const int64_t t = sc->t;
+    const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
+    v->b1 = b1;
+    v->step_size = (float)((double)lr / bc1);
+    v->bc2_sqrt = (float)sqrt(bc2);
+    v->decay = gg.adam_decoupled ? 1 - lr * weight_decay : 1.0f;
+    v->noise = sc->noise;
+}
+
+static void graph_sgd(float *p, const float *grad, float gscale, float *buf, size_t n,
+                      float weight_decay, int nesterov)
+{
+    LAUNCH(k_sgd_graph, blocks_for(n), THREADS, p, grad, gscale, buf, n, gg.dev + gg.slot,
+           weight_decay, nesterov);
+}
+
+static void graph_adam(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
+                       float b2, float eps, float weight_decay, int decoupled)
+{
+    gg.adam_b2 = b2;
+    gg.adam_wd = weight_decay;
+    gg.adam_decoupled = decoupled;
+    LAUNCH(k_adam_graph, blocks_for(n), THREADS, p, grad, gscale, m, v, n, gg.dev + gg.slot, b2,
+           eps, weight_decay, decoupled);
+}
+
+static void graph_dropout(float *out, float *mask, const float *inp, size_t n, double p, float keep,
+                          uint64_t seed)
+{
+    LAUNCH(k_dropout_graph, blocks_for(n), THREADS, out, mask, inp, n, p, keep, seed ^ gg.noise,
+           gg.dev + gg.slot);
+}
+
+/* Device blocks, staging slots and their events: made with the backend, so that no step
+ * allocates. */
+static cudaError_t graph_setup(void)
+{
+    cudaError_t e = cudaMalloc((void **)&gg.dev, 2 * sizeof(struct graph_vals));
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&gg.host, (size_t)GRAPH_RING * GRAPH_SLOT_BYTES,
+                          cudaHostAllocDefault);
+    for (int i = 0; i < GRAPH_RING && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&gg.copied[i], cudaEventDisableTiming);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&gg.used[i], cudaEventDisableTiming);
+    return e;
+}
+
+static int cuda_graph_capture_begin(int slot, const struct ddp_graph_scalars *sc, char *err,
+                                    size_t errlen)
+{
+    const cudaError_t e = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ddp_err(err, errlen, "GPU %d: cudaStreamBeginCapture failed: %s", g.device,
+                       cudaGetErrorString(e));
+    }
+    gg.capturing = 1;
+    gg.slot = slot;
+    gg.noise = sc->noise;
+    return 0;
+}
+
+static int cuda_graph_capture_end(int slot, char *err, size_t errlen)
+{
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g.stream, &graph);
+    gg.capturing = 0;
+    if (e == cudaSuccess) {
+        if (gg.exec[slot])
+            CUDA_CHECK(cudaGraphExecDestroy(gg.exec[slot]));
+        gg.exec[slot] = NULL;
+        e = cudaGraphInstantiate(&gg.exec[slot], graph, 0);
+        cudaGraphDestroy(graph);
+    }
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    return ddp_err(err, errlen,
+                   "GPU %d: capturing the training step as a CUDA graph failed: %s (%s): an op "
+                   "of the step waited for the device, allocated or copied pageable memory",
+                   g.device, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* The values go up on the copy stream, after the slot's previous launch has run (in training
+ * upload_batch has ordered the copy stream so already: the slot's input set was last read
+ * by that launch), and the compute stream waits for the copy, as for the batch. */
+static void cuda_graph_launch(int slot, const struct ddp_graph_scalars *sc)
+{
+    const int i = (int)(gg.writes % GRAPH_RING);
+    if (gg.writes++ >= GRAPH_RING) {
+        const cudaError_t e = cudaEventQuery(gg.copied[i]);
+        if (e == cudaErrorNotReady)
+            ddp_die("internal: CUDA graph staging slot %d still being copied", i);
+        CUDA_CHECK(e);
+    }
+    struct graph_vals *h = (struct graph_vals *)(gg.host + (size_t)i * GRAPH_SLOT_BYTES);
+    graph_fill(h, sc);
+    CUDA_CHECK(cudaStreamWaitEvent(g.copy, gg.used[slot], 0));
+    CUDA_CHECK(cudaMemcpyAsync(gg.dev + slot, h, sizeof *h, cudaMemcpyHostToDevice, g.copy));
+    CUDA_CHECK(cudaEventRecord(gg.copied[i], g.copy));
+    CUDA_CHECK(cudaStreamWaitEvent(g.stream, gg.copied[i], 0));
+    CUDA_CHECK(cudaGraphLaunch(gg.exec[slot], g.stream));
+    CUDA_CHECK(cudaEventRecord(gg.used[slot], g.stream));
+}
+
 /* ---- dropout ----------------------------------------------------------------------------- */
 
 static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n, float p,
@@ -1545,6 +1738,8 @@ static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n
     if (!n)
         return;
     const float keep = p < 1 ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU: in float */
+    if (gg.capturing)
+        return graph_dropout(out, mask, inp, n, (double)p, keep, seed);
     LAUNCH(k_dropout_fwd, blocks_for(n), THREADS, out, mask, inp, n, (double)p, keep, seed);
 }
 
@@ -1733,6 +1928,8 @@ static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf,
 {
     if (!n)
         return;
+    if (gg.capturing)
+        return graph_sgd(p, grad, gscale, buf, n, weight_decay, nesterov);
     LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, buf, n, lr, momentum, weight_decay,
            nesterov, first_step);
 }
@@ -1743,6 +1940,8 @@ static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, 
 {
     if (!n)
         return;
+    if (gg.capturing)
+        return graph_adam(p, grad, gscale, m, v, n, b2, eps, weight_decay, decoupled);
     /* The scalar factors exactly as cpu_kernels.inc computes them. */
     const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
@@ -1924,6 +2123,9 @@ static void fill_table(void)
     t->xent_acc = cuda_xent_acc;
     t->sgd_step = cuda_sgd_step;
     t->adam_step = cuda_adam_step;
+    t->graph_capture_begin = cuda_graph_capture_begin;
+    t->graph_capture_end = cuda_graph_capture_end;
+    t->graph_launch = cuda_graph_launch;
     t->sumsq = cuda_sumsq;
 }
 
@@ -1935,7 +2137,7 @@ static cudaError_t input_setup(void)
         e = cudaEventCreateWithFlags(&g.mark[i], cudaEventDisableTiming);
     for (int i = 0; i < UPLOAD_RING && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&g.copied[i], cudaEventDisableTiming);
-    return e;
+    return e == cudaSuccess ? graph_setup() : e; /* and the CUDA graphs' step values */
 }
 
 /* One line for a failed setup call; clears CUDA's last error. Returns NULL. */

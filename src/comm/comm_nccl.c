@@ -482,6 +482,10 @@ static int nccl_test(ddp_comm *c, struct ddp_comm_req *r, char *err, size_t errl
 {
     struct nccl_state *st = state_of(c);
     struct nccl_req *q = req_of(r);
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)ddp_cuda_stream(), &cs) == cudaSuccess &&
+        cs != cudaStreamCaptureStatusNone)
+        return 0; /* recorded in a CUDA graph capture: it runs when the graph is launched */
     cudaError_t e = cudaEventQuery(q->done->ev);
     if (e == cudaErrorNotReady) {
         cudaGetLastError(); /* not an error: keep it from the backend's launch checks */

@@ -40,6 +40,13 @@ enum ddp_lr_scaling {
     DDP_LR_SCALING_COUNT
 };
 enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32, DDP_PRECISION_COUNT };
+/* [train] cuda_graph: capture the steady-state step as a CUDA graph (train/graph.h) */
+enum ddp_cuda_graph {
+    DDP_CUDA_GRAPH_AUTO,
+    DDP_CUDA_GRAPH_ON,
+    DDP_CUDA_GRAPH_OFF,
+    DDP_CUDA_GRAPH_COUNT
+};
 /* [checkpoint] keep_best: which validation metric selects best.h5 */
 enum ddp_keep_best {
     DDP_KEEP_BEST_NONE,
@@ -97,6 +104,7 @@ struct ddp_job {
     int64_t accumulate;     /* micro-batches per optimiser step */
     double label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
     int64_t early_stop;     /* evaluations on val without improvement that end the run; 0 off */
+    int cuda_graph;         /* enum ddp_cuda_graph */
     /* [checkpoint] */
     int64_t ckpt_every_epochs, ckpt_every_steps, ckpt_keep;
     char resume[DDP_PATH_MAX];

@@ -113,19 +113,29 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int6
     }
 }
 
-void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
-                           float clip)
+void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_scalars *sc)
 {
     double momentum = o->momentum, beta1 = o->beta1;
     if (o->schedule == DDP_SCHEDULE_ONECYCLE) /* cycle_momentum, at this step (t from 0) */
         momentum = beta1 = ddp_optim_onecycle_momentum(o, o->t);
+    sc->lr = (float)lr;
+    sc->momentum = (float)momentum;
+    sc->beta1 = (float)beta1;
+    sc->t = o->t + 1;
+}
+
+void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
+                           float clip)
+{
+    struct ddp_graph_scalars sc;
+    ddp_optim_scalars(o, lr, &sc);
     o->t++;
     float gscale = clip == 1.0f ? o->grad_scale : o->grad_scale * clip;
     if (o->kind == DDP_OPTIM_SGD)
-        o->be->sgd_step(params, grads, gscale, o->state1, o->n, (float)lr, (float)momentum,
+        o->be->sgd_step(params, grads, gscale, o->state1, o->n, sc.lr, sc.momentum,
                         (float)o->weight_decay, o->nesterov, o->t == 1);
     else
-        o->be->adam_step(params, grads, gscale, o->state1, o->state2, o->n, (float)lr, (float)beta1,
+        o->be->adam_step(params, grads, gscale, o->state1, o->state2, o->n, sc.lr, sc.beta1,
                          (float)o->beta2, (float)o->eps, (float)o->weight_decay,
                          o->kind == DDP_OPTIM_ADAMW, o->t);
 }

@@ -61,6 +61,9 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
  * gradients (ddp_sync_finish); the update uses grads / world_size, scaled inside the same
  * pass (bitwise what a separate scaling pass gives). */
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr);
+/* The values the next ddp_optim_step would pass to the backend (lr, momentum or beta1 at this
+ * step, t after it), for a replayed CUDA graph of the step (backend.h); noise is left alone. */
+void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_scalars *sc);
 /* The same with the gradient also multiplied by clip (clip_grad_norm's factor; 1: none). */
 void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
                            float clip);

@@ -30,6 +30,7 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "train/grad_sync.h"
+#include "train/graph.h"
 #include "dist/bootstrap.h"
 #include "dist/world.h"
 #include "train/metrics.h"
@@ -88,8 +89,10 @@ struct trainer {
      * correct count accumulate in acc on the device and are read at log steps. */
     float *dev_x2;
     int32_t *dev_y2;
-    int dev_set; /* the set the next upload fills */
-    double *acc; /* (2) backend memory: loss sum, correct count since the last log */
+    int dev_set;            /* the set the next upload fills */
+    double *acc;            /* (2) backend memory: loss sum, correct count since the last log */
+    struct ddp_graph graph; /* [train] cuda_graph: the step as a CUDA graph */
+    char graph_note[DDP_ERR_LEN];       /* why cuda_graph = auto runs uncaptured; "" */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
 };
@@ -774,8 +777,12 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         to_device_async(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
         int first = j % K == 0, last = (j + 1) % K == 0 || j + 1 == micros;
-        lp->loss_acc[0] +=
-            ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
+        if (K == 1) /* the device set just filled: the one to_device_async did not flip to */
+            lp->loss_acc[0] +=
+                ddp_graph_step(&t->graph, &step, x, y, n, t->dev_set ^ 1, step_noise(t, lp, 0), lr);
+        else
+            lp->loss_acc[0] +=
+                ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
         lp->correct = 0;
@@ -1058,6 +1065,11 @@ static int start_comm(struct trainer *t)
                  "or [train] device = cpu");
         return DDP_EXIT_USAGE;
     }
+    if (ddp_graph_init(&t->graph, job, t->be, t->graph_note, sizeof t->graph_note, err,
+                       sizeof err) != 0) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_USAGE;
+    }
     struct ddp_comm_opts o = ddp_comm_opts_of(job->backend, job->timeout_s);
     if (gpu &&
         (job->backend == DDP_COMM_NCCL || (job->backend == DDP_COMM_AUTO && w->world_size > 1))) {
@@ -1215,6 +1227,11 @@ static void log_banner(struct trainer *t)
                 job->eval_every == 1 ? "" : "s", ddp_valsel_metric(&t->valsel));
     ddp_log("model: %zu parameters in %d bucket%s: %s", m->nparams, t->sync.nbuckets,
             t->sync.nbuckets > 1 ? "s" : "", desc);
+    if (t->graph_note[0])
+        ddp_log("%s", t->graph_note);
+    else if (t->graph.enabled)
+        ddp_log("CUDA graphs: the steady-state step is captured once per input buffer and "
+                "replayed ([train] cuda_graph)");
     ddp_log("effective job (also in %s/job.ini):", job->output);
     if (w->rank == 0)
         ddp_job_log_lines(job, log_line);

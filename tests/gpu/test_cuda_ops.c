@@ -811,6 +811,99 @@ static void t_optim(size_t n)
     free(g);
 }
 
+/* One step of a tiny model, the per-step values as a training step passes them. */
+struct graph_case {
+    float *x, *w, *b, *dy, *y, *yd, *mask, *dx, *dw, *db, *buf, *m, *v;
+};
+
+static void graph_ops(const struct ddp_backend *be, const struct graph_case *c, int B, int Cin,
+                      int O, const struct ddp_graph_scalars *sc)
+{
+    const size_t nw = (size_t)O * Cin, no = (size_t)B * O;
+    be->zero(c->dw, nw);
+    be->zero(c->db, (size_t)O);
+    be->linear_fwd(c->y, c->x, c->w, c->b, B, Cin, O);
+    be->dropout_fwd(c->yd, c->mask, c->y, no, 0.3f, sc->noise ^ 0xd1b54a32d192ed03ULL);
+    be->linear_bwd(c->dx, c->dw, c->db, c->dy, c->x, c->w, B, Cin, O);
+    be->sgd_step(c->w, c->dw, 0.5f, c->buf, nw, sc->lr, sc->momentum, 1e-4f, 1, sc->t == 1);
+    be->adam_step(c->b, c->db, 0.5f, c->m, c->v, (size_t)O, sc->lr, sc->beta1, 0.999f, 1e-8f, 0.01f,
+                  1, sc->t);
+}
+
+static void graph_case_make(const struct ddp_backend *be, struct graph_case *c, const float *x,
+                            const float *w, const float *b, const float *dy, int B, int Cin, int O)
+{
+    const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
+    const int dev = be != C;
+    float **bufs[] = {&c->y, &c->yd, &c->mask, &c->dx, &c->dw, &c->db, &c->buf, &c->m, &c->v};
+    const size_t sizes[] = {no, no, no, ni, nw, (size_t)O, nw, (size_t)O, (size_t)O};
+    for (int i = 0; i < 9; i++) {
+        *bufs[i] = be->alloc(sizeof(float) * sizes[i]);
+        if (!dev)
+            memset(*bufs[i], 0, sizeof(float) * sizes[i]);
+    }
+    c->x = dev ? dev_f(x, ni) : copy_f(x, ni);
+    c->w = dev ? dev_f(w, nw) : copy_f(w, nw);
+    c->b = dev ? dev_f(b, (size_t)O) : copy_f(b, (size_t)O);
+    c->dy = dev ? dev_f(dy, no) : copy_f(dy, no);
+}
+
+/* CUDA Graphs: a step (linear forward and backward, dropout, SGD with momentum and AdamW)
+ * captured once and replayed with another lr, momentum, beta1, t and seed each step equals
+ * the same ops run uncaptured on the GPU bit for bit, and the CPU backend's as the ops do. */
+static void t_graph(int B, int Cin, int O)
+{
+    if (!G->graph_launch) {
+        printf("FAIL graph: the CUDA backend has no graph ops\n");
+        g_fail++;
+        return;
+    }
+    const size_t nw = (size_t)O * Cin, no = (size_t)B * O;
+    float *x = rnd((size_t)B * Cin, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f),
+          *dy = rnd(no, 1);
+    struct graph_case cc, gu, gc;
+    graph_case_make(C, &cc, x, w, b, dy, B, Cin, O);
+    graph_case_make(G, &gu, x, w, b, dy, B, Cin, O);
+    graph_case_make(G, &gc, x, w, b, dy, B, Cin, O);
+    char err[DDP_ERR_LEN];
+    for (int64_t t = 1; t <= 4; t++) {
+        const struct ddp_graph_scalars sc = {0.05f * (float)t, 0.9f - 0.01f * (float)t,
+                                             0.85f + 0.02f * (float)t, t,
+                                             0x1234567ULL * (uint64_t)t};
+        graph_ops(C, &cc, B, Cin, O, &sc);
+        graph_ops(G, &gu, B, Cin, O, &sc); /* first: the workspace grows outside the capture */
+        if (t == 1) {
+            if (G->graph_capture_begin(0, &sc, err, sizeof err) != 0 ||
+                (graph_ops(G, &gc, B, Cin, O, &sc), G->graph_capture_end(0, err, sizeof err)) !=
+                    0) {
+                printf("FAIL graph capture: %s\n", err);
+                g_fail++;
+                return;
+            }
+        }
+        G->graph_launch(0, &sc);
+    }
+    const float *cpu[] = {cc.w, cc.b, cc.buf, cc.m, cc.v, cc.yd};
+    const float *unc[] = {gu.w, gu.b, gu.buf, gu.m, gu.v, gu.yd};
+    const float *cap[] = {gc.w, gc.b, gc.buf, gc.m, gc.v, gc.yd};
+    const char *what[] = {"weights (sgd)", "bias (adamw)", "momentum",
+                          "adam m",        "adam v",       "dropout output"};
+    const size_t n[] = {nw, (size_t)O, nw, (size_t)O, (size_t)O, no};
+    char name[96];
+    for (int i = 0; i < 6; i++) {
+        float *u = host_of(unc[i], n[i]);
+        snprintf(name, sizeof name, "graph x4 %s = uncaptured", what[i]);
+        check(name, cap[i], u, NULL, n[i], 1);
+        snprintf(name, sizeof name, "graph x4 %s vs cpu", what[i]);
+        check(name, cap[i], cpu[i], NULL, n[i], 0);
+        free(u);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+}
+
 /* TF32 GEMMs: a smoke check with a TF32-sized tolerance (10-bit mantissa). */
 static void t_tf32(void)
 {
@@ -892,6 +985,7 @@ int main(void)
     t_sumsq(1);
     t_sumsq(100003);
     t_optim(10007);
+    t_graph(16, 40, 10);
     t_tf32();
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;

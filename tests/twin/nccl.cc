@@ -495,10 +495,12 @@ ncclResult_t collective(uint32_t op, const void *send, size_t send_bytes, void *
         std::lock_guard<std::mutex> lk(c->mu);
         return ncclInvalidArgument;
     }
-    twin::g_stats.collectives++;
-    const uint64_t seq = c->seq++;
     const size_t tb = type_bytes(t);
-    cudaError_t e = twin::enqueue(s, "nccl collective", [=] {
+    /* one sequence number per execution: each graph launch takes a new one */
+    cudaError_t e = twin::enqueue_op(s, "nccl collective", [=] {
+      twin::g_stats.collectives++;
+      const uint64_t seq = c->seq++;
+      return std::function<void()>([=] {
         if (c->aborted.load())
             return;
         const int n = c->nranks, me = c->rank;
@@ -532,6 +534,7 @@ ncclResult_t collective(uint32_t op, const void *send, size_t send_bytes, void *
         }
         if (!ok)
             hang_until_abort(c);
+      });
     });
     if (e != cudaSuccess) {
         c->fail(ncclUnhandledCudaError, "CUDA error on the collective's stream: %s",

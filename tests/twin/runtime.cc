@@ -58,6 +58,10 @@ struct twin_stream {
     bool stop = false;
     std::condition_variable cv;
     std::thread worker;
+    /* stream capture (under g_mu): the capture this stream takes part in, and its vector
+     * clock there: operations recorded on each stream that this stream's work follows */
+    struct Capture *cap = nullptr;
+    std::map<twin_stream *, uint64_t> clock;
 };
 
 struct twin_event {
@@ -65,6 +69,29 @@ struct twin_event {
     twin_stream *s = nullptr;
     uint64_t ticket = 0;
     double time_ms = 0;
+    uint64_t cap_id = 0;                     /* recorded in this capture (0: none) */
+    std::map<twin_stream *, uint64_t> clock; /* the recording stream's clock then */
+};
+
+/* An operation recorded during stream capture: make gives the closure of one execution;
+ * ranges are the device memory it uses, checked again at every launch. */
+struct twin_op {
+    const char *what;
+    std::function<std::function<void()>()> make;
+    std::vector<std::pair<const void *, size_t>> ranges;
+};
+
+struct Capture {
+    uint64_t id;
+    twin_stream *origin;
+    int mode;
+    cudaError_t invalid = cudaSuccess; /* why the capture was invalidated */
+    std::vector<twin_op> ops;
+    std::vector<twin_stream *> members;
+};
+
+struct twin_graph {
+    std::vector<twin_op> ops;
 };
 
 namespace twin
@@ -105,6 +132,13 @@ std::map<int, twin_stream *> g_legacy;
 std::atomic<int> g_sticky{0};
 thread_local int t_last = 0;
 thread_local int t_device = 0;
+/* stream capture: active captures by id (under g_mu), how many (read without the lock), the
+ * device ranges a host thread looked up since its last enqueue while any capture is active */
+std::map<uint64_t, Capture *> g_caps;
+uint64_t g_cap_ids;
+std::atomic<int> g_ncap{0};
+thread_local bool t_worker = false;
+thread_local std::vector<std::pair<const void *, size_t>> t_touched;
 bool g_late;
 long long g_fail_kernel = -1, g_fail_alloc = -1;
 std::atomic<long long> g_nkernels{0}, g_nallocs{0};
@@ -243,6 +277,7 @@ cudaError_t fail(cudaError_t e)
 /* Worker of one stream: runs its operations in order; in late mode only demanded ones. */
 void worker_loop(twin_stream *s)
 {
+    t_worker = true;
     std::unique_lock<std::mutex> lk(g_mu);
     for (;;) {
         s->cv.wait(
@@ -384,11 +419,81 @@ void lock_pages(const char *p, size_t n, int delta)
     }
 }
 
-cudaError_t sync_stream(twin_stream *s)
+/* Under g_mu: invalidate capture c because `call` did what a capture forbids; one line on
+ * stderr names it (a host synchronisation sneaking into a captured step shows here). */
+cudaError_t capture_violation(Capture *c, cudaError_t e, const char *call, const char *where)
+{
+    if (c->invalid == cudaSuccess) {
+        c->invalid = e;
+        fprintf(stderr,
+                "ddptrain-twin: %s on %s during stream capture of stream %s: %s; the capture is "
+                "invalidated\n",
+                call, where, c->origin->name.c_str(), cudaGetErrorString(e));
+    }
+    return fail(e);
+}
+
+/* Under g_mu: the first active global-mode capture, or NULL. */
+Capture *global_capture()
+{
+    for (auto &kv : g_caps)
+        if (kv.second->mode == cudaStreamCaptureModeGlobal)
+            return kv.second;
+    return nullptr;
+}
+
+/* A call CUDA forbids while a global-mode capture is active (allocation, device-wide
+ * synchronisation): every such capture is invalidated. */
+cudaError_t forbidden_in_capture(const char *call)
+{
+    if (g_ncap.load() == 0)
+        return cudaSuccess;
+    std::lock_guard<std::mutex> lk(g_mu);
+    cudaError_t r = cudaSuccess;
+    for (auto &kv : g_caps)
+        if (kv.second->mode == cudaStreamCaptureModeGlobal)
+            r = capture_violation(kv.second, cudaErrorStreamCaptureUnsupported, call, "the device");
+    return r;
+}
+
+/* Under g_mu: cudaStreamWaitEvent's part in stream capture. A stream waiting on an event
+ * recorded in an active capture joins it (or, a member, takes the event's clock); a capturing
+ * stream may not wait on work outside its capture. 0: not a capture matter; 1: done; -1: the
+ * error is set (cudaGetLastError). */
+int capture_wait(twin_stream *s, cudaEvent_t e)
+{
+    Capture *c = e->cap_id && g_caps.count(e->cap_id) ? g_caps[e->cap_id] : nullptr;
+    if (!c && !s->cap)
+        return 0;
+    if (!c) {
+        if (!e->s)
+            return 1; /* never recorded (or in an ended capture): nothing to wait for */
+        capture_violation(s->cap, cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent",
+                          s->name.c_str());
+        return -1;
+    }
+    if (s->cap && s->cap != c) {
+        capture_violation(s->cap, cudaErrorStreamCaptureMerge, "cudaStreamWaitEvent",
+                          s->name.c_str());
+        return -1;
+    }
+    if (!s->cap) {
+        s->cap = c;
+        s->clock.clear();
+        c->members.push_back(s);
+    }
+    for (auto &kv : e->clock)
+        s->clock[kv.first] = std::max(s->clock[kv.first], kv.second);
+    return 1;
+}
+
+cudaError_t sync_stream(twin_stream *s, const char *call = "cudaStreamSynchronize")
 {
     g_stats.syncs++;
     std::unique_lock<std::mutex> lk(g_mu);
     g_sync_by[s->name]++;
+    if (s->cap)
+        return capture_violation(s->cap, cudaErrorStreamCaptureUnsupported, call, s->name.c_str());
     wait_ticket(lk, s, s->issued);
     return sticky();
 }
@@ -412,6 +517,24 @@ const struct {
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
      "an illegal memory access was encountered"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState",
+     "the operation cannot be performed in the present state"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
+     "operation would result in a merge of separate capture sequences"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not ended in the same stream as it began"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
+     "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
 };
 
 } // namespace
@@ -434,14 +557,38 @@ void *dev_to_host(const void *p, size_t bytes)
     const uintptr_t off = (uintptr_t)p - it->first;
     if (off + bytes > it->second.bytes || off >= it->second.bytes)
         return nullptr;
+    if (g_ncap.load() && !t_worker) /* a call being recorded checks these again at launch */
+        t_touched.push_back({p, bytes});
     return it->second.shadow + off;
 }
 
 cudaError_t enqueue(cudaStream_t s, const char *what, std::function<void()> fn)
 {
+    return enqueue_op(s, what, [fn = std::move(fn)] { return fn; });
+}
+
+cudaError_t enqueue_op(cudaStream_t s, const char *what,
+                       std::function<std::function<void()>()> make)
+{
     init();
     if (cudaError_t e = sticky())
         return e;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        twin_stream *st = s ? s : legacy_of(t_device);
+        if (st->cap) { /* recorded, not run */
+            st->clock[st]++;
+            st->cap->ops.push_back({what, std::move(make), std::move(t_touched)});
+            t_touched.clear();
+            return st->cap->invalid ? fail(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+        }
+        t_touched.clear();
+        if (st->legacy && g_ncap.load())
+            if (Capture *c = global_capture())
+                return capture_violation(c, cudaErrorStreamCaptureImplicit, what,
+                                         "the legacy stream");
+    }
+    std::function<void()> fn = make();
     std::lock_guard<std::mutex> lk(g_mu);
     push(s ? s : legacy_of(t_device), what, std::move(fn));
     return cudaSuccess;
@@ -584,6 +731,8 @@ cudaError_t cudaDeviceSynchronize(void)
 {
     init();
     g_stats.syncs++;
+    if (cudaError_t e = forbidden_in_capture("cudaDeviceSynchronize"))
+        return e;
     std::unique_lock<std::mutex> lk(g_mu);
     g_sync_by["device"]++;
     for (twin_stream *s : g_streams)
@@ -600,6 +749,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     if (g_phys.empty())
         return fail(cudaErrorNoDevice);
     if (cudaError_t e = sticky())
+        return e;
+    if (cudaError_t e = forbidden_in_capture("cudaMalloc"))
         return e;
     g_stats.allocs++;
     const size_t map_bytes = (bytes + PAGE - 1) / PAGE * PAGE + PAGE; /* + a guard page */
@@ -628,6 +779,8 @@ cudaError_t cudaFree(void *p)
     init();
     if (!p) /* creates the context */
         return g_phys.empty() ? fail(cudaErrorNoDevice) : sticky();
+    if (cudaError_t e = forbidden_in_capture("cudaFree"))
+        return e;
     g_stats.frees++;
     cudaDeviceSynchronize(); /* cudaFree waits for the device, as CUDA's does */
     std::lock_guard<std::mutex> lk(g_amu);
@@ -644,6 +797,8 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
     init();
     if (cudaError_t e = sticky())
+        return e;
+    if (cudaError_t e = forbidden_in_capture("cudaMallocHost"))
         return e;
     g_stats.allocs++;
     if (++g_nallocs == g_fail_alloc)
@@ -668,6 +823,8 @@ cudaError_t cudaFreeHost(void *p)
 {
     if (!p)
         return sticky();
+    if (cudaError_t e = forbidden_in_capture("cudaFreeHost"))
+        return e;
     g_stats.frees++;
     cudaDeviceSynchronize(); /* as CUDA's: waits for work that may read the buffer */
     std::lock_guard<std::mutex> lk(g_amu);
@@ -687,6 +844,8 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned)
     init();
     if (!p || !bytes || in_device_range(p))
         return fail(cudaErrorInvalidValue);
+    if (cudaError_t e = forbidden_in_capture("cudaHostRegister"))
+        return e;
     std::lock_guard<std::mutex> lk(g_amu);
     reserve_region();
     if (g_pinned.count((uintptr_t)p))
@@ -783,11 +942,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         g_stats.d2h_bytes += (long long)bytes;
     if ((ss == PINNED && dd) || (ds == PINNED && sd))
         g_stats.pinned_copies++;
+    if ((ss == PAGEABLE && !sd) || (ds == PAGEABLE && !dd)) {
+        std::lock_guard<std::mutex> lk(g_mu);
+        twin_stream *st = s ? s : legacy_of(t_device);
+        if (st->cap) /* CUDA cannot capture a copy from or to pageable memory */
+            return capture_violation(st->cap, cudaErrorStreamCaptureUnsupported,
+                                     "cudaMemcpyAsync from or to pageable memory",
+                                     st->name.c_str());
+    }
     if (ss == PINNED && dd) { /* read when it runs: the host must not write src before then */
-        lock_pages(sh, bytes, +1);
-        return enqueue(s, "cudaMemcpyAsync (page-locked H2D)", [dh, sh, bytes] {
-            memcpy(dh, sh, bytes);
-            lock_pages(sh, bytes, -1);
+        return enqueue_op(s, "cudaMemcpyAsync (page-locked H2D)", [dh, sh, bytes] {
+            lock_pages(sh, bytes, +1); /* at each execution's enqueue */
+            return std::function<void()>([dh, sh, bytes] {
+                memcpy(dh, sh, bytes);
+                lock_pages(sh, bytes, -1);
+            });
         });
     }
     if (ss == PAGEABLE && dd) { /* staged at the call; the caller may reuse src at once */
@@ -812,6 +981,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
 {
+    init();
+    if (cudaError_t e = forbidden_in_capture("cudaMemcpy (synchronous)"))
+        return e;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, nullptr);
     if (e != cudaSuccess)
         return e;
@@ -875,6 +1047,9 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     std::lock_guard<std::mutex> lk(g_mu);
     if (!s)
         s = legacy_of(t_device);
+    if (s->cap)
+        return capture_violation(s->cap, cudaErrorStreamCaptureUnsupported, "cudaStreamQuery",
+                                 s->name.c_str());
     if (s->done >= s->issued)
         return sticky();
     demand(s, s->issued);
@@ -889,6 +1064,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
     uint64_t t;
     {
         std::lock_guard<std::mutex> lk(g_mu);
+        if (int r = capture_wait(s ? s : legacy_of(t_device), e))
+            return r < 0 ? cudaPeekAtLastError() : cudaSuccess;
         o = e->s;
         t = e->ticket;
     }
@@ -931,6 +1108,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     std::lock_guard<std::mutex> lk(g_mu);
     if (!s)
         s = legacy_of(t_device);
+    e->cap_id = 0;
+    if (s->cap) { /* a dependency inside the capture, not a point in the stream */
+        s->clock[s]++;
+        e->cap_id = s->cap->id;
+        e->clock = s->clock;
+        e->s = nullptr;
+        e->ticket = 0;
+        return s->cap->invalid ? fail(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+    }
     e->s = s;
     e->ticket = s->issued;
     return cudaSuccess;
@@ -939,6 +1125,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     std::lock_guard<std::mutex> lk(g_mu);
+    if (e->cap_id && g_caps.count(e->cap_id))
+        return capture_violation(g_caps[e->cap_id], cudaErrorCapturedEvent, "cudaEventQuery",
+                                 "an event recorded in the capture");
     if (!e->s || e->s->done >= e->ticket)
         return sticky();
     demand(e->s, e->ticket);
@@ -949,6 +1138,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     g_stats.syncs++;
     std::unique_lock<std::mutex> lk(g_mu);
+    if (e->cap_id && g_caps.count(e->cap_id))
+        return capture_violation(g_caps[e->cap_id], cudaErrorCapturedEvent, "cudaEventSynchronize",
+                                 "an event recorded in the capture");
     if (e->s) {
         g_sync_by[e->s->name]++;
         wait_ticket(lk, e->s, e->ticket);
@@ -961,6 +1153,137 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     if ((a->flags | b->flags) & cudaEventDisableTiming)
         return fail(cudaErrorInvalidResourceHandle);
     *ms = (float)(b->time_ms - a->time_ms);
+    return sticky();
+}
+
+/* ---- stream capture and graphs ----------------------------------------------------------- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    init();
+    if (!s)
+        return fail(cudaErrorStreamCaptureUnsupported); /* the legacy stream cannot capture */
+    if (cudaError_t e = sticky())
+        return e;
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (s->cap)
+        return fail(cudaErrorIllegalState);
+    Capture *c = new Capture;
+    c->id = ++g_cap_ids;
+    c->origin = s;
+    c->mode = mode;
+    c->members.push_back(s);
+    g_caps[c->id] = c;
+    g_ncap++;
+    s->cap = c;
+    s->clock.clear();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    init();
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!s || !s->cap)
+        return fail(cudaErrorIllegalState);
+    Capture *c = s->cap;
+    if (c->origin != s)
+        return capture_violation(c, cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture",
+                                 s->name.c_str());
+    cudaError_t e = c->invalid ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
+    for (twin_stream *m : c->members)
+        if (!e && m != s && s->clock[m] < m->clock[m]) {
+            fprintf(stderr,
+                    "ddptrain-twin: cudaStreamEndCapture on stream %s: stream %s forked into the "
+                    "capture and was not joined back (wait on an event recorded after its last "
+                    "work)\n",
+                    s->name.c_str(), m->name.c_str());
+            e = cudaErrorStreamCaptureUnjoined;
+        }
+    for (twin_stream *m : c->members) {
+        m->cap = nullptr;
+        m->clock.clear();
+    }
+    g_caps.erase(c->id);
+    g_ncap--;
+    *graph = nullptr;
+    if (!e) {
+        *graph = new twin_graph;
+        (*graph)->ops = std::move(c->ops);
+    }
+    delete c;
+    return e ? fail(e) : sticky();
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
+{
+    init();
+    std::lock_guard<std::mutex> lk(g_mu);
+    twin_stream *st = s ? s : legacy_of(t_device);
+    *status = !st->cap           ? cudaStreamCaptureStatusNone
+              : st->cap->invalid ? cudaStreamCaptureStatusInvalidated
+                                 : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long)
+{
+    if (!exec || !graph)
+        return fail(cudaErrorInvalidValue);
+    *exec = new twin_graph(*graph);
+    return sticky();
+}
+
+/* The recorded operations in capture order on s (one valid order of the graph). An operation
+ * whose device memory was freed since the capture faults instead of running, as a kernel given
+ * a freed pointer does. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    init();
+    if (!exec)
+        return fail(cudaErrorInvalidResourceHandle);
+    if (cudaError_t e = sticky())
+        return e;
+    g_stats.graph_launches++;
+    g_stats.graph_ops += (long long)exec->ops.size();
+    std::vector<std::pair<const char *, std::function<void()>>> run;
+    for (const twin_op &op : exec->ops) {
+        const void *freed = nullptr;
+        for (auto &r : op.ranges)
+            if (!freed && !dev_to_host(r.first, r.second))
+                freed = r.first;
+        if (!freed) {
+            run.push_back({op.what, op.make()});
+            continue;
+        }
+        std::string what(op.what);
+        run.push_back({op.what, [what, freed] {
+                           device_fault(cudaErrorIllegalAddress,
+                                        "graph launch: %s uses device memory at %p that was "
+                                        "freed after the capture",
+                                        what.c_str(), freed);
+                       }});
+    }
+    t_touched.clear();
+    std::lock_guard<std::mutex> lk(g_mu);
+    twin_stream *st = s ? s : legacy_of(t_device);
+    if (st->cap)
+        return capture_violation(st->cap, cudaErrorStreamCaptureUnsupported, "cudaGraphLaunch",
+                                 st->name.c_str());
+    for (auto &r : run)
+        push(st, r.first, std::move(r.second));
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete exec;
+    return sticky();
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete graph;
     return sticky();
 }
 
@@ -981,12 +1304,14 @@ void twin_step_end(int rank, long step, int log_step)
     fprintf(f,
             "{\"step\":%ld,\"log_step\":%s,\"syncs\":%lld,\"allocs\":%lld,\"frees\":%lld,"
             "\"launches\":%lld,\"collectives\":%lld,\"h2d_bytes\":%lld,\"d2h_bytes\":%lld,"
-            "\"pageable_copies\":%lld,\"pinned_copies\":%lld",
+            "\"pageable_copies\":%lld,\"pinned_copies\":%lld,\"graph_launches\":%lld,"
+            "\"graph_ops\":%lld",
             step, log_step ? "true" : "false", g_stats.syncs.exchange(0),
             g_stats.allocs.exchange(0), g_stats.frees.exchange(0), g_stats.launches.exchange(0),
             g_stats.collectives.exchange(0), g_stats.h2d_bytes.exchange(0),
             g_stats.d2h_bytes.exchange(0), g_stats.pageable_copies.exchange(0),
-            g_stats.pinned_copies.exchange(0));
+            g_stats.pinned_copies.exchange(0), g_stats.graph_launches.exchange(0),
+            g_stats.graph_ops.exchange(0));
     {
         std::lock_guard<std::mutex> glk(g_mu);
         for (auto *m : {&g_sync_by, &g_h2d_by}) {

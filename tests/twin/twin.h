@@ -21,7 +21,7 @@ namespace twin
  * runtime.cc under its lock. */
 struct Stats {
     std::atomic<long long> syncs{0}, allocs{0}, frees{0}, launches{0}, h2d_bytes{0}, d2h_bytes{0},
-        pageable_copies{0}, pinned_copies{0}, collectives{0};
+        pageable_copies{0}, pinned_copies{0}, collectives{0}, graph_launches{0}, graph_ops{0};
 };
 extern Stats g_stats;
 
@@ -35,6 +35,12 @@ int in_device_range(const void *p);
 /* Queue fn on stream s (NULL: the legacy default stream of the current device). what names
  * the operation for reports. Returns the sticky error if one is set, else cudaSuccess. */
 cudaError_t enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
+/* The same for an operation with per-execution state: make() gives the closure to run. While
+ * s captures, the operation is recorded with make (and the device ranges the call looked up
+ * with dev_to_host) and make is called at each graph launch instead, e.g. for an NCCL
+ * collective's sequence number; otherwise make() is queued at once. */
+cudaError_t enqueue_op(cudaStream_t s, const char *what,
+                       std::function<std::function<void()>()> make);
 /* Report a fault found while executing on the device: one line on stderr, and the process's
  * sticky error becomes e (every later runtime call returns it). */
 void device_fault(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

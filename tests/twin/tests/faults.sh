@@ -1,7 +1,8 @@
 #!/bin/bash
 # faults.sh - the GPU twin finds planted bugs, and ddptrain reports GPU faults as such
 # (suite twin). Each planted bug must make the twin report it with the plant and pass without:
-#   host-read, kernel-host, missing-wait, slot-reuse, cudnn-workspace, cudnn-host
+#   host-read, kernel-host, missing-wait, slot-reuse, cudnn-workspace, cudnn-host, capture-sync,
+#     capture-freed, capture-fork, capture-rules
 #     (test_twin_faults, under DDP_EMU_LATE=1)
 #   sticky kernel error in rank 1 of a 2-rank ddptrain-twin run: rank 1 says its own GPU
 #     faulted and exits 1 (not "a peer may have died"); rank 0 exits 5
@@ -40,6 +41,15 @@ expect slot-reuse 139 "host write to page-locked memory at .* still queued"
 # the twin's cuDNN checks its operands: a workspace smaller than planned, a host input
 expect cudnn-workspace 1 "GPU fault: cudnnConvolutionForward: operand workSpace .* is not inside"
 expect cudnn-host 1 "GPU fault: cudnnConvolutionForward: operand x .* is not inside"
+# CUDA graphs: a host sync inside the captured step, a buffer freed under a graph, a stream
+# forked into a capture and not joined back
+expect capture-sync 1 "cudaStreamSynchronize on compute during stream capture .* invalidated"
+expect capture-freed 1 "GPU fault: graph launch: .* freed after the capture"
+expect capture-fork 1 "FAIL (bug exposed): cudaStreamEndCapture: cudaErrorStreamCaptureUnjoined"
+# each call CUDA forbids in a global-mode capture fails and invalidates the capture (8 calls)
+expect capture-rules 1 "exposed: cudaStreamQuery during a capture"
+n=$(grep -c "^exposed:" plant.txt)
+[ "$n" = 8 ] || { echo "FAIL capture-rules: $n of 8 forbidden calls exposed:"; cat plant.txt; fail=1; }
 
 # two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
@@ -54,6 +64,8 @@ layers = flatten, linear(32), relu, linear(16), relu, linear(10)
 [train]
 max_steps = 30
 log_every = 10
+# DDP_EMU_FAIL=kernel:N counts kernel launches from the host: replayed graphs launch none
+cuda_graph = off
 [dist]
 timeout_s = 20
 INI

@@ -16,6 +16,18 @@
  *   cudnn-workspace  a convolution through cuDNN given a col buffer smaller than conv_plan
  *                 asked for: the twin's cuDNN faults on the workspace (exit 1)
  *   cudnn-host    a host array as a cuDNN convolution's input: a GPU fault naming operand x
+ *   capture-sync  a host synchronisation inside a captured CUDA graph step (the backend's sync
+ *                 between the step's ops): the twin names the call and invalidates the
+ *                 capture, the backend's CUDA check stops with the error (exit 1)
+ *   capture-freed a buffer of a captured graph freed before the graph is launched: the
+ *                 replayed kernel faults as with a freed pointer (exit 1)
+ *   capture-fork  a second stream forked into the capture and never joined back:
+ *                 cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined (exit 1)
+ *   capture-rules each call CUDA forbids during a global-mode capture, planted in a capture of
+ *                 its own: the call fails with CUDA's error and the capture ends with
+ *                 cudaErrorStreamCaptureInvalidated; one "exposed" line per call (exit 1
+ *                 when every one was exposed); clean: the same captures without the calls
+ *                 end with a graph (exit 0)
  * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
  */
 #include <stdio.h>
@@ -112,6 +124,151 @@ static int cudnn_case(int workspace, int plant)
     G->sync();
     printf("ok   convolution through cuDNN with a %zu-float workspace\n", col);
     return 0;
+/* A captured step (scale by 3 with a host sync planted between two ops), replayed twice. */
+static int capture_sync(int plant)
+{
+    float host[N], *x = G->alloc(sizeof host);
+    for (int i = 0; i < N; i++)
+        host[i] = 1;
+    G->upload(x, host, sizeof host);
+    const struct ddp_graph_scalars sc = {0.1f, 0, 0.9f, 2, 7};
+    char err[DDP_ERR_LEN];
+    if (G->graph_capture_begin(0, &sc, err, sizeof err) != 0)
+        return printf("%s\n", err), 1;
+    G->scale(x, N, 3.0f);
+    if (plant)
+        G->sync(); /* the bug: waits for the device inside the captured step */
+    G->scale(x, N, 1.0f);
+    if (G->graph_capture_end(0, err, sizeof err) != 0) {
+        printf("FAIL (bug exposed): %s\n", err);
+        return 1;
+    }
+    G->graph_launch(0, &sc);
+    G->graph_launch(0, &sc);
+    G->download(host, x, sizeof host);
+    return check(host, 9.0f, "x after two launches of the captured x *= 3");
+}
+
+static int capture_freed(int plant)
+{
+    float host[N], *x = G->alloc(sizeof host), *y = G->alloc(sizeof host);
+    G->zero(x, N);
+    const struct ddp_graph_scalars sc = {0.1f, 0, 0.9f, 2, 7};
+    char err[DDP_ERR_LEN];
+    if (G->graph_capture_begin(1, &sc, err, sizeof err) != 0)
+        return 1;
+    G->scale(y, N, 2.0f);
+    G->scale(x, N, 2.0f);
+    if (G->graph_capture_end(1, err, sizeof err) != 0)
+        return printf("%s\n", err), 1;
+    if (plant)
+        G->free(y); /* the bug: the graph still uses y */
+    G->graph_launch(1, &sc);
+    G->download(host, x, sizeof host);
+    return check(host, 0.0f, "x after the launch");
+}
+
+static int capture_fork(int plant)
+{
+    cudaStream_t compute = (cudaStream_t)ddp_cuda_stream(), side;
+    cudaEvent_t fork, join;
+    float host[N], *x = G->alloc(sizeof host), *y = G->alloc(sizeof host);
+    if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&join, cudaEventDisableTiming) != cudaSuccess)
+        return 1;
+    G->zero(x, N);
+    G->zero(y, N);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(compute, cudaStreamCaptureModeGlobal);
+    G->scale(x, N, 2.0f);
+    cudaEventRecord(fork, compute);
+    cudaStreamWaitEvent(side, fork, 0); /* side joins the capture */
+    cudaMemcpyAsync(y, x, sizeof host, cudaMemcpyDeviceToDevice, side);
+    if (!plant) {
+        cudaEventRecord(join, side);
+        cudaStreamWaitEvent(compute, join, 0); /* joined back */
+    }
+    const cudaError_t e = cudaStreamEndCapture(compute, &graph);
+    if (e != cudaSuccess) {
+        printf("FAIL (bug exposed): cudaStreamEndCapture: %s\n", cudaGetErrorName(e));
+        return 1;
+    }
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+        cudaGraphLaunch(exec, compute) != cudaSuccess)
+        return 1;
+    G->download(host, y, sizeof host);
+    return check(host, 0.0f, "y copied from x in the graph");
+}
+
+/* Forbidden call number `which` (0-7) while compute captures; returns its error. */
+static cudaError_t forbidden(int which, float *d, cudaEvent_t captured, cudaStream_t compute)
+{
+    static float pageable[N];
+    void *p = NULL;
+    switch (which) {
+    case 0:
+        return cudaStreamSynchronize(compute);
+    case 1:
+        return cudaDeviceSynchronize();
+    case 2:
+        return cudaEventSynchronize(captured);
+    case 3:
+        return cudaEventQuery(captured);
+    case 4:
+        return cudaMemcpy(d, pageable, sizeof pageable, cudaMemcpyHostToDevice);
+    case 5:
+        return cudaMalloc(&p, 64);
+    case 6:
+        return cudaMemcpyAsync(d, pageable, sizeof pageable, cudaMemcpyHostToDevice, compute);
+    default:
+        return cudaStreamQuery(compute);
+    }
+}
+
+static int capture_rules(int plant)
+{
+    static const char *const names[] = {"cudaStreamSynchronize",
+                                        "cudaDeviceSynchronize",
+                                        "cudaEventSynchronize",
+                                        "cudaEventQuery",
+                                        "cudaMemcpy",
+                                        "cudaMalloc",
+                                        "cudaMemcpyAsync (pageable)",
+                                        "cudaStreamQuery"};
+    cudaStream_t compute;
+    cudaEvent_t ev;
+    float *d = G->alloc(sizeof(float) * N);
+    if (cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+        return 2;
+    int exposed = 0;
+    for (int which = 0; which < 8; which++) {
+        cudaGraph_t graph = NULL;
+        enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        cudaStreamBeginCapture(compute, cudaStreamCaptureModeGlobal);
+        cudaMemsetAsync(d, 0, sizeof(float) * N, compute);
+        cudaEventRecord(ev, compute);
+        const cudaError_t e = plant ? forbidden(which, d, ev, compute) : cudaSuccess;
+        cudaStreamIsCapturing(compute, &st);
+        const cudaError_t end = cudaStreamEndCapture(compute, &graph);
+        cudaGetLastError();
+        if (plant && e != cudaSuccess && st == cudaStreamCaptureStatusInvalidated &&
+            end == cudaErrorStreamCaptureInvalidated && !graph) {
+            printf("exposed: %s during a capture: %s; cudaStreamEndCapture: %s\n", names[which],
+                   cudaGetErrorName(e), cudaGetErrorName(end));
+            exposed++;
+        } else if (plant || end != cudaSuccess || !graph) {
+            printf("not exposed: %s: %s, capture status %d, cudaStreamEndCapture: %s\n",
+                   names[which], cudaGetErrorName(e), (int)st, cudaGetErrorName(end));
+        }
+        if (graph)
+            cudaGraphDestroy(graph);
+    }
+    if (!plant && !exposed)
+        printf("ok   8 captures without a forbidden call ended with a graph\n");
+    return exposed == 8 ? 1 : plant ? 3 : 0;
 }
 
 int main(int argc, char **argv)
@@ -119,7 +276,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (strcmp(argv[2], "plant") != 0 && strcmp(argv[2], "clean") != 0)) {
         fprintf(stderr, "usage: test_twin_faults host-read|kernel-host|missing-wait|slot-reuse|"
-                        "cudnn-workspace|cudnn-host plant|clean\n");
+                        "cudnn-workspace|cudnn-host|capture-sync|capture-freed|capture-fork|"
+                        "capture-rules plant|clean\n");
         return 2;
     }
     const int plant = strcmp(argv[2], "plant") == 0;
@@ -154,6 +312,14 @@ int main(int argc, char **argv)
         return slot_reuse(plant);
     if (strcmp(argv[1], "cudnn-workspace") == 0 || strcmp(argv[1], "cudnn-host") == 0)
         return cudnn_case(strcmp(argv[1], "cudnn-workspace") == 0, plant);
+    if (strcmp(argv[1], "capture-sync") == 0)
+        return capture_sync(plant);
+    if (strcmp(argv[1], "capture-freed") == 0)
+        return capture_freed(plant);
+    if (strcmp(argv[1], "capture-fork") == 0)
+        return capture_fork(plant);
+    if (strcmp(argv[1], "capture-rules") == 0)
+        return capture_rules(plant);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

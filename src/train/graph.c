@@ -1,0 +1,100 @@
+/*
+ * graph.c - the training step as a CUDA graph (graph.h).
+ */
+#include "train/graph.h"
+
+#include <string.h>
+
+#include "core/util.h"
+
+int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *be, char *why,
+                          size_t whylen)
+{
+    if (!be->graph_launch || !be->upload_batch || !be->xent_acc) {
+        snprintf(why, whylen, "the CPU backend has no CUDA graphs; set cuda_graph = auto or off");
+        return 1;
+    }
+    if (job->accumulate > 1) {
+        snprintf(why, whylen,
+                 "[train] accumulate = %lld steps are not captured (micro-batches); set "
+                 "accumulate = 1 or cuda_graph = auto",
+                 (long long)job->accumulate);
+        return 1;
+    }
+    if (job->clip_grad_norm > 0) {
+        snprintf(why, whylen,
+                 "[optim] clip_grad_norm reads the gradient norm on the host every step; set "
+                 "clip_grad_norm = 0 or cuda_graph = auto");
+        return 1;
+    }
+    return 0;
+}
+
+int ddp_graph_init(struct ddp_graph *g, const struct ddp_job *job, const struct ddp_backend *be,
+                   char *note, size_t notelen, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->batch = (int)job->batch_size;
+    if (notelen)
+        note[0] = 0;
+    if (job->cuda_graph == DDP_CUDA_GRAPH_OFF)
+        return 0;
+    char why[DDP_ERR_LEN];
+    if (!ddp_graph_unsupported(job, be, why, sizeof why)) {
+        g->enabled = 1;
+        return 0;
+    }
+    if (job->cuda_graph == DDP_CUDA_GRAPH_ON)
+        return ddp_err(err, errlen, "%s: [train] cuda_graph = on: the step cannot be captured: %s",
+                       job->path, why);
+    if (be->graph_launch)
+        snprintf(note, notelen, "[train] cuda_graph = auto: steps run uncaptured: %s", why);
+    return 0;
+}
+
+/* Capture the step into the graph of `set`, then launch it. */
+static void capture(struct ddp_graph *g, const struct ddp_step *s, const float *x, const int32_t *y,
+                    int n, int set, const struct ddp_graph_scalars *sc, double lr)
+{
+    const struct ddp_backend *be = s->model->be;
+    char err[DDP_ERR_LEN];
+    if (be->graph_capture_begin(set, sc, err, sizeof err) != 0)
+        ddp_die("%s", err);
+    ddp_step_run(s, x, y, n, sc->noise, lr); /* recorded; the optimiser's t advances */
+    if (be->graph_capture_end(set, err, sizeof err) != 0)
+        ddp_die("%s; set [train] cuda_graph = off to run without graphs", err);
+    g->ready[set] = 1;
+    g->captures++;
+}
+
+/* What a replayed step does to the host's state: the optimiser's step count and each
+ * batchnorm layer's num_batches_tracked, as ddp_step_run advances them. */
+static void replayed(const struct ddp_step *s)
+{
+    s->optim->t++;
+    const struct ddp_model *m = s->model;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].spec.kind == DDP_LAYER_BATCHNORM)
+            m->layers[i].num_batches_tracked++;
+}
+
+double ddp_graph_step(struct ddp_graph *g, const struct ddp_step *s, const float *x,
+                      const int32_t *y, int n, int set, uint64_t noise, double lr)
+{
+    if (!g->enabled || n != g->batch || set < 0 || set > 1 || !s->acc)
+        return ddp_step_run(s, x, y, n, noise, lr);
+    if (!g->warm) { /* the workspace and the communicator's pools grow in the first step */
+        g->warm = 1;
+        return ddp_step_run(s, x, y, n, noise, lr);
+    }
+    struct ddp_graph_scalars sc;
+    ddp_optim_scalars(s->optim, lr, &sc);
+    sc.noise = noise;
+    if (!g->ready[set])
+        capture(g, s, x, y, n, set, &sc, lr);
+    else
+        replayed(s);
+    s->model->be->graph_launch(set, &sc);
+    g->launches++;
+    return 0;
+}

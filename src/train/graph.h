@@ -1,0 +1,46 @@
+/*
+ * graph.h - [train] cuda_graph: the steady-state training step captured once as a CUDA graph
+ * and replayed (backend.h graph_*; docs/gpu.md, CUDA Graphs).
+ *
+ * A full batch's step is captured at the first full step of each device input set after the
+ * process's first (which grows the workspace) and replayed from then on, log and checkpoint
+ * steps included (what they add runs after the step, uncaptured); a short last batch and the
+ * first step run as ddp_step_run. What changes per step (learning rate, momentum or beta1,
+ * the optimiser's t, the dropout seed) reaches the graph through device memory.
+ * Not captured: [train] accumulate > 1 (micro-batches), [optim] clip_grad_norm (the norm is
+ * read on the host), backends without graphs (the CPU).
+ */
+#ifndef DDP_GRAPH_H
+#define DDP_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "train/step.h"
+
+struct ddp_graph {
+    int enabled;  /* capture and replay full steps */
+    int batch;    /* the full batch size the graphs are for */
+    int warm;     /* full steps this process ran uncaptured first */
+    int ready[2]; /* the graph of device input set s is captured */
+    int64_t captures, launches;
+};
+
+/* Why `job`'s steps cannot run as CUDA graphs on backend be, with the fix, in why (returns
+ * 1), or 0 when they can. */
+int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *be, char *why,
+                          size_t whylen);
+
+/* g for `job` on be: enabled when cuda_graph is auto or on and the job allows it. With on and
+ * a job that does not, one line naming the key, the reason and the fix in err and -1 (exit 2);
+ * with auto, *note gets the reason once (empty when none, or on the CPU). */
+int ddp_graph_init(struct ddp_graph *g, const struct ddp_job *job, const struct ddp_backend *be,
+                   char *note, size_t notelen, char *err, size_t errlen);
+
+/* One optimiser step on batch x, y (n samples, in device input set `set` just uploaded), as
+ * ddp_step_run(s, x, y, n, noise, lr): captured, replayed or run as is. */
+double ddp_graph_step(struct ddp_graph *g, const struct ddp_step *s, const float *x,
+                      const int32_t *y, int n, int set, uint64_t noise, double lr);
+
+#endif

@@ -1,0 +1,175 @@
+#!/bin/bash
+# graph.sh - [train] cuda_graph on the GPU twin (suite twin; docs/gpu.md, CUDA Graphs):
+#  - cuda_graph = on and off give bit-identical final weights on 1 and 2 twin GPUs, for an MLP
+#    with dropout and AdamW under a warmup + cosine schedule, and for a CNN with SyncBatchNorm
+#    and dropout under SGD with Nesterov momentum and onecycle (lr, momentum, t and the seed
+#    change every step: a value frozen into the graph shows as different weights);
+#  - the counters of the 2-rank runs with graphs: every step after the captures (steps 1-3)
+#    is one graph launch with 0 kernel launches from the host and 0 allocations; off log
+#    steps 0 host synchronisations, 0 pageable copies, its batch and step values up on the
+#    copy stream;
+#  - a run that died at step 17 resumes from its step-10 checkpoint with graphs, bitwise equal
+#    to the uninterrupted run;
+#  - rank 1 of 2 dies after step 12: rank 0, whose replayed step 13 waits in NCCL for it, exits
+#    5 naming rank 1 within [dist] timeout_s;
+#  - refusals: cuda_graph = on with the CPU backend or with accumulate = 2 stops at start with
+#    one line naming the key, the reason and the fix (exit 2); auto with accumulate = 2 runs
+#    uncaptured and says why once.
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+PY=/usr/bin/python3
+$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 10 --seed 5 \
+    >/dev/null || exit 1
+cat > mlp.ini <<INI
+[job]
+seed = 77
+[data]
+file = d.h5
+test =
+[model]
+layers = flatten, linear(32), relu, dropout(0.2), linear(16), relu, linear(10)
+[optim]
+name = adamw
+lr = 0.01
+weight_decay = 0.01
+schedule = cosine
+warmup_epochs = 1
+[train]
+epochs = 3
+max_steps = 30
+log_every = 10
+INI
+cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, dropout(0.3), linear(16)"
+sed "s/^layers = .*/layers = $cnn, batchnorm, relu, linear(10)/;
+     s/^name = adamw/name = sgd\nmomentum = 0.9\nnesterov = true/; s/^lr = .*/lr = 0.05/;
+     s/^schedule = .*/schedule = onecycle/; /^warmup_epochs/d" mlp.ini > cnn.ini
+printf '[dist]\nsync_bn = true\n' >> cnn.ini
+cmp_h5() { $PY "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
+fail=0
+# run NAME JOB W MODE [--set ...]: W twin GPUs, batch 24 per rank, counters in stats-NAME.*
+run() {
+    local name=$1 job=$2 W=$3 mode=$4
+    shift 4
+    DDP_EMU_STATS=$work/stats-$name timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node "$W" \
+        "$job" --set data.batch_size=24 --set train.cuda_graph="$mode" \
+        --set job.output="$name" "$@" > "$name.log" 2>&1
+}
+for job in mlp cnn; do
+    for W in 1 2; do
+        for mode in on off; do
+            run $job-w$W-$mode $job.ini $W $mode ||
+                { echo "FAIL $job W=$W cuda_graph=$mode: run failed"; tail -5 $job-w$W-$mode.log
+                  fail=1; }
+        done
+        if ! grep -q "steady-state step is captured" $job-w$W-on.log; then
+            echo "FAIL $job W=$W: graphs not in use"; fail=1
+        elif r=$(cmp_h5 $job-w$W-on/model.h5 $job-w$W-off/model.h5 0); then
+            echo "ok   $job W=$W: cuda_graph on = off, bitwise: $r"
+        else
+            echo "FAIL $job W=$W: cuda_graph on vs off: $r"; fail=1
+        fi
+    done
+    $PY - stats-$job-w2-on.0 stats-$job-w2-on.1 <<'PYEOF' || fail=1
+import json, sys
+bad = 0
+for path in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(path)]
+    later = [r for r in rows if r["step"] > 3]
+    why = []
+    for r in later:
+        w = []
+        if r["graph_launches"] != 1 or r["launches"] != 0:
+            w.append(f"{r['graph_launches']} graph launches, {r['launches']} kernel launches")
+        if r["allocs"] or r["frees"]:
+            w.append(f"{r['allocs']} allocs, {r['frees']} frees")
+        if r["log_step"]:  # the loss read back and its all-reduce come after the step
+            pass
+        elif r["syncs"] or r["syncs_by_stream"] or r["pageable_copies"]:
+            w.append(f"{r['syncs']} host synchronisations {r['syncs_by_stream']}, "
+                     f"{r['pageable_copies']} pageable copies")
+        elif set(r["h2d_by_stream"]) != {"copy"}:
+            w.append(f"h2d_by_stream {r['h2d_by_stream']}")
+        if w:
+            why.append(f"step {r['step']}: " + "; ".join(w))
+    if len(rows) != 30 or len(later) != 27 or why:
+        print(f"FAIL {path}: {len(rows)} steps; " + " | ".join(why[:4])); bad = 1
+    else:
+        r = later[0]
+        print(f"ok   {path}: steps 4-30 one graph launch each ({r['graph_ops']} operations, "
+              f"{r['collectives']} collectives), 0 kernel launches, 0 allocs, 0 pageable, "
+              f"no sync off log steps; capture steps {[x['launches'] for x in rows[:3]]} launches")
+sys.exit(bad)
+PYEOF
+done
+
+# resume: died after step 17 with a checkpoint at step 10, run again: as the uninterrupted run
+DDP_TEST_FAULT=0:17:exit:9 run res mlp.ini 1 on --set checkpoint.every_steps=10
+rc=$?
+run res mlp.ini 1 on --set checkpoint.every_steps=10 || { echo "FAIL: resume"; fail=1; }
+if [ $rc = 9 ] && grep -q "resuming from" res.log &&
+   r=$(cmp_h5 res/model.h5 mlp-w1-on/model.h5 0); then
+    echo "ok   died at step 17 (exit $rc), resumed with graphs: bitwise the uninterrupted run: $r"
+else
+    echo "FAIL resume with graphs: first exit $rc; $(grep -m1 resuming res.log); ${r:-}"
+    tail -3 res.log; fail=1
+fi
+
+# peer death: rank 1 exits after step 12; rank 0 replays step 13's graph, which waits in NCCL
+port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+    DDP_TEST_FAULT=1:12:exit:9 CUDA_VISIBLE_DEVICES=$r timeout 120 "$DDPTRAIN_TWIN" launch \
+        --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
+        --master-port "$port" mlp.ini --set train.cuda_graph=on --set data.batch_size=24 \
+        --set train.max_steps=1000 --set train.log_every=5 --set dist.timeout_s=10 \
+        --set job.output=pd > pd$r.txt 2>&1 &
+    eval "pid$r=$!"
+done
+wait "$pid1"; rc1=$?
+wait "$pid0"; rc0=$?
+if [ $rc1 = 9 ] && [ $rc0 = 5 ] && grep -q "rank 1" pd0.txt; then
+    echo "ok   rank 1 died after step 12: rank 0 exit 5: $(grep -m1 'rank 1' pd0.txt)"
+else
+    echo "FAIL peer death with graphs: rank 0 exit $rc0, rank 1 exit $rc1"; tail -3 pd0.txt
+    fail=1
+fi
+
+# refusals and auto's note
+# refuse NAME WANT_PATTERN CMD...: exit 2 with one line (besides the launcher's) matching
+refuse() {
+    local name=$1 pat=$2
+    shift 2
+    "$@" > $name.txt 2>&1
+    local rc=$? n
+    n=$(grep -c "cuda_graph" $name.txt)
+    if [ $rc = 2 ] && [ "$n" -ge 1 ] && grep -q "$pat" $name.txt; then
+        echo "ok   $name: exit 2: $(grep -m1 "$pat" $name.txt)"
+    else
+        echo "FAIL $name: exit $rc (want 2), output:"; cat $name.txt; fail=1
+    fi
+}
+refuse on-cpu "cuda_graph = on: the step cannot be captured: the CPU backend .* set cuda_graph" \
+    "$DDPTRAIN" mlp.ini --set train.cuda_graph=on --set job.output=rc
+refuse on-accumulate "cuda_graph = on: .*accumulate = 2 .* set accumulate = 1 or cuda_graph" \
+    "$DDPTRAIN_TWIN" mlp.ini --set train.cuda_graph=on --set train.accumulate=2 \
+    --set job.output=ra
+"$DDPTRAIN_TWIN" mlp.ini --set train.accumulate=2 --set train.max_steps=5 \
+    --set job.output=aa > auto-acc.txt 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'cuda_graph = auto: steps run uncaptured: .*accumulate' \
+        auto-acc.txt)" = 1 ]; then
+    echo "ok   auto with accumulate = 2: runs, says once: $(grep -m1 -o 'cuda_graph = auto.*' \
+        auto-acc.txt)"
+else
+    echo "FAIL auto with accumulate = 2: exit $rc"; grep -i graph auto-acc.txt; fail=1
+fi
+"$DDPTRAIN" mlp.ini --set train.max_steps=3 --set job.output=ac > auto-cpu.txt 2>&1
+if [ $? = 0 ] && [ -z "$(grep -i graph auto-cpu.txt | grep -v 'cuda_graph=auto')" ]; then
+    echo "ok   auto on the CPU backend: runs, no note"
+else
+    echo "FAIL auto on the CPU backend"; grep -i graph auto-cpu.txt; fail=1
+fi
+exit $fail
