@@ -105,25 +105,6 @@ static int slot_reuse(int plant)
     return check(host, 3.0f, "batch 1 as the kernel saw it");
 }
 
-/* conv2d through cuDNN: C2 9x9 -> O4, k3, pad 1, batch 3; the bug: a workspace smaller than
- * planned (cudnn-workspace) or a host input (cudnn-host). */
-static int cudnn_case(int workspace, int plant)
-{
-    char line[480];
-    if (!ddp_cuda_conv_path(1, line, sizeof line) || !G->conv_plan) {
-        printf("no cuDNN: %s\n", line);
-        return 2;
-    }
-    enum { B = 3, C = 2, H = 9, O = 4, K = 3 };
-    static float hx[B * C * H * H];
-    const size_t col = G->conv_plan(B, C, H, H, O, K, 1, 1);
-    float *x = G->alloc(sizeof hx), *w = G->alloc(sizeof(float) * O * C * K * K);
-    float *y = G->alloc(sizeof(float) * B * O * H * H);
-    float *ws = G->alloc(sizeof(float) * (workspace && plant ? col / 2 : col));
-    G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, C, H, H, O, K, 1, 1);
-    G->sync();
-    printf("ok   convolution through cuDNN with a %zu-float workspace\n", col);
-    return 0;
 /* A captured step (scale by 3 with a host sync planted between two ops), replayed twice. */
 static int capture_sync(int plant)
 {
@@ -269,6 +250,27 @@ static int capture_rules(int plant)
     if (!plant && !exposed)
         printf("ok   8 captures without a forbidden call ended with a graph\n");
     return exposed == 8 ? 1 : plant ? 3 : 0;
+}
+
+/* conv2d through cuDNN: C2 9x9 -> O4, k3, pad 1, batch 3; the bug: a workspace smaller than
+ * planned (cudnn-workspace) or a host input (cudnn-host). */
+static int cudnn_case(int workspace, int plant)
+{
+    char line[480];
+    if (!ddp_cuda_conv_path(1, line, sizeof line) || !G->conv_plan) {
+        printf("no cuDNN: %s\n", line);
+        return 2;
+    }
+    enum { B = 3, C = 2, H = 9, O = 4, K = 3 };
+    static float hx[B * C * H * H];
+    const size_t col = G->conv_plan(B, C, H, H, O, K, 1, 1);
+    float *x = G->alloc(sizeof hx), *w = G->alloc(sizeof(float) * O * C * K * K);
+    float *y = G->alloc(sizeof(float) * B * O * H * H);
+    float *ws = G->alloc(sizeof(float) * (workspace && plant ? col / 2 : col));
+    G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, C, H, H, O, K, 1, 1);
+    G->sync();
+    printf("ok   convolution through cuDNN with a %zu-float workspace\n", col);
+    return 0;
 }
 
 int main(int argc, char **argv)
