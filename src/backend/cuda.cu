@@ -1250,6 +1250,52 @@ static int64_t cuda_copies_done(void)
     return g.done;
 }
 
+/* ---- uint8 input (backend.h u8_to_float) ------------------------------------------------- */
+
+/* Most channels [data] normalize takes (core/config.h DDP_NORM_CHANNELS_MAX). */
+#define U8_NORM_MAX 16
+
+/* The normalisation, passed by value with the launch: no copy, nothing to keep alive. */
+struct u8_norm {
+    int nchan; /* 0: none; else the channel count C */
+    float mean[U8_NORM_MAX], std[U8_NORM_MAX];
+};
+
+/* out = in / 255.0f, then (v - mean[c]) / std[c] for channel c = (i / S) % C: the CPU loader's
+ * operations in its order (h5data.c's conversion, then augment.c's normalisation), each one
+ * IEEE-rounded (no contraction applies: a division, a subtraction, a division), so bit for bit
+ * the CPU's floats. */
+__global__ void k_u8_to_float(float *out, const uint8_t *in, size_t n, int C, int S, u8_norm nm)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = (float)in[i] / 255.0f;
+        if (nm.nchan) {
+            const int c = (int)((i / (size_t)S) % (size_t)C);
+            v = (v - nm.mean[c]) / nm.std[c];
+        }
+        out[i] = v;
+    }
+}
+
+static void cuda_u8_to_float(float *out, const uint8_t *in, size_t n, int C, int S, int nchan,
+                             const float *mean, const float *std)
+{
+    if (!n)
+        return;
+    u8_norm nm;
+    memset(&nm, 0, sizeof nm);
+    if (nchan < 0 || nchan > U8_NORM_MAX || (nchan && nchan != C))
+        ddp_die("internal: u8_to_float with %d normalised channels of %d (at most %d)", nchan, C,
+                U8_NORM_MAX);
+    nm.nchan = nchan;
+    for (int c = 0; c < nchan; c++) {
+        nm.mean[c] = mean[c];
+        nm.std[c] = std[c];
+    }
+    LAUNCH(k_u8_to_float, blocks_for(n), THREADS, out, in, n, C, S, nm);
+}
+
 static void cuda_download(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
@@ -1294,6 +1340,7 @@ static void fill_table(void)
     t->host_free = cuda_host_free;
     t->upload_batch = cuda_upload_batch;
     t->copies_done = cuda_copies_done;
+    t->u8_to_float = cuda_u8_to_float;
     t->zero = cuda_zero;
     t->scale = cuda_scale;
     t->linear_fwd = cuda_linear_fwd;

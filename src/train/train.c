@@ -89,6 +89,9 @@ struct trainer {
     int32_t *dev_y2;
     int dev_set; /* the set the next upload fills */
     double *acc; /* (2) backend memory: loss sum, correct count since the last log */
+    /* uint8 training images on a backend with u8_to_float: they go up as bytes into
+     * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
+    uint8_t *dev_u8[2];
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
 };
@@ -321,14 +324,31 @@ static void loader_wait(void *ctx, int64_t ticket)
 }
 
 /* The training loader: on a backend with upload_batch, slots in page-locked memory that the
- * device reads asynchronously. */
+ * device reads asynchronously; uint8 images stay uint8 there where the device converts them. */
 static ddp_loader *train_loader_create(struct trainer *t)
 {
     if (!t->acc)
         return ddp_loader_create(t->train, &t->train_sampler, t->job.batch_size);
-    const struct ddp_loader_device dev = {t->be->host_alloc, t->be->host_free, loader_copies_done,
-                                          loader_wait, t};
+    const struct ddp_loader_device dev = {.alloc = t->be->host_alloc,
+                                          .free_fn = t->be->host_free,
+                                          .done = loader_copies_done,
+                                          .wait = loader_wait,
+                                          .ctx = t,
+                                          .keep_u8 = t->dev_u8[0] != NULL};
     return ddp_loader_create_device(t->train, &t->train_sampler, t->job.batch_size, &dev);
+}
+
+/* A uint8 batch (the loader's bytes) up into du, then converted and normalised into dx on the
+ * device, as the CPU loader converts it (backend.h u8_to_float). */
+static void upload_u8(struct trainer *t, float *dx, uint8_t *du, int32_t *dy, const int32_t *y,
+                      int n)
+{
+    const struct ddp_augment *a = &t->aug_train;
+    const size_t elems = (size_t)n * (size_t)t->model.in_elems;
+    const int64_t q = t->be->upload_batch(du, ddp_loader_bytes(t->train_loader), elems, dy, y,
+                                          sizeof(int32_t) * (size_t)n);
+    ddp_loader_hold(t->train_loader, q);
+    t->be->u8_to_float(dx, du, elems, a->C, a->H * a->W, a->nchan, a->mean, a->std);
 }
 
 /* The training batch to the device: asynchronously into the next device set where the backend
@@ -341,10 +361,15 @@ static void to_device_async(struct trainer *t, const float **x, const int32_t **
     }
     float *dx = t->dev_set ? t->dev_x2 : t->dev_x;
     int32_t *dy = t->dev_set ? t->dev_y2 : t->dev_y;
+    uint8_t *du = t->dev_u8[t->dev_set];
     t->dev_set ^= 1;
-    const int64_t q = t->be->upload_batch(dx, *x, sizeof(float) * (size_t)n * t->model.in_elems, dy,
-                                          *y, sizeof(int32_t) * (size_t)n);
-    ddp_loader_hold(t->train_loader, q);
+    if (ddp_loader_u8(t->train_loader)) {
+        upload_u8(t, dx, du, dy, *y, n);
+    } else {
+        const int64_t q = t->be->upload_batch(dx, *x, sizeof(float) * (size_t)n * t->model.in_elems,
+                                              dy, *y, sizeof(int32_t) * (size_t)n);
+        ddp_loader_hold(t->train_loader, q);
+    }
     *x = dx;
     *y = dy;
 }
@@ -1139,6 +1164,9 @@ static int setup_model(struct trainer *t)
             t->dev_x2 = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
             t->dev_y2 = t->be->alloc(sizeof(int32_t) * (size_t)job->batch_size);
             t->acc = t->be->alloc(2 * sizeof(double));
+            if (t->be->u8_to_float && ddp_h5split_dtype(t->train) == DDP_H5DTYPE_UINT8)
+                for (int i = 0; i < 2; i++)
+                    t->dev_u8[i] = t->be->alloc((size_t)job->batch_size * m->in_elems);
         }
     }
     ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
@@ -1320,6 +1348,9 @@ static void teardown(struct trainer *t)
         t->be->free(t->dev_y2);
         t->be->free(t->acc);
     }
+    for (int i = 0; i < 2; i++)
+        if (t->dev_u8[i])
+            t->be->free(t->dev_u8[i]);
     ddp_model_free(&t->model);
     ddp_h5split_close(t->train);
     ddp_h5split_close(t->test);
