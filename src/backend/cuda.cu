@@ -180,6 +180,10 @@ static cublasMath_t math_mode(int tf32)
 /* Elements one batchnorm reduction block should cover before another split is worth it. */
 #define BN_ELEMS_PER_SPLIT 8192
 
+/* Device allocations whose sizes are kept for the accounting of mem_info (frees come only at
+ * the end; beyond this many live blocks a free is not subtracted from `allocated`). */
+#define MEM_BLOCKS 4096
+
 /* Batch uploads whose completion events are kept (copies_done looks no further back: the
  * loader holds at most DDP_LOADER_MAX_SLOTS batches). */
 #define UPLOAD_RING 64
@@ -201,6 +205,49 @@ static struct {
 
 static struct ddp_backend g_table;
 
+/* ---- device memory accounting (backend.h mem_info) --------------------------------------- */
+
+static struct {
+    size_t allocated, peak; /* bytes of cuda_alloc and the workspace, now and at most */
+    int nblocks;
+    struct {
+        void *p;
+        size_t bytes;
+    } blocks[MEM_BLOCKS];
+} g_mem;
+
+static void mem_note(void *p, size_t bytes)
+{
+    g_mem.allocated += bytes;
+    if (g_mem.allocated > g_mem.peak)
+        g_mem.peak = g_mem.allocated;
+    if (g_mem.nblocks < MEM_BLOCKS) {
+        g_mem.blocks[g_mem.nblocks].p = p;
+        g_mem.blocks[g_mem.nblocks++].bytes = bytes;
+    }
+}
+
+static void mem_forget(void *p)
+{
+    for (int i = g_mem.nblocks - 1; i >= 0; i--)
+        if (g_mem.blocks[i].p == p) {
+            g_mem.allocated -= g_mem.blocks[i].bytes;
+            g_mem.blocks[i] = g_mem.blocks[--g_mem.nblocks];
+            return;
+        }
+}
+
+static void cuda_mem_info(struct ddp_mem_info *mi)
+{
+    mi->allocated = g_mem.allocated;
+    mi->peak = g_mem.peak;
+    mi->dev_free = mi->dev_total = 0;
+    if (cudaMemGetInfo(&mi->dev_free, &mi->dev_total) != cudaSuccess) {
+        cudaGetLastError();
+        mi->dev_free = mi->dev_total = 0;
+    }
+}
+
 /* The workspace, at least `bytes` large. It grows during the first step (every op has run
  * once by its end), never after. Growing neither frees nor waits: the outgrown buffer may
  * still be read by queued kernels and is left allocated (a few, as each growth at least
@@ -214,6 +261,7 @@ static void *ws_get(size_t bytes)
     want = (want + 255) / 256 * 256;
     void *p = NULL;
     CUDA_CHECK(cudaMalloc(&p, want));
+    mem_note(p, want);
     g.ws = p;
     g.ws_bytes = want;
     return g.ws;
@@ -1167,6 +1215,7 @@ static void *cuda_alloc(size_t bytes)
                 "lower [data] batch_size or use a smaller model",
                 bytes, g.device, cudaGetErrorString(e), free_b >> 20, total_b >> 20);
     }
+    mem_note(p, bytes);
     /* zeroed, and complete before any other stream (NCCL's) can touch it */
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
@@ -1175,8 +1224,10 @@ static void *cuda_alloc(size_t bytes)
 
 static void cuda_free(void *p)
 {
-    if (p)
+    if (p) {
+        mem_forget(p);
         CUDA_CHECK(cudaFree(p));
+    }
 }
 
 /* Host -> device, or device -> device (model.c copies activations with upload). Queued on the
@@ -1341,6 +1392,7 @@ static void fill_table(void)
     t->upload_batch = cuda_upload_batch;
     t->copies_done = cuda_copies_done;
     t->u8_to_float = cuda_u8_to_float;
+    t->mem_info = cuda_mem_info;
     t->zero = cuda_zero;
     t->scale = cuda_scale;
     t->linear_fwd = cuda_linear_fwd;

@@ -92,6 +92,7 @@ struct trainer {
     /* uint8 training images on a backend with u8_to_float: they go up as bytes into
      * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
     uint8_t *dev_u8[2];
+    struct ddp_mem_info mem_start;      /* device memory once the backend was made (mem_info) */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
 };
@@ -878,6 +879,30 @@ static void end_epoch(struct trainer *t, struct loop *lp)
     }
 }
 
+/* On a GPU: the summary's device memory members appended to members (len bytes), and rank 0's
+ * log line: the backend's high-water mark of its own allocations (what PyTorch's
+ * max_memory_allocated counts) and the device's used memory (cudaMemGetInfo, every process and
+ * library included) when the backend was made and now. */
+static void memory_summary(const struct trainer *t, char *members, size_t len)
+{
+    if (!t->be->mem_info)
+        return;
+    struct ddp_mem_info now;
+    t->be->mem_info(&now);
+    const size_t before = t->mem_start.dev_total - t->mem_start.dev_free;
+    const size_t after = now.dev_total - now.dev_free;
+    const size_t used = strlen(members);
+    snprintf(members + used, len - used,
+             ",\"gpu_mem_peak_bytes\":%zu,\"gpu_mem_allocated_bytes\":%zu,"
+             "\"gpu_used_before_bytes\":%zu,\"gpu_used_after_bytes\":%zu,\"gpu_total_bytes\":%zu",
+             now.peak, now.allocated, before, after, now.dev_total);
+    if (t->world.rank == 0)
+        ddp_log("GPU memory: peak %.1f MiB allocated by ddptrain; device used %.1f MiB before, "
+                "%.1f MiB now, of %.1f MiB",
+                (double)now.peak / 1048576.0, (double)before / 1048576.0, (double)after / 1048576.0,
+                (double)now.dev_total / 1048576.0);
+}
+
 /* After the last epoch: the final evaluation if none ran, model.h5, the summary record. */
 static void finish_training(struct trainer *t, struct loop *lp)
 {
@@ -927,6 +952,7 @@ static void finish_training(struct trainer *t, struct loop *lp)
                  ddp_valsel_metric(&t->valsel), b, (long long)t->valsel.best_epoch,
                  lp->early_stopped ? "true" : "false");
     }
+    memory_summary(t, members, sizeof members);
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(lp->last_acc))
         ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", lp->last_acc,
@@ -1074,6 +1100,8 @@ static int start_comm(struct trainer *t)
         return DDP_EXIT_LAUNCH;
     }
     t->be = dev.be;
+    if (t->be->mem_info)
+        t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
     const int gpu = dev.device >= 0;
     if (gpu && job->backend == DDP_COMM_MPI && w->world_size > 1) {
