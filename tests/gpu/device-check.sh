@@ -131,11 +131,11 @@ if [ $DRY = 1 ]; then
     setup_dry
     # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
     STEPS_MLP="6 2" STEPS_CNN="4 2" BATCHES="16" NTRAIN=600 SAN_BATCH=4 SAN_CFG=fashion-mlp
-    CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=16)
+    CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32) SAN_STEPS=5
 else
     setup_bundle "${1:-.dev/gpu}"
     STEPS_MLP="400 100" STEPS_CNN="250 50" BATCHES="256 1024" NTRAIN=60000 SAN_BATCH=32
-    SAN_CFG=fashion-cnn CURVE_ENV=()
+    SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20
 fi
 # wrappers: the carried libraries for our binaries only, never for python/PyTorch
 for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
@@ -219,7 +219,7 @@ else
                 t=$(budget "$ops_s")
             else
                 cmd=("${REAL[ddptrain]}" configs/$SAN_CFG.ini --set data.file="$W/san.h5"
-                     --set data.batch_size=$SAN_BATCH --set train.max_steps=20 --set train.log_every=5
+                     --set data.batch_size=$SAN_BATCH --set train.max_steps=$SAN_STEPS --set train.log_every=5
                      --set job.output="$W/san-$tool" --set job.report=false --set train.device=cuda)
                 t=$(budget "$SANITIZER_S")
             fi
@@ -250,7 +250,9 @@ for prec in fp32 tf32 bf16; do
         continue
     fi
     echo "-- $prec" | tee -a "$R/curve.txt"
-    env "${CURVE_ENV[@]}" CURVE_PRECISION=$prec DDP_BUILD="$W" PATH="$(dirname "$PY"):$PATH" \
+    jobs="mlp cnn"
+    [ $DRY = 1 ] && [ $prec != fp32 ] && jobs=mlp # the CNN on the twin is slow: once
+    env "${CURVE_ENV[@]}" CURVE_JOBS="$jobs" CURVE_PRECISION=$prec DDP_BUILD="$W" PATH="$(dirname "$PY"):$PATH" \
         timeout "$(budget 40)" bash tests/gpu/train_curve.sh >> "$R/curve.txt" 2>&1
     rc=$?
     grep -E "^(ok|FAIL)" "$R/curve.txt" | tail -2

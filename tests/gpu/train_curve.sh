@@ -8,7 +8,8 @@
 # same fp32 CPU run, with tolerances for its rounding: fp32 1e-3 relative per logged loss and 1
 # point of accuracy, tf32 1e-2 and 2 points, bf16 5e-2 and 5 points (every run must still learn).
 # CURVE_STEPS (default 40), CURVE_TEST (default 500), CURVE_BATCH (default 64): steps of each
-# run, test samples and batch size (device-check.sh --dry uses fewer).
+# run, test samples and batch size (device-check.sh --dry uses fewer); CURVE_JOBS (default
+# "mlp cnn"): which of the two jobs.
 set -u
 PREC=${CURVE_PRECISION:-fp32}
 STEPS=${CURVE_STEPS:-40}
@@ -57,7 +58,7 @@ sed -e 's/^layers = .*/layers = conv2d(8, 5, pad=2), batchnorm, relu, maxpool(2)
 gpu_select mlp.ini || exit 1
 echo "device chosen through $GPU_SELECT"
 fail=0
-for job in mlp cnn; do
+for job in ${CURVE_JOBS:-mlp cnn}; do
     if ! "$DDPTRAIN" $job.ini "${CPU_ARGS[@]}" --set job.output=$job-cpu > $job-cpu.log 2>&1; then
         echo "FAIL $job: CPU run"; tail -5 $job-cpu.log; fail=1; continue
     fi
