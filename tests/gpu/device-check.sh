@@ -245,8 +245,12 @@ step "curves"
 curve_fail=0
 for prec in fp32 tf32 bf16; do
     if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ]; then
-        echo "-- $prec: skipped (dry): ddptrain does not know train.precision = $prec" |
-            tee -a "$R/curve.txt"
+        if [ $DRY = 1 ]; then
+            echo "-- $prec: skipped (dry): ddptrain does not know train.precision = $prec"
+        else
+            echo "-- $prec: FAIL: ddptrain does not know train.precision = $prec"
+        fi | tee -a "$R/curve.txt"
+        [ $DRY = 1 ] || curve_fail=1
         continue
     fi
     echo "-- $prec" | tee -a "$R/curve.txt"
@@ -378,7 +382,7 @@ for r in rows:
                  f"{f0(r['torch_compile'])} | {f2(r['over_eager'])} | {f2(r['over_compile'])} | "
                  f"{mib(r['mem_ddp'])} | {mib(r['mem_eager'])} | {mib(r['mem_compile'])} |")
 tj = [t for p in glob.glob(os.path.join(W, "torch-*.json")) for t in json.load(open(p))]
-dev = next((t.get("device") for t in tj if t.get("device")), "CPU (dry run)")
+dev = next((t.get("device") for t in tj if t.get("device")), "CPU (dry run)" if dry else "?")
 tv = next((t.get("torch") for t in tj if t.get("torch")), "?")
 head = [f"Device: {dev}; PyTorch {tv}." + (" DRY RUN: the GPU twin and CPU PyTorch, tiny "
         "step counts: these numbers mean nothing." if dry else ""),
