@@ -37,9 +37,10 @@ expect missing-wait 3 "FAIL (bug exposed): parameters after the optimiser step"
 # the twin keeps a page-locked source read-only while its copy is queued: the refill faults
 expect slot-reuse 139 "host write to page-locked memory at .* still queued"
 
-# two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
+# two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code;
+# float32 data: 21 launches a step (uint8 data add u8_to_float's), as the kernel number below counts
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
-    >/dev/null || exit 1
+    --dtype float32 >/dev/null || exit 1
 cat > j.ini <<INI
 [data]
 file = d.h5
