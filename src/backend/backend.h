@@ -29,6 +29,14 @@ struct ddp_graph_scalars {
     uint64_t noise; /* the step's dropout seed: each layer's seed is noise ^ a constant */
 };
 
+/* Device memory (backend.h mem_info): what the backend allocated (its own allocations and
+ * workspace; not the CUDA context, cuBLAS's or NCCL's) now and at most since it started, and
+ * the device's free and total bytes (cudaMemGetInfo: every process and library included). */
+struct ddp_mem_info {
+    size_t allocated, peak;
+    size_t dev_free, dev_total;
+};
+
 struct ddp_backend {
     const char *name;
 
@@ -52,6 +60,14 @@ struct ddp_backend {
     int64_t (*upload_batch)(void *dx, const void *x, size_t xbytes, void *dy, const void *y,
                             size_t ybytes);
     int64_t (*copies_done)(void);
+    /* uint8 input (optional, with upload_batch): out (n floats) = in (n bytes) / 255.0f, then
+     * where nchan > 0 (nchan = C) (v - mean[c]) / std[c] for channel c = (i / S) % C of samples
+     * (C, S): the CPU loader's conversion and [data] normalize, bit for bit (h5data.h,
+     * augment.h). mean and std are nchan host floats, read at the call. Queued as any op. */
+    void (*u8_to_float)(float *out, const uint8_t *in, size_t n, int C, int S, int nchan,
+                        const float *mean, const float *std);
+    /* device memory now (optional; NULL on the CPU): struct ddp_mem_info above */
+    void (*mem_info)(struct ddp_mem_info *mi);
     /* end of training step `step` of rank `rank` (log_step: a logging step); optional: the
      * GPU twin writes its per-step counters there (docs/gpu.md) */
     void (*step_end)(int rank, long step, int log_step);

@@ -184,6 +184,10 @@ static cublasMath_t math_mode(int tf32)
 /* Elements one batchnorm reduction block should cover before another split is worth it. */
 #define BN_ELEMS_PER_SPLIT 8192
 
+/* Device allocations whose sizes are kept for the accounting of mem_info (frees come only at
+ * the end; beyond this many live blocks a free is not subtracted from `allocated`). */
+#define MEM_BLOCKS 4096
+
 /* Batch uploads whose completion events are kept (copies_done looks no further back: the
  * loader holds at most DDP_LOADER_MAX_SLOTS batches). */
 #define UPLOAD_RING 64
@@ -205,6 +209,49 @@ static struct {
 
 static struct ddp_backend g_table;
 
+/* ---- device memory accounting (backend.h mem_info) --------------------------------------- */
+
+static struct {
+    size_t allocated, peak; /* bytes of cuda_alloc and the workspace, now and at most */
+    int nblocks;
+    struct {
+        void *p;
+        size_t bytes;
+    } blocks[MEM_BLOCKS];
+} g_mem;
+
+static void mem_note(void *p, size_t bytes)
+{
+    g_mem.allocated += bytes;
+    if (g_mem.allocated > g_mem.peak)
+        g_mem.peak = g_mem.allocated;
+    if (g_mem.nblocks < MEM_BLOCKS) {
+        g_mem.blocks[g_mem.nblocks].p = p;
+        g_mem.blocks[g_mem.nblocks++].bytes = bytes;
+    }
+}
+
+static void mem_forget(void *p)
+{
+    for (int i = g_mem.nblocks - 1; i >= 0; i--)
+        if (g_mem.blocks[i].p == p) {
+            g_mem.allocated -= g_mem.blocks[i].bytes;
+            g_mem.blocks[i] = g_mem.blocks[--g_mem.nblocks];
+            return;
+        }
+}
+
+static void cuda_mem_info(struct ddp_mem_info *mi)
+{
+    mi->allocated = g_mem.allocated;
+    mi->peak = g_mem.peak;
+    mi->dev_free = mi->dev_total = 0;
+    if (cudaMemGetInfo(&mi->dev_free, &mi->dev_total) != cudaSuccess) {
+        cudaGetLastError();
+        mi->dev_free = mi->dev_total = 0;
+    }
+}
+
 /* The workspace, at least `bytes` large. It grows during the first step (every op has run
  * once by its end), never after. Growing neither frees nor waits: the outgrown buffer may
  * still be read by queued kernels and is left allocated (a few, as each growth at least
@@ -218,6 +265,7 @@ static void *ws_get(size_t bytes)
     want = (want + 255) / 256 * 256;
     void *p = NULL;
     CUDA_CHECK(cudaMalloc(&p, want));
+    mem_note(p, want);
     g.ws = p;
     g.ws_bytes = want;
     return g.ws;
@@ -1966,6 +2014,7 @@ static void *cuda_alloc(size_t bytes)
                 "lower [data] batch_size or use a smaller model",
                 bytes, g.device, cudaGetErrorString(e), free_b >> 20, total_b >> 20);
     }
+    mem_note(p, bytes);
     /* zeroed, and complete before any other stream (NCCL's) can touch it */
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
@@ -1974,8 +2023,10 @@ static void *cuda_alloc(size_t bytes)
 
 static void cuda_free(void *p)
 {
-    if (p)
+    if (p) {
+        mem_forget(p);
         CUDA_CHECK(cudaFree(p));
+    }
 }
 
 /* Host -> device, or device -> device (model.c copies activations with upload). Queued on the
@@ -2049,6 +2100,52 @@ static int64_t cuda_copies_done(void)
     return g.done;
 }
 
+/* ---- uint8 input (backend.h u8_to_float) ------------------------------------------------- */
+
+/* Most channels [data] normalize takes (core/config.h DDP_NORM_CHANNELS_MAX). */
+#define U8_NORM_MAX 16
+
+/* The normalisation, passed by value with the launch: no copy, nothing to keep alive. */
+struct u8_norm {
+    int nchan; /* 0: none; else the channel count C */
+    float mean[U8_NORM_MAX], std[U8_NORM_MAX];
+};
+
+/* out = in / 255.0f, then (v - mean[c]) / std[c] for channel c = (i / S) % C: the CPU loader's
+ * operations in its order (h5data.c's conversion, then augment.c's normalisation), each one
+ * IEEE-rounded (no contraction applies: a division, a subtraction, a division), so bit for bit
+ * the CPU's floats. */
+__global__ void k_u8_to_float(float *out, const uint8_t *in, size_t n, int C, int S, u8_norm nm)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = (float)in[i] / 255.0f;
+        if (nm.nchan) {
+            const int c = (int)((i / (size_t)S) % (size_t)C);
+            v = (v - nm.mean[c]) / nm.std[c];
+        }
+        out[i] = v;
+    }
+}
+
+static void cuda_u8_to_float(float *out, const uint8_t *in, size_t n, int C, int S, int nchan,
+                             const float *mean, const float *std)
+{
+    if (!n)
+        return;
+    u8_norm nm;
+    memset(&nm, 0, sizeof nm);
+    if (nchan < 0 || nchan > U8_NORM_MAX || (nchan && nchan != C))
+        ddp_die("internal: u8_to_float with %d normalised channels of %d (at most %d)", nchan, C,
+                U8_NORM_MAX);
+    nm.nchan = nchan;
+    for (int c = 0; c < nchan; c++) {
+        nm.mean[c] = mean[c];
+        nm.std[c] = std[c];
+    }
+    LAUNCH(k_u8_to_float, blocks_for(n), THREADS, out, in, n, C, S, nm);
+}
+
 static void cuda_download(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
@@ -2093,6 +2190,8 @@ static void fill_table(void)
     t->host_free = cuda_host_free;
     t->upload_batch = cuda_upload_batch;
     t->copies_done = cuda_copies_done;
+    t->u8_to_float = cuda_u8_to_float;
+    t->mem_info = cuda_mem_info;
     t->zero = cuda_zero;
     t->scale = cuda_scale;
     t->linear_fwd = cuda_linear_fwd;

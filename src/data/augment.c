@@ -5,6 +5,7 @@
  */
 #include "data/augment.h"
 
+#include <stddef.h>
 #include <string.h>
 
 void ddp_augment_init(struct ddp_augment *a, const struct ddp_job *job, int nd, const int64_t *dims,
@@ -39,19 +40,56 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* The random crop (top, left of the zero-padded image) and flip of sample idx in epoch; returns
+ * 0 when they leave the sample as it is. */
+static int choose(const struct ddp_augment *a, int64_t idx, int64_t epoch, int *top, int *left,
+                  int *flip)
+{
+    if (a->crop_pad <= 0 && !a->hflip)
+        return 0;
+    uint64_t r = mix(mix(a->seed ^ 0x6a09e667f3bcc909ULL) ^ mix((uint64_t)epoch + 1) ^
+                     (uint64_t)idx * 0x9e3779b97f4a7c15ULL);
+    const uint64_t span = (uint64_t)(2 * a->crop_pad + 1);
+    *top = a->crop_pad ? (int)((r & 0xffffff) % span) : 0;
+    *left = a->crop_pad ? (int)(((r >> 24) & 0xffffff) % span) : 0;
+    *flip = a->hflip ? (int)((r >> 63) & 1) : 0;
+    return *top != a->crop_pad || *left != a->crop_pad || *flip;
+}
+
+/* Element (c, i, j) of the cropped, flipped sample: its index in the unpadded sample, or -1 where
+ * it falls in the zero padding. */
+static inline ptrdiff_t source_of(const struct ddp_augment *a, int c, int i, int j, int top,
+                                  int left, int flip)
+{
+    const int H = a->H, W = a->W, P = a->crop_pad;
+    const int si = i + top - P, sj = (flip ? W - 1 - j : j) + left - P;
+    return si >= 0 && si < H && sj >= 0 && sj < W ? ((ptrdiff_t)c * H + si) * W + sj : -1;
+}
+
 /* One sample x (C, H, W): crop at (top, left) of the zero-padded image, flip, into out. */
 static void crop_flip(const struct ddp_augment *a, const float *x, float *out, int top, int left,
                       int flip)
 {
-    const int H = a->H, W = a->W, P = a->crop_pad;
     for (int c = 0; c < a->C; c++)
-        for (int i = 0; i < H; i++) {
-            const int si = i + top - P; /* row in the unpadded image */
-            float *o = out + ((size_t)c * H + i) * W;
-            for (int j = 0; j < W; j++) {
-                const int sj = (flip ? W - 1 - j : j) + left - P;
-                o[j] = si >= 0 && si < H && sj >= 0 && sj < W ? x[((size_t)c * H + si) * W + sj]
-                                                              : 0.0f;
+        for (int i = 0; i < a->H; i++) {
+            float *o = out + ((size_t)c * a->H + i) * a->W;
+            for (int j = 0; j < a->W; j++) {
+                const ptrdiff_t k = source_of(a, c, i, j, top, left, flip);
+                o[j] = k >= 0 ? x[k] : 0.0f;
+            }
+        }
+}
+
+/* The same on bytes (uint8 samples; 0 pads, which converts to 0.0f). */
+static void crop_flip_u8(const struct ddp_augment *a, const uint8_t *x, uint8_t *out, int top,
+                         int left, int flip)
+{
+    for (int c = 0; c < a->C; c++)
+        for (int i = 0; i < a->H; i++) {
+            uint8_t *o = out + ((size_t)c * a->H + i) * a->W;
+            for (int j = 0; j < a->W; j++) {
+                const ptrdiff_t k = source_of(a, c, i, j, top, left, flip);
+                o[j] = k >= 0 ? x[k] : 0;
             }
         }
 }
@@ -62,22 +100,29 @@ void ddp_augment_apply(const struct ddp_augment *a, float *x, int n, const int64
     const size_t S = (size_t)a->H * a->W, elems = (size_t)a->C * S;
     for (int b = 0; b < n; b++) {
         float *s = x + (size_t)b * elems;
-        if (a->crop_pad > 0 || a->hflip) {
-            uint64_t r = mix(mix(a->seed ^ 0x6a09e667f3bcc909ULL) ^ mix((uint64_t)epoch + 1) ^
-                             (uint64_t)idx[b] * 0x9e3779b97f4a7c15ULL);
-            const uint64_t span = (uint64_t)(2 * a->crop_pad + 1);
-            int top = a->crop_pad ? (int)((r & 0xffffff) % span) : 0;
-            int left = a->crop_pad ? (int)(((r >> 24) & 0xffffff) % span) : 0;
-            int flip = a->hflip ? (int)((r >> 63) & 1) : 0;
-            if (top != a->crop_pad || left != a->crop_pad || flip) {
-                crop_flip(a, s, scratch, top, left, flip);
-                memcpy(s, scratch, elems * sizeof *s);
-            }
+        int top, left, flip;
+        if (choose(a, idx[b], epoch, &top, &left, &flip)) {
+            crop_flip(a, s, scratch, top, left, flip);
+            memcpy(s, scratch, elems * sizeof *s);
         }
         for (int c = 0; c < a->nchan; c++) {
             float *p = s + (size_t)c * S, m = a->mean[c], sd = a->std[c];
             for (size_t i = 0; i < S; i++)
                 p[i] = (p[i] - m) / sd;
+        }
+    }
+}
+
+void ddp_augment_apply_u8(const struct ddp_augment *a, uint8_t *x, int n, const int64_t *idx,
+                          int64_t epoch, uint8_t *scratch)
+{
+    const size_t elems = (size_t)a->C * a->H * a->W;
+    for (int b = 0; b < n; b++) {
+        uint8_t *s = x + (size_t)b * elems;
+        int top, left, flip;
+        if (choose(a, idx[b], epoch, &top, &left, &flip)) {
+            crop_flip_u8(a, s, scratch, top, left, flip);
+            memcpy(s, scratch, elems);
         }
     }
 }

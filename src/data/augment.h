@@ -37,4 +37,11 @@ int ddp_augment_active(const struct ddp_augment *a);
 void ddp_augment_apply(const struct ddp_augment *a, float *x, int n, const int64_t *idx,
                        int64_t epoch, float *scratch);
 
+/* The crops and flips of ddp_augment_apply on uint8 samples x (n, C*H*W) as stored, in place
+ * (scratch: C*H*W bytes); the normalisation is left to whoever converts them to float (the
+ * CUDA backend's u8_to_float: (v / 255.0f - mean) / std, as the float path). Converting the
+ * result gives the float path's bits: padding is 0, which converts to 0.0f. */
+void ddp_augment_apply_u8(const struct ddp_augment *a, uint8_t *x, int n, const int64_t *idx,
+                          int64_t epoch, uint8_t *scratch);
+
 #endif

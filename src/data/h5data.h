@@ -103,6 +103,14 @@ int ddp_h5split_cache(ddp_h5split *s, size_t max_bytes, char *err, size_t errlen
 int ddp_h5split_read(ddp_h5split *s, const int64_t *idx, int n, float *out, char *err,
                      size_t errlen);
 
+/* The same samples as stored: n * sample_elems uint8 (bytes, unscaled) or float32 (the
+ * training loader's uint8 slots for a device that converts on its side). */
+int ddp_h5split_read_raw(ddp_h5split *s, const int64_t *idx, int n, void *out, char *err,
+                         size_t errlen);
+
+/* uint8 pixels to float32 as every read does: out[i] = (float)src[i] / 255.0f. */
+void ddp_h5_u8_to_float(const uint8_t *src, float *out, size_t n);
+
 /* ------------------------------------------------------------------------------------ */
 /* Whole-file helpers (for `ddptrain data info`)                                        */
 

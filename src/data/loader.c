@@ -28,7 +28,7 @@
 #include "core/util.h"
 
 struct slot {
-    float *x;
+    void *x; /* float, or uint8 as stored (u8) */
     int32_t *y;
     int64_t *idx; /* sample indices of the batch */
     int n;        /* samples; 0 = end of epoch; -1 = error */
@@ -58,6 +58,8 @@ struct ddp_loader {
     int64_t tickets[DDP_LOADER_MAX_SLOTS];
     struct ddp_augment aug; /* applied when active (ddp_loader_set_augment) */
     float *aug_scratch;     /* (elems) */
+    int u8;                 /* slots hold uint8 images as stored (ddp_loader_device.keep_u8) */
+    const void *current_x;  /* images of the batch last returned */
 };
 
 /* Sleep until ready(ld) holds or the loader stops; *asleep tells the other side to wake us. */
@@ -89,6 +91,24 @@ static int batch_ready(ddp_loader *ld)
     return ld->next_take < atomic_load(&ld->filled);
 }
 
+/* The images of slot sl's n samples (sl->idx), augmented; 0 or -1 with ld->err. */
+static int fill_images(ddp_loader *ld, struct slot *sl, int n)
+{
+    const int64_t epoch = ld->sampler->epoch;
+    if (ld->u8) {
+        if (ddp_h5split_read_raw(ld->split, sl->idx, n, sl->x, ld->err, sizeof ld->err) != 0)
+            return -1;
+        if (n > 0 && ld->aug_scratch)
+            ddp_augment_apply_u8(&ld->aug, sl->x, n, sl->idx, epoch, (uint8_t *)ld->aug_scratch);
+        return 0;
+    }
+    if (ddp_h5split_read(ld->split, sl->idx, n, sl->x, ld->err, sizeof ld->err) != 0)
+        return -1;
+    if (n > 0 && ld->aug_scratch)
+        ddp_augment_apply(&ld->aug, sl->x, n, sl->idx, epoch, ld->aug_scratch);
+    return 0;
+}
+
 /* Thread body: fill slots in step order until the epoch ends, an error, or stop. */
 static void *prefetch(void *arg)
 {
@@ -106,13 +126,11 @@ static void *prefetch(void *arg)
         int n = 0;
         if (step < ld->steps) {
             n = ddp_sampler_batch(ld->sampler, step, ld->batch, sl->idx);
-            if (ddp_h5split_read(ld->split, sl->idx, n, sl->x, ld->err, sizeof ld->err) != 0)
+            if (fill_images(ld, sl, n) != 0)
                 n = -1;
             else
                 for (int i = 0; i < n; i++)
                     sl->y[i] = labels[sl->idx[i]];
-            if (n > 0 && ld->aug_scratch)
-                ddp_augment_apply(&ld->aug, sl->x, n, sl->idx, ld->sampler->epoch, ld->aug_scratch);
         }
         sl->n = n;
         atomic_store(&ld->filled, step + 1); /* publishes the slot */
@@ -140,14 +158,16 @@ ddp_loader *ddp_loader_create_device(ddp_h5split *split, struct ddp_sampler *sam
     ld->sampler = sampler;
     ld->batch = batch;
     ld->elems = ddp_h5split_sample_elems(split);
-    double slot_bytes = (double)batch * (double)ld->elems * sizeof(float);
+    ld->u8 = dev && dev->keep_u8 && ddp_h5split_dtype(split) == DDP_H5DTYPE_UINT8;
+    const size_t esz = ld->u8 ? 1 : sizeof(float);
+    double slot_bytes = (double)batch * (double)ld->elems * (double)esz;
     double fit = DDP_LOADER_BUDGET / (slot_bytes > 1 ? slot_bytes : 1);
     ld->nslots = fit >= DDP_LOADER_MAX_SLOTS   ? DDP_LOADER_MAX_SLOTS
                  : fit <= DDP_LOADER_MIN_SLOTS ? DDP_LOADER_MIN_SLOTS
                                                : (int)fit;
     ld->wake_free = ld->nslots / 2 > 2 ? ld->nslots / 2 : 2;
     for (int i = 0; i < ld->nslots; i++) {
-        const size_t xb = sizeof(float) * (size_t)(batch * ld->elems);
+        const size_t xb = esz * (size_t)(batch * ld->elems);
         const size_t yb = sizeof(int32_t) * (size_t)batch;
         /* separate allocations: a device reads x and y, the host may write other memory */
         ld->slots[i].x = ld->has_dev ? ld->dev.alloc(xb) : ddp_malloc_aligned(xb);
@@ -259,7 +279,8 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
         return 0;
     }
     ld->next_take++;
-    *x = sl->x;
+    ld->current_x = sl->x;
+    *x = ld->u8 ? NULL : sl->x;
     *y = sl->y;
     ld->current = sl->idx;
     return n;
@@ -268,6 +289,16 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
 const int64_t *ddp_loader_indices(const ddp_loader *ld)
 {
     return ld->current;
+}
+
+int ddp_loader_u8(const ddp_loader *ld)
+{
+    return ld->u8;
+}
+
+const uint8_t *ddp_loader_bytes(const ddp_loader *ld)
+{
+    return ld->u8 ? ld->current_x : NULL;
 }
 
 void ddp_loader_destroy(ddp_loader *ld)

@@ -3,8 +3,8 @@
  *
  * The loader walks a sampler's batches for one epoch, starting at any step (resume), and keeps
  * 3 to 16 batches read ahead (as many as fit in DDP_LOADER_BUDGET bytes): the thread reads the
- * images by hyperslab (or from the in-memory cache, h5data.h), converts uint8 to float, and
- * copies the labels. The trainer consumes them in order. The prefetch thread is the only thread
+ * images by hyperslab (or from the in-memory cache, h5data.h), converts uint8 to float (or keeps
+ * the bytes for a device that converts them, keep_u8), and copies the labels. The trainer consumes them in order. The prefetch thread is the only thread
  * that reads the split while an epoch runs. It does no arithmetic beyond the conversion, so it
  * does not compete with the compute thread pool.
  *
@@ -41,6 +41,11 @@ struct ddp_loader_device {
     int64_t (*done)(void *ctx);
     void (*wait)(void *ctx, int64_t ticket);
     void *ctx;
+    /* 1: where the split stores uint8, the slots hold the images as stored (one byte per
+     * element; crops and flips on the bytes, no normalisation) for a device that converts them
+     * (backend.h u8_to_float): ddp_loader_next then gives x = NULL and ddp_loader_bytes the
+     * images. */
+    int keep_u8;
 };
 ddp_loader *ddp_loader_create_device(ddp_h5split *split, struct ddp_sampler *sampler, int64_t batch,
                                      const struct ddp_loader_device *dev);
@@ -64,5 +69,11 @@ int ddp_loader_next(ddp_loader *ld, const float **x, const int32_t **y, char *er
 
 /* Sample indices of the batch last returned by ddp_loader_next. */
 const int64_t *ddp_loader_indices(const ddp_loader *ld);
+
+/* Whether the slots hold uint8 images (ddp_loader_device.keep_u8 on a uint8 split), and then
+ * the images of the batch last returned by ddp_loader_next: (n, sample_elems) bytes as stored,
+ * cropped and flipped, not normalised (NULL otherwise). */
+int ddp_loader_u8(const ddp_loader *ld);
+const uint8_t *ddp_loader_bytes(const ddp_loader *ld);
 
 #endif

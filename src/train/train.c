@@ -93,6 +93,12 @@ struct trainer {
     double *acc;            /* (2) backend memory: loss sum, correct count since the last log */
     struct ddp_graph graph; /* [train] cuda_graph: the step as a CUDA graph */
     char graph_note[DDP_ERR_LEN];       /* why cuda_graph = auto runs uncaptured; "" */
+    int dev_set; /* the set the next upload fills */
+    double *acc; /* (2) backend memory: loss sum, correct count since the last log */
+    /* uint8 training images on a backend with u8_to_float: they go up as bytes into
+     * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
+    uint8_t *dev_u8[2];
+    struct ddp_mem_info mem_start;      /* device memory once the backend was made (mem_info) */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
 };
@@ -325,14 +331,31 @@ static void loader_wait(void *ctx, int64_t ticket)
 }
 
 /* The training loader: on a backend with upload_batch, slots in page-locked memory that the
- * device reads asynchronously. */
+ * device reads asynchronously; uint8 images stay uint8 there where the device converts them. */
 static ddp_loader *train_loader_create(struct trainer *t)
 {
     if (!t->acc)
         return ddp_loader_create(t->train, &t->train_sampler, t->job.batch_size);
-    const struct ddp_loader_device dev = {t->be->host_alloc, t->be->host_free, loader_copies_done,
-                                          loader_wait, t};
+    const struct ddp_loader_device dev = {.alloc = t->be->host_alloc,
+                                          .free_fn = t->be->host_free,
+                                          .done = loader_copies_done,
+                                          .wait = loader_wait,
+                                          .ctx = t,
+                                          .keep_u8 = t->dev_u8[0] != NULL};
     return ddp_loader_create_device(t->train, &t->train_sampler, t->job.batch_size, &dev);
+}
+
+/* A uint8 batch (the loader's bytes) up into du, then converted and normalised into dx on the
+ * device, as the CPU loader converts it (backend.h u8_to_float). */
+static void upload_u8(struct trainer *t, float *dx, uint8_t *du, int32_t *dy, const int32_t *y,
+                      int n)
+{
+    const struct ddp_augment *a = &t->aug_train;
+    const size_t elems = (size_t)n * (size_t)t->model.in_elems;
+    const int64_t q = t->be->upload_batch(du, ddp_loader_bytes(t->train_loader), elems, dy, y,
+                                          sizeof(int32_t) * (size_t)n);
+    ddp_loader_hold(t->train_loader, q);
+    t->be->u8_to_float(dx, du, elems, a->C, a->H * a->W, a->nchan, a->mean, a->std);
 }
 
 /* The training batch to the device: asynchronously into the next device set where the backend
@@ -345,10 +368,15 @@ static void to_device_async(struct trainer *t, const float **x, const int32_t **
     }
     float *dx = t->dev_set ? t->dev_x2 : t->dev_x;
     int32_t *dy = t->dev_set ? t->dev_y2 : t->dev_y;
+    uint8_t *du = t->dev_u8[t->dev_set];
     t->dev_set ^= 1;
-    const int64_t q = t->be->upload_batch(dx, *x, sizeof(float) * (size_t)n * t->model.in_elems, dy,
-                                          *y, sizeof(int32_t) * (size_t)n);
-    ddp_loader_hold(t->train_loader, q);
+    if (ddp_loader_u8(t->train_loader)) {
+        upload_u8(t, dx, du, dy, *y, n);
+    } else {
+        const int64_t q = t->be->upload_batch(dx, *x, sizeof(float) * (size_t)n * t->model.in_elems,
+                                              dy, *y, sizeof(int32_t) * (size_t)n);
+        ddp_loader_hold(t->train_loader, q);
+    }
     *x = dx;
     *y = dy;
 }
@@ -861,6 +889,30 @@ static void end_epoch(struct trainer *t, struct loop *lp)
     }
 }
 
+/* On a GPU: the summary's device memory members appended to members (len bytes), and rank 0's
+ * log line: the backend's high-water mark of its own allocations (what PyTorch's
+ * max_memory_allocated counts) and the device's used memory (cudaMemGetInfo, every process and
+ * library included) when the backend was made and now. */
+static void memory_summary(const struct trainer *t, char *members, size_t len)
+{
+    if (!t->be->mem_info)
+        return;
+    struct ddp_mem_info now;
+    t->be->mem_info(&now);
+    const size_t before = t->mem_start.dev_total - t->mem_start.dev_free;
+    const size_t after = now.dev_total - now.dev_free;
+    const size_t used = strlen(members);
+    snprintf(members + used, len - used,
+             ",\"gpu_mem_peak_bytes\":%zu,\"gpu_mem_allocated_bytes\":%zu,"
+             "\"gpu_used_before_bytes\":%zu,\"gpu_used_after_bytes\":%zu,\"gpu_total_bytes\":%zu",
+             now.peak, now.allocated, before, after, now.dev_total);
+    if (t->world.rank == 0)
+        ddp_log("GPU memory: peak %.1f MiB allocated by ddptrain; device used %.1f MiB before, "
+                "%.1f MiB now, of %.1f MiB",
+                (double)now.peak / 1048576.0, (double)before / 1048576.0, (double)after / 1048576.0,
+                (double)now.dev_total / 1048576.0);
+}
+
 /* After the last epoch: the final evaluation if none ran, model.h5, the summary record. */
 static void finish_training(struct trainer *t, struct loop *lp)
 {
@@ -910,6 +962,7 @@ static void finish_training(struct trainer *t, struct loop *lp)
                  ddp_valsel_metric(&t->valsel), b, (long long)t->valsel.best_epoch,
                  lp->early_stopped ? "true" : "false");
     }
+    memory_summary(t, members, sizeof members);
     ddp_metrics_summary(&t->metrics, members);
     if (isfinite(lp->last_acc))
         ddp_log("final test accuracy %.4f (loss %.4f) after %lld steps in %.1fs%s", lp->last_acc,
@@ -1057,6 +1110,8 @@ static int start_comm(struct trainer *t)
         return DDP_EXIT_LAUNCH;
     }
     t->be = dev.be;
+    if (t->be->mem_info)
+        t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
     ddp_backend_conv_path(&dev, job->conv, t->conv_path, sizeof t->conv_path);
     const int gpu = dev.device >= 0;
@@ -1153,6 +1208,9 @@ static int setup_model(struct trainer *t)
             t->dev_x2 = t->be->alloc(sizeof(float) * (size_t)job->batch_size * m->in_elems);
             t->dev_y2 = t->be->alloc(sizeof(int32_t) * (size_t)job->batch_size);
             t->acc = t->be->alloc(2 * sizeof(double));
+            if (t->be->u8_to_float && ddp_h5split_dtype(t->train) == DDP_H5DTYPE_UINT8)
+                for (int i = 0; i < 2; i++)
+                    t->dev_u8[i] = t->be->alloc((size_t)job->batch_size * m->in_elems);
         }
     }
     ddp_sync_init(&t->sync, t->comm, m, job->bucket_mb);
@@ -1341,6 +1399,9 @@ static void teardown(struct trainer *t)
         t->be->free(t->dev_y2);
         t->be->free(t->acc);
     }
+    for (int i = 0; i < 2; i++)
+        if (t->dev_u8[i])
+            t->be->free(t->dev_u8[i]);
     ddp_model_free(&t->model);
     ddp_h5split_close(t->train);
     ddp_h5split_close(t->test);

@@ -1,57 +1,78 @@
 #!/bin/bash
-# device-check.sh [CARRY] - everything one call to the GPU device machine checks, in under
-# 8 minutes, from the bundle that tests/gpu/pack.sh made here in CARRY (default .dev/gpu):
-# nothing is built there.
+# device-check.sh [CARRY] | --dry - everything one call to the GPU device machine checks, in at
+# most 8 minutes (TOTAL_S, default 470 s), from the bundle that tests/gpu/pack.sh made here in
+# CARRY (default .dev/gpu): nothing is built there. Each stage has a fixed time budget (its
+# timeout, cut to what is left of TOTAL_S); the benchmark gets what the checks left over.
 #
-#   1. the card, the driver, PyTorch (information only)
-#   2. every carried binary finds its libraries (carried ones, cuBLAS and NCCL from the
-#      device's CUDA toolkit or PyTorch's pip packages)
-#   3. test_cuda_ops    every CUDA op against the CPU backend (normalised error <= 1e-6)
-#   4. test_nccl        the NCCL communicator, world size 1
-#   5. train_curve.sh   CPU vs GPU loss curves of two short training runs
-#   5b. sanitizer       compute-sanitizer memcheck, racecheck and synccheck over test_cuda_ops
-#                       and memcheck over a 20-step training (skipped where compute-sanitizer
-#                       is absent; SANITIZER_S seconds per tool, default 60)
-#   6. throughput       samples/s of configs/fashion-mlp.ini and configs/fashion-cnn.ini on
-#                       synthetic data of Fashion-MNIST's shape: ddptrain on the GPU (fp32 and
-#                       tf32), PyTorch on the same GPU (tests/gpu/torch_gpu_bench.py), and
-#                       ddptrain's CPU backend for scale; skipped if the checks ran long
+#   1. device       the card, the driver, PyTorch (information only)
+#   2. libraries    every carried binary finds its libraries (carried ones; cuBLAS and NCCL from
+#                   the device's CUDA toolkit or PyTorch's pip packages); gpu_probe finds the GPU;
+#                   the job keys the checks use (train.precision = bf16, train.cuda_graph) are known
+#   3. ops          test_cuda_ops: every CUDA op against the CPU backend; test_nccl, world size 1
+#   4. sanitizer    compute-sanitizer memcheck, racecheck and synccheck over test_cuda_ops and a
+#                   20-step training (SANITIZER_S per run, default 20: a run that is out of time
+#                   is reported, not failed; an error the tool finds fails)
+#   5. curves       train_curve.sh: CPU vs GPU loss curves of two short trainings, fp32, tf32, bf16
+#   6. bench        samples/s and peak device memory, MLP 784-512-512-10 and configs/fashion-cnn.ini's
+#                   CNN at batch 256 and 1024, on Fashion-MNIST-shaped synthetic data (uint8):
+#                   ddptrain with cuda_graph off and on, fp32, tf32, bf16; PyTorch on the same GPU
+#                   (tests/gpu/torch_gpu_bench.py: data preloaded on the GPU, eager and
+#                   torch.compile, the same three precisions); in priority order (batch 256
+#                   first) until the time is up; what did not fit is "-" in the table
 #
-# Writes under $OUT/gpu at most 7 files: device-check.log (all of it, per-run logs appended),
-# ops.txt, nccl.txt, curve.txt, sanitizer.txt, bench.md (the table) and bench.json. Exit 0 when every correctness check (3-5) passed, else 1.
+# Writes under $OUT/gpu at most 7 files: device-check.log (all of it), ops.txt, sanitizer.txt,
+# curve.txt, bench.json, bench.md (the table, ready for bench/RESULTS-gpu.md) and bench-runs.txt
+# (the last lines of every benchmark run). Prints the table last. Exit 0 when every check
+# passed, else 1 (the summary names the stage).
+#
 # Usage with the device tool: command "bash tests/gpu/device-check.sh .dev/gpu", carry
 # [".dev/gpu"], timeout_s 540.
+#
+# --dry: the same stages' plumbing without a GPU, in CI (suite twin): build/ddptrain-twin and
+# the twin's test_cuda_ops and test_nccl (DDP_BUILD, default ./build), CPU PyTorch, a stand-in
+# for compute-sanitizer, tiny data, step counts and batches (the numbers mean nothing). A job key
+# this ddptrain does not know yet is skipped there with the reason; on the GPU it fails.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 SRC=$PWD
-BUNDLE=$(realpath "${1:-.dev/gpu}")/bundle.tar.xz
+DRY=0
+if [ "${1:-}" = --dry ]; then
+    DRY=1
+    shift
+fi
+TOTAL_S=${TOTAL_S:-470}
+SANITIZER_S=${SANITIZER_S:-20}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+[ $DRY = 1 ] && [ -z "${OUT:-}" ] && OUT=$W/out # --dry without OUT: removed at the end
 OUT=${OUT:-$(mktemp -d)}
 R="$OUT/gpu"
-W=$(mktemp -d)
 mkdir -p "$R" "$W/bin" "$W/carry"
 exec > >(tee "$R/device-check.log") 2>&1
-CARRY="$W/carry"
-if ! { tar -C "$CARRY" -xJf "$BUNDLE" 2>/dev/null ||
-       python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-           "$BUNDLE" "$CARRY"; }; then
-    echo "FAIL: cannot unpack $BUNDLE (made by tests/gpu/pack.sh)"
-    exit 1
-fi
 T0=$(date +%s)
-BENCH_AFTER_S=${BENCH_AFTER_S:-300} # no throughput runs once the checks took this long
-step() { echo; echo "== $* (t=$(( $(date +%s) - T0 )) s)"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+# budget N: N seconds, or what is left of TOTAL_S (at least 1)
+budget() {
+    local left=$((TOTAL_S - $(elapsed)))
+    if [ "$left" -ge "$1" ]; then echo "$1"; elif [ "$left" -gt 1 ]; then echo "$left"; else echo 1; fi
+}
+step() { echo; echo "== $* (t=$(elapsed) s)"; }
 declare -A RESULT
 ORDER=()
 result() { RESULT[$1]=$2; ORDER+=("$1"); echo "-> $1: $2"; }
 
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
-    --format=csv 2>&1 | head -3
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-[ -f "$CARRY/REVISION" ] && echo "carried build of $(cat "$CARRY/REVISION")"
-
-step "libraries"
-LIBDIRS=$(python3 - <<'EOF'
+# ---- the binaries: the carried bundle, or (--dry) this build's twin ---------------------------
+setup_bundle() {
+    local bundle
+    bundle=$(realpath "${1:-.dev/gpu}")/bundle.tar.xz
+    if ! { tar -C "$W/carry" -xJf "$bundle" 2>/dev/null ||
+           python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+               "$bundle" "$W/carry"; }; then
+        echo "FAIL: cannot unpack $bundle (made by tests/gpu/pack.sh)"
+        exit 1
+    fi
+    [ -f "$W/carry/REVISION" ] && echo "carried build of $(cat "$W/carry/REVISION")"
+    LIBDIRS=$(python3 - <<'EOF'
 import glob, os, site, sys
 want = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2")
 roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]
@@ -67,163 +88,330 @@ for w in want:
 print(":".join(dict.fromkeys(found.values())))
 EOF
 )
-LDPATH="$CARRY/lib${LIBDIRS:+:$LIBDIRS}"
+    LDPATH="$W/carry/lib${LIBDIRS:+:$LIBDIRS}"
+    for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
+        REAL[$b]="$W/carry/bin/$b"
+    done
+    PY=python3
+    TORCH_DEVICE=cuda
+    SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+}
+
+setup_dry() {
+    local b=${DDP_BUILD:-$SRC/build}
+    REAL[ddptrain]=$b/ddptrain-twin
+    REAL[test_cuda_ops]=$b/tests/twin/tests/test_cuda_ops_twin
+    REAL[test_nccl]=$b/tests/twin/tests/test_nccl_twin
+    printf '#!/bin/sh\necho "gpu_probe (dry): the GPU twin"\n' > "$W/gpu_probe"
+    REAL[gpu_probe]=$W/gpu_probe
+    LDPATH=${LD_LIBRARY_PATH:-}
+    PY=/usr/bin/python3
+    TORCH_DEVICE=cpu
+    # compute-sanitizer's stand-in: drops the tool's options, runs the program
+    cat > "$W/sanitizer" <<'EOF'
+#!/bin/bash
+# compute-sanitizer's stand-in (--dry): skips --tool X --error-exitcode N, runs the program
+while [ $# -gt 0 ]; do
+    case $1 in --tool | --error-exitcode) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+echo "========= COMPUTE-SANITIZER (dry stand-in)"
+"$@"
+rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+EOF
+    chmod +x "$W/gpu_probe" "$W/sanitizer"
+    SAN=$W/sanitizer
+    export DDP_EMU_GPUS=1
+}
+
+declare -A REAL
+if [ $DRY = 1 ]; then
+    echo "device-check --dry: the plumbing of every stage on the GPU twin and CPU PyTorch"
+    setup_dry
+    # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
+    STEPS_MLP="6 2" STEPS_CNN="4 2" BATCHES="16" NTRAIN=600 SAN_BATCH=4 SAN_CFG=fashion-mlp
+    CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32) SAN_STEPS=5
+else
+    setup_bundle "${1:-.dev/gpu}"
+    STEPS_MLP="400 100" STEPS_CNN="250 50" BATCHES="256 1024" NTRAIN=60000 SAN_BATCH=32
+    SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20
+fi
 # wrappers: the carried libraries for our binaries only, never for python/PyTorch
 for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
-    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LDPATH" "$CARRY/bin/$b" > "$W/bin/$b"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LDPATH" "${REAL[$b]}" > "$W/bin/$b"
     chmod +x "$W/bin/$b"
 done
+export DDP_GPU_REQUIRE=1 DDPTRAIN="$W/bin/ddptrain" GPU_PROBE="$W/bin/gpu_probe" DDP_SRC="$SRC"
+
+step "device"
+if [ $DRY = 0 ]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
+        --format=csv 2>&1 | head -3
+fi
+timeout 60 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+
+step "libraries"
 missing=0
-for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
-    if LD_LIBRARY_PATH="$LDPATH" ldd "$CARRY/bin/$b" | grep "not found"; then
+for b in ddptrain test_cuda_ops test_nccl; do
+    if [ ! -x "${REAL[$b]}" ]; then
+        echo "$b: ${REAL[$b]} missing"
+        missing=1
+    elif LD_LIBRARY_PATH="$LDPATH" ldd "${REAL[$b]}" | grep "not found"; then
         echo "$b: libraries not found"
         missing=1
     fi
 done
 # cuBLAS is opened at run time (not in ldd): --version opens it
-if "$W/bin/ddptrain" --version | grep "cuda (" | grep -q "library not found"; then
-    echo "ddptrain: cuBLAS (libcublas.so.13) cannot be opened with LD_LIBRARY_PATH=$LDPATH"
+if ! timeout "$(budget 20)" "$DDPTRAIN" --version > "$W/version.txt" 2>&1 ||
+   grep "cuda (" "$W/version.txt" | grep -q "library not found"; then
+    cat "$W/version.txt"
+    echo "ddptrain: --version failed or cannot open cuBLAS (libcublas.so.13) with LD_LIBRARY_PATH=$LDPATH"
     missing=1
 fi
+grep "backends" "$W/version.txt"
+timeout "$(budget 20)" "$GPU_PROBE" || { echo "gpu_probe: no usable GPU"; missing=1; }
+# the job keys the later stages set: known to this ddptrain? (--dry: skipped with the reason)
+timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,28,28 --classes 10 --train 2000 \
+    --test 200 --seed 1 >/dev/null || missing=1
+declare -A KEY_OK
+for kv in train.precision=tf32 train.precision=bf16 train.cuda_graph=off train.cuda_graph=on; do
+    if timeout 30 "$DDPTRAIN" check configs/fashion-cnn.ini --set data.file="$W/san.h5" \
+            --set job.output="$W/check" --set train.device=cpu --set "$kv" > "$W/key.txt" 2>&1; then
+        KEY_OK[$kv]=1
+    else
+        KEY_OK[$kv]=0
+        why=$(grep -m1 -- "--set ${kv%%=*}" "$W/key.txt" || tail -1 "$W/key.txt")
+        if [ $DRY = 1 ]; then
+            echo "skipped (dry): $kv: this ddptrain does not know it yet: $why"
+        else
+            echo "FAIL: $kv: $why"
+            missing=1
+        fi
+    fi
+done
 [ $missing = 0 ] && result libraries pass || result libraries FAIL
 
-export DDP_GPU_REQUIRE=1 DDPTRAIN="$W/bin/ddptrain" GPU_PROBE="$W/bin/gpu_probe" DDP_SRC="$SRC"
+step "ops"
+timeout "$(budget 90)" "$W/bin/test_cuda_ops" > "$R/ops.txt" 2>&1
+rc=$?
+grep -E "^FAIL|^GPU|checks" "$R/ops.txt"
+[ $rc = 0 ] && result ops pass || result ops "FAIL (exit $rc; ops.txt)"
+NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout "$(budget 30)" "$W/bin/test_nccl" > "$W/nccl.txt" 2>&1
+rc=$?
+tail -2 "$W/nccl.txt"
+cat "$W/nccl.txt" >> "$R/ops.txt"
+[ $rc = 0 ] && result nccl pass || result nccl "FAIL (exit $rc; ops.txt)"
 
-step "gpu_probe"
-timeout 60 "$W/bin/gpu_probe" && result probe pass || result probe FAIL
-
-step "test_cuda_ops"
-timeout 180 "$W/bin/test_cuda_ops" 2>&1 | tee "$R/ops.txt"
-[ "${PIPESTATUS[0]}" = 0 ] && result ops pass || result ops FAIL
-
-step "test_nccl"
-NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout 120 "$W/bin/test_nccl" 2>&1 | tee "$R/nccl.txt"
-[ "${PIPESTATUS[0]}" = 0 ] && result nccl pass || result nccl FAIL
-
-step "train_curve.sh"
-DDP_BUILD="$W" timeout 240 bash tests/gpu/train_curve.sh 2>&1 | tee "$R/curve.txt"
-[ "${PIPESTATUS[0]}" = 0 ] && result curve pass || result curve FAIL
-
-step "compute-sanitizer"
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+step "sanitizer"
 if [ -z "$SAN" ]; then
-    echo "skipped: no compute-sanitizer"
-    result sanitizer skipped
+    echo "no compute-sanitizer on this machine"
+    result sanitizer FAIL
 else
     san_fail=0
+    : > "$R/sanitizer.txt"
+    ops_s=$SANITIZER_S
+    [ $DRY = 1 ] && ops_s=2 # the twin's ops test is slow: its out-of-time path is the plumbing
     for tool in memcheck racecheck synccheck; do
-        echo "-- $tool test_cuda_ops"
-        LD_LIBRARY_PATH="$LDPATH" timeout "${SANITIZER_S:-60}" "$SAN" --tool $tool \
-            --error-exitcode 9 "$CARRY/bin/test_cuda_ops" > "$W/san-$tool.txt" 2>&1
-        rc=$?
-        tail -3 "$W/san-$tool.txt"
-        # 124: out of time (the ops ran partly under the tool): reported, not a failure
-        case $rc in 0) ;; 124) echo "($tool ran out of its ${SANITIZER_S:-60} s)" ;; *) san_fail=1 ;; esac
+        for what in ops train; do
+            if [ $what = ops ]; then
+                cmd=("${REAL[test_cuda_ops]}")
+                t=$(budget "$ops_s")
+            else
+                cmd=("${REAL[ddptrain]}" configs/$SAN_CFG.ini --set data.file="$W/san.h5"
+                     --set data.batch_size=$SAN_BATCH --set train.max_steps=$SAN_STEPS --set train.log_every=5
+                     --set job.output="$W/san-$tool" --set job.report=false --set train.device=cuda)
+                t=$(budget "$SANITIZER_S")
+            fi
+            echo "-- $tool: $what (${t} s)" | tee -a "$R/sanitizer.txt"
+            LD_LIBRARY_PATH="$LDPATH" timeout "$t" "$SAN" --tool $tool --error-exitcode 9 \
+                "${cmd[@]}" > "$W/san.txt" 2>&1
+            rc=$?
+            grep -E "ERROR SUMMARY|^=+ (Invalid|Race|Barrier|Error)" "$W/san.txt" | head -5 |
+                tee -a "$R/sanitizer.txt"
+            tail -c 3000 "$W/san.txt" >> "$R/sanitizer.txt"
+            case $rc in
+            0) echo "   $tool $what: clean" ;;
+            124) echo "   $tool $what: out of its $t s (what ran was clean)" ;;
+            *) echo "   $tool $what: FAIL (exit $rc)"; san_fail=1 ;;
+            esac
+        done
     done
-    timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,8,8 --classes 10 --train 2000 \
-        --test 10 --seed 1 >/dev/null
-    echo "-- memcheck: 20 training steps"
-    LD_LIBRARY_PATH="$LDPATH" timeout "${SANITIZER_S:-60}" "$SAN" --tool memcheck \
-        --error-exitcode 9 "$CARRY/bin/ddptrain" configs/fashion-cnn.ini \
-        --set data.file="$W/san.h5" --set data.test= --set data.batch_size=32 \
-        --set train.max_steps=20 --set train.log_every=5 --set job.output="$W/san-run" \
-        --set train.device=cuda > "$W/san-train.txt" 2>&1
-    rc=$?
-    tail -3 "$W/san-train.txt"
-    case $rc in 0) ;; 124) echo "(training ran out of time under memcheck)" ;; *) san_fail=1 ;; esac
-    cat "$W"/san-*.txt > "$R/sanitizer.txt"
-    [ $san_fail = 0 ] && result sanitizer pass || result sanitizer FAIL
+    [ $san_fail = 0 ] && result sanitizer pass || result sanitizer "FAIL (sanitizer.txt)"
 fi
 
-step "throughput"
-if [ $(( $(date +%s) - T0 )) -gt "$BENCH_AFTER_S" ]; then
-    echo "skipped: the checks took more than $BENCH_AFTER_S s"
-    result bench skipped
-else
-    . tests/gpu/lib.sh
-    timeout 60 "$DDPTRAIN" data synth -o "$W/fm.h5" --shape 1,28,28 --classes 10 \
-        --train 60000 --test 1000 --seed 1 >/dev/null
-    if gpu_select configs/fashion-mlp.ini --set data.file="$W/fm.h5"; then
-        echo "device chosen through $GPU_SELECT"
-        # config steps warmup(=log_every)
-        for spec in "fashion-mlp 600 100" "fashion-cnn 300 50"; do
-            set -- $spec
-            cfg=$1 steps=$2 warm=$3
-            layers=$(python3 -c 'import configparser,sys; c=configparser.ConfigParser(inline_comment_prefixes=(";",)); c.read(sys.argv[1]); print(" ".join(c["model"]["layers"].split()))' "configs/$cfg.ini")
-            common=(--set data.file="$W/fm.h5" --set data.test= --set train.max_steps=$steps
-                    --set train.log_every=$warm --set checkpoint.every_epochs=0)
-            for prec in fp32 tf32; do
-                timeout 120 "$DDPTRAIN" "configs/$cfg.ini" "${GPU_ARGS[@]}" "${common[@]}" \
-                    --set train.precision=$prec --set job.output="$W/$cfg-gpu-$prec" \
-                    > "$W/$cfg-gpu-$prec.log" 2>&1 || echo "ddptrain $cfg $prec failed"
-                tf=""; [ $prec = tf32 ] && tf=--tf32
-                timeout 120 python3 tests/gpu/torch_gpu_bench.py --data "$W/fm.h5" \
-                    --layers "$layers" --batch 256 --steps $steps --warmup $warm $tf \
-                    --json "$W/$cfg-torch-$prec.json" > "$W/$cfg-torch-$prec.log" 2>&1 ||
-                    echo "torch $cfg $prec failed (its log is appended below)"
+step "curves"
+: > "$R/curve.txt"
+curve_fail=0
+for prec in fp32 tf32 bf16; do
+    if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ]; then
+        if [ $DRY = 1 ]; then
+            echo "-- $prec: skipped (dry): ddptrain does not know train.precision = $prec"
+        else
+            echo "-- $prec: FAIL: ddptrain does not know train.precision = $prec"
+        fi | tee -a "$R/curve.txt"
+        [ $DRY = 1 ] || curve_fail=1
+        continue
+    fi
+    echo "-- $prec" | tee -a "$R/curve.txt"
+    jobs="mlp cnn"
+    [ $DRY = 1 ] && [ $prec != fp32 ] && jobs=mlp # the CNN on the twin is slow: once
+    env "${CURVE_ENV[@]}" CURVE_JOBS="$jobs" CURVE_PRECISION=$prec DDP_BUILD="$W" PATH="$(dirname "$PY"):$PATH" \
+        timeout "$(budget 40)" bash tests/gpu/train_curve.sh >> "$R/curve.txt" 2>&1
+    rc=$?
+    grep -E "^(ok|FAIL)" "$R/curve.txt" | tail -2
+    [ $rc = 0 ] || { echo "   $prec: FAIL (exit $rc)"; curve_fail=1; }
+done
+[ $curve_fail = 0 ] && result curves pass || result curves "FAIL (curve.txt)"
+
+# ---- benchmark --------------------------------------------------------------------------------
+step "bench (what is left of $TOTAL_S s)"
+BENCH_FAIL=0
+: > "$R/bench-runs.txt"
+timeout "$(budget 60)" "$DDPTRAIN" data synth -o "$W/fm.h5" --shape 1,28,28 --classes 10 \
+    --train $NTRAIN --test 100 --seed 1 >/dev/null || BENCH_FAIL=1
+. tests/gpu/lib.sh
+gpu_select configs/fashion-mlp.ini --set data.file="$W/fm.h5" || BENCH_FAIL=1
+layers_of() {
+    "$PY" -c 'import configparser,sys; c=configparser.ConfigParser(inline_comment_prefixes=(";",)); c.read(sys.argv[1]); print(" ".join(c["model"]["layers"].split()))' "configs/$1.ini"
+}
+# one ddptrain run: model batch precision graph -> $W/run-<id>/metrics.jsonl
+ddp_run() {
+    local cfg=$1 b=$2 prec=$3 graph=$4 steps warm id=ddp-$1-$2-$3-graph$4 t extra=()
+    read -r steps warm <<< "$([ "$cfg" = fashion-mlp ] && echo "$STEPS_MLP" || echo "$STEPS_CNN")"
+    # a ddptrain without the key has no graphs: off is then its plain run
+    if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ]; then
+        echo "skipped: $id: this ddptrain does not know train.precision = $prec"
+        return
+    fi
+    if [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ] && [ "$graph" = on ]; then
+        echo "skipped: $id: this ddptrain does not know train.cuda_graph"
+        return
+    fi
+    [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 1 ] && extra=(--set train.cuda_graph=$graph)
+    t=$(budget 40)
+    [ "$t" -lt 5 ] && { echo "skipped: $id: out of time"; return; }
+    timeout "$t" "$DDPTRAIN" "configs/$cfg.ini" "${GPU_ARGS[@]}" --set data.file="$W/fm.h5" \
+        --set data.test= --set data.batch_size=$b --set train.max_steps=$steps \
+        --set train.log_every=$warm --set checkpoint.every_epochs=0 --set job.report=false \
+        --set train.precision=$prec "${extra[@]}" --set job.output="$W/$id" > "$W/$id.log" 2>&1
+    local rc=$?
+    { echo "---- $id (exit $rc)"; tail -4 "$W/$id.log"; } >> "$R/bench-runs.txt"
+    [ $rc = 0 ] || { echo "FAIL: $id exit $rc: $(tail -1 "$W/$id.log")"; BENCH_FAIL=1; }
+}
+# PyTorch, one process per model and batch: its variants (mode:precision) in priority order
+# while its time lasts -> $W/torch-<cfg>-<batch>.json (a list, rewritten after each variant)
+torch_run() {
+    local cfg=$1 b=$2 cap=$3 steps warm id=torch-$1-$2 t
+    read -r steps warm <<< "$([ "$cfg" = fashion-mlp ] && echo "$STEPS_MLP" || echo "$STEPS_CNN")"
+    t=$(budget "$cap")
+    [ "$t" -lt 10 ] && { echo "skipped: $id: out of time"; return; }
+    timeout "$t" "$PY" tests/gpu/torch_gpu_bench.py --data "$W/fm.h5" --layers "$(layers_of "$cfg")" \
+        --batch "$b" --steps "$steps" --warmup "$warm" --budget-s $((t - 5)) \
+        --runs eager:fp32,eager:bf16,compile:fp32,compile:bf16,eager:tf32,compile:tf32 \
+        --device "$TORCH_DEVICE" --json "$W/$id.json" > "$W/$id.log" 2>&1
+    local rc=$?
+    { echo "---- $id (exit $rc)"; tail -8 "$W/$id.log"; } >> "$R/bench-runs.txt"
+    [ $rc = 0 ] || echo "torch $id: exit $rc (bench-runs.txt)"
+}
+if [ $BENCH_FAIL = 0 ]; then
+    echo "device chosen through $GPU_SELECT"
+    for b in $BATCHES; do
+        for cfg in fashion-mlp fashion-cnn; do
+            echo "-- $cfg batch $b (t=$(elapsed) s)"
+            for run in "fp32 off" "fp32 on" "bf16 on" "tf32 on" "bf16 off" "tf32 off"; do
+                ddp_run $cfg "$b" $run
             done
-            cpu_steps=$((warm * 3))
-            timeout 90 "$DDPTRAIN" "configs/$cfg.ini" "${CPU_ARGS[@]}" "${common[@]}" \
-                --set train.max_steps=$cpu_steps --set job.output="$W/$cfg-cpu-fp32" \
-                > "$W/$cfg-cpu-fp32.log" 2>&1 || echo "ddptrain $cfg cpu failed"
+            torch_run $cfg "$b" $([ "$b" = "${BATCHES%% *}" ] && echo 150 || echo 90)
         done
-        python3 - "$W" "$R" <<'EOF'
-import json, os, statistics, sys
-W, R = sys.argv[1], sys.argv[2]
-def ddp_rate(d):
+    done
+fi
+"$PY" - "$W" "$R" "$DRY" "$BATCHES" <<'EOF' || BENCH_FAIL=1
+import glob, json, os, statistics, sys
+W, R, dry, batches = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4].split()
+def ddp(cfg, b, prec, graph):
+    d = os.path.join(W, f"ddp-{cfg}-{b}-{prec}-graph{graph}")
     try:
-        recs = [json.loads(l) for l in open(os.path.join(W, d, "metrics.jsonl"))]
+        recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
     except OSError:
         return None
     rates = [r["samples_per_s"] for r in recs if r.get("kind") == "train"][1:]
-    return statistics.median(rates) if rates else None
-def torch_rate(f):
+    summ = [r for r in recs if r.get("kind") == "summary"]
+    mem = summ[-1].get("gpu_mem_peak_bytes") if summ else None
+    return dict(rate=statistics.median(rates) if rates else None, mem=mem)
+def torch(cfg, b, mode, prec):
     try:
-        return json.load(open(os.path.join(W, f)))["samples_per_s"]
-    except (OSError, ValueError, KeyError):
+        runs = json.load(open(os.path.join(W, f"torch-{cfg}-{b}.json")))
+    except (OSError, ValueError):
         return None
+    r = next((x for x in runs if x.get("mode") == mode and x.get("precision") == prec), None)
+    if r is None:
+        return None
+    if "skipped" in r:
+        return dict(rate=None, mem=None, skipped=r["skipped"])
+    return dict(rate=r.get("samples_per_s"), mem=r.get("peak_mem_bytes"), torch=r.get("torch"),
+                device=r.get("device"))
 rows = []
-for cfg in ("fashion-mlp", "fashion-cnn"):
-    cpu = ddp_rate(f"{cfg}-cpu-fp32")
-    for prec in ("fp32", "tf32"):
-        g, t = ddp_rate(f"{cfg}-gpu-{prec}"), torch_rate(f"{cfg}-torch-{prec}.json")
-        rows.append(dict(config=cfg, precision=prec, ddptrain_gpu=g, pytorch_gpu=t,
-                         ddptrain_cpu=cpu if prec == "fp32" else None,
-                         ddptrain_over_pytorch=g / t if g and t else None))
-fmt = lambda v, f="%.0f": "-" if v is None else f % v
-lines = ["| config | precision | ddptrain GPU | PyTorch GPU | ddptrain / PyTorch | ddptrain CPU |",
-         "|---|---|---|---|---|---|",
-         "| | | samples/s | samples/s | ratio | samples/s |"]
+for b in batches:
+    for cfg in ("fashion-mlp", "fashion-cnn"):
+        for prec in ("fp32", "tf32", "bf16"):
+            off, on = ddp(cfg, b, prec, "off"), ddp(cfg, b, prec, "on")
+            eager, comp = torch(cfg, b, "eager", prec), torch(cfg, b, "compile", prec)
+            rate = lambda x: x and x.get("rate")
+            best = max([v for v in (rate(off), rate(on)) if v], default=None)
+            rows.append(dict(model=cfg, batch=int(b), precision=prec, ddp_graph_off=rate(off),
+                             ddp_graph_on=rate(on), torch_eager=rate(eager),
+                             torch_compile=rate(comp),
+                             over_eager=best / rate(eager) if best and rate(eager) else None,
+                             over_compile=best / rate(comp) if best and rate(comp) else None,
+                             mem_ddp=max([x["mem"] for x in (off, on) if x and x.get("mem")],
+                                         default=None),
+                             mem_eager=eager and eager.get("mem"),
+                             mem_compile=comp and comp.get("mem")))
+f0 = lambda v: "-" if v is None else f"{v:,.0f}"
+f2 = lambda v: "-" if v is None else f"{v:.2f}x"
+mib = lambda v: "-" if v is None else f"{v / 1048576:.1f}"
+name = {"fashion-mlp": "MLP 784-512-512-10", "fashion-cnn": "CNN (fashion-cnn)"}
+lines = ["| model | batch | precision | ddptrain graph off | ddptrain graph on | PyTorch eager "
+         "| torch.compile | ddptrain / eager | ddptrain / compile | peak MiB ddptrain "
+         "| peak MiB eager | peak MiB compile |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    lines.append(f"| {r['config']} | {r['precision']} | {fmt(r['ddptrain_gpu'])} | "
-                 f"{fmt(r['pytorch_gpu'])} | {fmt(r['ddptrain_over_pytorch'], '%.2f')} | "
-                 f"{fmt(r['ddptrain_cpu'])} |")
-table = "\n".join(lines)
+    lines.append(f"| {name[r['model']]} | {r['batch']} | {r['precision']} | "
+                 f"{f0(r['ddp_graph_off'])} | {f0(r['ddp_graph_on'])} | {f0(r['torch_eager'])} | "
+                 f"{f0(r['torch_compile'])} | {f2(r['over_eager'])} | {f2(r['over_compile'])} | "
+                 f"{mib(r['mem_ddp'])} | {mib(r['mem_eager'])} | {mib(r['mem_compile'])} |")
+tj = [t for p in glob.glob(os.path.join(W, "torch-*.json")) for t in json.load(open(p))]
+dev = next((t.get("device") for t in tj if t.get("device")), "CPU (dry run)" if dry else "?")
+tv = next((t.get("torch") for t in tj if t.get("torch")), "?")
+head = [f"Device: {dev}; PyTorch {tv}." + (" DRY RUN: the GPU twin and CPU PyTorch, tiny "
+        "step counts: these numbers mean nothing." if dry else ""),
+        "samples/s: ddptrain the median of its logged rates after the first log interval; "
+        "PyTorch timed after its warm-up, data preloaded on the device. ddptrain / PyTorch: "
+        "the faster of graph off and on. Peak MiB: device memory allocated by the framework "
+        "(ddptrain gpu_mem_peak_bytes; torch.cuda.max_memory_allocated less the preloaded "
+        "data); - = not run (out of time, or not supported)."]
+table = "\n".join(head + [""] + lines)
 open(os.path.join(R, "bench.md"), "w").write(table + "\n")
 json.dump(rows, open(os.path.join(R, "bench.json"), "w"), indent=1)
-print("batch 256 per step, one GPU, synthetic data of Fashion-MNIST's shape (60000 x 1x28x28);")
-print("ddptrain: median of its logged samples/s after the first log interval")
-print(table)
+measured = sum(1 for r in rows for k in ("ddp_graph_off", "ddp_graph_on", "torch_eager") if r[k])
+print(f"{measured} figures measured")
+sys.exit(0 if measured else 1)
 EOF
-        result bench done
-    else
-        result bench FAIL
-    fi
-fi
-
-for f in "$W"/*.log; do
-    [ -f "$f" ] && { echo "---- $(basename "$f") (last 15 lines)"; tail -15 "$f"; }
-done
+[ $BENCH_FAIL = 0 ] && result bench done || result bench "FAIL (bench-runs.txt)"
 
 step "summary"
 fail=0
 for k in "${ORDER[@]}"; do
     printf '  %-10s %s\n' "$k" "${RESULT[$k]}"
-    case $k in
-    libraries|probe|ops|nccl|curve) [ "${RESULT[$k]}" = pass ] || fail=1 ;;
-    sanitizer) [ "${RESULT[$k]}" = FAIL ] && fail=1 ;;
-    esac
+    case ${RESULT[$k]} in pass | done) ;; *) fail=1 ;; esac
 done
-echo "total $(( $(date +%s) - T0 )) s; logs in $R"
-rm -rf "$W"
+nfiles=$(find "$R" -type f | wc -l)
+if [ "$nfiles" -gt 8 ]; then
+    echo "FAIL: $nfiles files under $R (the device tool brings back 8)"
+    fail=1
+fi
+echo "total $(elapsed) s of $TOTAL_S; $nfiles files in $R"
+echo
+[ -f "$R/bench.md" ] && cat "$R/bench.md"
 exit $fail

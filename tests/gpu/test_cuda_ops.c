@@ -27,6 +27,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
 #include "core/util.h"
+#include "data/augment.h"
+#include "data/h5data.h"
 #ifdef DDP_TEST_EMU_UNUSED
 #undef HAVE_CUDA
 #define HAVE_CUDA 1
@@ -703,6 +705,48 @@ static void t_sumsq(size_t n)
     free(x);
 }
 
+/* uint8 input: u8_to_float against the CPU loader's own conversion (h5data.c) and [data]
+ * normalize (augment.c), bit for bit; every byte value occurs. nchan 0: conversion only. */
+static void t_u8_to_float(int B, int Cc, int H, int W, int nchan)
+{
+    char name[96];
+    const size_t S = (size_t)H * W, n = (size_t)B * Cc * S;
+    uint8_t *u = ddp_malloc(n);
+    for (size_t i = 0; i < n; i++)
+        u[i] = i < 256 ? (uint8_t)i : (uint8_t)(urand() * 256);
+    struct ddp_augment a;
+    memset(&a, 0, sizeof a);
+    a.C = Cc;
+    a.H = H;
+    a.W = W;
+    a.nchan = nchan;
+    for (int c = 0; c < nchan; c++) { /* torchvision's usual statistics and odd ones */
+        a.mean[c] = c == 0 ? 0.2860f : (float)(0.1 + urand() * 0.8);
+        a.std[c] = c == 0 ? 0.3530f : (float)(0.05 + urand() * 0.5);
+    }
+    float *cpu = ddp_malloc(sizeof(float) * n), *scratch = ddp_malloc(sizeof(float) * Cc * S);
+    int64_t *idx = ddp_calloc((size_t)B, sizeof *idx);
+    ddp_h5_u8_to_float(u, cpu, n);
+    ddp_augment_apply(&a, cpu, B, idx, 0, scratch);
+    snprintf(name, sizeof name, "u8_to_float B%d C%d S%zu norm%d", B, Cc, S, nchan);
+    if (!G->u8_to_float) {
+        g_checks++;
+        g_fail++;
+        printf("FAIL %-34s the backend has no u8_to_float\n", name);
+    } else {
+        uint8_t *gu = dev_of(u, n);
+        float *gout = G->alloc(sizeof(float) * n);
+        G->u8_to_float(gout, gu, n, Cc, (int)S, a.nchan, a.mean, a.std);
+        check(name, gout, cpu, NULL, n, 1);
+        G->free(gout);
+        G->free(gu);
+    }
+    free(u);
+    free(cpu);
+    free(scratch);
+    free(idx);
+}
+
 static void t_xent(int B, int K, float smoothing)
 {
     char name[96];
@@ -986,6 +1030,9 @@ int main(void)
     t_sumsq(100003);
     t_optim(10007);
     t_graph(16, 40, 10);
+    t_u8_to_float(7, 1, 28, 28, 0); /* Fashion-MNIST, no normalize */
+    t_u8_to_float(7, 1, 28, 28, 1); /* Fashion-MNIST, normalize = 0.2860, 0.3530 */
+    t_u8_to_float(5, 3, 9, 11, 3);  /* per-channel statistics */
     t_tf32();
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;

@@ -6,7 +6,9 @@
  *    one of them occurs about equally often;
  *  - the choice is a function of (seed, epoch, sample index) only, and changes with the epoch;
  *  - Normalize: (v - mean_c) / std_c per channel, bit for bit; evaluation only normalises;
- *  - holdout: floor(N x F) samples, disjoint from the rest, sorted, a function of the seed.
+ *  - holdout: floor(N x F) samples, disjoint from the rest, sorted, a function of the seed;
+ *  - uint8 samples (ddp_augment_apply_u8, the GPU's input path): crops and flips the same
+ *    samples the same way, so converting after it gives the float path's bits.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "check.h"
 #include "core/config.h"
 #include "data/augment.h"
+#include "data/h5data.h"
 #include "data/sampler.h"
 
 enum { C = 2, H = 5, W = 7, P = 2, E = C * H * W };
@@ -160,9 +163,35 @@ static void holdout(void)
     free(tr), free(va);
 }
 
+/* uint8: crop and flip the bytes, then convert = convert, then crop and flip (bit for bit). */
+static void bytes(void)
+{
+    enum { N = 2000 };
+    struct ddp_augment a = make(1);
+    a.nchan = 0; /* normalisation is the converter's (the GPU's u8_to_float) */
+    uint8_t *u = malloc((size_t)E * N);
+    float *f = malloc(sizeof(float) * E * N), *g = malloc(sizeof(float) * E * N), scratch[E];
+    int64_t *idx = malloc(sizeof(int64_t) * N);
+    for (int n = 0; n < N; n++) {
+        for (int e = 0; e < E; e++)
+            u[(size_t)n * E + e] = (uint8_t)((n * 7 + e * 13) % 256);
+        idx[n] = 3 * n + 1;
+    }
+    ddp_h5_u8_to_float(u, f, (size_t)E * N);
+    ddp_augment_apply(&a, f, N, idx, 2, scratch);
+    ddp_augment_apply_u8(&a, u, N, idx, 2, (uint8_t *)scratch);
+    ddp_h5_u8_to_float(u, g, (size_t)E * N);
+    int bad = 0;
+    for (int n = 0; n < N; n++)
+        bad += memcmp(f + (size_t)n * E, g + (size_t)n * E, sizeof(float) * E) != 0;
+    CHECK(bad == 0, "uint8 path: %d of %d samples differ from the float path", bad, N);
+    free(u), free(f), free(g), free(idx);
+}
+
 int main(void)
 {
     crop_flip();
+    bytes();
     normalise();
     holdout();
     return check_report("test_augment");

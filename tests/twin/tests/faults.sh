@@ -51,9 +51,10 @@ expect capture-rules 1 "exposed: cudaStreamQuery during a capture"
 n=$(grep -c "^exposed:" plant.txt)
 [ "$n" = 8 ] || { echo "FAIL capture-rules: $n of 8 forbidden calls exposed:"; cat plant.txt; fail=1; }
 
-# two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code
+# two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code;
+# float32 data: 21 launches a step (uint8 data add u8_to_float's), as the kernel number below counts
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
-    >/dev/null || exit 1
+    --dtype float32 >/dev/null || exit 1
 cat > j.ini <<INI
 [data]
 file = d.h5

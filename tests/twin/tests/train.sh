@@ -15,6 +15,12 @@
 # printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
 # clip_grad_norm: the GPU's xent and sum-of-squares kernels) is compared with the CPU the same
 # way, and its counters show one all-reduce per optimiser step, not one per micro-batch.
+# uint8 input: the data are uint8, so a batch goes up as bytes and the device converts and
+# normalises it (backend.h u8_to_float): on one twin GPU the final parameters agree with the CPU
+# run's, also with augmentation and normalisation (aug); float32 data (plainf32) keep the float
+# upload (the conversion itself is checked bit for bit by the ops test); the counters show the
+# bytes per steady step: B*D + 4B for uint8 (B*4D + 4B for float32), plus the step values of a
+# replayed CUDA graph.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -24,6 +30,8 @@ trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
     >/dev/null || exit 1
+"$DDPTRAIN" data synth -o f.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
+    --dtype float32 >/dev/null || exit 1
 G=48
 cat > plain.ini <<INI
 [job]
@@ -57,15 +65,22 @@ sed 's/^epochs = .*/epochs = 1\naccumulate = 3\nlabel_smoothing = 0.1/; s/^max_s
      s/^test =/test =\nval_fraction = 0.1014\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/;
      s/^weight_decay = .*/&\nclip_grad_norm = 0.5/' plain.ini > recipe.ini
 
+sed 's/^file = d.h5/file = f.h5/' plain.ini > plainf32.ini
+sed 's/^test =/test =\naugment = random_crop(pad=2), hflip\nnormalize = 0.45, 0.3/' plain.ini > aug.ini
+
 fail=0
-for model in plain syncbn resnet recipe; do
+for model in plain syncbn resnet recipe aug plainf32; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
-    # W=2n: the convolutions of the CNNs through im2col + cuBLAS, cuDNN missing (the fallback)
+    # W=2n: the convolutions of the CNNs through im2col + cuBLAS, cuDNN missing (the fallback);
+    # aug and plainf32 (crops and flips on uint8 bytes, float32 data) on one twin GPU
     runs="1 2 4"
-    [ $model = syncbn ] || [ $model = resnet ] && runs="2 4 2n"
+    case $model in
+    syncbn | resnet) runs="2 4 2n" ;;
+    recipe) runs="2 4" ;;
+    aug | plainf32) runs="1" ;;
+    esac
     for W in $runs; do
-        [ $model != plain ] && [ $W = 1 ] && continue
         nocudnn=0; [ $W = 2n ] && nocudnn=1
         if ! DDP_EMU_NO_CUDNN=$nocudnn timeout 300 "$DDPTRAIN_TWIN" launch \
                 --nproc-per-node ${W%n} $model.ini \
@@ -98,18 +113,22 @@ if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 
-# counters per step, 2 ranks; the CNN with cuDNN and with cuDNN missing (syncbn-im2col)
-for run in plain syncbn syncbn-im2col; do
+# counters per step, 2 ranks; the CNN with cuDNN and with cuDNN missing (syncbn-im2col); the
+# batch's bytes up per step: 24 samples of 64 elements as uint8 (float32 for plainf32) and 24
+# int32 labels
+for run in plain syncbn syncbn-im2col plainf32; do
     model=${run%-im2col}
     nocudnn=0; [ $run != $model ] && nocudnn=1
+    xb=$((24 * 64)); [ $model = plainf32 ] && xb=$((24 * 64 * 4))
     if ! DDP_EMU_NO_CUDNN=$nocudnn DDP_EMU_STATS=$work/stats-$run timeout 300 "$DDPTRAIN_TWIN" \
             launch --nproc-per-node 2 $model.ini --set data.batch_size=24 \
             --set job.output=stats-$run > stats-$run.log 2>&1; then
         echo "FAIL: $run stats run"; tail -5 stats-$run.log; fail=1; continue
     fi
-    $PY - stats-$run.0 stats-$run.1 <<'PYEOF' || fail=1
-import json, sys
+    H2D=$((xb + 24 * 4)) $PY - stats-$run.0 stats-$run.1 <<'PYEOF' || fail=1
+import json, os, sys
 bad = 0
+h2d_want = int(os.environ["H2D"])
 for path in sys.argv[1:]:
     rows = [json.loads(l) for l in open(path)]
     if len(rows) != 30:
@@ -135,6 +154,9 @@ for path in sys.argv[1:]:
         if not h2d or "compute" in h2d or r.get("pinned_copies", 0) < 2:
             why.append(f"batch not uploaded from page-locked memory off the compute stream: "
                        f"h2d_by_stream {h2d}, pinned_copies {r.get('pinned_copies')}")
+        if r["h2d_bytes"] != h2d_want:
+            why.append(f"{r['h2d_bytes']} bytes up, expected {h2d_want} (the batch as stored: "
+                       "uint8 as bytes, float32 as floats, plus the labels)")
         for w in why:
             print(f"FAIL {path}: step {r['step']} (not a log step): {w}")
         bad |= bool(why)
