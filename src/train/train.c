@@ -92,9 +92,7 @@ struct trainer {
     int dev_set;            /* the set the next upload fills */
     double *acc;            /* (2) backend memory: loss sum, correct count since the last log */
     struct ddp_graph graph; /* [train] cuda_graph: the step as a CUDA graph */
-    char graph_note[DDP_ERR_LEN];       /* why cuda_graph = auto runs uncaptured; "" */
-    int dev_set; /* the set the next upload fills */
-    double *acc; /* (2) backend memory: loss sum, correct count since the last log */
+    char graph_note[DDP_ERR_LEN]; /* why cuda_graph = auto runs uncaptured; "" */
     /* uint8 training images on a backend with u8_to_float: they go up as bytes into
      * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
     uint8_t *dev_u8[2];
