@@ -32,6 +32,8 @@ double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y
     struct ddp_model *m = s->model;
     const struct ddp_backend *be = m->be;
     const int K = s->accumulate > 1 ? s->accumulate : 1;
+    if (s->prologue)
+        s->prologue(s->prologue_ctx);
     if (first)
         be->zero(m->grads, m->nparams);
     const float *logits = ddp_model_forward(m, x, n, 1, noise); /* (B, K) */

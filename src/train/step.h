@@ -48,6 +48,11 @@ struct ddp_step {
     float label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
     double clip_grad_norm; /* max global L2 norm of the averaged gradient; 0: no clipping */
     double *grad_norm;     /* NULL, or where a clipping step writes the norm before clipping */
+    /* NULL, or device work the batch needs before the forward (the trainer's conversion of a
+     * uint8 batch), run first in every micro-batch: inside the step, so a CUDA graph
+     * captures it with the step and a replay runs it (train/graph.h). */
+    void (*prologue)(void *ctx);
+    void *prologue_ctx;
 };
 
 /* One step on the batch x (B, in_elems), labels y (B), both in backend memory; noise seeds

@@ -96,6 +96,11 @@ struct trainer {
     /* uint8 training images on a backend with u8_to_float: they go up as bytes into
      * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
     uint8_t *dev_u8[2];
+    struct {
+        float *dx;
+        const uint8_t *du;
+        size_t elems;                   /* 0: nothing pending */
+    } u8_pending;                       /* the uploaded uint8 batch the step's prologue converts */
     struct ddp_mem_info mem_start;      /* device memory once the backend was made (mem_info) */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
@@ -343,17 +348,31 @@ static ddp_loader *train_loader_create(struct trainer *t)
     return ddp_loader_create_device(t->train, &t->train_sampler, t->job.batch_size, &dev);
 }
 
-/* A uint8 batch (the loader's bytes) up into du, then converted and normalised into dx on the
- * device, as the CPU loader converts it (backend.h u8_to_float). */
+/* A uint8 batch (the loader's bytes) up into du; the step's prologue (convert_u8) converts and
+ * normalises it into dx on the device, as the CPU loader converts it (backend.h u8_to_float). */
 static void upload_u8(struct trainer *t, float *dx, uint8_t *du, int32_t *dy, const int32_t *y,
                       int n)
 {
-    const struct ddp_augment *a = &t->aug_train;
     const size_t elems = (size_t)n * (size_t)t->model.in_elems;
     const int64_t q = t->be->upload_batch(du, ddp_loader_bytes(t->train_loader), elems, dy, y,
                                           sizeof(int32_t) * (size_t)n);
     ddp_loader_hold(t->train_loader, q);
-    t->be->u8_to_float(dx, du, elems, a->C, a->H * a->W, a->nchan, a->mean, a->std);
+    t->u8_pending.dx = dx;
+    t->u8_pending.du = du;
+    t->u8_pending.elems = elems;
+}
+
+/* The step's prologue: the pending uint8 batch converted. Part of the step, so a captured step
+ * converts its input set's bytes in every replay (a replay does not call it: the graph does). */
+static void convert_u8(void *ctx)
+{
+    struct trainer *t = ctx;
+    const struct ddp_augment *a = &t->aug_train;
+    if (!t->u8_pending.elems)
+        return;
+    t->be->u8_to_float(t->u8_pending.dx, t->u8_pending.du, t->u8_pending.elems, a->C, a->H * a->W,
+                       a->nchan, a->mean, a->std);
+    t->u8_pending.elems = 0;
 }
 
 /* The training batch to the device: asynchronously into the next device set where the backend
@@ -782,7 +801,9 @@ static int run_epoch(struct trainer *t, struct loop *lp)
                                   .acc = t->acc,
                                   .accumulate = (int)job->accumulate,
                                   .label_smoothing = (float)job->label_smoothing,
-                                  .clip_grad_norm = job->clip_grad_norm};
+                                  .clip_grad_norm = job->clip_grad_norm,
+                                  .prologue = convert_u8,
+                                  .prologue_ctx = t};
     const int64_t K = job->accumulate;
     const int64_t micros = ddp_sampler_steps(&t->train_sampler, job->batch_size);
     char err[DDP_ERR_LEN];
@@ -809,6 +830,7 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         else
             lp->loss_acc[0] +=
                 ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
+        t->u8_pending.elems = 0; /* converted by the step, or by the replayed graph */
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
         lp->correct = 0;
