@@ -48,7 +48,7 @@ static const char *const SCALING_NAMES[DDP_LR_SCALING_COUNT] = {"none", "linear"
 static const char *const SCHEDULE_NAMES[DDP_SCHEDULE_COUNT] = {"constant", "step", "cosine",
                                                                "multistep", "onecycle"};
 static const char *const KEEP_BEST_NAMES[DDP_KEEP_BEST_COUNT] = {"none", "val_acc", "val_loss"};
-static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32"};
+static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32", "bf16"};
 _Static_assert(sizeof OPTIM_NAMES / sizeof *OPTIM_NAMES == DDP_OPTIM_COUNT, "optim names");
 _Static_assert(sizeof SCALING_NAMES / sizeof *SCALING_NAMES == DDP_LR_SCALING_COUNT,
                "lr_scaling names");

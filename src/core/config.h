@@ -39,7 +39,12 @@ enum ddp_lr_scaling {
     DDP_LR_SCALING_SQRT,
     DDP_LR_SCALING_COUNT
 };
-enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32, DDP_PRECISION_COUNT };
+enum ddp_precision {
+    DDP_PRECISION_FP32,
+    DDP_PRECISION_TF32,
+    DDP_PRECISION_BF16,
+    DDP_PRECISION_COUNT
+};
 /* [checkpoint] keep_best: which validation metric selects best.h5 */
 enum ddp_keep_best {
     DDP_KEEP_BEST_NONE,
