@@ -8,8 +8,8 @@
 # and no free at all (a free synchronises the device, collectives in flight included); the host
 # out of the steady step: every step after the first that is not a log step has 0 host
 # synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
-# page-locked memory on a stream other than the compute stream; the counts per step are
-# printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
+# page-locked memory on a stream other than the compute stream; the same with [train]
+# precision = bf16; the counts per step are printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
 # clip_grad_norm: the GPU's xent and sum-of-squares kernels) is compared with the CPU the same
 # way, and its counters show one all-reduce per optimiser step, not one per micro-batch.
 set -u
@@ -84,8 +84,12 @@ if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 
-# counters per step, 2 ranks
-for model in plain syncbn; do
+# counters per step, 2 ranks; also with [train] precision = bf16 (its operand casts need scratch
+# that grows in step 1 only)
+for m in plain syncbn; do
+    sed 's/^max_steps = .*/&\nprecision = bf16/' $m.ini > $m-bf16.ini
+done
+for model in plain syncbn plain-bf16 syncbn-bf16; do
     if ! DDP_EMU_STATS=$work/stats-$model timeout 300 "$DDPTRAIN_TWIN" launch \
             --nproc-per-node 2 $model.ini --set data.batch_size=24 --set job.output=stats-$model \
             > stats-$model.log 2>&1; then
