@@ -682,16 +682,15 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
 }
 
 /* The GEMMs of one chunk of cuda_conv2d_bwd on bf16 operands (the same products):
- * dw += dyT col^T, and dcol = w^T dyT when dcol is given. */
+ * dw += dyT col^T, and dcol = w^T dyT when dcol is given (w16: w in bf16, slot 0). */
 static void conv_chunk_bwd_bf16(float *dcol, float *dw, const float *col, const float *dyT,
-                                const float *w, struct conv_geom q, int Q)
+                                const void *w16, struct conv_geom q, int Q)
 {
     const void *dy16 = as_bf16(dyT, (size_t)q.O * Q, 2);
     gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, q.O, Q, as_bf16(col, (size_t)q.CKK * Q, 1), Q, dy16,
               Q, 1, dw, q.CKK);
     if (dcol)
-        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, q.O, dy16, Q,
-                  as_bf16(w, (size_t)q.O * q.CKK, 0), q.CKK, 0, dcol, Q);
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, q.O, dy16, Q, w16, q.CKK, 0, dcol, Q);
 }
 
 static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
@@ -705,6 +704,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
     float *dcol = col + (size_t)q.CKK * nbmax * q.P;
     float *dyT = (float *)ws_get(sizeof(float) * (size_t)O * nbmax * q.P);
     const float one = 1, zero = 0;
+    const void *w16 = g_bf16.on && dinp ? as_bf16(w, (size_t)O * q.CKK, 0) : NULL;
     for (int i0 = 0; i0 < B; i0 += nbmax) {
         const int nb = B - i0 < nbmax ? B - i0 : nbmax;
         const int Q = nb * q.P;
@@ -712,7 +712,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         LAUNCH(k_im2col, blocks_for(ncol), THREADS, col, inp, i0, nb, q);
         LAUNCH(k_conv_dout_t, blocks_for(ndy), THREADS, dyT, dout, i0, nb, O, q.P);
         if (g_bf16.on) {
-            conv_chunk_bwd_bf16(dinp ? dcol : NULL, dw, col, dyT, w, q, Q);
+            conv_chunk_bwd_bf16(dinp ? dcol : NULL, dw, col, dyT, w16, q, Q);
             if (db) {
                 LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
             }
