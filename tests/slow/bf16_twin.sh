@@ -42,13 +42,15 @@ acc() {
 
 fail=0
 for spec in "fashion-mlp $MLP_STEPS" "fashion-cnn $CNN_STEPS"; do
-    set -- $spec
-    a32=$(acc "$1" fp32 "$2") && a16=$(acc "$1" bf16 "$2") && [ -n "$a32" ] && [ -n "$a16" ] ||
-        { fail=1; continue; }
+    read -r cfg steps <<<"$spec"
+    if ! a32=$(acc "$cfg" fp32 "$steps") || ! a16=$(acc "$cfg" bf16 "$steps") ||
+            [ -z "$a32" ] || [ -z "$a16" ]; then
+        fail=1; continue
+    fi
     if awk -v a="$a16" -v b="$a32" -v m="$MAX_DIFF" 'BEGIN { d = a - b; exit !(d <= m && -d <= m) }'; then
-        echo "ok   $1: test accuracy fp32 $a32, bf16 $a16 (|diff| <= $MAX_DIFF)"
+        echo "ok   $cfg: test accuracy fp32 $a32, bf16 $a16 (|diff| <= $MAX_DIFF)"
     else
-        echo "FAIL $1: test accuracy fp32 $a32, bf16 $a16 (|diff| > $MAX_DIFF)"; fail=1
+        echo "FAIL $cfg: test accuracy fp32 $a32, bf16 $a16 (|diff| > $MAX_DIFF)"; fail=1
     fi
 done
 exit $fail
