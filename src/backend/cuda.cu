@@ -25,6 +25,7 @@
 #include "cudnn.h"        /* the twin's cuDNN (tests/twin/cudnn.cc) */
 #else
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #if DDP_HAVE_CUDNN_H /* src/backend/meson.build: cudnn.h found next to the toolkit's headers */
@@ -41,6 +42,7 @@
 #include "backend/cuda.h"
 
 extern "C" {
+#include "core/config.h" /* enum ddp_precision */
 #include "core/util.h"
 }
 
@@ -57,6 +59,18 @@ extern "C" {
 #define V2(f) f##_v2
 #endif
 
+/* GemmEx and its strided-batched form, spelled out: C++ sees cuBLAS's overloads of both. */
+typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                     int, const void *, const void *, cudaDataType, int,
+                                     const void *, cudaDataType, int, const void *, void *,
+                                     cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+typedef cublasStatus_t (*gemm_strided_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                             int, int, int, const void *, const void *,
+                                             cudaDataType, int, long long, const void *,
+                                             cudaDataType, int, long long, const void *, void *,
+                                             cudaDataType, int, long long, int, cublasComputeType_t,
+                                             cublasGemmAlgo_t);
+
 struct blas_api {
     decltype(&V2(cublasCreate)) create;
     decltype(&V2(cublasDestroy)) destroy;
@@ -67,13 +81,22 @@ struct blas_api {
     decltype(&cublasGetProperty) get_property;
     decltype(&cublasGetStatusName) status_name;
     decltype(&cublasGetStatusString) status_string;
+    gemm_ex_fn gemm_ex;                         /* [train] precision = bf16 */
+    gemm_strided_ex_fn gemm_strided_batched_ex; /* [train] precision = bf16 */
 };
 
 #ifdef DDP_CUDA_TWIN
-static struct blas_api g_blas = {
-    &cublasCreate,      &cublasDestroy,       &cublasSetStream,
-    &cublasSetMathMode, &cublasSgemm,         &cublasSgemmStridedBatched,
-    &cublasGetProperty, &cublasGetStatusName, &cublasGetStatusString};
+static struct blas_api g_blas = {&cublasCreate,
+                                 &cublasDestroy,
+                                 &cublasSetStream,
+                                 &cublasSetMathMode,
+                                 &cublasSgemm,
+                                 &cublasSgemmStridedBatched,
+                                 &cublasGetProperty,
+                                 &cublasGetStatusName,
+                                 &cublasGetStatusString,
+                                 &cublasGemmEx,
+                                 &cublasGemmStridedBatchedEx};
 
 static int blas_open(char *err, size_t errlen)
 {
@@ -106,6 +129,8 @@ static int blas_open(char *err, size_t errlen)
             {"cublasGetProperty", offsetof(blas_api, get_property)},
             {"cublasGetStatusName", offsetof(blas_api, status_name)},
             {"cublasGetStatusString", offsetof(blas_api, status_string)},
+            {"cublasGemmEx", offsetof(blas_api, gemm_ex)},
+            {"cublasGemmStridedBatchedEx", offsetof(blas_api, gemm_strided_batched_ex)},
         };
         void *h = dlopen(BLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
         state = h ? 1 : -1;
@@ -134,10 +159,11 @@ static int blas_open(char *err, size_t errlen)
 }
 #endif
 
-/* cuBLAS math mode for [train] tf32: TF32 tensor cores for FP32 GEMMs, or plain FP32. */
-static cublasMath_t math_mode(int tf32)
+/* cuBLAS math mode for [train] precision: TF32 tensor cores for FP32 GEMMs with tf32, else
+ * plain FP32 (bf16 GEMMs go through GemmEx, which needs no math mode). */
+static cublasMath_t math_mode(int precision)
 {
-    return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    return precision == DDP_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
 }
 
 /* ---- checks ------------------------------------------------------------------------------ */
@@ -193,8 +219,8 @@ static cublasMath_t math_mode(int tf32)
 #define UPLOAD_RING 64
 
 static struct {
-    int device; /* -1 until ddp_backend_cuda succeeds */
-    int tf32;
+    int device;    /* -1 until ddp_backend_cuda succeeds */
+    int precision; /* [train] precision: enum ddp_precision (core/config.h) */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *ws; /* workspace, ws_bytes bytes of device memory */
@@ -397,6 +423,67 @@ __global__ void k_adam(float *p, const float *g_, float gscale, float *m, float 
     }
 }
 
+/* ---- bf16 operands ([train] precision = bf16) ---------------------------------------------
+ * What PyTorch autocast does for matmuls and convolutions: the GEMM operands are rounded to
+ * bf16 (round to nearest even), multiplied on the tensor cores with fp32 accumulation into an
+ * fp32 result. Everything else (weights, gradients, optimiser state, batchnorm, softmax, loss)
+ * stays fp32: the bf16 copies are scratch, made before each GEMM into BF16_SLOTS buffers that,
+ * like the workspace, grow during the first step only (outgrown ones are left allocated, never
+ * freed: see ws_get). A slot may be reused by the next GEMM: all run in order on one stream. */
+
+#define BF16_SLOTS 3
+
+static struct {
+    int on; /* [train] precision = bf16 */
+    void *buf[BF16_SLOTS];
+    size_t bytes[BF16_SLOTS];
+} g_bf16;
+
+__global__ void k_to_bf16(__nv_bfloat16 *out, const float *x, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* The n floats at x rounded to bf16 in scratch buffer `slot` (valid until that slot's next
+ * use); queued, never waits. */
+static const void *as_bf16(const float *x, size_t n, int slot)
+{
+    const size_t bytes = sizeof(__nv_bfloat16) * n;
+    if (bytes > g_bf16.bytes[slot]) {
+        size_t want = g_bf16.bytes[slot] * 2 > bytes ? g_bf16.bytes[slot] * 2 : bytes;
+        want = align256(want);
+        void *p = NULL;
+        CUDA_CHECK(cudaMalloc(&p, want));
+        g_bf16.buf[slot] = p;
+        g_bf16.bytes[slot] = want;
+    }
+    if (n) {
+        LAUNCH(k_to_bf16, blocks_for(n), THREADS, (__nv_bfloat16 *)g_bf16.buf[slot], x, n);
+    }
+    return g_bf16.buf[slot];
+}
+
+/* C (fp32, column-major) = op(A) op(B) + beta C for bf16 A and B, accumulated in fp32. */
+static void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+{
+    const float one = 1;
+    CUBLAS_CHECK(g_blas.gemm_ex(g.blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF,
+                                ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+}
+
+/* gemm_bf16 over `batch` matrices strideA, strideB, strideC elements apart. */
+static void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              const void *A, int lda, long long sA, const void *B, int ldb,
+                              long long sB, float beta, float *C, int ldc, long long sC, int batch)
+{
+    const float one = 1;
+    CUBLAS_CHECK(g_blas.gemm_strided_batched_ex(
+        g.blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb, sB, &beta, C,
+        CUDA_R_32F, ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 /* ---- linear ------------------------------------------------------------------------------ */
 
 /* db (O) += column sums of dout (B,O). One block per 32 features: lane l of warp r sums
@@ -422,6 +509,20 @@ __global__ void k_colsum_add(float *db, const float *dout, int B, int O)
     }
 }
 
+/* out (B,O) = inp (B,C) w^T + beta out, in fp32 or on bf16 operands ([train] precision). */
+static void linear_gemm(float *out, const float *inp, const float *w, int B, int C, int O,
+                        float beta)
+{
+    if (g_bf16.on) {
+        gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, as_bf16(w, (size_t)O * C, 0), C,
+                  as_bf16(inp, (size_t)B * C, 1), C, beta, out, O);
+        return;
+    }
+    const float one = 1;
+    CUBLAS_CHECK(
+        g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta, out, O));
+}
+
 static void cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int B,
                             int C, int O)
 {
@@ -433,9 +534,19 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
     if (b) {
         LAUNCH(k_fill_bias, blocks_for(n), THREADS, out, b, n, O, 1);
     }
-    const float one = 1, beta = b ? 1.0f : 0.0f;
-    CUBLAS_CHECK(
-        g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &beta, out, O));
+    linear_gemm(out, inp, w, B, C, O, b ? 1.0f : 0.0f);
+}
+
+/* cuda_linear_bwd's GEMMs on bf16 operands (dout cast once for both). */
+static void linear_bwd_bf16(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, int B, int C, int O)
+{
+    const void *dout16 = as_bf16(dout, (size_t)B * O, 0);
+    if (dinp)
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, as_bf16(w, (size_t)O * C, 1), C, dout16, O, 0,
+                  dinp, C);
+    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, as_bf16(inp, (size_t)B * C, 1), C, dout16, O, 1,
+              dw, C);
 }
 
 static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -443,6 +554,13 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
 {
     if (B == 0)
         return;
+    if (g_bf16.on) {
+        linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
+        if (db) {
+            LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
+        }
+        return;
+    }
     const float one = 1, zero = 0;
     /* dinp (B,C) = dout (B,O) w (O,C): column-major dinp^T (C,B) = w^T (C,O) dout^T (O,B) */
     if (dinp)
@@ -492,9 +610,7 @@ static void cuda_linear_relu_fwd(float *out, const float *inp, const float *w, c
     const size_t n = (size_t)B * O;
     if (n == 0)
         return;
-    const float one = 1, zero = 0;
-    CUBLAS_CHECK(
-        g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C, inp, C, &zero, out, O));
+    linear_gemm(out, inp, w, B, C, O, 0.0f);
     LAUNCH(k_bias_relu, blocks_for(n), THREADS, out, b, n, O, 1);
 }
 
@@ -641,6 +757,7 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
     }
     const int nbmax = conv_chunk(B, q.CKK, q.P);
     const float one = 1;
+    const void *w16 = g_bf16.on ? as_bf16(w, (size_t)O * q.CKK, 0) : NULL;
     for (int i0 = 0; i0 < B; i0 += nbmax) {
         const int nb = B - i0 < nbmax ? B - i0 : nbmax;
         const size_t ncol = (size_t)q.CKK * nb * q.P;
@@ -648,10 +765,28 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
         /* per sample i: y_i (O,P) += w (O,CKK) col_i (CKK,P), col_i = columns i*P.. of col.
          * Column-major: y_i^T (P,O) += col_i^T (P,CKK) w^T (CKK,O). */
         const int Q = nb * q.P;
+        if (w16) {
+            gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, as_bf16(col, ncol, 1), Q,
+                              (long long)q.P, w16, q.CKK, 0LL, 1, out + (size_t)i0 * O * q.P, q.P,
+                              (long long)O * q.P, nb);
+            continue;
+        }
         CUBLAS_CHECK(g_blas.sgemm_strided_batched(
             g.blas, CUBLAS_OP_N, CUBLAS_OP_N, q.P, O, q.CKK, &one, col, Q, (long long)q.P, w, q.CKK,
             0LL, &one, out + (size_t)i0 * O * q.P, q.P, (long long)O * q.P, nb));
     }
+}
+
+/* The GEMMs of one chunk of cuda_conv2d_bwd on bf16 operands (the same products):
+ * dw += dyT col^T, and dcol = w^T dyT when dcol is given (w16: w in bf16, slot 0). */
+static void conv_chunk_bwd_bf16(float *dcol, float *dw, const float *col, const float *dyT,
+                                const void *w16, struct conv_geom q, int Q)
+{
+    const void *dy16 = as_bf16(dyT, (size_t)q.O * Q, 2);
+    gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, q.O, Q, as_bf16(col, (size_t)q.CKK * Q, 1), Q, dy16,
+              Q, 1, dw, q.CKK);
+    if (dcol)
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, Q, q.CKK, q.O, dy16, Q, w16, q.CKK, 0, dcol, Q);
 }
 
 static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
@@ -665,12 +800,24 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
     float *dcol = col + (size_t)q.CKK * nbmax * q.P;
     float *dyT = (float *)ws_get(sizeof(float) * (size_t)O * nbmax * q.P);
     const float one = 1, zero = 0;
+    const void *w16 = g_bf16.on && dinp ? as_bf16(w, (size_t)O * q.CKK, 0) : NULL;
     for (int i0 = 0; i0 < B; i0 += nbmax) {
         const int nb = B - i0 < nbmax ? B - i0 : nbmax;
         const int Q = nb * q.P;
         const size_t ncol = (size_t)q.CKK * Q, ndy = (size_t)O * Q;
         LAUNCH(k_im2col, blocks_for(ncol), THREADS, col, inp, i0, nb, q);
         LAUNCH(k_conv_dout_t, blocks_for(ndy), THREADS, dyT, dout, i0, nb, O, q.P);
+        if (g_bf16.on) {
+            conv_chunk_bwd_bf16(dinp ? dcol : NULL, dw, col, dyT, w16, q, Q);
+            if (db) {
+                LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
+            }
+            if (dinp) {
+                LAUNCH(k_col2im, blocks_for((size_t)nb * C * H * W), THREADS, dinp, dcol, i0, nb,
+                       q);
+            }
+            continue;
+        }
         /* dw (O,CKK) += dyT (O,Q) col^T (Q,CKK). Column-major: dw^T (CKK,O) += col (CKK,Q)
          * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
         CUBLAS_CHECK(g_blas.sgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one, col, Q, dyT,
@@ -895,7 +1042,8 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
                        size_t errlen)
 {
     const struct conv_geom q = pl->q;
-    const cudnnMathType_t math = g.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    const cudnnMathType_t math =
+        (g.precision == DDP_PRECISION_TF32) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     if (!s->x) {
         DNN_CHECK(g_dnn.create_tensor(&s->x));
         DNN_CHECK(g_dnn.create_tensor(&s->y));
@@ -913,7 +1061,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     int n = 0, i;
     cudnnConvolutionFwdAlgoPerf_t pf[DNN_ALGOS];
     DNN_CHECK(g_dnn.fwd_algos(gd.h, s->x, pl->w, s->cv[0], s->y, DNN_ALGOS, &n, pf));
-    i = dnn_pick(pf, n, cap, g.tf32, [&](int j) {
+    i = dnn_pick(pf, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, pf[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -927,7 +1075,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, s->fwd, &s->ws[0]));
     cudnnConvolutionBwdDataAlgoPerf_t pd[DNN_ALGOS];
     DNN_CHECK(g_dnn.bwd_data_algos(gd.h, pl->w, s->y, s->cv[1], s->x, DNN_ALGOS, &n, pd));
-    i = dnn_pick(pd, n, cap, g.tf32, [&](int j) {
+    i = dnn_pick(pd, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, pd[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -941,7 +1089,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, s->bwd_data, &s->ws[1]));
     cudnnConvolutionBwdFilterAlgoPerf_t pw[DNN_ALGOS];
     DNN_CHECK(g_dnn.bwd_filter_algos(gd.h, s->x, s->y, s->cv[2], pl->w, DNN_ALGOS, &n, pw));
-    i = dnn_pick(pw, n, cap, g.tf32, [&](int j) {
+    i = dnn_pick(pw, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, pw[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -954,7 +1102,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.set_math(s->cv[2], pw[i].mathType));
     DNN_CHECK(g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, s->bwd_filter, &s->ws[2]));
     s->B = B;
-    s->tf32 = g.tf32;
+    s->tf32 = (g.precision == DDP_PRECISION_TF32);
     return 0;
 }
 
@@ -1015,7 +1163,7 @@ static const struct dnn_slot *dnn_slot_for(const struct conv_geom *q, int B)
                 "conv_plan must size col before the convolution runs (a bug)",
                 q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
     for (int i = 0; i < 2; i++)
-        if (pl->slot[i].B == B && pl->slot[i].tf32 == g.tf32)
+        if (pl->slot[i].B == B && pl->slot[i].tf32 == (g.precision == DDP_PRECISION_TF32))
             return &pl->slot[i];
     char dir[32];
     if (dnn_prepare(pl, &pl->slot[1], B, pl->cap, dir, sizeof dir) != 0)
@@ -1098,14 +1246,15 @@ static void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const 
 }
 
 /* Which path: 1 for cuDNN. Chosen at ddp_cuda_conv_path; cuDNN if it loads when never
- * chosen (a program that makes the backend without the trainer). */
+ * chosen (a program that makes the backend without the trainer); never under bf16 (the
+ * precision may change after the choice: a program that remakes the backend). */
 static int dnn_active(void)
 {
     if (gd.mode < 0) {
         char line[8];
         ddp_cuda_conv_path(1, line, sizeof line);
     }
-    return gd.mode == 1;
+    return gd.mode == 1 && g.precision != DDP_PRECISION_BF16;
 }
 
 /* Open cuDNN and make its handle on the compute stream; 0, or with the reason in err -1 (not
@@ -1220,11 +1369,14 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
         snprintf(line, len, "%s", "");
         return 0;
     }
-    if (!use_cudnn) {
+    if (!use_cudnn || g.precision == DDP_PRECISION_BF16) {
 #ifdef DDP_DNN
         gd.mode = 0;
 #endif
-        snprintf(line, len, "im2col + cuBLAS ([train] conv = im2col)");
+        snprintf(line, len, "%s",
+                 use_cudnn ? "im2col + cuBLAS, bf16 GEMMs ([train] precision = bf16; "
+                             "the cuDNN path runs fp32 and tf32)"
+                           : "im2col + cuBLAS ([train] conv = im2col)");
         return 0;
     }
     const int rc = dnn_start(why, sizeof why);
@@ -1242,7 +1394,7 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
     char v[32];
     dnn_version(v, sizeof v);
     snprintf(line, len, "cuDNN %s (deterministic algorithms, %s)", v,
-             g.tf32 ? "tf32 allowed" : "fp32 FMA math");
+             (g.precision == DDP_PRECISION_TF32) ? "tf32 allowed" : "fp32 FMA math");
     return 1;
 }
 
@@ -2239,6 +2391,13 @@ static cudaError_t input_setup(void)
     return e == cudaSuccess ? graph_setup() : e; /* and the CUDA graphs' step values */
 }
 
+/* [train] precision for the ops (the cuBLAS math mode is the caller's). */
+static void use_precision(int precision)
+{
+    g.precision = precision;
+    g_bf16.on = precision == DDP_PRECISION_BF16;
+}
+
 /* One line for a failed setup call; clears CUDA's last error. Returns NULL. */
 static const struct ddp_backend *setup_fail(char *err, size_t errlen, int device, const char *what,
                                             cudaError_t e)
@@ -2249,7 +2408,7 @@ static const struct ddp_backend *setup_fail(char *err, size_t errlen, int device
     return NULL;
 }
 
-extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char *err,
+extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err,
                                                       size_t errlen)
 {
     if (g.device >= 0) {
@@ -2259,9 +2418,9 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
                     g.device);
             return NULL;
         }
-        if (tf32 != g.tf32) {
-            CUBLAS_CHECK(g_blas.set_math_mode(g.blas, math_mode(tf32)));
-            g.tf32 = tf32;
+        if (precision != g.precision) {
+            CUBLAS_CHECK(g_blas.set_math_mode(g.blas, math_mode(precision)));
+            use_precision(precision);
         }
         return &g_table;
     }
@@ -2332,7 +2491,7 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
         return NULL;
     }
     if ((s = g_blas.set_stream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
-        (s = g_blas.set_math_mode(blas, math_mode(tf32))) != CUBLAS_STATUS_SUCCESS) {
+        (s = g_blas.set_math_mode(blas, math_mode(precision))) != CUBLAS_STATUS_SUCCESS) {
         g_blas.destroy(blas);
         cudaStreamDestroy(stream);
         ddp_err(err, errlen, "GPU %d: cuBLAS setup failed: %s", device, g_blas.status_string(s));
@@ -2344,7 +2503,7 @@ extern "C" const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char
     twin_name_stream(g.copy, "copy");
 #endif
     g.blas = blas;
-    g.tf32 = tf32;
+    use_precision(precision);
     g.device = device;
     snprintf(g.devname, sizeof g.devname, "%s (sm_%d%d, %zu GiB)", prop.name, prop.major,
              prop.minor, (size_t)(prop.totalGlobalMem >> 30));

@@ -6,7 +6,9 @@
  * Semantics are the CPU backend's (backend.h, cpu_kernels.inc), in fp32, to within rounding:
  * dropout masks are bit-identical (the same hash, ddp_cpu_uniform, on the device); batchnorm
  * and cross-entropy sums are accumulated in double like the CPU's. GEMMs run in plain fp32
- * unless tf32 was asked for ([train] precision = tf32).
+ * unless [train] precision asks for tf32 (TF32 tensor cores) or bf16 (the GEMM operands of
+ * linear and conv2d rounded to bf16, fp32 accumulation and results, as PyTorch autocast; all
+ * other state and ops stay fp32).
  *
  * Memory: every pointer given to an op is device memory (cudaMalloc, from the table's alloc),
  * except the batchnorm `sums` arrays (host doubles, as backend.h says) and the results of xent
@@ -36,12 +38,13 @@
 extern "C" {
 #endif
 
-/* The CUDA backend on CUDA device ordinal `device` (after CUDA_VISIBLE_DEVICES), TF32 GEMMs
- * when tf32 != 0. Makes `device` current for the calling thread, creates the compute stream
- * and the cuBLAS handle. One backend per process: a second call with the same device returns
- * the same table; with another device it fails. Returns NULL with one line in err when there
- * is no driver, no such device, or the device cannot be used (caller exits DDP_EXIT_LAUNCH). */
-const struct ddp_backend *ddp_backend_cuda(int device, int tf32, char *err, size_t errlen);
+/* The CUDA backend on CUDA device ordinal `device` (after CUDA_VISIBLE_DEVICES), its GEMMs in
+ * `precision` (enum ddp_precision of core/config.h: fp32, tf32, bf16). Makes `device` current
+ * for the calling thread, creates the compute stream and the cuBLAS handle. One backend per
+ * process: a second call with the same device returns the same table (now in `precision`);
+ * with another device it fails. Returns NULL with one line in err when there is no driver, no
+ * such device, or the device cannot be used (caller exits DDP_EXIT_LAUNCH). */
+const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err, size_t errlen);
 
 /* The convolution path of the backend: cuDNN when use_cudnn and it loads and starts (opened
  * with dlopen here, the first time), else im2col + cuBLAS. Writes one line for the log: which

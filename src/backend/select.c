@@ -19,7 +19,7 @@ const char *const ddp_conv_names[DDP_CONV_COUNT] = {"auto", "im2col"};
 _Static_assert(sizeof ddp_conv_names / sizeof *ddp_conv_names == DDP_CONV_COUNT,
                "one name per convolution path");
 
-int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int local_size,
+int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, int local_size,
                        struct ddp_device_choice *out, char *err, size_t errlen)
 {
     out->be = ddp_backend_cpu();
@@ -32,7 +32,7 @@ int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int loc
         if (ddp_binding_compute(local_rank, local_size, ndev, 1, NULL, NULL, &bind, err, errlen) !=
             0)
             return -1;
-        const struct ddp_backend *be = ddp_backend_cuda(bind.device, tf32, err, errlen);
+        const struct ddp_backend *be = ddp_backend_cuda(bind.device, precision, err, errlen);
         if (!be)
             return -1;
         out->be = be;
@@ -41,7 +41,7 @@ int ddp_backend_select(int want, int need_gpu, int tf32, int local_rank, int loc
                  ddp_cuda_device_string());
     }
 #else
-    (void)local_rank, (void)local_size, (void)tf32;
+    (void)local_rank, (void)local_size, (void)precision;
     if (want == DDP_DEVICE_CUDA || need_gpu)
         return ddp_err(err, errlen,
                        "[train] device = cuda or [dist] backend = nccl, but this "

@@ -48,7 +48,7 @@ static const char *const SCALING_NAMES[DDP_LR_SCALING_COUNT] = {"none", "linear"
 static const char *const SCHEDULE_NAMES[DDP_SCHEDULE_COUNT] = {"constant", "step", "cosine",
                                                                "multistep", "onecycle"};
 static const char *const KEEP_BEST_NAMES[DDP_KEEP_BEST_COUNT] = {"none", "val_acc", "val_loss"};
-static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32"};
+static const char *const PRECISION_NAMES[DDP_PRECISION_COUNT] = {"fp32", "tf32", "bf16"};
 static const char *const CUDA_GRAPH_NAMES[DDP_CUDA_GRAPH_COUNT] = {"auto", "on", "off"};
 _Static_assert(sizeof CUDA_GRAPH_NAMES / sizeof *CUDA_GRAPH_NAMES == DDP_CUDA_GRAPH_COUNT,
                "cuda_graph names");

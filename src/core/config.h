@@ -39,7 +39,12 @@ enum ddp_lr_scaling {
     DDP_LR_SCALING_SQRT,
     DDP_LR_SCALING_COUNT
 };
-enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_TF32, DDP_PRECISION_COUNT };
+enum ddp_precision {
+    DDP_PRECISION_FP32,
+    DDP_PRECISION_TF32,
+    DDP_PRECISION_BF16,
+    DDP_PRECISION_COUNT
+};
 /* [train] cuda_graph: capture the steady-state step as a CUDA graph (train/graph.h) */
 enum ddp_cuda_graph {
     DDP_CUDA_GRAPH_AUTO,

@@ -1115,6 +1115,22 @@ static int check_job(struct trainer *t)
     return 0;
 }
 
+/* bf16 asks for autocast GEMMs, which only the CUDA backend has: training or checking such a
+ * job on a CPU rank would silently run fp32, so it is refused (1, the reason printed).
+ * Evaluation, export and predict read fp32 checkpoints and run in fp32 on a CPU. */
+static int refuse_cpu_bf16(const struct trainer *t)
+{
+    if (t->job.precision != DDP_PRECISION_BF16 ||
+        (t->args.mode != DDP_RUN_TRAIN && t->args.mode != DDP_RUN_CHECK))
+        return 0;
+    char where[DDP_PATH_MAX + 64];
+    ddp_warn("%s: bf16 needs a GPU (bf16 GEMMs are CUDA-only), but this rank computes on the "
+             "%s; set [train] precision = fp32 (or --set train.precision=fp32), or run on GPU "
+             "nodes with [train] device = cuda",
+             ddp_job_where(&t->job, "train", "precision", where, sizeof where), t->device);
+    return 1;
+}
+
 /* Device and collectives: the rank's bound GPU (binding doctor) or the CPU, then the
  * communicator. Returns 0 or an exit code (the reason printed). */
 static int start_comm(struct trainer *t)
@@ -1123,9 +1139,8 @@ static int start_comm(struct trainer *t)
     const struct ddp_world *w = &t->world;
     char err[DDP_ERR_LEN * 2];
     struct ddp_device_choice dev;
-    if (ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL,
-                           job->precision == DDP_PRECISION_TF32, w->local_rank, w->local_size, &dev,
-                           err, sizeof err) != 0) {
+    if (ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL, job->precision,
+                           w->local_rank, w->local_size, &dev, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
@@ -1135,6 +1150,8 @@ static int start_comm(struct trainer *t)
     snprintf(t->device, sizeof t->device, "%s", dev.name);
     ddp_backend_conv_path(&dev, job->conv, t->conv_path, sizeof t->conv_path);
     const int gpu = dev.device >= 0;
+    if (!gpu && refuse_cpu_bf16(t))
+        return DDP_EXIT_USAGE;
     if (gpu && job->backend == DDP_COMM_MPI && w->world_size > 1) {
         ddp_warn("[dist] backend = mpi cannot reduce GPU gradients; use backend = nccl (or auto), "
                  "or [train] device = cpu");

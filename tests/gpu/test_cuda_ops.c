@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
+#include "core/config.h"
 #include "core/util.h"
 #include "data/augment.h"
 #include "data/h5data.h"
@@ -984,6 +985,163 @@ static void t_tf32(void)
     free(h);
 }
 
+/* ---- bf16 ([train] precision = bf16) ------------------------------------------------------
+ * The GEMMs of linear and conv2d take bf16 operands with fp32 accumulation and results. Each
+ * output is checked twice: against the CPU backend fed the GEMM operands rounded to bf16 here
+ * (round to nearest even), tight (TOL_BF16_EXACT: the products of bf16 values are exact in
+ * fp32, so only the order of the sums differs: this shows the rounding happens exactly, and only,
+ * on the operands), and against the plain fp32 CPU, loose (TOL_BF16: bf16's 8-bit mantissa).
+ * Bias gradients are sums of the fp32 output gradient: tight against the plain CPU. */
+
+#define TOL_BF16_EXACT 1e-5
+#define TOL_BF16 1e-2
+
+/* x rounded to bf16 (round to nearest, ties to even), as a float; written independently of
+ * the backend's conversion. */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    const uint32_t low = u & 0xffffu, half = 0x8000u;
+    u &= 0xffff0000u;
+    if (low > half || (low == half && (u & 0x10000u)))
+        u += 0x10000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float *bf16_copy(const float *x, size_t n)
+{
+    float *y = ddp_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        y[i] = bf16_round(x[i]);
+    return y;
+}
+
+/* Normalised error of a GPU output (device) against cpu (host), limit tol; what says which. */
+static void check_near(const char *op, const float *gpu_dev, const float *cpu, size_t n, double tol,
+                       const char *what)
+{
+    float *gpu = host_of(gpu_dev, n);
+    double ncpu, e = norm_diff(gpu, cpu, n, &ncpu);
+    e = ncpu > 0 ? e / ncpu : e;
+    const int ok = e <= tol && isfinite(e);
+    g_checks++;
+    printf("%-4s %-34s n=%-9zu err %.2e (limit %.0e, %s)\n", ok ? "ok" : "FAIL", op, n, e, tol,
+           what);
+    g_fail += !ok;
+    free(gpu);
+}
+
+/* A GPU output against the CPU's on bf16-rounded operands (tight) and on fp32 ones (loose). */
+static void check_bf16(const char *op, const float *gpu_dev, const float *cpu_rounded,
+                       const float *cpu_fp32, size_t n)
+{
+    check_near(op, gpu_dev, cpu_rounded, n, TOL_BF16_EXACT, "bf16 vs cpu on bf16 operands");
+    check_near(op, gpu_dev, cpu_fp32, n, TOL_BF16, "bf16 vs cpu fp32");
+}
+
+static void t_linear_bf16(int B, int Cin, int O)
+{
+    char name[96];
+    const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *xr = bf16_copy(x, ni), *wr = bf16_copy(w, nw), *dyr = bf16_copy(dy, no);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+    float *cy = ddp_malloc(sizeof(float) * no), *cyr = ddp_malloc(sizeof(float) * no);
+    float *gy = G->alloc(sizeof(float) * no);
+    C->linear_fwd(cy, x, w, b, B, Cin, O);
+    C->linear_fwd(cyr, xr, wr, b, B, Cin, O); /* the bias is added in fp32 */
+    G->linear_fwd(gy, gx, gw, gb, B, Cin, O);
+    snprintf(name, sizeof name, "bf16 linear_fwd %dx%d->%d", B, Cin, O);
+    check_bf16(name, gy, cyr, cy, no);
+
+    float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = copy_f(dw0, nw),
+          *cdb = copy_f(db0, (size_t)O);
+    float *cdxr = ddp_malloc(sizeof(float) * ni), *cdwr = copy_f(dw0, nw),
+          *cdbr = copy_f(db0, (size_t)O);
+    float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
+    C->linear_bwd(cdx, cdw, cdb, dy, x, w, B, Cin, O);
+    C->linear_bwd(cdxr, cdwr, cdbr, dyr, xr, wr, B, Cin, O);
+    G->linear_bwd(gdx, gdw, gdb, gdy, gx, gw, B, Cin, O);
+    check_bf16("bf16 linear_bwd dinp", gdx, cdxr, cdx, ni);
+    check_bf16("bf16 linear_bwd dw (+=)", gdw, cdwr, cdw, nw);
+    check_near("bf16 linear_bwd db (+=)", gdb, cdb, (size_t)O, TOL, "fp32 sum, vs cpu fp32");
+
+    float *dev[] = {gx, gw, gb, gdy, gy, gdx, gdw, gdb};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        G->free(dev[i]);
+    float *host[] = {x, w, b, dy, dw0, db0, xr, wr, dyr, cy, cyr, cdx, cdw, cdb, cdxr, cdwr, cdbr};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
+static void t_conv_bf16(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
+{
+    char name[128], shape[96];
+    snprintf(shape, sizeof shape, "B%d C%d %dx%d O%d k%d s%d p%d", B, Cin, H, W, O, k, stride, pad);
+    const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+    const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
+                 no = (size_t)B * O * OH * OW;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *xr = bf16_copy(x, ni), *wr = bf16_copy(w, nw), *dyr = bf16_copy(dy, no);
+    const size_t ccol = C->conv_col_elems(B, Cin, H, W, k, stride, pad);
+    float *ccolb = ddp_malloc(sizeof(float) * ccol);
+    float *gcolb = G->alloc(sizeof(float) * G->conv_col_elems(B, Cin, H, W, k, stride, pad));
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+
+    float *cy = ddp_malloc(sizeof(float) * no), *cyr = ddp_malloc(sizeof(float) * no);
+    float *gy = G->alloc(sizeof(float) * no);
+    C->conv2d_fwd(cy, ccolb, x, w, b, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_fwd(cyr, ccolb, xr, wr, b, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, Cin, H, W, O, k, stride, pad);
+    snprintf(name, sizeof name, "bf16 conv2d_fwd %s", shape);
+    check_bf16(name, gy, cyr, cy, no);
+
+    float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = copy_f(dw0, nw),
+          *cdb = copy_f(db0, (size_t)O);
+    float *cdxr = ddp_malloc(sizeof(float) * ni), *cdwr = copy_f(dw0, nw),
+          *cdbr = copy_f(db0, (size_t)O);
+    float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
+    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_bwd(cdxr, cdwr, cdbr, ccolb, dyr, xr, wr, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    check_bf16("bf16 conv2d_bwd dinp", gdx, cdxr, cdx, ni);
+    check_bf16("bf16 conv2d_bwd dw (+=)", gdw, cdwr, cdw, nw);
+    check_near("bf16 conv2d_bwd db (+=)", gdb, cdb, (size_t)O, TOL, "fp32 sum, vs cpu fp32");
+
+    float *dev[] = {gx, gw, gb, gdy, gy, gdx, gdw, gdb, gcolb};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        G->free(dev[i]);
+    float *host[] = {x,     w,  b,   dy,  dw0, db0, xr,   wr,   dyr,
+                     ccolb, cy, cyr, cdx, cdw, cdb, cdxr, cdwr, cdbr};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
+/* The bf16 cases on the backend switched to bf16, then back to fp32. */
+static void t_bf16(void)
+{
+    char err[DDP_ERR_LEN];
+    if (!ddp_backend_cuda(0, DDP_PRECISION_BF16, err, sizeof err)) {
+        printf("FAIL bf16: %s\n", err);
+        g_fail++;
+        return;
+    }
+    t_linear_bf16(37, 300, 70);
+    t_linear_bf16(256, 784, 512); /* fashion-mlp's first layer */
+    t_linear_bf16(1, 5, 3);
+    t_conv_bf16(5, 3, 13, 13, 8, 3, 1, 1);
+    t_conv_bf16(4, 2, 11, 9, 6, 4, 2, 1);
+    t_conv_bf16(3, 1, 28, 28, 32, 5, 1, 0);   /* fashion-cnn's first layer */
+    t_conv_bf16(48, 16, 32, 32, 16, 5, 1, 2); /* 2 chunks */
+    ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
+}
+
 #endif /* HAVE_CUDA */
 
 int main(void)
@@ -1034,6 +1192,7 @@ int main(void)
     t_u8_to_float(7, 1, 28, 28, 1); /* Fashion-MNIST, normalize = 0.2860, 0.3530 */
     t_u8_to_float(5, 3, 9, 11, 3);  /* per-channel statistics */
     t_tf32();
+    t_bf16();
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 #endif

@@ -3,11 +3,18 @@
  * cblas call queued on the handle's stream (it runs when the stream gets there, like a
  * kernel; counted as a launch). Operands are device addresses, translated and checked to lie
  * inside one live allocation each; a host or out-of-range operand is a GPU fault.
+ *
+ * GemmEx (bf16 A and B, fp32 C, CUBLAS_COMPUTE_32F) widens the bf16 operands to float, which is
+ * exact, and multiplies them with cblas_sgemm: the exact products of bf16 values summed in fp32,
+ * what the tensor cores compute (up to the order of the sums).
  */
 #include <cblas.h>
 #include <stdio.h>
 
+#include <vector>
+
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 #include "twin.h"
 
 struct twin_blas {
@@ -23,6 +30,7 @@ const char *cublasGetStatusName(cublasStatus_t s)
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
     default: return "CUBLAS_STATUS_EXECUTION_FAILED";
     }
 }
@@ -75,10 +83,21 @@ size_t span(int rows, int cols, int ld, long long stride, int batch)
            (size_t)rows;
 }
 
+/* n bf16 values at x widened to float (exact). */
+std::vector<float> widen(const void *x, size_t n)
+{
+    std::vector<float> f(n);
+    const __nv_bfloat16 *h = (const __nv_bfloat16 *)x;
+    for (size_t i = 0; i < n; i++)
+        f[i] = __bfloat162float(h[i]);
+    return f;
+}
+
+/* A (and B) hold bf16 values when bf16 != 0 (then 2 bytes an element), else floats. */
 cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, float alpha, const float *A, int lda, long long sA, const float *B,
-                    int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                    int batch)
+                    int k, float alpha, const void *A, int lda, long long sA, const void *B,
+                    int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch,
+                    int bf16 = 0)
 {
     if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc) || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -89,8 +108,9 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     const int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
     const size_t na = k ? span(ra, ca, lda, sA, batch) : 0, nb = k ? span(rb, cb, ldb, sB, batch)
                                                                     : 0;
-    const float *a = na ? (const float *)twin::dev_to_host(A, 4 * na) : nullptr;
-    const float *b = nb ? (const float *)twin::dev_to_host(B, 4 * nb) : nullptr;
+    const size_t esz = bf16 ? 2 : 4;
+    const void *a = na ? twin::dev_to_host(A, esz * na) : nullptr;
+    const void *b = nb ? twin::dev_to_host(B, esz * nb) : nullptr;
     float *c = (float *)twin::dev_to_host(C, 4 * span(m, n, ldc, sC, batch));
     cudaError_t e;
     if (inject || !c || (na && !a) || (nb && !b)) {
@@ -105,11 +125,19 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                                    !a ? "A" : !b ? "B" : "C", !a ? pa : !b ? pb : pc);
         });
     } else {
-        e = twin::enqueue(h->stream, "cublasSgemm", [=] {
+        e = twin::enqueue(h->stream, bf16 ? "cublasGemmEx" : "cublasSgemm", [=] {
+            std::vector<float> wa, wb; /* bf16 operands widened when they run */
+            const float *fa = (const float *)a, *fb = (const float *)b;
+            if (bf16) {
+                wa = widen(a, na);
+                wb = widen(b, nb);
+                fa = na ? wa.data() : nullptr;
+                fb = nb ? wb.data() : nullptr;
+            }
             for (int i = 0; i < batch; i++)
                 cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                             tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha,
-                            a ? a + i * sA : nullptr, lda, b ? b + i * sB : nullptr, ldb, beta,
+                            fa ? fa + i * sA : nullptr, lda, fb ? fb + i * sB : nullptr, ldb, beta,
                             c + i * sC, ldc);
         });
     }
@@ -134,4 +162,41 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(
     long long sB, const float *beta, float *C, int ldc, long long sC, int batch)
 {
     return gemm(h, ta, tb, m, n, k, *alpha, A, lda, sA, B, ldb, sB, *beta, C, ldc, sC, batch);
+}
+
+/* GemmEx's type combinations the twin has: 1 bf16 A and B, 0 all fp32, -1 others (cuBLAS has
+ * more: those answer CUBLAS_STATUS_NOT_SUPPORTED here). C is fp32 and the compute 32F. */
+static int ex_kind(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute)
+{
+    if (ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || at != bt)
+        return -1;
+    return at == CUDA_R_16BF ? 1 : at == CUDA_R_32F ? 0 : -1;
+}
+
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta,
+                                       cublasOperation_t tb, int m, int n, int k,
+                                       const void *alpha, const void *A, cudaDataType Atype,
+                                       int lda, const void *B, cudaDataType Btype, int ldb,
+                                       const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                       cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    const int kind = ex_kind(Atype, Btype, Ctype, compute);
+    if (kind < 0 || algo != CUBLAS_GEMM_DEFAULT)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* alpha and beta are host floats (compute 32F, CUBLAS_POINTER_MODE_HOST) */
+    return gemm(h, ta, tb, m, n, k, *(const float *)alpha, A, lda, 0, B, ldb, 0,
+                *(const float *)beta, (float *)C, ldc, 0, 1, kind);
+}
+
+extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType Atype, int lda, long long sA, const void *B,
+    cudaDataType Btype, int ldb, long long sB, const void *beta, void *C, cudaDataType Ctype,
+    int ldc, long long sC, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    const int kind = ex_kind(Atype, Btype, Ctype, compute);
+    if (kind < 0 || algo != CUBLAS_GEMM_DEFAULT)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm(h, ta, tb, m, n, k, *(const float *)alpha, A, lda, sA, B, ldb, sB,
+                *(const float *)beta, (float *)C, ldc, sC, batch, kind);
 }

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 #include "cuda_runtime.h"
 #include "twin.h"
 

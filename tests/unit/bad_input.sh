@@ -162,6 +162,10 @@ case_ "not INI syntax" 2 "bad-syntax.ini:1: not INI syntax" bad-syntax.ini
 case_ "missing job file" 2 "nope.ini: cannot open job file" nope.ini
 case_ "bad --set" 2 "\-\-set train.epochs: 'many' is not an integer" good.ini --set train.epochs=many
 case_ "unknown --set key" 2 "\-\-set train.epoch: unknown key" good.ini --set train.epoch=3
+# bf16 asks for autocast GEMMs, which the CPU does not have: refused, not silently fp32
+case_ "precision bf16 on a CPU" 2 \
+    "\-\-set train.precision: bf16 needs a GPU .*set \[train\] precision = fp32" \
+    good.ini --set train.precision=bf16 --set train.device=cpu
 { base_job | sed 's/^layers = .*/layers = flatten, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4)/'; } > bad-long.ini
 case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 

@@ -11,8 +11,8 @@
 # and no free at all (a free synchronises the device, collectives in flight included); the host
 # out of the steady step: every step after the first that is not a log step has 0 host
 # synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
-# page-locked memory on a stream other than the compute stream; the counts per step are
-# printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
+# page-locked memory on a stream other than the compute stream; the same with [train]
+# precision = bf16; the counts per step are printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
 # clip_grad_norm: the GPU's xent and sum-of-squares kernels) is compared with the CPU the same
 # way, and its counters show one all-reduce per optimiser step, not one per micro-batch.
 # uint8 input: the data are uint8, so a batch goes up as bytes and the device converts and
@@ -115,8 +115,12 @@ fi
 
 # counters per step, 2 ranks; the CNN with cuDNN and with cuDNN missing (syncbn-im2col); the
 # batch's bytes up per step: 24 samples of 64 elements as uint8 (float32 for plainf32) and 24
-# int32 labels
-for run in plain syncbn syncbn-im2col plainf32; do
+# int32 labels; also with [train] precision = bf16 (its operand casts need scratch that grows
+# in step 1 only)
+for m in plain syncbn; do
+    sed 's/^max_steps = .*/&\nprecision = bf16/' $m.ini > $m-bf16.ini
+done
+for run in plain syncbn syncbn-im2col plainf32 plain-bf16 syncbn-bf16; do
     model=${run%-im2col}
     nocudnn=0; [ $run != $model ] && nocudnn=1
     xb=$((24 * 64)); [ $model = plainf32 ] && xb=$((24 * 64 * 4))

@@ -1,0 +1,56 @@
+#!/bin/bash
+# bf16_twin.sh - [train] precision = bf16 trains as well as fp32 (issue 16's acceptance): the
+# shipped fashion-mlp and fashion-cnn configs on the real Fashion-MNIST, on the GPU twin
+# (build/ddptrain-twin, device = cuda, 2 twin GPUs under `launch`, batch 128 each: the configs'
+# global batch of 256), once in fp32 and once in bf16 with the same seeds; each trained model.h5
+# is then evaluated on the whole test split by the CPU backend (checkpoints are fp32 and load on
+# any device), and |acc_bf16 - acc_fp32| must be <= MAX_DIFF (0.005) for each config.
+# The twin runs GPU kernels on the CPU, far slower than the CPU backend, so both runs of a config
+# are shortened identically: max_steps (MLP_STEPS, CNN_STEPS) with the cosine schedule annealed
+# over them; the steps, times and accuracies are printed.
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+MLP_STEPS=${MLP_STEPS:-235} CNN_STEPS=${CNN_STEPS:-60} MAX_DIFF=${MAX_DIFF:-0.005}
+data=${DDP_DATASET:-${DDP_BUILD:?}/fashion-mnist.h5}
+if [ ! -f "$data" ]; then
+    [ -d /usr/share/datasets/fashion-mnist ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+    "$DDPTRAIN" data idx --dir /usr/share/datasets/fashion-mnist -o "$data" || exit 1
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# acc CONFIG PRECISION STEPS: train on 2 twin GPUs, print the CPU's test accuracy of model.h5
+acc() {
+    local cfg=$DDP_SRC/configs/$1.ini out=$work/$1-$2 t0
+    t0=$(date +%s)
+    if ! timeout 1500 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 "$cfg" --set data.file="$data" \
+            --set job.output="$out" --set train.device=cuda --set train.precision="$2" \
+            --set data.batch_size=128 --set train.max_steps="$3" --set train.log_every=1000 \
+            --set data.test= --set checkpoint.every_epochs=0 > "$out.log" 2>&1; then
+        echo "FAIL $1 $2: twin run failed" >&2; tail -5 "$out.log" >&2; return 1
+    fi
+    grep -q "device cuda:0 (ddptrain GPU twin" "$out.log" ||
+        { echo "FAIL $1 $2: not on the twin GPU" >&2; grep '^ddptrain' "$out.log" >&2; return 1; }
+    local t1 line
+    t1=$(date +%s)
+    line=$("$DDPTRAIN" eval "$cfg" --checkpoint "$out/model.h5" --set data.file="$data" \
+        --set train.device=cpu --set train.precision=fp32 2>&1 | grep "test loss") ||
+        { echo "FAIL $1 $2: evaluation failed" >&2; return 1; }
+    echo "$1 $2: $3 steps on 2 twin GPUs in $((t1 - t0)) s; $line" >&2
+    sed -n 's/.* accuracy \([0-9.]*\) .*/\1/p' <<<"$line"
+}
+
+fail=0
+for spec in "fashion-mlp $MLP_STEPS" "fashion-cnn $CNN_STEPS"; do
+    read -r cfg steps <<<"$spec"
+    if ! a32=$(acc "$cfg" fp32 "$steps") || ! a16=$(acc "$cfg" bf16 "$steps") ||
+            [ -z "$a32" ] || [ -z "$a16" ]; then
+        fail=1; continue
+    fi
+    if awk -v a="$a16" -v b="$a32" -v m="$MAX_DIFF" 'BEGIN { d = a - b; exit !(d <= m && -d <= m) }'; then
+        echo "ok   $cfg: test accuracy fp32 $a32, bf16 $a16 (|diff| <= $MAX_DIFF)"
+    else
+        echo "FAIL $cfg: test accuracy fp32 $a32, bf16 $a16 (|diff| > $MAX_DIFF)"; fail=1
+    fi
+done
+exit $fail
