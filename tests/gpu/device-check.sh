@@ -31,7 +31,7 @@
 # --dry: the same stages' plumbing without a GPU, in CI (suite twin): build/ddptrain-twin and
 # the twin's test_cuda_ops and test_nccl (DDP_BUILD, default ./build), CPU PyTorch, a stand-in
 # for compute-sanitizer, tiny data, step counts and batches (the numbers mean nothing). A job key
-# this ddptrain does not know yet is skipped there with the reason; on the GPU it fails.
+# the later stages set that this ddptrain does not accept on a GPU fails, there as on the GPU.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 SRC=$PWD
@@ -171,23 +171,19 @@ if ! timeout "$(budget 20)" "$DDPTRAIN" --version > "$W/version.txt" 2>&1 ||
 fi
 grep "backends" "$W/version.txt"
 timeout "$(budget 20)" "$GPU_PROBE" || { echo "gpu_probe: no usable GPU"; missing=1; }
-# the job keys the later stages set: known to this ddptrain? (--dry: skipped with the reason)
+# the job keys the later stages set: known to this ddptrain?
 timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,28,28 --classes 10 --train 2000 \
     --test 200 --seed 1 >/dev/null || missing=1
 declare -A KEY_OK
 for kv in train.precision=tf32 train.precision=bf16 train.cuda_graph=off train.cuda_graph=on; do
     if timeout 30 "$DDPTRAIN" check configs/fashion-cnn.ini --set data.file="$W/san.h5" \
-            --set job.output="$W/check" --set train.device=cpu --set "$kv" > "$W/key.txt" 2>&1; then
+            --set job.output="$W/check" --set train.device=cuda --set "$kv" > "$W/key.txt" 2>&1; then
         KEY_OK[$kv]=1
     else
         KEY_OK[$kv]=0
         why=$(grep -m1 -- "--set ${kv%%=*}" "$W/key.txt" || tail -1 "$W/key.txt")
-        if [ $DRY = 1 ]; then
-            echo "skipped (dry): $kv: this ddptrain does not know it yet: $why"
-        else
-            echo "FAIL: $kv: $why"
-            missing=1
-        fi
+        echo "FAIL: $kv: $why"
+        missing=1
     fi
 done
 [ $missing = 0 ] && result libraries pass || result libraries FAIL
@@ -245,12 +241,8 @@ step "curves"
 curve_fail=0
 for prec in fp32 tf32 bf16; do
     if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ]; then
-        if [ $DRY = 1 ]; then
-            echo "-- $prec: skipped (dry): ddptrain does not know train.precision = $prec"
-        else
-            echo "-- $prec: FAIL: ddptrain does not know train.precision = $prec"
-        fi | tee -a "$R/curve.txt"
-        [ $DRY = 1 ] || curve_fail=1
+        echo "-- $prec: FAIL: ddptrain does not know train.precision = $prec" | tee -a "$R/curve.txt"
+        curve_fail=1
         continue
     fi
     echo "-- $prec" | tee -a "$R/curve.txt"
@@ -279,16 +271,13 @@ layers_of() {
 ddp_run() {
     local cfg=$1 b=$2 prec=$3 graph=$4 steps warm id=ddp-$1-$2-$3-graph$4 t extra=()
     read -r steps warm <<< "$([ "$cfg" = fashion-mlp ] && echo "$STEPS_MLP" || echo "$STEPS_CNN")"
-    # a ddptrain without the key has no graphs: off is then its plain run
-    if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ]; then
-        echo "skipped: $id: this ddptrain does not know train.precision = $prec"
+    if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ] ||
+       [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ]; then
+        echo "FAIL: $id: this ddptrain does not know train.precision = $prec or cuda_graph"
+        BENCH_FAIL=1
         return
     fi
-    if [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ] && [ "$graph" = on ]; then
-        echo "skipped: $id: this ddptrain does not know train.cuda_graph"
-        return
-    fi
-    [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 1 ] && extra=(--set train.cuda_graph=$graph)
+    extra=(--set train.cuda_graph=$graph)
     t=$(budget 40)
     [ "$t" -lt 5 ] && { echo "skipped: $id: out of time"; return; }
     timeout "$t" "$DDPTRAIN" "configs/$cfg.ini" "${GPU_ARGS[@]}" --set data.file="$W/fm.h5" \
