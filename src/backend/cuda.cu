@@ -161,6 +161,9 @@ static int blas_open(char *err, size_t errlen)
 
 /* cuBLAS math mode for [train] precision: TF32 tensor cores for FP32 GEMMs with tf32, else
  * plain FP32 (bf16 GEMMs go through GemmEx, which needs no math mode). */
+/* 1 when [train] precision = tf32 allows TF32 tensor cores (cuBLAS and cuDNN). */
+static int tf32_math(void);
+
 static cublasMath_t math_mode(int precision)
 {
     return precision == DDP_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
@@ -232,6 +235,11 @@ static struct {
     cudaEvent_t copied[UPLOAD_RING]; /* copy q done, at q % UPLOAD_RING */
     int64_t uploads, done;           /* copies queued; highest known complete */
 } g = {-1, 0, NULL, NULL, NULL, 0, "", NULL, {NULL, NULL}, {}, 0, 0};
+
+static int tf32_math(void)
+{
+    return g.precision == DDP_PRECISION_TF32;
+}
 
 static struct ddp_backend g_table;
 
@@ -1042,8 +1050,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
                        size_t errlen)
 {
     const struct conv_geom q = pl->q;
-    const cudnnMathType_t math =
-        (g.precision == DDP_PRECISION_TF32) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    const cudnnMathType_t math = tf32_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     if (!s->x) {
         DNN_CHECK(g_dnn.create_tensor(&s->x));
         DNN_CHECK(g_dnn.create_tensor(&s->y));
@@ -1061,7 +1068,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     int n = 0, i;
     cudnnConvolutionFwdAlgoPerf_t pf[DNN_ALGOS];
     DNN_CHECK(g_dnn.fwd_algos(gd.h, s->x, pl->w, s->cv[0], s->y, DNN_ALGOS, &n, pf));
-    i = dnn_pick(pf, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
+    i = dnn_pick(pf, n, cap, tf32_math(), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, pf[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -1075,7 +1082,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, s->fwd, &s->ws[0]));
     cudnnConvolutionBwdDataAlgoPerf_t pd[DNN_ALGOS];
     DNN_CHECK(g_dnn.bwd_data_algos(gd.h, pl->w, s->y, s->cv[1], s->x, DNN_ALGOS, &n, pd));
-    i = dnn_pick(pd, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
+    i = dnn_pick(pd, n, cap, tf32_math(), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, pd[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -1089,7 +1096,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, s->bwd_data, &s->ws[1]));
     cudnnConvolutionBwdFilterAlgoPerf_t pw[DNN_ALGOS];
     DNN_CHECK(g_dnn.bwd_filter_algos(gd.h, s->x, s->y, s->cv[2], pl->w, DNN_ALGOS, &n, pw));
-    i = dnn_pick(pw, n, cap, (g.precision == DDP_PRECISION_TF32), [&](int j) {
+    i = dnn_pick(pw, n, cap, tf32_math(), [&](int j) {
         size_t b = SIZE_MAX;
         return g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, pw[j].algo, &b) ==
                        CUDNN_STATUS_SUCCESS
@@ -1102,7 +1109,7 @@ static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t ca
     DNN_CHECK(g_dnn.set_math(s->cv[2], pw[i].mathType));
     DNN_CHECK(g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, s->bwd_filter, &s->ws[2]));
     s->B = B;
-    s->tf32 = (g.precision == DDP_PRECISION_TF32);
+    s->tf32 = tf32_math();
     return 0;
 }
 
@@ -1163,7 +1170,7 @@ static const struct dnn_slot *dnn_slot_for(const struct conv_geom *q, int B)
                 "conv_plan must size col before the convolution runs (a bug)",
                 q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
     for (int i = 0; i < 2; i++)
-        if (pl->slot[i].B == B && pl->slot[i].tf32 == (g.precision == DDP_PRECISION_TF32))
+        if (pl->slot[i].B == B && pl->slot[i].tf32 == tf32_math())
             return &pl->slot[i];
     char dir[32];
     if (dnn_prepare(pl, &pl->slot[1], B, pl->cap, dir, sizeof dir) != 0)
@@ -1394,7 +1401,7 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
     char v[32];
     dnn_version(v, sizeof v);
     snprintf(line, len, "cuDNN %s (deterministic algorithms, %s)", v,
-             (g.precision == DDP_PRECISION_TF32) ? "tf32 allowed" : "fp32 FMA math");
+             tf32_math() ? "tf32 allowed" : "fp32 FMA math");
     return 1;
 }
 
