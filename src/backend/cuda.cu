@@ -317,9 +317,14 @@ static unsigned blocks_for(size_t n)
     return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)(b ? b : 1);
 }
 
+/* Each thread takes items i, i + (all threads), ...: neighbouring threads read neighbouring
+ * items (coalesced). The GPU twin, which runs the threads one after another, gives each thread
+ * a contiguous run instead (twin_kernels.h): the same items, each once. */
+#ifndef GRID_STRIDE
 #define GRID_STRIDE(i, n)                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
+#endif
 
 /* ---- device helpers ---------------------------------------------------------------------- */
 

@@ -1,10 +1,17 @@
 /*
  * kernels.cc - the GPU twin's kernel executor (see twin_kernels.h): one block at a time, its
- * threads as fibers (ucontext) switched at barriers. A kernel seen once without any barrier
- * runs its threads as a plain loop afterwards (the fast path); a barrier there is reported.
+ * threads as fibers switched at barriers. A kernel seen once without any barrier runs its
+ * threads as a plain loop afterwards (the fast path); a barrier there is reported.
+ *
+ * Fibers: one per thread slot, made once (ucontext) and kept: each runs thread bodies in a
+ * loop, parking after each. Switches are _setjmp/_longjmp, which, unlike swapcontext, make no
+ * system call (swapcontext saves and restores the signal mask: two syscalls per switch, most
+ * of a reduction kernel's time).
  */
+#undef _FORTIFY_SOURCE /* its longjmp check refuses jumps between stacks, what fibers do */
 #include "twin_kernels.h"
 
+#include <setjmp.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -23,25 +30,52 @@ constexpr size_t STACK = 128 * 1024;
 enum { RUN, WAIT, DONE };
 
 struct Fiber {
-    ucontext_t ctx;
+    ucontext_t ctx; /* for its first entry */
+    jmp_buf jb;     /* where it stopped: a barrier, or parked after a body */
     int state, bar; /* bar: 0 the block's barrier, 1 + w warp w's */
+    bool born;      /* entered once; false again after a deadlock abandoned its stack */
 };
 
 std::mutex &g_kmu = *new std::mutex; /* one kernel at a time in the process */
 std::map<const void *, bool> g_uses_barrier;
 Fiber g_f[MAX_THREADS];
 char *g_stacks;
-ucontext_t g_sched;
+jmp_buf g_sched;
 unsigned g_cur, g_nt;
 bool g_seq, g_barrier_seen;
 const std::function<void()> *g_body;
 uint64_t g_shfl[MAX_THREADS / 32][32];
 const char *g_name;
 
+/* A fiber's life: the current block's body for thread g_cur, then park until resumed. */
 void fiber_main()
 {
-    (*g_body)();
-    g_f[g_cur].state = DONE;
+    for (;;) {
+        (*g_body)();
+        Fiber &f = g_f[g_cur];
+        f.state = DONE;
+        if (!_setjmp(f.jb))
+            _longjmp(g_sched, 1);
+    }
+}
+
+/* Run fiber t until it waits at a barrier or finishes its body. */
+void resume(unsigned t)
+{
+    Fiber &f = g_f[t];
+    g_cur = t;
+    threadIdx = dim3(t, 0, 0);
+    if (_setjmp(g_sched))
+        return;
+    if (f.born)
+        _longjmp(f.jb, 1);
+    f.born = true;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = g_stacks + STACK * t;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = nullptr; /* fiber_main never returns */
+    makecontext(&f.ctx, fiber_main, 0);
+    setcontext(&f.ctx);
 }
 
 void barrier(int bar)
@@ -55,7 +89,8 @@ void barrier(int bar)
     Fiber &f = g_f[g_cur];
     f.state = WAIT;
     f.bar = bar;
-    swapcontext(&f.ctx, &g_sched);
+    if (!_setjmp(f.jb))
+        _longjmp(g_sched, 1);
 }
 
 /* Release the threads waiting at a barrier every live participant has reached. */
@@ -106,28 +141,21 @@ bool run_fibers()
         }
         g_stacks = (char *)p;
     }
-    for (unsigned t = 0; t < g_nt; t++) {
-        Fiber &f = g_f[t];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = g_stacks + STACK * t;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &g_sched;
-        makecontext(&f.ctx, fiber_main, 0);
-        f.state = RUN;
-    }
+    for (unsigned t = 0; t < g_nt; t++)
+        g_f[t].state = RUN;
     for (;;) {
         for (unsigned t = 0; t < g_nt; t++)
-            if (g_f[t].state == RUN) {
-                g_cur = t;
-                threadIdx = dim3(t, 0, 0);
-                swapcontext(&g_sched, &g_f[t].ctx);
-            }
+            if (g_f[t].state == RUN)
+                resume(t);
         if (release())
             continue;
+        bool ok = true;
         for (unsigned t = 0; t < g_nt; t++)
-            if (g_f[t].state != DONE)
-                return false;
-        return true;
+            if (g_f[t].state != DONE) {
+                g_f[t].born = false; /* stuck mid-kernel: a fresh fiber next time */
+                ok = false;
+            }
+        return ok;
     }
 }
 

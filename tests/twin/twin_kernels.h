@@ -124,4 +124,18 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, cudaStream_t s, void
 /* Few blocks per grid-stride launch: each block is a round of fibers. */
 #define MAX_BLOCKS 8u
 
+/* Thread t of a grid-stride loop over n items takes the t-th of (all threads) contiguous runs,
+ * not every (all threads)-th item: the twin runs threads one after another, and the GPU's
+ * interleaved order would make each of them walk the whole array, a cache miss per item. The
+ * same items, each once; a kernel whose threads share items is a race on either order. */
+static inline size_t twin_run_start(size_t n, int end)
+{
+    const size_t all = (size_t)gridDim.x * blockDim.x;
+    const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x + (end ? 1 : 0);
+    const size_t per = (n + all - 1) / all;
+    return t * per < n ? t * per : n;
+}
+#define GRID_STRIDE(i, n) \
+    for (size_t i = twin_run_start((n), 0), i##_end = twin_run_start((n), 1); i < i##_end; i++)
+
 #endif

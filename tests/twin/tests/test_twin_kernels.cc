@@ -1,0 +1,159 @@
+/*
+ * test_twin_kernels.cc - the GPU twin's kernel executor (tests/twin/kernels.cc), suite twin:
+ *   - block reductions through __syncthreads and warp shuffles give exact sums over many
+ *     blocks, several block sizes and repeated launches (fibers are made once and reused);
+ *   - a grid-stride loop (the twin's contiguous runs) visits every item exactly once, for
+ *     grids larger and smaller than the items and counts that do not divide evenly;
+ *   - a kernel whose threads wait at different barriers (half a warp at a shuffle, the rest
+ *     at __syncthreads) is a GPU fault: cudaErrorLaunchFailure from the next synchronisation
+ *     and a line naming the kernel, not a hang.
+ * Exit 0 or 1.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "twin_kernels.h"
+
+static int g_fail;
+
+static void expect(bool ok, const char *what)
+{
+    printf("%-4s %s\n", ok ? "ok" : "FAIL", what);
+    g_fail += !ok;
+}
+
+/* out[block] = sum of in[i] over the block's grid-stride share: warp shuffles, then the
+ * warps' sums through shared memory, two barriers. */
+static void k_block_sum(float *out, const float *in, size_t n)
+{
+    __shared__ float warp_sums[32];
+    float v = 0;
+    GRID_STRIDE(i, n)
+    v += in[i];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    const unsigned lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0)
+        warp_sums[w] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0;
+        for (unsigned k = 0; k < nw; k++)
+            s += warp_sums[k];
+        out[blockIdx.x] = s;
+    }
+    __syncthreads();
+}
+
+static void k_cover(int *hits, size_t n)
+{
+    GRID_STRIDE(i, n)
+    hits[i] += 1;
+}
+
+/* Threads 0-15 exchange lanes; the rest of the block waits at __syncthreads: no barrier is
+ * ever complete. */
+static void k_diverge(float *out)
+{
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16)
+        v = __shfl_down_sync(0xffffffffu, v, 1);
+    else
+        __syncthreads();
+    out[threadIdx.x] = v;
+}
+
+static void t_block_sum(void)
+{
+    const size_t n = 100003; /* integers up to 2^24 stay exact in float sums of this size */
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(i % 7);
+    double want = 0;
+    for (size_t i = 0; i < n; i++)
+        want += h[i];
+    float *din = nullptr, *dout = nullptr;
+    cudaMalloc((void **)&din, n * sizeof(float));
+    cudaMalloc((void **)&dout, 64 * sizeof(float));
+    cudaMemcpy(din, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    const unsigned shapes[][2] = {{37, 256}, {1, 1024}, {64, 64}, {37, 256}, {5, 32}};
+    for (const auto &sh : shapes)
+        for (int rep = 0; rep < 2; rep++) {
+            twin::launch_kernel("k_block_sum", dim3(sh[0]), dim3(sh[1]), 0, k_block_sum, dout,
+                                (const float *)din, n);
+            float got[64];
+            const cudaError_t e = cudaMemcpy(got, dout, sh[0] * sizeof(float),
+                                             cudaMemcpyDeviceToHost);
+            double s = 0;
+            for (unsigned b = 0; b < sh[0]; b++)
+                s += got[b];
+            char what[128];
+            snprintf(what, sizeof what, "block sums, %u blocks of %u threads (launch %d): %.0f",
+                     sh[0], sh[1], rep + 1, s);
+            expect(e == cudaSuccess && s == want, what);
+        }
+    cudaFree(din);
+    cudaFree(dout);
+}
+
+static void t_cover(void)
+{
+    const size_t counts[] = {0, 1, 255, 256, 257, 2047, 2049, 10007};
+    const unsigned grids[][2] = {{1, 32}, {3, 64}, {8, 256}, {40, 256}};
+    int *d = nullptr;
+    cudaMalloc((void **)&d, 10007 * sizeof(int));
+    std::vector<int> h(10007);
+    for (size_t n : counts)
+        for (const auto &g : grids) {
+            cudaMemset(d, 0, 10007 * sizeof(int));
+            twin::launch_kernel("k_cover", dim3(g[0]), dim3(g[1]), 0, k_cover, d, n);
+            cudaMemcpy(h.data(), d, 10007 * sizeof(int), cudaMemcpyDeviceToHost);
+            size_t bad = 0;
+            for (size_t i = 0; i < 10007; i++)
+                bad += h[i] != (i < n ? 1 : 0);
+            char what[128];
+            snprintf(what, sizeof what, "grid-stride over %zu items, %u x %u threads: each once",
+                     n, g[0], g[1]);
+            expect(bad == 0, what);
+        }
+    cudaFree(d);
+}
+
+static void t_diverge(void)
+{
+    float *d = nullptr;
+    cudaMalloc((void **)&d, 64 * sizeof(float));
+    FILE *log = tmpfile(); /* the twin's report goes to stderr: catch it there */
+    const int saved = dup(2);
+    if (!log || saved < 0 || dup2(fileno(log), 2) < 0) {
+        expect(false, "redirect stderr");
+        return;
+    }
+    twin::launch_kernel("k_diverge", dim3(1), dim3(64), 0, k_diverge, d);
+    const cudaError_t e = cudaDeviceSynchronize();
+    dup2(saved, 2);
+    close(saved);
+    char line[512] = "";
+    rewind(log);
+    if (!fgets(line, sizeof line, log))
+        line[0] = 0;
+    fclose(log);
+    fprintf(stderr, "%s", line);
+    expect(e == cudaErrorLaunchFailure,
+           "threads at different barriers: cudaErrorLaunchFailure, not a hang");
+    expect(strstr(line, "kernel k_diverge") && strstr(line, "different barriers"),
+           "the fault line names the kernel and the divergent barriers");
+}
+
+int main(void)
+{
+    setvbuf(stdout, nullptr, _IONBF, 0);
+    t_block_sum();
+    t_cover();
+    t_diverge(); /* last: the fault is sticky, as on a GPU */
+    printf("%s\n", g_fail ? "FAIL" : "all passed");
+    return g_fail ? 1 : 0;
+}
