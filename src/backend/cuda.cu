@@ -161,9 +161,6 @@ static int blas_open(char *err, size_t errlen)
 
 /* cuBLAS math mode for [train] precision: TF32 tensor cores for FP32 GEMMs with tf32, else
  * plain FP32 (bf16 GEMMs go through GemmEx, which needs no math mode). */
-/* 1 when [train] precision = tf32 allows TF32 tensor cores (cuBLAS and cuDNN). */
-static int tf32_math(void);
-
 static cublasMath_t math_mode(int precision)
 {
     return precision == DDP_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
@@ -236,6 +233,7 @@ static struct {
     int64_t uploads, done;           /* copies queued; highest known complete */
 } g = {-1, 0, NULL, NULL, NULL, 0, "", NULL, {NULL, NULL}, {}, 0, 0};
 
+/* 1 when [train] precision = tf32 allows TF32 tensor cores (cuBLAS and cuDNN). */
 static int tf32_math(void)
 {
     return g.precision == DDP_PRECISION_TF32;

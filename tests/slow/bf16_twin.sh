@@ -12,9 +12,11 @@
 # either way (+0.6 at 60 steps, -1.2 at 120): its bound there is CNN_MAX_DIFF (0.015), a check
 # that bf16 trains the CNN. The issue's 0.5 points on trained models is the full run (both
 # configs' whole schedules, about 70 min on 2 cores; STEPS=0 means the config's schedule):
-#   MLP_STEPS=0 CNN_STEPS=0 CNN_MAX_DIFF=0.005 RUN_TIMEOUT=5400 meson test -C build \
-#       accuracy-bf16-vs-fp32-twin --timeout-multiplier 6
-# (docs/gpu.md gives its figures). RUN_TIMEOUT bounds each training run (seconds).
+#   DDPTRAIN=build/ddptrain DDPTRAIN_TWIN=build/ddptrain-twin DDP_SRC=. DDP_BUILD=build \
+#       MLP_STEPS=0 CNN_STEPS=0 CNN_MAX_DIFF=0.005 RUN_TIMEOUT=5400 tests/slow/bf16_twin.sh
+# (docs/gpu.md gives its figures). RUN_TIMEOUT bounds each training run (seconds). Each twin
+# rank runs its cuBLAS GEMMs on its own stream thread: one OpenBLAS thread each, as 2 ranks
+# share 2 cores (more only spin against each other).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 MLP_STEPS=${MLP_STEPS:-235} CNN_STEPS=${CNN_STEPS:-60} MAX_DIFF=${MAX_DIFF:-0.005}

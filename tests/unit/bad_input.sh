@@ -33,10 +33,10 @@ INI
 }
 
 pass=0 fail=0
-# case NAME CODE PATTERN JOBFILE [args...]
 # avail_free FILE: FILE with the free memory it names ("has 23.0 GiB available") blanked
 avail_free() { sed 's/has [0-9.]* \([KMGTP]iB\|bytes\) available/has N available/' "$1"; }
 
+# case NAME CODE PATTERN JOBFILE [args...]
 case_() {
     local name=$1 code=$2 pattern=$3 job=$4
     shift 4

@@ -2,6 +2,8 @@
  * test_twin_kernels.cc - the GPU twin's kernel executor (tests/twin/kernels.cc), suite twin:
  *   - block reductions through __syncthreads and warp shuffles give exact sums over many
  *     blocks, several block sizes and repeated launches (fibers are made once and reused);
+ *   - no thread passes a __syncthreads before every thread of its block reached it (shared
+ *     memory written before the barrier is seen after it);
  *   - a grid-stride loop (the twin's contiguous runs) visits every item exactly once, for
  *     grids larger and smaller than the items and counts that do not divide evenly;
  *   - a kernel whose threads wait at different barriers (half a warp at a shuffle, the rest
@@ -48,6 +50,18 @@ static void k_block_sum(float *out, const float *in, size_t n)
     __syncthreads();
 }
 
+/* out[t] = in[t + 1] within each block, through shared memory: a thread let past the barrier
+ * before its neighbour wrote reads the previous block's value. */
+static void k_rotate(float *out, const float *in)
+{
+    __shared__ float sh[1024];
+    const size_t base = (size_t)blockIdx.x * blockDim.x;
+    sh[threadIdx.x] = in[base + threadIdx.x];
+    __syncthreads();
+    out[base + threadIdx.x] = sh[(threadIdx.x + 1) % blockDim.x];
+    __syncthreads();
+}
+
 static void k_cover(int *hits, size_t n)
 {
     GRID_STRIDE(i, n)
@@ -85,8 +99,8 @@ static void t_block_sum(void)
             twin::launch_kernel("k_block_sum", dim3(sh[0]), dim3(sh[1]), 0, k_block_sum, dout,
                                 (const float *)din, n);
             float got[64];
-            const cudaError_t e = cudaMemcpy(got, dout, sh[0] * sizeof(float),
-                                             cudaMemcpyDeviceToHost);
+            const cudaError_t e =
+                cudaMemcpy(got, dout, sh[0] * sizeof(float), cudaMemcpyDeviceToHost);
             double s = 0;
             for (unsigned b = 0; b < sh[0]; b++)
                 s += got[b];
@@ -95,6 +109,28 @@ static void t_block_sum(void)
                      sh[0], sh[1], rep + 1, s);
             expect(e == cudaSuccess && s == want, what);
         }
+    cudaFree(din);
+    cudaFree(dout);
+}
+
+static void t_rotate(void)
+{
+    const unsigned blocks = 9, threads = 128, n = blocks * threads;
+    std::vector<float> h(n), got(n);
+    for (unsigned i = 0; i < n; i++)
+        h[i] = (float)i;
+    float *din = nullptr, *dout = nullptr;
+    cudaMalloc((void **)&din, n * sizeof(float));
+    cudaMalloc((void **)&dout, n * sizeof(float));
+    cudaMemcpy(din, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    twin::launch_kernel("k_rotate", dim3(blocks), dim3(threads), 0, k_rotate, dout,
+                        (const float *)din);
+    cudaMemcpy(got.data(), dout, n * sizeof(float), cudaMemcpyDeviceToHost);
+    unsigned bad = 0;
+    for (unsigned i = 0; i < n; i++)
+        bad += got[i] != h[i / threads * threads + (i % threads + 1) % threads];
+    expect(bad == 0,
+           "shared memory through __syncthreads: every thread sees its neighbour's write");
     cudaFree(din);
     cudaFree(dout);
 }
@@ -115,8 +151,8 @@ static void t_cover(void)
             for (size_t i = 0; i < 10007; i++)
                 bad += h[i] != (i < n ? 1 : 0);
             char what[128];
-            snprintf(what, sizeof what, "grid-stride over %zu items, %u x %u threads: each once",
-                     n, g[0], g[1]);
+            snprintf(what, sizeof what, "grid-stride over %zu items, %u x %u threads: each once", n,
+                     g[0], g[1]);
             expect(bad == 0, what);
         }
     cudaFree(d);
@@ -152,6 +188,7 @@ int main(void)
 {
     setvbuf(stdout, nullptr, _IONBF, 0);
     t_block_sum();
+    t_rotate();
     t_cover();
     t_diverge(); /* last: the fault is sticky, as on a GPU */
     printf("%s\n", g_fail ? "FAIL" : "all passed");
