@@ -273,23 +273,29 @@ void ddp_launch_env_free(char **env)
     free(env);
 }
 
-/* A free TCP port on this host (bound and released at once), or 0. */
-static int free_port(void)
+/* A free TCP port on this host, held in *fd until the launch ends, or 0 (*fd -1). A port
+ * bound and released at once goes back to the pool: anyone's bind to port 0 or outgoing
+ * connection could take it before rank 0 listens on it. This one stays bound, with
+ * SO_REUSEADDR and not listening, so the kernel hands it to no one else, while rank 0's
+ * rendezvous, which sets SO_REUSEADDR too, can still listen on it. */
+static int reserve_port(int *fd)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0)
         return 0;
+    int one = 1;
+    setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     socklen_t sl = sizeof a;
-    int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (bind(*fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(*fd, (struct sockaddr *)&a, &sl) == 0)
+        return ntohs(a.sin_port);
+    close(*fd);
+    *fd = -1;
+    return 0;
 }
 
 /* Full path of an executable name found in PATH into out; 0, or -1 when not found. */
@@ -546,9 +552,11 @@ static int supervise_mpirun(pid_t mpirun, int sfd)
 }
 
 /* The master's address and port, final before any child starts: --master-port, else
- * MASTER_PORT, else on one node a free port, else the default. Returns 0 or an exit code. */
-static int resolve_master(struct ddp_launch_opts *o)
+ * MASTER_PORT, else on one node a free port (held in *hold until the launch ends, else -1),
+ * else the default. Returns 0 or an exit code. */
+static int resolve_master(struct ddp_launch_opts *o, int *hold)
 {
+    *hold = -1;
     if (!o->master_addr[0])
         snprintf(o->master_addr, sizeof o->master_addr, "127.0.0.1");
     if (o->master_port != 0)
@@ -565,7 +573,7 @@ static int resolve_master(struct ddp_launch_opts *o)
         }
         o->master_port = (int)x;
     } else if (o->nnodes == 1) {
-        o->master_port = free_port();
+        o->master_port = reserve_port(hold);
     }
     if (o->master_port == 0)
         o->master_port = DDP_WORLD_PORT_DEFAULT;
@@ -673,11 +681,9 @@ static int run_children(const struct ddp_launch_opts *o, char *mpirun, char *exe
     return code;
 }
 
-int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv)
+/* ddp_launch_run once the master is settled. */
+static int launch_run(struct ddp_launch_opts *o, int argc, char **argv)
 {
-    int code = resolve_master(o);
-    if (code)
-        return code;
     int use_mpirun =
         o->spawn == DDP_SPAWN_MPIRUN ||
         (o->spawn == DDP_SPAWN_AUTO && o->nnodes == 1 && o->nproc_per_node > 1 && !gpu_ranks());
@@ -704,7 +710,18 @@ int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv)
     char token[DDP_BOOTSTRAP_TOKEN_MAX + 1], np[16];
     make_token(o, token, sizeof token);
     char **cargv = child_argv(o, argc, argv, use_mpirun ? mpirun : NULL, exe, np, sizeof np);
-    code = run_children(o, use_mpirun ? mpirun : NULL, exe, cargv, token);
+    int code = run_children(o, use_mpirun ? mpirun : NULL, exe, cargv, token);
     free(cargv);
+    return code;
+}
+
+int ddp_launch_run(struct ddp_launch_opts *o, int argc, char **argv)
+{
+    int hold;
+    int code = resolve_master(o, &hold);
+    if (code == 0)
+        code = launch_run(o, argc, argv);
+    if (hold >= 0)
+        close(hold);
     return code;
 }

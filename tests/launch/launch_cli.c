@@ -9,9 +9,12 @@
  *       signal=N" and exits 75 (a checkpoint-and-requeue stand-in). Rank RANK instead exits
  *       CODE after 0.3 s (CODE < 0: dies of signal -CODE). --ignore-term: SIGTERM is noted
  *       but the probe keeps waiting.
- *   launch_cli free-port            prints a TCP port that was free a moment ago.
- *   launch_cli hold-port PORT S     listens on PORT (all addresses) for S seconds.
+ *   launch_cli port-check   (a launch's child) exits 0 when MASTER_PORT is held, i.e. another
+ *       program's plain bind to it fails with EADDRINUSE; prints "port-check port=P held".
+ *   launch_cli hold-port PORT S     listens on PORT (0: a free one; all addresses) for S
+ *       seconds; prints "holding PORT" once listening.
  */
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -93,19 +96,27 @@ static int probe(int argc, char **argv)
     return 0;
 }
 
-static int free_port(void)
+static int port_check(void)
 {
+    const char *v = getenv("MASTER_PORT");
+    int port = v ? atoi(v) : 0;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    socklen_t sl = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &sl) != 0)
+    a.sin_port = htons((unsigned short)port);
+    if (port <= 0 || fd < 0) {
+        fprintf(stderr, "port-check: MASTER_PORT \"%s\" or socket\n", v ? v : "");
+        return 2;
+    }
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        printf("port-check port=%d free: another program could take it\n", port);
         return 1;
-    printf("%d\n", ntohs(a.sin_port));
+    }
+    int e = errno;
     close(fd);
-    return 0;
+    printf("port-check port=%d %s\n", port, e == EADDRINUSE ? "held" : strerror(e));
+    return e == EADDRINUSE ? 0 : 1;
 }
 
 static int hold_port(int port, double s)
@@ -115,11 +126,13 @@ static int hold_port(int port, double s)
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((unsigned short)port);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0) {
+    socklen_t sl = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &sl) != 0) {
         perror("hold-port");
         return 1;
     }
-    printf("holding %d\n", port);
+    printf("holding %d\n", ntohs(a.sin_port));
     fflush(stdout);
     usleep((useconds_t)(s * 1e6));
     close(fd);
@@ -139,11 +152,11 @@ int main(int argc, char **argv)
         return ddp_cmd_bootstrap_test(argc - 1, argv + 1);
     if (strcmp(c, "probe") == 0)
         return probe(argc - 1, argv + 1);
-    if (strcmp(c, "free-port") == 0)
-        return free_port();
+    if (strcmp(c, "port-check") == 0)
+        return port_check();
     if (strcmp(c, "hold-port") == 0 && argc == 4)
         return hold_port(atoi(argv[2]), atof(argv[3]));
-    fprintf(stderr, "usage: launch_cli hostlist|env|launch|bootstrap-test|probe|free-port|"
+    fprintf(stderr, "usage: launch_cli hostlist|env|launch|bootstrap-test|probe|port-check|"
                     "hold-port ...\n");
     return 2;
 }

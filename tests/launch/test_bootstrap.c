@@ -140,19 +140,22 @@ static void arguments(void)
     CHECK(blob[0] == 1, "blob changed by failed calls");
 }
 
-/* A port that was free a moment ago. */
+/* A free port, held until this test exits: bound with SO_REUSEADDR and not listening, so
+ * no other program's connection or listener takes it, while rank 0's rendezvous (which sets
+ * SO_REUSEADDR too) can listen on it. */
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     socklen_t sl = sizeof a;
     int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+        bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
         port = ntohs(a.sin_port);
-    if (fd >= 0)
+    else if (fd >= 0)
         close(fd);
     return port;
 }

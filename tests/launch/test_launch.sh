@@ -82,12 +82,18 @@ ra=$?
     [ "$(field hash "$T/b" | sort -u | wc -l)" = 1 ] ||
     fail "concurrent launches: $ra $rb $(cat "$T/a" "$T/b")"
 
+# the port the launcher picked stays held while the ranks run: another program's bind fails
+# (a port released at once could be taken before rank 0 listens on it)
+run "$BIN" launch --nproc-per-node 2 --spawn env port-check
+[ $rc -eq 0 ] && [ "$(grep -c '^port-check port=[0-9]* held$' "$T/out")" = 2 ] ||
+    fail "launcher's port not held: rc $rc $(cat "$T/out" "$T/err")"
+
 # port in use: rank 0 says so in one line and the launcher exits 4 naming rank 0
-port=$("$BIN" free-port)
-"$BIN" hold-port "$port" 8 >"$T/hold" &
+"$BIN" hold-port 0 8 >"$T/hold" &
 holder=$!
 n=0
 while ! grep -q holding "$T/hold" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+port=$(sed -n 's/^holding //p' "$T/hold")
 run "$BIN" launch --nproc-per-node 2 --spawn env --master-port "$port" --grace 1 \
     bootstrap-test --via tcp --timeout 20
 kill $holder 2>/dev/null
@@ -101,7 +107,10 @@ between 0 5 "$dt" || fail "port in use: took $dt s"
 
 # torchrun-style by hand: a missing rank is named when rank 0 gives up; an unreachable
 # master is reported by the peer
-port=$("$BIN" free-port)
+# shellcheck source=tests/hold_port.sh
+. "${DDP_SRC:?}/tests/hold_port.sh"
+hold_ports 2 || { echo "FAIL: cannot hold two ports" >&2; exit 1; }
+port=${HELD_PORTS% *}
 tr_env="MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=3 LOCAL_WORLD_SIZE=3"
 # shellcheck disable=SC2086
 env $tr_env RANK=1 LOCAL_RANK=1 "$BIN" bootstrap-test --via tcp --timeout 5 >"$T/r1" 2>&1 &
@@ -120,7 +129,7 @@ run env $tr_env RANK=2 LOCAL_RANK=2 "$BIN" bootstrap-test --via tcp --timeout 1
 [ "$(lines "$T/err")" = 1 ] || fail "unreachable master: not one line: $(cat "$T/err")"
 
 # a stranger (another job's token) is refused at once; the real job still completes
-port=$("$BIN" free-port)
+port=${HELD_PORTS#* }
 tr_env="MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2"
 # shellcheck disable=SC2086
 env $tr_env RANK=0 LOCAL_RANK=0 DDP_BOOTSTRAP_TOKEN=job-A "$BIN" bootstrap-test --via tcp \

@@ -70,12 +70,16 @@ cuda_graph = off
 [dist]
 timeout_s = 20
 INI
-port=$(/usr/bin/python3 -c \
-    'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# shellcheck source=tests/hold_port.sh
+. "${DDP_SRC:?}/tests/hold_port.sh"
+hold_ports 4 || { echo "FAIL: cannot hold a port"; exit 1; }
+read -ra ports <<<"$HELD_PORTS"
+run2_n=0 # runs so far: each run has a port of its own
 # run2 VIS0 VIS1 ENV...: both ranks, rank r with CUDA_VISIBLE_DEVICES=VISr; codes in rc0 rc1
 run2() {
-    local v0=$1 v1=$2 pids=()
+    local v0=$1 v1=$2 pids=() port=${ports[run2_n]}
     shift 2
+    run2_n=$((run2_n + 1))
     for r in 0 1; do
         local v=$v0
         [ $r = 1 ] && v=$v1
@@ -86,7 +90,6 @@ run2() {
     done
     wait "${pids[0]}"; rc0=$?
     wait "${pids[1]}"; rc1=$?
-    port=$((port + 1))
 }
 # kernel 94 of rank 1 (19 launches a step) is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
 # faults) only when the all-reduce's event is queried, the old "peer may have died" path

@@ -119,7 +119,10 @@ else
 fi
 
 # peer death: rank 1 exits after step 12; rank 0 replays step 13's graph, which waits in NCCL
-port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# shellcheck source=tests/hold_port.sh
+. "${DDP_SRC:?}/tests/hold_port.sh"
+hold_ports 1 || { echo "FAIL: cannot hold a port"; exit 1; }
+port=$HELD_PORTS
 for r in 0 1; do
     DDP_TEST_FAULT=1:12:exit:9 CUDA_VISIBLE_DEVICES=$r timeout 120 "$DDPTRAIN_TWIN" launch \
         --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \

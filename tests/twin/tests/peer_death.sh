@@ -29,8 +29,10 @@ log_every = 5
 [dist]
 timeout_s = 60
 INI
-port=$(/usr/bin/python3 -c \
-    'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# shellcheck source=tests/hold_port.sh
+. "${DDP_SRC:?}/tests/hold_port.sh"
+hold_ports 1 || { echo "FAIL: cannot hold a port"; exit 1; }
+port=$HELD_PORTS
 for r in 0 1 2 3; do
     CUDA_VISIBLE_DEVICES=$r "$DDPTRAIN_TWIN" launch --nnodes 4 --node-rank $r --nproc-per-node 1 \
         --master-addr 127.0.0.1 --master-port "$port" j.ini --set job.output=out \
