@@ -71,6 +71,11 @@ struct ddp_backend {
     /* end of training step `step` of rank `rank` (log_step: a logging step); optional: the
      * GPU twin writes its per-step counters there (docs/gpu.md) */
     void (*step_end)(int rank, long step, int log_step);
+    /* The compute stream's stall clock (optional; NULL on the CPU): stall_mark(t, 0) queues
+     * "t[0] = the device's clock", stall_mark(t, 1) "t[1] += the clock - t[0]", on the compute
+     * stream; t is 2 uint64 of device memory, nanoseconds. Around the compute stream's waits
+     * for other streams, t[1] sums how long the device stalled on them; graphs capture it. */
+    void (*stall_mark)(void *t, int end);
 
     /* elementwise */
     void (*zero)(float *x, size_t n);

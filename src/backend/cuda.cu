@@ -2068,6 +2068,33 @@ static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, cons
     LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
 }
 
+/* ---- the compute stream's stall clock (grad_sync.h) --------------------------------------- */
+
+#ifndef DDP_CUDA_TWIN /* the twin's is the host's monotonic clock (twin_kernels.h) */
+/* The device's nanosecond clock. */
+static __device__ __forceinline__ unsigned long long globaltimer_ns(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
+/* t[0] = now (begin), or t[1] += now - t[0] (end). */
+__global__ void k_stall_mark(unsigned long long *t, int end)
+{
+    const unsigned long long now = globaltimer_ns();
+    if (end)
+        t[1] += now - t[0];
+    else
+        t[0] = now;
+}
+
+static void cuda_stall_mark(void *t, int end)
+{
+    LAUNCH(k_stall_mark, 1, 1, (unsigned long long *)t, end);
+}
+
 static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
                         const int32_t *labels, int B, int K, float grad_scale, float smoothing)
 {
@@ -2382,6 +2409,7 @@ static void fill_table(void)
     t->dropout_bwd = cuda_dropout_bwd;
     t->xent = cuda_xent;
     t->xent_acc = cuda_xent_acc;
+    t->stall_mark = cuda_stall_mark;
     t->sgd_step = cuda_sgd_step;
     t->adam_step = cuda_adam_step;
     t->graph_capture_begin = cuda_graph_capture_begin;

@@ -44,6 +44,8 @@ void ddp_sync_init(struct ddp_sync *s, ddp_comm *comm, struct ddp_model *m, doub
         if (cur->n * sizeof(float) >= cap)
             cur = NULL;
     }
+    if (s->world_size > 1 && m->be->stall_mark)
+        s->stall = m->be->alloc(2 * sizeof(uint64_t));
 }
 
 void ddp_sync_free(struct ddp_sync *s)
@@ -52,6 +54,9 @@ void ddp_sync_free(struct ddp_sync *s)
         return;
     DDP_FREE(s->layer_bucket);
     DDP_FREE(s->buckets);
+    if (s->stall)
+        s->m->be->free(s->stall);
+    s->stall = NULL;
 }
 
 void ddp_sync_broadcast_state(struct ddp_sync *s)
@@ -104,7 +109,8 @@ void ddp_sync_layer_done(void *ctx, int layer)
         const double t0 = ddp_now();
         bk->req = ddp_comm_allreduce_start(s->comm, s->m->grads + bk->off, bk->n, DDP_F32);
         ddp_comm_progress(s->comm);
-        s->comm_s += ddp_now() - t0;
+        if (!s->stall)
+            s->comm_s += ddp_now() - t0;
         s->comm_floats += (double)bk->n;
     }
     trace(s, DDP_TRACE_BUCKET_START, b);
@@ -113,6 +119,8 @@ void ddp_sync_layer_done(void *ctx, int layer)
 void ddp_sync_finish(struct ddp_sync *s)
 {
     const double t0 = s->world_size > 1 ? ddp_now() : 0;
+    if (s->stall)
+        s->m->be->stall_mark(s->stall, 0);
     for (int b = 0; b < s->nbuckets; b++) {
         struct ddp_bucket *bk = &s->buckets[b];
         if (bk->pending != 0)
@@ -123,7 +131,9 @@ void ddp_sync_finish(struct ddp_sync *s)
         }
         trace(s, DDP_TRACE_BUCKET_DONE, b);
     }
-    if (s->world_size > 1)
+    if (s->stall)
+        s->m->be->stall_mark(s->stall, 1);
+    else if (s->world_size > 1)
         s->comm_s += ddp_now() - t0;
     s->trace_on = 0; /* one step is enough */
 }
@@ -131,6 +141,15 @@ void ddp_sync_finish(struct ddp_sync *s)
 void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs)
 {
     const int W = s->world_size;
+    if (s->stall) {
+        uint64_t t[2];
+        s->m->be->download(t, s->stall, sizeof t);
+        s->m->be->zero((float *)s->stall + 2, 2); /* t[1] */
+        *comm_s = (double)t[1] * 1e-9;
+        *busbw_gbs = -1;
+        s->comm_s = s->comm_floats = 0;
+        return;
+    }
     *comm_s = s->comm_s;
     *busbw_gbs = s->comm_s > 0
                      ? s->comm_floats * sizeof(float) * ddp_comm_busbw_factor(W) / s->comm_s / 1e9

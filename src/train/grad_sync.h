@@ -55,6 +55,10 @@ struct ddp_sync {
      * progress, wait: the communication backward did not hide) and floats all-reduced. */
     double comm_s;
     double comm_floats;
+    /* On a GPU (the backend's stall_mark) with world size > 1: the device's stall clock around
+     * the compute stream's waits for the buckets, which the host does not see (and which CUDA
+     * graphs replay without the host); comm_s is then read from it. NULL otherwise. */
+    void *stall;
     int trace_on;
     int ntrace;
     struct ddp_trace_event trace[1024];
@@ -79,7 +83,10 @@ void ddp_sync_finish(struct ddp_sync *s);
 
 /* Communication since the last call (world size > 1; zeros otherwise), then reset:
  * *comm_s seconds spent in all-reduce calls and *busbw_gbs, the bus bandwidth over that time
- * (bytes x 2(W-1)/W / comm_s, as nccl-tests define it; 0 when nothing was timed). */
+ * (bytes x 2(W-1)/W / comm_s, as nccl-tests define it; 0 when nothing was timed). On a GPU
+ * (s->stall): *comm_s is the time the device's compute stream stalled waiting for the buckets
+ * after backward, read from the device (a host synchronisation: call it at log steps), and
+ * *busbw_gbs is -1, not measured (NCCL's own time per call is not timed). */
 void ddp_sync_take_stats(struct ddp_sync *s, double *comm_s, double *busbw_gbs);
 
 /* Replica check: hash every parameter tensor on each rank and compare across ranks. Returns 0

@@ -78,7 +78,8 @@ void ddp_metrics_train(struct ddp_metrics *mt, const struct ddp_train_record *r)
     field(mt, "samples_per_s", r->samples_per_s, "train", r->step);
     if (r->comm_frac >= 0) {
         field(mt, "allreduce_frac", r->comm_frac, "train", r->step);
-        field(mt, "busbw_gbs", r->busbw_gbs, "train", r->step);
+        if (r->busbw_gbs >= 0)
+            field(mt, "busbw_gbs", r->busbw_gbs, "train", r->step);
     }
     if (r->step_s_min >= 0) {
         field(mt, "step_s_min", r->step_s_min, "train", r->step);

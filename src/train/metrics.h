@@ -3,7 +3,8 @@
  * docs/report.md):
  *   {"kind":"start","epoch":E,"step":S,"time":T,"world_size":W,...}   each start of the run
  *   {"kind":"train","epoch":E,"step":S,"loss":L,"acc":A,"lr":R,"samples_per_s":X}
- *     (+ "allreduce_frac":F,"busbw_gbs":B,"step_s_min":a,"step_s_max":b with several ranks)
+ *     (+ "allreduce_frac":F,"busbw_gbs":B,"step_s_min":a,"step_s_max":b with several ranks;
+ *     no "busbw_gbs" on GPUs)
  *   {"kind":"eval","epoch":E,"step":S,"test_loss":L,"test_acc":A}     the test split
  *   {"kind":"val","epoch":E,"step":S,"val_loss":L,"val_acc":A,"best":B} the validation split;
  *     B: the best so far by the selection metric (best.h5 written when keep_best is on)
@@ -30,8 +31,8 @@ struct ddp_metrics {
     struct ddp_tb *tb; /* TensorBoard events, or NULL */
 };
 
-/* One train record. comm_frac < 0: a single rank (no all-reduce fields); step_s_* < 0: not
- * measured. acc is the share of the logged interval's samples classified right. */
+/* One train record. comm_frac < 0: a single rank (no all-reduce fields); busbw_gbs and
+ * step_s_* < 0: not measured. acc is the share of the logged interval's samples classified right. */
 struct ddp_train_record {
     int64_t epoch, step;
     double loss, acc, lr, samples_per_s;

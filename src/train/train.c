@@ -699,8 +699,10 @@ static void log_progress(struct trainer *t, struct loop *lp, double lr)
     if (W > 1) /* per-rank spread of the time not spent waiting on all-reduce */
         step_spread(t, now - lp->t_log - comm_s, lp->step - lp->log_first, &rec);
     char comm[64] = "";
-    if (W > 1)
+    if (W > 1 && busbw >= 0)
         snprintf(comm, sizeof comm, " allreduce %.0f%% busbw %.2f GB/s", 100 * comm_frac, busbw);
+    else if (W > 1) /* on a GPU: the device's stall on the buckets */
+        snprintf(comm, sizeof comm, " allreduce %.0f%%", 100 * comm_frac);
     fmt_duration(now - lp->t0, el, sizeof el);
     fmt_duration(per_step * (double)(lp->total_steps - lp->step), left, sizeof left);
     ddp_log("epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g samples/s %.0f%s elapsed %s "

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <functional>
 #include <tuple>
@@ -47,6 +48,14 @@ static inline float __fmul_rn(float a, float b)
 {
     volatile float r = a * b;
     return r;
+}
+
+/* The device clock of cuda.cu's stall clock: the host's monotonic clock, in nanoseconds. */
+static inline unsigned long long globaltimer_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
 void __syncthreads(void);

@@ -91,9 +91,9 @@ run2() {
     wait "${pids[0]}"; rc0=$?
     wait "${pids[1]}"; rc1=$?
 }
-# kernel 94 of rank 1 (19 launches a step) is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
+# kernel 102 of rank 1 (21 launches a step) is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
 # faults) only when the all-reduce's event is queried, the old "peer may have died" path
-run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:94 DDP_EMU_FAIL_RANK=1
+run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:102 DDP_EMU_FAIL_RANK=1
 if [ $rc1 = 1 ] && grep -q "GPU fault: kernel" r1.txt && grep -q "not of a peer" r1.txt &&
    ! grep -q "may have died" r1.txt && [ $rc0 = 5 ]; then
     echo "ok   sticky kernel error: rank 1 exit 1: $(grep -m1 'not of a peer' r1.txt);" \

@@ -20,7 +20,8 @@
 # run's, also with augmentation and normalisation (aug); float32 data (plainf32) keep the float
 # upload (the conversion itself is checked bit for bit by the ops test); the counters show the
 # bytes per steady step: B*D + 4B for uint8 (B*4D + 4B for float32), plus the step values of a
-# replayed CUDA graph.
+# replayed CUDA graph. Last, the all-reduce share is timed on the device: a 2 s stall of rank
+# 1 shows in rank 0's share, with no busbw (not measured on GPUs).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -194,5 +195,31 @@ else:
 PYEOF
 else
     echo "FAIL: recipe stats run"; tail -5 stats-recipe.log; fail=1
+fi
+# the all-reduce share on GPUs is the compute stream's stall on the buckets, timed on the
+# device (grad_sync.h): rank 1 stalls 2 s after step 15, so rank 0's device waits about that
+# long in step 16's all-reduce while its host does not (cudaStreamWaitEvent); rank 0's record
+# at step 20 must show most of that interval, the others far less; no busbw (not measured on
+# GPUs) in metrics.jsonl or the log. Uncaptured steps: the twin replays a graph's nodes one
+# after another, so it cannot time a stall inside one (a GPU runs them as their edges allow)
+if DDP_TEST_FAULT=1:15:stall:2 timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 \
+        plain.ini --set data.batch_size=24 --set train.cuda_graph=off \
+        --set job.output=share > share.log 2>&1; then
+    $PY - share/metrics.jsonl share.log <<'PYEOF' || fail=1
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+frac = {r["step"]: r.get("allreduce_frac") for r in rows if r["kind"] == "train"}
+lines = [l for l in open(sys.argv[2]) if re.search(r" step \d+/30 ", l)]
+bad = [r for r in rows if "busbw_gbs" in r] + [l for l in lines if "busbw" in l]
+if (sorted(frac) == [10, 20, 30] and frac[20] >= 0.5 and frac[30] < 0.5 and not bad
+        and len(lines) == 3 and all(re.search(r" allreduce \d+% elapsed", l) for l in lines)):
+    print(f"ok   all-reduce share timed on the device: {frac[20]:.2f} at step 20 (rank 1 "
+          f"stalled 2 s), {frac[10]:.3f} and {frac[30]:.3f} otherwise; no busbw on GPUs")
+else:
+    print(f"FAIL all-reduce share on the device: {frac}; busbw: {bad[:2]}; lines: {lines}")
+    sys.exit(1)
+PYEOF
+else
+    echo "FAIL: share run"; tail -5 share.log; fail=1
 fi
 exit $fail
