@@ -169,16 +169,23 @@ struct ddp_backend {
                      int K, float grad_scale, float smoothing);
 
     /* optimisers on flat buffers of n parameters (PyTorch rules, see optim.h); the gradient
-     * used is g[i] * gscale (gscale = 1/W turns the all-reduced sum into the mean; 1 is exact) */
-    void (*sgd_step)(float *p, const float *g, float gscale, float *buf, size_t n, float lr,
-                     float momentum, float weight_decay, int nesterov, int first_step);
-    void (*adam_step)(float *p, const float *g, float gscale, float *m, float *v, size_t n,
-                      float lr, float b1, float b2, float eps, float weight_decay, int decoupled,
-                      int64_t t);
+     * used is g[i] * gscale (gscale = 1/W turns the all-reduced sum into the mean; 1 is exact),
+     * or g[i] * *gs where gs is not NULL: backend memory that clip_scale wrote (backends
+     * without clip_scale always get NULL) */
+    void (*sgd_step)(float *p, const float *g, float gscale, const float *gs, float *buf, size_t n,
+                     float lr, float momentum, float weight_decay, int nesterov, int first_step);
+    void (*adam_step)(float *p, const float *g, float gscale, const float *gs, float *m, float *v,
+                      size_t n, float lr, float b1, float b2, float eps, float weight_decay,
+                      int decoupled, int64_t t);
 
     /* sum of x[i]^2 over n floats, in double, the same for the same input (a fixed order of
      * summation); the gradient norm of [optim] clip_grad_norm. Waits for the result. */
     double (*sumsq)(const float *x, size_t n);
+    /* [optim] clip_grad_norm without the host (optional): out (backend memory, 1 float) =
+     * gscale x min(1, max_norm / (norm + 1e-6)), norm = sqrt(sumsq(x, n)) x gscale, computed
+     * as ddp_optim_step_clipped does on the host, bit for bit; queued, no wait, capturable.
+     * The optimiser then reads it through its gs argument. */
+    void (*clip_scale)(float *out, const float *x, size_t n, float gscale, double max_norm);
 
     /* CUDA Graphs (optional; docs/gpu.md "CUDA Graphs"). graph_capture_begin(sc) starts
      * capturing the compute stream: the ops called until graph_capture_end are recorded, not

@@ -390,6 +390,23 @@ static void cpu_scale(float *x, size_t n, float a)
     par_run(scale_job, &j, par_parts((double)n, ELEMS_EACH, 2));
 }
 
+/* The optimisers of the table: the CPU has no clip_scale, so gs is always NULL. */
+static void cpu_sgd_step(float *p, const float *g, float gscale, const float *gs, float *buf,
+                         size_t n, float lr, float momentum, float weight_decay, int nesterov,
+                         int first_step)
+{
+    (void)gs;
+    ddp_cpu_sgd_step_f32(p, g, gscale, buf, n, lr, momentum, weight_decay, nesterov, first_step);
+}
+
+static void cpu_adam_step(float *p, const float *g, float gscale, const float *gs, float *m,
+                          float *v, size_t n, float lr, float b1, float b2, float eps,
+                          float weight_decay, int decoupled, int64_t t)
+{
+    (void)gs;
+    ddp_cpu_adam_step_f32(p, g, gscale, m, v, n, lr, b1, b2, eps, weight_decay, decoupled, t);
+}
+
 /* Sum of squares in double, in index order (4 interleaved partial sums, then added in order):
  * deterministic, one thread (a gradient norm per step is a small pass). */
 static double cpu_sumsq(const float *x, size_t n)
@@ -488,8 +505,8 @@ static const struct ddp_backend g_cpu = {
     .dropout_fwd = ddp_cpu_dropout_fwd_f32,
     .dropout_bwd = ddp_cpu_dropout_bwd_f32,
     .xent = ddp_cpu_xent_f32,
-    .sgd_step = ddp_cpu_sgd_step_f32,
-    .adam_step = ddp_cpu_adam_step_f32,
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
     .sumsq = cpu_sumsq,
 };
 

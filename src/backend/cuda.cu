@@ -400,9 +400,11 @@ __global__ void k_mul(float *dinp, const float *dout, const float *mask, size_t 
     GRID_STRIDE(i, n) dinp[i] = dout[i] * mask[i];
 }
 
-__global__ void k_sgd(float *p, const float *g_, float gscale, float *buf, size_t n, float lr,
-                      float momentum, float weight_decay, int nesterov, int first_step)
+__global__ void k_sgd(float *p, const float *g_, float gscale_, const float *gs, float *buf,
+                      size_t n, float lr, float momentum, float weight_decay, int nesterov,
+                      int first_step)
 {
+    const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
     GRID_STRIDE(i, n)
     {
         float d = __fmul_rn(g_[i], gscale);
@@ -416,10 +418,11 @@ __global__ void k_sgd(float *p, const float *g_, float gscale, float *buf, size_
     }
 }
 
-__global__ void k_adam(float *p, const float *g_, float gscale, float *m, float *v, size_t n,
-                       float b1, float b2, float eps, float weight_decay, int decoupled,
-                       float step_size, float bc2_sqrt, float decay)
+__global__ void k_adam(float *p, const float *g_, float gscale_, const float *gs, float *m,
+                       float *v, size_t n, float b1, float b2, float eps, float weight_decay,
+                       int decoupled, float step_size, float bc2_sqrt, float decay)
 {
+    const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
     GRID_STRIDE(i, n)
     {
         float d = __fmul_rn(g_[i], gscale);
@@ -1777,9 +1780,10 @@ static struct {
     int adam_decoupled;
 } gg;
 
-__global__ void k_sgd_graph(float *p, const float *g_, float gscale, float *buf, size_t n,
-                            const graph_vals *sc, float weight_decay, int nesterov)
+__global__ void k_sgd_graph(float *p, const float *g_, float gscale_, const float *gs, float *buf,
+                            size_t n, const graph_vals *sc, float weight_decay, int nesterov)
 {
+    const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
     const float lr = sc->lr, momentum = sc->momentum;
     const int first_step = sc->first;
     GRID_STRIDE(i, n)
@@ -1795,10 +1799,11 @@ __global__ void k_sgd_graph(float *p, const float *g_, float gscale, float *buf,
     }
 }
 
-__global__ void k_adam_graph(float *p, const float *g_, float gscale, float *m, float *v, size_t n,
-                             const graph_vals *sc, float b2, float eps, float weight_decay,
-                             int decoupled)
+__global__ void k_adam_graph(float *p, const float *g_, float gscale_, const float *gs, float *m,
+                             float *v, size_t n, const graph_vals *sc, float b2, float eps,
+                             float weight_decay, int decoupled)
 {
+    const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
     const float b1 = sc->b1, step_size = sc->step_size, bc2_sqrt = sc->bc2_sqrt, decay = sc->decay;
     GRID_STRIDE(i, n)
     {
@@ -1843,20 +1848,20 @@ static void graph_fill(struct graph_vals *v, const struct ddp_graph_scalars *sc)
     v->noise = sc->noise;
 }
 
-static void graph_sgd(float *p, const float *grad, float gscale, float *buf, size_t n,
-                      float weight_decay, int nesterov)
+static void graph_sgd(float *p, const float *grad, float gscale, const float *gs, float *buf,
+                      size_t n, float weight_decay, int nesterov)
 {
-    LAUNCH(k_sgd_graph, blocks_for(n), THREADS, p, grad, gscale, buf, n, gg.dev + gg.slot,
+    LAUNCH(k_sgd_graph, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, gg.dev + gg.slot,
            weight_decay, nesterov);
 }
 
-static void graph_adam(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
-                       float b2, float eps, float weight_decay, int decoupled)
+static void graph_adam(float *p, const float *grad, float gscale, const float *gs, float *m,
+                       float *v, size_t n, float b2, float eps, float weight_decay, int decoupled)
 {
     gg.adam_b2 = b2;
     gg.adam_wd = weight_decay;
     gg.adam_decoupled = decoupled;
-    LAUNCH(k_adam_graph, blocks_for(n), THREADS, p, grad, gscale, m, v, n, gg.dev + gg.slot, b2,
+    LAUNCH(k_adam_graph, blocks_for(n), THREADS, p, grad, gscale, gs, m, v, n, gg.dev + gg.slot, b2,
            eps, weight_decay, decoupled);
 }
 
@@ -2158,32 +2163,56 @@ static double cuda_sumsq(const float *x, size_t n)
     return res;
 }
 
+/* clip_grad_norm's factor folded into the gradient scale, as ddp_optim_step_clipped computes it
+ * on the host: norm = sqrt(sumsq) x gscale in double; out = gscale x min(1, max_norm / (norm +
+ * 1e-6)). */
+__global__ void k_clip_scale(float *out, const double *sumsq, float gscale, double max_norm)
+{
+    const double norm = sqrt(*sumsq) * (double)gscale;
+    const double coef = max_norm / (norm + 1e-6);
+    const float clip = coef < 1 ? (float)coef : 1.0f;
+    *out = clip == 1.0f ? gscale : __fmul_rn(gscale, clip);
+}
+
+static void cuda_clip_scale(float *out, const float *x, size_t n, float gscale, double max_norm)
+{
+    double *part = (double *)ws_get(sizeof(double) * (SUMSQ_BLOCKS + 1));
+    if (n) {
+        LAUNCH(k_sumsq_partial, SUMSQ_BLOCKS, THREADS, part, x, n);
+        LAUNCH(k_sumsq_total, 1, THREADS, part + SUMSQ_BLOCKS, part, SUMSQ_BLOCKS);
+    } else {
+        CUDA_CHECK(cudaMemsetAsync(part + SUMSQ_BLOCKS, 0, sizeof(double), g.stream));
+    }
+    LAUNCH(k_clip_scale, 1, 1, out, part + SUMSQ_BLOCKS, gscale, max_norm);
+}
+
 /* ---- optimisers -------------------------------------------------------------------------- */
 
-static void cuda_sgd_step(float *p, const float *grad, float gscale, float *buf, size_t n, float lr,
-                          float momentum, float weight_decay, int nesterov, int first_step)
+static void cuda_sgd_step(float *p, const float *grad, float gscale, const float *gs, float *buf,
+                          size_t n, float lr, float momentum, float weight_decay, int nesterov,
+                          int first_step)
 {
     if (!n)
         return;
     if (gg.capturing)
-        return graph_sgd(p, grad, gscale, buf, n, weight_decay, nesterov);
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, buf, n, lr, momentum, weight_decay,
+        return graph_sgd(p, grad, gscale, gs, buf, n, weight_decay, nesterov);
+    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, lr, momentum, weight_decay,
            nesterov, first_step);
 }
 
-static void cuda_adam_step(float *p, const float *grad, float gscale, float *m, float *v, size_t n,
-                           float lr, float b1, float b2, float eps, float weight_decay,
-                           int decoupled, int64_t t)
+static void cuda_adam_step(float *p, const float *grad, float gscale, const float *gs, float *m,
+                           float *v, size_t n, float lr, float b1, float b2, float eps,
+                           float weight_decay, int decoupled, int64_t t)
 {
     if (!n)
         return;
     if (gg.capturing)
-        return graph_adam(p, grad, gscale, m, v, n, b2, eps, weight_decay, decoupled);
+        return graph_adam(p, grad, gscale, gs, m, v, n, b2, eps, weight_decay, decoupled);
     /* The scalar factors exactly as cpu_kernels.inc computes them. */
     const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
-    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, m, v, n, b1, b2, eps, weight_decay,
+    LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, gs, m, v, n, b1, b2, eps, weight_decay,
            decoupled, step_size, bc2_sqrt, decay);
 }
 
@@ -2416,6 +2445,7 @@ static void fill_table(void)
     t->graph_capture_end = cuda_graph_capture_end;
     t->graph_launch = cuda_graph_launch;
     t->sumsq = cuda_sumsq;
+    t->clip_scale = cuda_clip_scale;
 }
 
 /* The copy stream and the events of upload_batch. */

@@ -21,10 +21,10 @@ int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *b
                  (long long)job->accumulate);
         return 1;
     }
-    if (job->clip_grad_norm > 0) {
+    if (job->clip_grad_norm > 0 && !be->clip_scale) {
         snprintf(why, whylen,
-                 "[optim] clip_grad_norm reads the gradient norm on the host every step; set "
-                 "clip_grad_norm = 0 or cuda_graph = auto");
+                 "[optim] clip_grad_norm reads the gradient norm on the host every step on this "
+                 "backend; set clip_grad_norm = 0 or cuda_graph = auto");
         return 1;
     }
     return 0;

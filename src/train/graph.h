@@ -7,8 +7,8 @@
  * steps included (what they add runs after the step, uncaptured); a short last batch and the
  * first step run as ddp_step_run. What changes per step (learning rate, momentum or beta1,
  * the optimiser's t, the dropout seed) reaches the graph through device memory.
- * Not captured: [train] accumulate > 1 (micro-batches), [optim] clip_grad_norm (the norm is
- * read on the host), backends without graphs (the CPU).
+ * Not captured: [train] accumulate > 1 (micro-batches), backends without graphs (the CPU).
+ * [optim] clip_grad_norm is: its factor stays on the device (backend.h clip_scale).
  */
 #ifndef DDP_GRAPH_H
 #define DDP_GRAPH_H

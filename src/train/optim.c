@@ -38,6 +38,9 @@ void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const str
     o->div_factor = job->div_factor;
     o->final_div_factor = job->final_div_factor;
     o->steps_per_epoch = 1;
+    o->clip_grad_norm = job->clip_grad_norm;
+    if (o->clip_grad_norm > 0 && be->clip_scale)
+        o->gscale_dev = be->alloc(sizeof(float));
     size_t bytes = sizeof(float) * (nparams ? nparams : 1);
     if (o->kind == DDP_OPTIM_SGD) {
         if (o->momentum != 0 || o->schedule == DDP_SCHEDULE_ONECYCLE)
@@ -54,6 +57,8 @@ void ddp_optim_free(struct ddp_optim *o)
         return;
     o->be->free(o->state1);
     o->be->free(o->state2);
+    if (o->gscale_dev)
+        o->be->free(o->gscale_dev);
     memset(o, 0, sizeof *o);
 }
 
@@ -124,23 +129,37 @@ void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_sc
     sc->t = o->t + 1;
 }
 
-void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
-                           float clip)
+/* The update with the gradient times gscale, or times *gs (backend memory) where gs is set. */
+static void update(struct ddp_optim *o, float *params, const float *grads, double lr, float gscale,
+                   const float *gs)
 {
     struct ddp_graph_scalars sc;
     ddp_optim_scalars(o, lr, &sc);
     o->t++;
-    float gscale = clip == 1.0f ? o->grad_scale : o->grad_scale * clip;
     if (o->kind == DDP_OPTIM_SGD)
-        o->be->sgd_step(params, grads, gscale, o->state1, o->n, sc.lr, sc.momentum,
+        o->be->sgd_step(params, grads, gscale, gs, o->state1, o->n, sc.lr, sc.momentum,
                         (float)o->weight_decay, o->nesterov, o->t == 1);
     else
-        o->be->adam_step(params, grads, gscale, o->state1, o->state2, o->n, sc.lr, sc.beta1,
+        o->be->adam_step(params, grads, gscale, gs, o->state1, o->state2, o->n, sc.lr, sc.beta1,
                          (float)o->beta2, (float)o->eps, (float)o->weight_decay,
                          o->kind == DDP_OPTIM_ADAMW, o->t);
 }
 
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr)
 {
-    ddp_optim_step_scaled(o, params, grads, lr, 1.0f);
+    update(o, params, grads, lr, o->grad_scale, NULL);
+}
+
+void ddp_optim_step_clipped(struct ddp_optim *o, float *params, const float *grads, double lr)
+{
+    if (o->gscale_dev) { /* the factor stays on the device: no wait for the norm */
+        o->be->clip_scale(o->gscale_dev, grads, o->n, o->grad_scale, o->clip_grad_norm);
+        update(o, params, grads, lr, o->grad_scale, o->gscale_dev);
+        return;
+    }
+    /* the same arithmetic as the backends' clip_scale */
+    const double norm = sqrt(o->be->sumsq(grads, o->n)) * (double)o->grad_scale;
+    const double coef = o->clip_grad_norm / (norm + 1e-6);
+    const float clip = coef < 1 ? (float)coef : 1.0f;
+    update(o, params, grads, lr, clip == 1.0f ? o->grad_scale : o->grad_scale * clip, NULL);
 }

@@ -47,6 +47,8 @@ struct ddp_optim {
     int nmilestones;
     double pct_start, div_factor, final_div_factor; /* onecycle */
     int64_t steps_per_epoch; /* onecycle's total steps = epochs x this; set by the trainer */
+    double clip_grad_norm;   /* [optim] clip_grad_norm; 0: off */
+    float *gscale_dev; /* clipping on a backend with clip_scale: the step's factor (1 float) */
 };
 
 void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const struct ddp_job *job,
@@ -64,9 +66,12 @@ void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, doub
 /* The values the next ddp_optim_step would pass to the backend (lr, momentum or beta1 at this
  * step, t after it), for a replayed CUDA graph of the step (backend.h); noise is left alone. */
 void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_scalars *sc);
-/* The same with the gradient also multiplied by clip (clip_grad_norm's factor; 1: none). */
-void ddp_optim_step_scaled(struct ddp_optim *o, float *params, const float *grads, double lr,
-                           float clip);
+/* The same with [optim] clip_grad_norm: the gradient also times min(1, clip_grad_norm /
+ * (norm + 1e-6)), norm the global L2 norm of the averaged gradient (computed in double), as
+ * torch.nn.utils.clip_grad_norm_. On a backend with clip_scale the factor is computed and used
+ * on the device (no host wait; a CUDA graph captures it); else sumsq brings the norm to the
+ * host. Both give the same bits for the same sum of squares. */
+void ddp_optim_step_clipped(struct ddp_optim *o, float *params, const float *grads, double lr);
 
 /* onecycle: the momentum (sgd) or beta1 (adam) at global step `step` (0-based). */
 double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step);

@@ -14,18 +14,6 @@ static void no_sync(void *ctx, int layer)
     (void)ctx, (void)layer;
 }
 
-/* The extra gradient factor of [optim] clip_grad_norm: min(1, max / (norm + 1e-6)) of the
- * averaged gradient (grads hold the sum over ranks; the optimiser's grad_scale averages). */
-static float clip_factor(const struct ddp_step *s)
-{
-    const struct ddp_model *m = s->model;
-    double norm = sqrt(m->be->sumsq(m->grads, m->nparams)) * (double)s->optim->grad_scale;
-    if (s->grad_norm)
-        *s->grad_norm = norm;
-    double coef = s->clip_grad_norm / (norm + 1e-6);
-    return coef < 1 ? (float)coef : 1.0f;
-}
-
 double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y, int n,
                       uint64_t noise, double lr, int first, int last)
 {
@@ -61,8 +49,10 @@ double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y
     else
         ddp_model_backward(m, x, n, ddp_sync_layer_done, s->sync);
     ddp_sync_finish(s->sync);
-    float clip = s->clip_grad_norm > 0 ? clip_factor(s) : 1.0f;
-    ddp_optim_step_scaled(s->optim, m->params, m->grads, lr, clip);
+    if (s->optim->clip_grad_norm > 0)
+        ddp_optim_step_clipped(s->optim, m->params, m->grads, lr);
+    else
+        ddp_optim_step(s->optim, m->params, m->grads, lr);
     return loss;
 }
 

@@ -13,7 +13,8 @@
  * the gradients, each adds its loss / K's gradient (backward adds into the weight gradients),
  * and only the last reports layers to the buckets (all-reduce, as DDP's no_sync on the
  * others), clips and steps. Clipping scales the averaged gradient by
- * min(1, max_norm / (norm + 1e-6)), norm its global L2 norm, as clip_grad_norm_ does.
+ * min(1, max_norm / (norm + 1e-6)), norm its global L2 norm, as clip_grad_norm_ does (the
+ * optimiser, [optim] clip_grad_norm: ddp_optim_step_clipped).
  */
 #ifndef DDP_STEP_H
 #define DDP_STEP_H
@@ -46,8 +47,6 @@ struct ddp_step {
     double *acc;
     int accumulate;        /* K micro-batches per optimiser step; 0 or 1: none */
     float label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
-    double clip_grad_norm; /* max global L2 norm of the averaged gradient; 0: no clipping */
-    double *grad_norm;     /* NULL, or where a clipping step writes the norm before clipping */
     /* NULL, or device work the batch needs before the forward (the trainer's conversion of a
      * uint8 batch), run first in every micro-batch: inside the step, so a CUDA graph
      * captures it with the step and a replay runs it (train/graph.h). */

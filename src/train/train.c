@@ -803,7 +803,6 @@ static int run_epoch(struct trainer *t, struct loop *lp)
                                   .acc = t->acc,
                                   .accumulate = (int)job->accumulate,
                                   .label_smoothing = (float)job->label_smoothing,
-                                  .clip_grad_norm = job->clip_grad_norm,
                                   .prologue = convert_u8,
                                   .prologue_ctx = t};
     const int64_t K = job->accumulate;

@@ -706,6 +706,57 @@ static void t_sumsq(size_t n)
     free(x);
 }
 
+/* [optim] clip_grad_norm on the device (clip_scale): the factor is the host's arithmetic on
+ * the device's sum of squares, bit for bit (clipping, and not: max_norm above the norm), and
+ * the optimisers reading it from device memory give the bits of passing it by value. */
+static void t_clip(size_t n)
+{
+    if (!G->clip_scale) {
+        printf("FAIL clip_scale: missing from the GPU backend\n");
+        g_fail++;
+        return;
+    }
+    float *g = rnd(n, 1), *gg = dev_f(g, n), *p = rnd(n, 1);
+    const float grad_scale = 0.5f;
+    const double norm = sqrt(G->sumsq(gg, n)) * (double)grad_scale;
+    const double maxes[2] = {0.25 * norm, 4 * norm};
+    float *gs = G->alloc(sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        G->clip_scale(gs, gg, n, grad_scale, maxes[k]);
+        float got;
+        G->download(&got, gs, sizeof got);
+        const double coef = maxes[k] / (norm + 1e-6);
+        const float clip = coef < 1 ? (float)coef : 1.0f;
+        const float want = clip == 1.0f ? grad_scale : grad_scale * clip;
+        char name[64];
+        snprintf(name, sizeof name, "clip_scale %s", k ? "(no clipping)" : "(clips)");
+        check(name, gs, &want, NULL, 1, 1);
+        float *a = dev_f(p, n), *b = dev_f(p, n), *ba = G->alloc(sizeof(float) * n),
+              *bb = G->alloc(sizeof(float) * n), *va = G->alloc(sizeof(float) * n),
+              *vb = G->alloc(sizeof(float) * n);
+        G->sgd_step(a, gg, 0, gs, ba, n, 0.05f, 0.9f, 1e-4f, 1, 1);
+        G->sgd_step(b, gg, got, NULL, bb, n, 0.05f, 0.9f, 1e-4f, 1, 1);
+        float *hb = host_of(b, n);
+        check("sgd_step, gscale on the device", a, hb, NULL, n, 1);
+        free(hb);
+        G->adam_step(a, gg, 0, gs, ba, va, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
+        G->adam_step(b, gg, got, NULL, bb, vb, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
+        hb = host_of(b, n);
+        check("adam_step, gscale on the device", a, hb, NULL, n, 1);
+        free(hb);
+        G->free(a);
+        G->free(b);
+        G->free(ba);
+        G->free(bb);
+        G->free(va);
+        G->free(vb);
+    }
+    G->free(gs);
+    G->free(gg);
+    free(g);
+    free(p);
+}
+
 /* uint8 input: u8_to_float against the CPU loader's own conversion (h5data.c) and [data]
  * normalize (augment.c), bit for bit; every byte value occurs. nchan 0: conversion only. */
 static void t_u8_to_float(int B, int Cc, int H, int W, int nchan)
@@ -808,8 +859,8 @@ static void t_optim(size_t n)
         float *cp = copy_f(p, n), *cb = ddp_malloc(sizeof(float) * n);
         float *gpp = dev_f(p, n), *gb = G->alloc(sizeof(float) * n);
         for (int step = 0; step < 3; step++) {
-            C->sgd_step(cp, g, 0.5f, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
-            G->sgd_step(gpp, gg, 0.5f, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            C->sgd_step(cp, g, 0.5f, NULL, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            G->sgd_step(gpp, gg, 0.5f, NULL, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
         }
         snprintf(name, sizeof name, "sgd_step x3 nesterov=%d params", nesterov);
         check(name, gpp, cp, NULL, n, 0);
@@ -822,8 +873,8 @@ static void t_optim(size_t n)
     {
         float *cp = copy_f(p, n);
         float *gpp = dev_f(p, n);
-        C->sgd_step(cp, g, 1, NULL, n, 0.1f, 0, 0, 0, 1);
-        G->sgd_step(gpp, gg, 1, NULL, n, 0.1f, 0, 0, 0, 1);
+        C->sgd_step(cp, g, 1, NULL, NULL, n, 0.1f, 0, 0, 0, 1);
+        G->sgd_step(gpp, gg, 1, NULL, NULL, n, 0.1f, 0, 0, 0, 1);
         check("sgd_step plain", gpp, cp, NULL, n, 0);
         free(cp);
         G->free(gpp);
@@ -836,9 +887,10 @@ static void t_optim(size_t n)
         float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
               *gv = G->alloc(sizeof(float) * n);
         for (int64_t t = 1; t <= 3; t++) {
-            C->adam_step(cp, g, 0.25f, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t);
-            G->adam_step(gpp, gg, 0.25f, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled,
-                         t);
+            C->adam_step(cp, g, 0.25f, NULL, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                         decoupled, t);
+            G->adam_step(gpp, gg, 0.25f, NULL, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                         decoupled, t);
         }
         snprintf(name, sizeof name, "adam_step x3 decoupled=%d params", decoupled);
         check(name, gpp, cp, NULL, n, 0);
@@ -870,9 +922,9 @@ static void graph_ops(const struct ddp_backend *be, const struct graph_case *c, 
     be->linear_fwd(c->y, c->x, c->w, c->b, B, Cin, O);
     be->dropout_fwd(c->yd, c->mask, c->y, no, 0.3f, sc->noise ^ 0xd1b54a32d192ed03ULL);
     be->linear_bwd(c->dx, c->dw, c->db, c->dy, c->x, c->w, B, Cin, O);
-    be->sgd_step(c->w, c->dw, 0.5f, c->buf, nw, sc->lr, sc->momentum, 1e-4f, 1, sc->t == 1);
-    be->adam_step(c->b, c->db, 0.5f, c->m, c->v, (size_t)O, sc->lr, sc->beta1, 0.999f, 1e-8f, 0.01f,
-                  1, sc->t);
+    be->sgd_step(c->w, c->dw, 0.5f, NULL, c->buf, nw, sc->lr, sc->momentum, 1e-4f, 1, sc->t == 1);
+    be->adam_step(c->b, c->db, 0.5f, NULL, c->m, c->v, (size_t)O, sc->lr, sc->beta1, 0.999f, 1e-8f,
+                  0.01f, 1, sc->t);
 }
 
 static void graph_case_make(const struct ddp_backend *be, struct graph_case *c, const float *x,
@@ -1187,6 +1239,7 @@ int main(void)
     t_sumsq(1);
     t_sumsq(100003);
     t_optim(10007);
+    t_clip(10007);
     t_graph(16, 40, 10);
     t_u8_to_float(7, 1, 28, 28, 0); /* Fashion-MNIST, no normalize */
     t_u8_to_float(7, 1, 28, 28, 1); /* Fashion-MNIST, normalize = 0.2860, 0.3530 */

@@ -12,6 +12,8 @@
 #    to the uninterrupted run;
 #  - rank 1 of 2 dies after step 12: rank 0, whose replayed step 13 waits in NCCL for it, exits
 #    5 naming rank 1 within [dist] timeout_s;
+#  - clip_grad_norm (clip): its factor stays on the device, so the step is captured; on = off
+#    bitwise, the same counters, and the weights differ from the unclipped MLP's;
 #  - refusals: cuda_graph = on with the CPU backend or with accumulate = 2 stops at start with
 #    one line naming the key, the reason and the fix (exit 2); auto with accumulate = 2 runs
 #    uncaptured and says why once.
@@ -48,6 +50,8 @@ sed "s/^layers = .*/layers = $cnn, batchnorm, relu, linear(10)/;
      s/^name = adamw/name = sgd\nmomentum = 0.9\nnesterov = true/; s/^lr = .*/lr = 0.05/;
      s/^schedule = .*/schedule = onecycle/; /^warmup_epochs/d" mlp.ini > cnn.ini
 printf '[dist]\nsync_bn = true\n' >> cnn.ini
+# the MLP with its gradient clipped to a norm of 0.05, small enough to change the weights
+sed 's/^weight_decay = .*/&\nclip_grad_norm = 0.05/' mlp.ini > clip.ini
 cmp_h5() { $PY "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
 fail=0
 # run NAME JOB W MODE [--set ...]: W twin GPUs, batch 24 per rank, counters in stats-NAME.*
@@ -58,7 +62,7 @@ run() {
         "$job" --set data.batch_size=24 --set train.cuda_graph="$mode" \
         --set job.output="$name" "$@" > "$name.log" 2>&1
 }
-for job in mlp cnn; do
+for job in mlp cnn clip; do
     for W in 1 2; do
         for mode in on off; do
             run $job-w$W-$mode $job.ini $W $mode ||
@@ -105,6 +109,12 @@ for path in sys.argv[1:]:
 sys.exit(bad)
 PYEOF
 done
+
+if r=$(cmp_h5 clip-w2-on/model.h5 mlp-w2-on/model.h5 0); then
+    echo "FAIL clip_grad_norm = 0.05 changed nothing: $r"; fail=1
+else
+    echo "ok   clip_grad_norm = 0.05 changes the weights: $r"
+fi
 
 # resume: died after step 17 with a checkpoint at step 10, run again: as the uninterrupted run
 DDP_TEST_FAULT=0:17:exit:9 run res mlp.ini 1 on --set checkpoint.every_steps=10

@@ -78,7 +78,7 @@ static int missing_wait(int plant)
     cudaEventRecord(reduced, comm);
     if (!plant)
         cudaStreamWaitEvent(compute, reduced, 0);
-    G->sgd_step(p, grad, 1.0f, NULL, N, 0.25f, 0, 0, 0, 1); /* p = 1 - 0.25 * 4 = 0 */
+    G->sgd_step(p, grad, 1.0f, NULL, NULL, N, 0.25f, 0, 0, 0, 1); /* p = 1 - 0.25 * 4 = 0 */
     G->download(host, p, sizeof host);
     cudaStreamSynchronize(comm);
     return check(host, 0.0f, "parameters after the optimiser step");
