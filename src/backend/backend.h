@@ -19,6 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* CUDA graphs a backend keeps (graph_capture_end's slot): 2 device input sets x 3 roles of
+ * a micro-batch in an optimiser step (train/graph.h). */
+#define DDP_GRAPH_SLOTS 6
+
 /* The values of one training step that change from step to step, as the optimiser and the
  * model pass them to sgd_step / adam_step / dropout_fwd (CUDA Graphs, below). */
 struct ddp_graph_scalars {
@@ -191,8 +195,9 @@ struct ddp_backend {
      * capturing the compute stream: the ops called until graph_capture_end are recorded, not
      * run, and sgd_step, adam_step and dropout_fwd take lr, momentum, beta1, t and the seed
      * from a block of device memory instead of their arguments (which must be sc's values).
-     * graph_capture_end(slot) ends the capture and keeps it as graph `slot` (0 or 1: the
-     * device input set of upload_batch the step reads). Both return 0, or -1 with one line in
+     * graph_capture_end(slot) ends the capture and keeps it as graph `slot` (DDP_GRAPH_SLOTS:
+     * the device input set of upload_batch the step reads, 0 or 1, + 2 x the micro-batch's
+     * role, train/graph.h). Both return 0, or -1 with one line in
      * err (the capture failed, e.g. because an op synchronised with the host or allocated).
      * graph_launch(slot, sc), right after the upload_batch that filled the slot's set, copies
      * sc to the slot's device block (page-locked, on the copy stream, ordered as that batch)

@@ -1769,12 +1769,12 @@ struct graph_vals {
 static struct {
     int capturing;
     int slot;               /* the slot being captured */
-    struct graph_vals *dev; /* (2) device blocks */
+    struct graph_vals *dev; /* DDP_GRAPH_SLOTS device blocks */
     char *host;             /* GRAPH_RING page-locked slots */
     cudaEvent_t copied[GRAPH_RING];
-    cudaEvent_t used[2]; /* the last launch of slot s's graph, recorded after it */
+    cudaEvent_t used[DDP_GRAPH_SLOTS]; /* the last launch of slot s's graph, recorded after it */
     int64_t writes;
-    cudaGraphExec_t exec[2];
+    cudaGraphExec_t exec[DDP_GRAPH_SLOTS];
     uint64_t noise;         /* the capture step's seed */
     float adam_b2, adam_wd; /* the captured adam_step's constants */
     int adam_decoupled;
@@ -1876,13 +1876,13 @@ static void graph_dropout(float *out, float *mask, const float *inp, size_t n, d
  * allocates. */
 static cudaError_t graph_setup(void)
 {
-    cudaError_t e = cudaMalloc((void **)&gg.dev, 2 * sizeof(struct graph_vals));
+    cudaError_t e = cudaMalloc((void **)&gg.dev, DDP_GRAPH_SLOTS * sizeof(struct graph_vals));
     if (e == cudaSuccess)
         e = cudaHostAlloc((void **)&gg.host, (size_t)GRAPH_RING * GRAPH_SLOT_BYTES,
                           cudaHostAllocDefault);
     for (int i = 0; i < GRAPH_RING && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&gg.copied[i], cudaEventDisableTiming);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+    for (int i = 0; i < DDP_GRAPH_SLOTS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&gg.used[i], cudaEventDisableTiming);
     return e;
 }

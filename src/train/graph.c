@@ -14,13 +14,6 @@ int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *b
         snprintf(why, whylen, "the CPU backend has no CUDA graphs; set cuda_graph = auto or off");
         return 1;
     }
-    if (job->accumulate > 1) {
-        snprintf(why, whylen,
-                 "[train] accumulate = %lld steps are not captured (micro-batches); set "
-                 "accumulate = 1 or cuda_graph = auto",
-                 (long long)job->accumulate);
-        return 1;
-    }
     if (job->clip_grad_norm > 0 && !be->clip_scale) {
         snprintf(why, whylen,
                  "[optim] clip_grad_norm reads the gradient norm on the host every step on this "
@@ -52,49 +45,54 @@ int ddp_graph_init(struct ddp_graph *g, const struct ddp_job *job, const struct 
     return 0;
 }
 
-/* Capture the step into the graph of `set`, then launch it. */
+/* Capture the micro-batch into the graph of `slot`. */
 static void capture(struct ddp_graph *g, const struct ddp_step *s, const float *x, const int32_t *y,
-                    int n, int set, const struct ddp_graph_scalars *sc, double lr)
+                    int n, int slot, const struct ddp_graph_scalars *sc, double lr, int first,
+                    int last)
 {
     const struct ddp_backend *be = s->model->be;
     char err[DDP_ERR_LEN];
-    if (be->graph_capture_begin(set, sc, err, sizeof err) != 0)
+    if (be->graph_capture_begin(slot, sc, err, sizeof err) != 0)
         ddp_die("%s", err);
-    ddp_step_run(s, x, y, n, sc->noise, lr); /* recorded; the optimiser's t advances */
-    if (be->graph_capture_end(set, err, sizeof err) != 0)
+    ddp_step_micro(s, x, y, n, sc->noise, lr, first, last); /* recorded; the host's state moves */
+    if (be->graph_capture_end(slot, err, sizeof err) != 0)
         ddp_die("%s; set [train] cuda_graph = off to run without graphs", err);
-    g->ready[set] = 1;
+    g->ready[slot] = 1;
     g->captures++;
 }
 
-/* What a replayed step does to the host's state: the optimiser's step count and each
- * batchnorm layer's num_batches_tracked, as ddp_step_run advances them. */
-static void replayed(const struct ddp_step *s)
+/* What a replayed micro-batch does to the host's state, as ddp_step_micro advances it: each
+ * batchnorm layer's num_batches_tracked, and on the last the optimiser's step count. */
+static void replayed(const struct ddp_step *s, int last)
 {
-    s->optim->t++;
+    if (last)
+        s->optim->t++;
     const struct ddp_model *m = s->model;
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].spec.kind == DDP_LAYER_BATCHNORM)
             m->layers[i].num_batches_tracked++;
 }
 
-double ddp_graph_step(struct ddp_graph *g, const struct ddp_step *s, const float *x,
-                      const int32_t *y, int n, int set, uint64_t noise, double lr)
+double ddp_graph_micro(struct ddp_graph *g, const struct ddp_step *s, const float *x,
+                       const int32_t *y, int n, int set, uint64_t noise, double lr, int first,
+                       int last)
 {
-    if (!g->enabled || n != g->batch || set < 0 || set > 1 || !s->acc)
-        return ddp_step_run(s, x, y, n, noise, lr);
+    const int K = s->accumulate > 1 ? s->accumulate : 1;
+    if (!g->enabled || n != g->batch || set < 0 || set > 1 || !s->acc || (K > 1 && first && last))
+        return ddp_step_micro(s, x, y, n, noise, lr, first, last);
     if (!g->warm) { /* the workspace and the communicator's pools grow in the first step */
-        g->warm = 1;
-        return ddp_step_run(s, x, y, n, noise, lr);
+        g->warm = last;
+        return ddp_step_micro(s, x, y, n, noise, lr, first, last);
     }
+    const int slot = set + 2 * (last ? 2 : first ? 0 : 1);
     struct ddp_graph_scalars sc;
     ddp_optim_scalars(s->optim, lr, &sc);
     sc.noise = noise;
-    if (!g->ready[set])
-        capture(g, s, x, y, n, set, &sc, lr);
+    if (!g->ready[slot])
+        capture(g, s, x, y, n, slot, &sc, lr, first, last);
     else
-        replayed(s);
-    s->model->be->graph_launch(set, &sc);
+        replayed(s, last);
+    s->model->be->graph_launch(slot, &sc);
     g->launches++;
     return 0;
 }

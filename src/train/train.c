@@ -825,12 +825,9 @@ static int run_epoch(struct trainer *t, struct loop *lp)
         to_device_async(t, &x, &y, n);
         double lr = ddp_optim_lr(&t->optim, lp->epoch, lp->step, t->steps_per_epoch);
         int first = j % K == 0, last = (j + 1) % K == 0 || j + 1 == micros;
-        if (K == 1) /* the device set just filled: the one to_device_async did not flip to */
-            lp->loss_acc[0] +=
-                ddp_graph_step(&t->graph, &step, x, y, n, t->dev_set ^ 1, step_noise(t, lp, 0), lr);
-        else
-            lp->loss_acc[0] +=
-                ddp_step_micro(&step, x, y, n, step_noise(t, lp, j % K), lr, first, last);
+        /* the device set just filled: the one to_device_async did not flip to */
+        lp->loss_acc[0] += ddp_graph_micro(&t->graph, &step, x, y, n, t->dev_set ^ 1,
+                                           step_noise(t, lp, j % K), lr, first, last);
         t->u8_pending.elems = 0; /* converted by the step, or by the replayed graph */
         lp->loss_acc[1] += n;
         lp->loss_acc[2] += (double)lp->correct;
