@@ -13,6 +13,9 @@
 #                   20-step training (SANITIZER_S per run, default 20: a run that is out of time
 #                   is reported, not failed; an error the tool finds fails)
 #   5. curves       train_curve.sh: CPU vs GPU loss curves of two short trainings, fp32, tf32, bf16
+#   5b. graphs      configs/fashion-resnet.ini with accumulate = 3 and clip_grad_norm, cuda_graph
+#                   on and off: the same loss at every log step (a graph per micro-batch role,
+#                   the clip factor on the device)
 #   6. bench        samples/s and peak device memory, MLP 784-512-512-10 and configs/fashion-cnn.ini's
 #                   CNN at batch 256 and 1024, on Fashion-MNIST-shaped synthetic data (uint8):
 #                   ddptrain with cuda_graph off and on, fp32, tf32, bf16; PyTorch on the same GPU
@@ -132,10 +135,11 @@ if [ $DRY = 1 ]; then
     # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
     STEPS_MLP="6 2" STEPS_CNN="4 2" BATCHES="16" NTRAIN=600 SAN_BATCH=4 SAN_CFG=fashion-mlp
     CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32) SAN_STEPS=5
+    GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
 else
     setup_bundle "${1:-.dev/gpu}"
     STEPS_MLP="400 100" STEPS_CNN="250 50" BATCHES="256 1024" NTRAIN=60000 SAN_BATCH=32
-    SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20
+    SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20 GRAPH_CFG=fashion-resnet GRAPH_STEPS=12
 fi
 # wrappers: the carried libraries for our binaries only, never for python/PyTorch
 for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
@@ -255,6 +259,27 @@ for prec in fp32 tf32 bf16; do
     [ $rc = 0 ] || { echo "   $prec: FAIL (exit $rc)"; curve_fail=1; }
 done
 [ $curve_fail = 0 ] && result curves pass || result curves "FAIL (curve.txt)"
+
+step "graphs"
+# CUDA graphs on the card with accumulation (a graph per micro-batch role) and clipping (its
+# factor on the device): cuda_graph on and off must log the same loss at every log step, as
+# bit-identical weights do
+for mode in on off; do
+    timeout "$(budget 40)" "$DDPTRAIN" configs/$GRAPH_CFG.ini --set data.file="$W/san.h5" \
+        --set data.batch_size=$SAN_BATCH --set train.max_steps=$GRAPH_STEPS --set train.log_every=2 \
+        --set train.accumulate=3 --set optim.clip_grad_norm=0.5 --set train.cuda_graph=$mode \
+        --set job.output="$W/graph-$mode" --set job.report=false --set train.device=cuda \
+        > "$W/graph-$mode.txt" 2>&1 || { echo "cuda_graph=$mode: exit $?"; tail -3 "$W/graph-$mode.txt"; }
+done
+loss_of() { sed -n 's/.*"kind":"train".*"loss":\([^,]*\),.*/\1/p' "$W/graph-$1/metrics.jsonl" 2>/dev/null | tr '\n' ' '; }
+on=$(loss_of on) off=$(loss_of off)
+echo "losses with graphs: $on"
+echo "losses without:     $off"
+if [ -n "$on" ] && [ "$on" = "$off" ] && grep -q "steady-state step is captured" "$W/graph-on.txt"; then
+    result graphs pass
+else
+    result graphs "FAIL (on and off differ, or a run failed; device-check.log)"
+fi
 
 # ---- benchmark --------------------------------------------------------------------------------
 step "bench (what is left of $TOTAL_S s)"
