@@ -187,11 +187,12 @@ struct ddp_backend {
     double (*sumsq)(const float *x, size_t n);
     /* [optim] clip_grad_norm without the host (optional): out (backend memory, 1 float) =
      * gscale x min(1, max_norm / (norm + 1e-6)), norm = sqrt(sumsq(x, n)) x gscale, computed
-     * as ddp_optim_step_clipped does on the host, bit for bit; queued, no wait, capturable.
+     * as ddp_optim_step does on the host, bit for bit; queued, no wait, capturable.
      * The optimiser then reads it through its gs argument. */
     void (*clip_scale)(float *out, const float *x, size_t n, float gscale, double max_norm);
 
-    /* CUDA Graphs (optional; docs/gpu.md "CUDA Graphs"). graph_capture_begin(sc) starts
+    /* CUDA Graphs (optional, with clip_scale: a captured step cannot wait for sumsq; docs/gpu.md
+     * "CUDA Graphs"). graph_capture_begin(sc) starts
      * capturing the compute stream: the ops called until graph_capture_end are recorded, not
      * run, and sgd_step, adam_step and dropout_fwd take lr, momentum, beta1, t and the seed
      * from a block of device memory instead of their arguments (which must be sc's values).

@@ -2150,21 +2150,33 @@ __global__ void k_sumsq_total(double *out, const double *part, int nparts)
         *out = s;
 }
 
+/* The sum of squares of x queued on the compute stream into the workspace (0 when n is 0);
+ * returns where it will be. */
+static double *sumsq_queue(const float *x, size_t n)
+{
+    double *part = (double *)ws_get(sizeof(double) * (SUMSQ_BLOCKS + 1));
+    if (n) {
+        LAUNCH(k_sumsq_partial, SUMSQ_BLOCKS, THREADS, part, x, n);
+        LAUNCH(k_sumsq_total, 1, THREADS, part + SUMSQ_BLOCKS, part, SUMSQ_BLOCKS);
+    } else {
+        CUDA_CHECK(cudaMemsetAsync(part + SUMSQ_BLOCKS, 0, sizeof(double), g.stream));
+    }
+    return part + SUMSQ_BLOCKS;
+}
+
 static double cuda_sumsq(const float *x, size_t n)
 {
     if (!n)
         return 0;
-    double *part = (double *)ws_get(sizeof(double) * (SUMSQ_BLOCKS + 1)), res = 0;
-    LAUNCH(k_sumsq_partial, SUMSQ_BLOCKS, THREADS, part, x, n);
-    LAUNCH(k_sumsq_total, 1, THREADS, part + SUMSQ_BLOCKS, part, SUMSQ_BLOCKS);
+    double res = 0;
     CUDA_CHECK(
-        cudaMemcpyAsync(&res, part + SUMSQ_BLOCKS, sizeof res, cudaMemcpyDeviceToHost, g.stream));
+        cudaMemcpyAsync(&res, sumsq_queue(x, n), sizeof res, cudaMemcpyDeviceToHost, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     return res;
 }
 
-/* clip_grad_norm's factor folded into the gradient scale, as ddp_optim_step_clipped computes it
- * on the host: norm = sqrt(sumsq) x gscale in double; out = gscale x min(1, max_norm / (norm +
+/* clip_grad_norm's factor folded into the gradient scale, as ddp_optim_step computes it on the
+ * host: norm = sqrt(sumsq) x gscale in double; out = gscale x min(1, max_norm / (norm +
  * 1e-6)). */
 __global__ void k_clip_scale(float *out, const double *sumsq, float gscale, double max_norm)
 {
@@ -2176,14 +2188,7 @@ __global__ void k_clip_scale(float *out, const double *sumsq, float gscale, doub
 
 static void cuda_clip_scale(float *out, const float *x, size_t n, float gscale, double max_norm)
 {
-    double *part = (double *)ws_get(sizeof(double) * (SUMSQ_BLOCKS + 1));
-    if (n) {
-        LAUNCH(k_sumsq_partial, SUMSQ_BLOCKS, THREADS, part, x, n);
-        LAUNCH(k_sumsq_total, 1, THREADS, part + SUMSQ_BLOCKS, part, SUMSQ_BLOCKS);
-    } else {
-        CUDA_CHECK(cudaMemsetAsync(part + SUMSQ_BLOCKS, 0, sizeof(double), g.stream));
-    }
-    LAUNCH(k_clip_scale, 1, 1, out, part + SUMSQ_BLOCKS, gscale, max_norm);
+    LAUNCH(k_clip_scale, 1, 1, out, sumsq_queue(x, n), gscale, max_norm);
 }
 
 /* ---- optimisers -------------------------------------------------------------------------- */

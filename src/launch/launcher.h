@@ -34,7 +34,8 @@
  * launch.
  * Port: --master-port, else MASTER_PORT, else with one node a free port picked now and held
  * by the launcher until it ends (rank 0's rendezvous can still listen on it; nothing else can
- * take it meanwhile), else 29500. Master: --master-addr, required with several nodes; 127.0.0.1 with one.
+ * take it meanwhile), else 29500. Master: --master-addr, required with several nodes;
+ * 127.0.0.1 with one.
  * The launcher prints nothing but its own errors; the children print their own lines.
  *
  * What it does not do: restart failed ranks (no elastic mode), pin CPUs, start other nodes

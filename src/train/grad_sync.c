@@ -109,8 +109,7 @@ void ddp_sync_layer_done(void *ctx, int layer)
         const double t0 = ddp_now();
         bk->req = ddp_comm_allreduce_start(s->comm, s->m->grads + bk->off, bk->n, DDP_F32);
         ddp_comm_progress(s->comm);
-        if (!s->stall)
-            s->comm_s += ddp_now() - t0;
+        s->comm_s += ddp_now() - t0;
         s->comm_floats += (double)bk->n;
     }
     trace(s, DDP_TRACE_BUCKET_START, b);
@@ -133,7 +132,7 @@ void ddp_sync_finish(struct ddp_sync *s)
     }
     if (s->stall)
         s->m->be->stall_mark(s->stall, 1);
-    else if (s->world_size > 1)
+    if (s->world_size > 1)
         s->comm_s += ddp_now() - t0;
     s->trace_on = 0; /* one step is enough */
 }

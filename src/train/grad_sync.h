@@ -57,7 +57,8 @@ struct ddp_sync {
     double comm_floats;
     /* On a GPU (the backend's stall_mark) with world size > 1: the device's stall clock around
      * the compute stream's waits for the buckets, which the host does not see (and which CUDA
-     * graphs replay without the host); comm_s is then read from it. NULL otherwise. */
+     * graphs replay without the host); ddp_sync_take_stats reports it instead of comm_s.
+     * NULL otherwise. */
     void *stall;
     int trace_on;
     int ntrace;

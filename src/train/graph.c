@@ -7,41 +7,22 @@
 
 #include "core/util.h"
 
-int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *be, char *why,
-                          size_t whylen)
-{
-    if (!be->graph_launch || !be->upload_batch || !be->xent_acc) {
-        snprintf(why, whylen, "the CPU backend has no CUDA graphs; set cuda_graph = auto or off");
-        return 1;
-    }
-    if (job->clip_grad_norm > 0 && !be->clip_scale) {
-        snprintf(why, whylen,
-                 "[optim] clip_grad_norm reads the gradient norm on the host every step on this "
-                 "backend; set clip_grad_norm = 0 or cuda_graph = auto");
-        return 1;
-    }
-    return 0;
-}
-
 int ddp_graph_init(struct ddp_graph *g, const struct ddp_job *job, const struct ddp_backend *be,
-                   char *note, size_t notelen, char *err, size_t errlen)
+                   char *err, size_t errlen)
 {
     memset(g, 0, sizeof *g);
     g->batch = (int)job->batch_size;
-    if (notelen)
-        note[0] = 0;
     if (job->cuda_graph == DDP_CUDA_GRAPH_OFF)
         return 0;
-    char why[DDP_ERR_LEN];
-    if (!ddp_graph_unsupported(job, be, why, sizeof why)) {
+    if (be->graph_launch && be->upload_batch && be->xent_acc) {
         g->enabled = 1;
         return 0;
     }
     if (job->cuda_graph == DDP_CUDA_GRAPH_ON)
-        return ddp_err(err, errlen, "%s: [train] cuda_graph = on: the step cannot be captured: %s",
-                       job->path, why);
-    if (be->graph_launch)
-        snprintf(note, notelen, "[train] cuda_graph = auto: steps run uncaptured: %s", why);
+        return ddp_err(err, errlen,
+                       "%s: [train] cuda_graph = on: the step cannot be captured: the CPU "
+                       "backend has no CUDA graphs; set cuda_graph = auto or off",
+                       job->path);
     return 0;
 }
 

@@ -32,16 +32,11 @@ struct ddp_graph {
     int64_t captures, launches;
 };
 
-/* Why `job`'s steps cannot run as CUDA graphs on backend be, with the fix, in why (returns
- * 1), or 0 when they can. */
-int ddp_graph_unsupported(const struct ddp_job *job, const struct ddp_backend *be, char *why,
-                          size_t whylen);
-
-/* g for `job` on be: enabled when cuda_graph is auto or on and the job allows it. With on and
- * a job that does not, one line naming the key, the reason and the fix in err and -1 (exit 2);
- * with auto, *note gets the reason once (empty when none, or on the CPU). */
+/* g for `job` on be: enabled when cuda_graph is auto or on and be has graphs (every job can
+ * be captured there). With on and a backend without graphs (the CPU), one line naming the
+ * key, the reason and the fix in err and -1 (exit 2); auto there runs uncaptured, silently. */
 int ddp_graph_init(struct ddp_graph *g, const struct ddp_job *job, const struct ddp_backend *be,
-                   char *note, size_t notelen, char *err, size_t errlen);
+                   char *err, size_t errlen);
 
 /* One micro-batch x, y (n samples, in device input set `set` just uploaded), as
  * ddp_step_micro(s, x, y, n, noise, lr, first, last): captured, replayed or run as is. With

@@ -147,19 +147,15 @@ static void update(struct ddp_optim *o, float *params, const float *grads, doubl
 
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr)
 {
-    update(o, params, grads, lr, o->grad_scale, NULL);
-}
-
-void ddp_optim_step_clipped(struct ddp_optim *o, float *params, const float *grads, double lr)
-{
-    if (o->gscale_dev) { /* the factor stays on the device: no wait for the norm */
+    if (o->clip_grad_norm <= 0) {
+        update(o, params, grads, lr, o->grad_scale, NULL);
+    } else if (o->gscale_dev) { /* the factor stays on the device: no wait for the norm */
         o->be->clip_scale(o->gscale_dev, grads, o->n, o->grad_scale, o->clip_grad_norm);
         update(o, params, grads, lr, o->grad_scale, o->gscale_dev);
-        return;
+    } else { /* the same arithmetic as the backends' clip_scale */
+        const double norm = sqrt(o->be->sumsq(grads, o->n)) * (double)o->grad_scale;
+        const double coef = o->clip_grad_norm / (norm + 1e-6);
+        const float clip = coef < 1 ? (float)coef : 1.0f;
+        update(o, params, grads, lr, clip == 1.0f ? o->grad_scale : o->grad_scale * clip, NULL);
     }
-    /* the same arithmetic as the backends' clip_scale */
-    const double norm = sqrt(o->be->sumsq(grads, o->n)) * (double)o->grad_scale;
-    const double coef = o->clip_grad_norm / (norm + 1e-6);
-    const float clip = coef < 1 ? (float)coef : 1.0f;
-    update(o, params, grads, lr, clip == 1.0f ? o->grad_scale : o->grad_scale * clip, NULL);
 }

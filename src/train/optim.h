@@ -61,17 +61,16 @@ double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step,
 
 /* One update of params from grads with learning rate lr. grads holds the SUM of the ranks'
  * gradients (ddp_sync_finish); the update uses grads / world_size, scaled inside the same
- * pass (bitwise what a separate scaling pass gives). */
+ * pass (bitwise what a separate scaling pass gives). With [optim] clip_grad_norm the gradient
+ * is also multiplied by min(1, clip_grad_norm / (norm + 1e-6)), norm the global L2 norm of
+ * the averaged gradient (in double), as torch.nn.utils.clip_grad_norm_: on a backend with
+ * clip_scale the factor is computed and used on the device (no host wait; a CUDA graph
+ * captures it), else sumsq brings the norm to the host; both give the same bits for the same
+ * sum of squares. */
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr);
 /* The values the next ddp_optim_step would pass to the backend (lr, momentum or beta1 at this
  * step, t after it), for a replayed CUDA graph of the step (backend.h); noise is left alone. */
 void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_scalars *sc);
-/* The same with [optim] clip_grad_norm: the gradient also times min(1, clip_grad_norm /
- * (norm + 1e-6)), norm the global L2 norm of the averaged gradient (computed in double), as
- * torch.nn.utils.clip_grad_norm_. On a backend with clip_scale the factor is computed and used
- * on the device (no host wait; a CUDA graph captures it); else sumsq brings the norm to the
- * host. Both give the same bits for the same sum of squares. */
-void ddp_optim_step_clipped(struct ddp_optim *o, float *params, const float *grads, double lr);
 
 /* onecycle: the momentum (sgd) or beta1 (adam) at global step `step` (0-based). */
 double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step);

@@ -49,10 +49,7 @@ double ddp_step_micro(const struct ddp_step *s, const float *x, const int32_t *y
     else
         ddp_model_backward(m, x, n, ddp_sync_layer_done, s->sync);
     ddp_sync_finish(s->sync);
-    if (s->optim->clip_grad_norm > 0)
-        ddp_optim_step_clipped(s->optim, m->params, m->grads, lr);
-    else
-        ddp_optim_step(s->optim, m->params, m->grads, lr);
+    ddp_optim_step(s->optim, m->params, m->grads, lr); /* clips, where the job says so */
     return loss;
 }
 

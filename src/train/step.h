@@ -14,7 +14,7 @@
  * and only the last reports layers to the buckets (all-reduce, as DDP's no_sync on the
  * others), clips and steps. Clipping scales the averaged gradient by
  * min(1, max_norm / (norm + 1e-6)), norm its global L2 norm, as clip_grad_norm_ does (the
- * optimiser, [optim] clip_grad_norm: ddp_optim_step_clipped).
+ * optimiser, [optim] clip_grad_norm: ddp_optim_step).
  */
 #ifndef DDP_STEP_H
 #define DDP_STEP_H

@@ -92,7 +92,6 @@ struct trainer {
     int dev_set;            /* the set the next upload fills */
     double *acc;            /* (2) backend memory: loss sum, correct count since the last log */
     struct ddp_graph graph; /* [train] cuda_graph: the step as a CUDA graph */
-    char graph_note[DDP_ERR_LEN]; /* why cuda_graph = auto runs uncaptured; "" */
     /* uint8 training images on a backend with u8_to_float: they go up as bytes into
      * the set's dev_u8 and are converted (and normalised) into its dev_x on the device */
     uint8_t *dev_u8[2];
@@ -1155,8 +1154,7 @@ static int start_comm(struct trainer *t)
                  "or [train] device = cpu");
         return DDP_EXIT_USAGE;
     }
-    if (ddp_graph_init(&t->graph, job, t->be, t->graph_note, sizeof t->graph_note, err,
-                       sizeof err) != 0) {
+    if (ddp_graph_init(&t->graph, job, t->be, err, sizeof err) != 0) {
         ddp_warn("%s", err);
         return DDP_EXIT_USAGE;
     }
@@ -1320,9 +1318,7 @@ static void log_banner(struct trainer *t)
                 job->eval_every == 1 ? "" : "s", ddp_valsel_metric(&t->valsel));
     ddp_log("model: %zu parameters in %d bucket%s: %s", m->nparams, t->sync.nbuckets,
             t->sync.nbuckets > 1 ? "s" : "", desc);
-    if (t->graph_note[0])
-        ddp_log("%s", t->graph_note);
-    else if (t->graph.enabled)
+    if (t->graph.enabled)
         ddp_log("CUDA graphs: the steady-state step is captured once per input buffer and "
                 "replayed ([train] cuda_graph)");
     ddp_log("effective job (also in %s/job.ini):", job->output);

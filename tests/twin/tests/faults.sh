@@ -72,7 +72,7 @@ timeout_s = 20
 INI
 # shellcheck source=tests/hold_port.sh
 . "${DDP_SRC:?}/tests/hold_port.sh"
-hold_ports 4 || { echo "FAIL: cannot hold a port"; exit 1; }
+hold_ports 3 || { echo "FAIL: cannot hold a port"; exit 1; }
 read -ra ports <<<"$HELD_PORTS"
 run2_n=0 # runs so far: each run has a port of its own
 # run2 VIS0 VIS1 ENV...: both ranks, rank r with CUDA_VISIBLE_DEVICES=VISr; codes in rc0 rc1
@@ -91,8 +91,9 @@ run2() {
     wait "${pids[0]}"; rc0=$?
     wait "${pids[1]}"; rc1=$?
 }
-# kernel 102 of rank 1 (21 launches a step) is the last backward kernel of step 5: under DDP_EMU_LATE it runs (and
-# faults) only when the all-reduce's event is queried, the old "peer may have died" path
+# kernel 102 of rank 1 (21 launches a step) is the last backward kernel of step 5: under
+# DDP_EMU_LATE it runs (and faults) only when the all-reduce's event is queried, the old "peer
+# may have died" path
 run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:102 DDP_EMU_FAIL_RANK=1
 if [ $rc1 = 1 ] && grep -q "GPU fault: kernel" r1.txt && grep -q "not of a peer" r1.txt &&
    ! grep -q "may have died" r1.txt && [ $rc0 = 5 ]; then
