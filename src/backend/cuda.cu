@@ -239,6 +239,14 @@ static int tf32_math(void)
     return g.precision == DDP_PRECISION_TF32;
 }
 
+/* 1 when cuDNN's convolutions may use the tensor cores on fp32 data (TF32 operands): under
+ * tf32, and under bf16, whose convolutions run through cuDNN in that math (bf16 through cuDNN
+ * needs bf16 activations, which the trunk does not keep yet). */
+static int dnn_tensor_math(void)
+{
+    return g.precision == DDP_PRECISION_TF32 || g.precision == DDP_PRECISION_BF16;
+}
+
 static struct ddp_backend g_table;
 
 /* ---- device memory accounting (backend.h mem_info) --------------------------------------- */
@@ -859,13 +867,18 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
  * (tests/twin/cudnn.cc); DDP_EMU_NO_CUDNN=1 makes it missing.
  *
  * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
- * pad) with descriptors and, for the planned batch B, the first algorithm of each direction
- * that cuDNN's heuristics (_v7) list as deterministic and supported with a workspace of at
- * most DNN_WS_MAX, in FMA math (fp32) or default math (tf32, as PyTorch's allow_tf32); the
- * workspace is the caller's col buffer, sized by conv_plan's answer (the most of the three).
- * A call with another batch size (the last partial batch, evaluation) re-chooses within that
- * workspace in a second slot, kept for the next call of that size: host work only, no device
- * memory, no synchronisation, so steady steps stay free of both. */
+ * pad) with descriptors and, for the planned batch B, times every algorithm cuDNN has for each
+ * direction on scratch of the real shapes (cudnnFind*AlgorithmEx, as PyTorch's
+ * cudnn.benchmark) within a workspace budget (dnn_budget: about the layer's input and output
+ * size, less where the device has little free), and keeps the fastest that [train] deterministic allows, in FMA math (fp32) or any but
+ * a down-conversion (tf32, as PyTorch's allow_tf32). The workspace is the caller's col buffer,
+ * sized by conv_plan's answer: the most the kept algorithms need, then one weight gradient's
+ * room (timing backward filter writes there, not into the accumulating dw). A call with
+ * another batch size (the last partial batch, evaluation) takes one of DNN_SLOTS - 1 further
+ * slots and times each direction at its first call on that call's own buffers, within the
+ * planned workspace; inside a graph capture, where nothing may be timed, it takes cuDNN's
+ * heuristic instead. Steady steps neither allocate nor synchronise.
+ * ddp_cuda_conv_report() lists each plan's choices for the run log and `ddptrain check`. */
 #if defined(DDP_CUDA_TWIN) || DDP_HAVE_CUDNN_H
 #define DDP_DNN 1
 
@@ -890,6 +903,9 @@ struct dnn_api {
     decltype(&cudnnConvolutionForward) fwd;
     decltype(&cudnnConvolutionBackwardData) bwd_data;
     decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
+    decltype(&cudnnFindConvolutionForwardAlgorithmEx) find_fwd;
+    decltype(&cudnnFindConvolutionBackwardDataAlgorithmEx) find_bwd_data;
+    decltype(&cudnnFindConvolutionBackwardFilterAlgorithmEx) find_bwd_filter;
 };
 
 #define DNN_STR2(x) #x
@@ -916,7 +932,10 @@ static struct dnn_api g_dnn = {&cudnnGetVersion,
                                &cudnnGetConvolutionBackwardFilterWorkspaceSize,
                                &cudnnConvolutionForward,
                                &cudnnConvolutionBackwardData,
-                               &cudnnConvolutionBackwardFilter};
+                               &cudnnConvolutionBackwardFilter,
+                               &cudnnFindConvolutionForwardAlgorithmEx,
+                               &cudnnFindConvolutionBackwardDataAlgorithmEx,
+                               &cudnnFindConvolutionBackwardFilterAlgorithmEx};
 
 /* The twin's cuDNN, or missing under DDP_EMU_NO_CUDNN=1 (the fallback path's tests). */
 static int dnn_open(char *err, size_t errlen)
@@ -963,6 +982,9 @@ static int dnn_open(char *err, size_t errlen)
         DNN_SYM(cudnnConvolutionForward, fwd),
         DNN_SYM(cudnnConvolutionBackwardData, bwd_data),
         DNN_SYM(cudnnConvolutionBackwardFilter, bwd_filter),
+        DNN_SYM(cudnnFindConvolutionForwardAlgorithmEx, find_fwd),
+        DNN_SYM(cudnnFindConvolutionBackwardDataAlgorithmEx, find_bwd_data),
+        DNN_SYM(cudnnFindConvolutionBackwardFilterAlgorithmEx, find_bwd_filter),
     };
 #undef DNN_SYM
     if (state == 0) {
@@ -999,123 +1021,205 @@ static int dnn_open(char *err, size_t errlen)
                        g_dnn.error_string(s_));                                           \
     } while (0)
 
-/* Most workspace one convolution may plan for (bytes): the im2col path's col is 128 MiB. */
+/* Workspace one convolution may plan for (bytes; the im2col path's col is 128 MiB): at most
+ * DNN_WS_MAX and this fraction of the device's free memory at model build, at least
+ * DNN_WS_MIN (dnn_budget). */
 #define DNN_WS_MAX ((size_t)256 << 20)
-/* Algorithms asked of each _v7 heuristic (more than cuDNN has of any direction). */
+#define DNN_WS_MIN ((size_t)8 << 20)
+#define DNN_WS_FREE_SHARE 8
+/* Algorithms asked of each _v7 heuristic or timed by FindEx (more than cuDNN has of any
+ * direction). */
 #define DNN_ALGOS 16
 /* Convolution shapes planned at most (one per conv layer shape of the model). */
 #define DNN_PLANS 256
+/* Batch sizes planned per shape: the planned one, the last partial batch, evaluation's and
+ * its last; a fifth size replaces the oldest of the others. */
+#define DNN_SLOTS 4
+/* Timed candidates within this fraction of the fastest count as equally fast: among them the
+ * least workspace, then the lowest algorithm number wins, so that timing noise seldom changes
+ * the choice from one run to the next (a resumed run makes the same choices). */
+#define DNN_TIE 0.10f
+
+enum { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_DIRS };
+/* How a slot's algorithm of one direction was chosen. */
+enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED };
 
 /* Descriptors and algorithms of one plan for one batch size. */
 struct dnn_slot {
-    int B, tf32; /* B 0: not prepared */
+    int B, tf32, det; /* B 0: not prepared */
     cudnnTensorDescriptor_t x, y;
-    cudnnConvolutionDescriptor_t cv[3]; /* forward, backward data, backward filter */
+    cudnnConvolutionDescriptor_t cv[DNN_DIRS];
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t ws[3]; /* bytes each needs */
+    size_t ws[DNN_DIRS]; /* bytes each needs */
+    int how[DNN_DIRS];   /* DNN_UNCHOSEN, DNN_HEURISTIC or DNN_MEASURED */
+    float ms[DNN_DIRS];  /* the measured time of the kept algorithm */
+    cudnnMathType_t math[DNN_DIRS];
 };
 
 struct dnn_plan {
     struct conv_geom q;
-    size_t cap; /* workspace bytes every caller's col holds for this shape */
+    size_t cap;    /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes; /* bytes of a weight gradient: col holds them after the workspace */
     cudnnFilterDescriptor_t w;
-    struct dnn_slot slot[2]; /* the planned batch; the last other batch size */
+    struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
+    int next;                        /* the slot (1..) a new batch size takes */
 };
 
 static struct {
     int mode; /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
+    int det;  /* [train] deterministic: keep only deterministic algorithms */
     cudnnHandle_t h;
     struct dnn_plan plans[DNN_PLANS];
     int nplans;
-} gd = {-1, NULL, {}, 0};
+} gd = {-1, 1, NULL, {}, 0};
 
-/* Index of the first deterministic, supported entry of a _v7 list in the math this run
- * allows (FMA for fp32; anything but a down-conversion for tf32) whose workspace fits cap per
- * its size query ws(i); -1 when none. */
-template <typename Perf, typename WsFn>
-static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, WsFn ws)
+/* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
+ * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
+ * anything but a down-conversion for tf32). */
+template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int tf32)
 {
-    for (int i = 0; i < n; i++) {
-        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].determinism != CUDNN_DETERMINISTIC ||
-            p[i].memory > cap)
-            continue;
-        if (tf32 ? p[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                 : p[i].mathType != CUDNN_FMA_MATH)
-            continue;
-        if (ws(i) <= cap)
-            return i;
-    }
-    return -1;
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > cap ||
+        (gd.det && p.determinism != CUDNN_DETERMINISTIC))
+        return 0;
+    return tf32 ? p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                : p.mathType == CUDNN_FMA_MATH;
 }
 
-/* Descriptors of slot s for batch B within cap workspace bytes; 0, or -1 with the direction
- * that has no algorithm in err. */
-static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, char *err,
-                       size_t errlen)
+/* Index of the entry to keep from a list: of a timed (FindEx) list the fastest allowed one,
+ * ties as DNN_TIE says; of a heuristic (_v7) list, which has no times, the first allowed one
+ * whose size query ws(i) fits cap. -1 when none qualifies. */
+template <typename Perf, typename WsFn>
+static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, WsFn ws)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!dnn_allowed(p[i], cap, tf32))
+            continue;
+        if (!timed && ws(i) <= cap)
+            return i;
+        if (timed && (best < 0 || p[i].time < p[best].time))
+            best = i;
+    }
+    if (best < 0)
+        return -1;
+    int keep = best;
+    for (int i = 0; i < n; i++)
+        if (i != best && dnn_allowed(p[i], cap, tf32) &&
+            p[i].time <= p[best].time * (1.0f + DNN_TIE) &&
+            (p[i].memory < p[keep].memory ||
+             (p[i].memory == p[keep].memory && (int)p[i].algo < (int)p[keep].algo)))
+            keep = i;
+    return keep;
+}
+
+/* Descriptors of slot s for batch B, no algorithm chosen yet. */
+static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
 {
     const struct conv_geom q = pl->q;
-    const cudnnMathType_t math = tf32_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     if (!s->x) {
         DNN_CHECK(g_dnn.create_tensor(&s->x));
         DNN_CHECK(g_dnn.create_tensor(&s->y));
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < DNN_DIRS; d++) {
             DNN_CHECK(g_dnn.create_conv(&s->cv[d]));
             DNN_CHECK(g_dnn.set_conv(s->cv[d], q.pad, q.pad, q.stride, q.stride, 1, 1,
                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
         }
     }
-    s->B = 0;
     DNN_CHECK(g_dnn.set_tensor(s->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
     DNN_CHECK(g_dnn.set_tensor(s->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
-    for (int d = 0; d < 3; d++)
-        DNN_CHECK(g_dnn.set_math(s->cv[d], math));
-    int n = 0, i;
-    cudnnConvolutionFwdAlgoPerf_t pf[DNN_ALGOS];
-    DNN_CHECK(g_dnn.fwd_algos(gd.h, s->x, pl->w, s->cv[0], s->y, DNN_ALGOS, &n, pf));
-    i = dnn_pick(pf, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, pf[j].algo, &b) ==
-                       CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "forward");
-    s->fwd = pf[i].algo;
-    DNN_CHECK(g_dnn.set_math(s->cv[0], pf[i].mathType));
-    DNN_CHECK(g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[0], s->y, s->fwd, &s->ws[0]));
-    cudnnConvolutionBwdDataAlgoPerf_t pd[DNN_ALGOS];
-    DNN_CHECK(g_dnn.bwd_data_algos(gd.h, pl->w, s->y, s->cv[1], s->x, DNN_ALGOS, &n, pd));
-    i = dnn_pick(pd, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, pd[j].algo, &b) ==
-                       CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "backward data");
-    s->bwd_data = pd[i].algo;
-    DNN_CHECK(g_dnn.set_math(s->cv[1], pd[i].mathType));
-    DNN_CHECK(g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[1], s->x, s->bwd_data, &s->ws[1]));
-    cudnnConvolutionBwdFilterAlgoPerf_t pw[DNN_ALGOS];
-    DNN_CHECK(g_dnn.bwd_filter_algos(gd.h, s->x, s->y, s->cv[2], pl->w, DNN_ALGOS, &n, pw));
-    i = dnn_pick(pw, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, pw[j].algo, &b) ==
-                       CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "backward filter");
-    s->bwd_filter = pw[i].algo;
-    DNN_CHECK(g_dnn.set_math(s->cv[2], pw[i].mathType));
-    DNN_CHECK(g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[2], pl->w, s->bwd_filter, &s->ws[2]));
+    for (int d = 0; d < DNN_DIRS; d++) {
+        DNN_CHECK(
+            g_dnn.set_math(s->cv[d], dnn_tensor_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        s->how[d] = DNN_UNCHOSEN;
+        s->ws[d] = 0;
+        s->ms[d] = 0;
+    }
     s->B = B;
-    s->tf32 = tf32_math();
+    s->tf32 = dnn_tensor_math();
+    s->det = gd.det;
+}
+
+/* The operands a timed choice runs on; each direction reads two and writes one: forward reads
+ * x and w and writes y, backward data reads w and y (as dy) and writes x (as dx), backward
+ * filter reads x and y (as dy) and writes dw. Callers pass buffers whose contents the call
+ * overwrites anyway, or scratch. */
+struct dnn_operands {
+    float *x, *w, *y, *dw;
+    void *ws;
+    size_t ws_bytes;
+};
+
+/* Keep entry p for direction d of slot s (its algorithm already stored by the caller). */
+template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const Perf &p, int timed)
+{
+    s->how[d] = timed ? DNN_MEASURED : DNN_HEURISTIC;
+    s->ms[d] = timed ? p.time : 0;
+    s->math[d] = p.mathType;
+    DNN_CHECK(g_dnn.set_math(s->cv[d], p.mathType));
+}
+
+/* Choose direction d of slot s within cap: timed on o's buffers (FindEx), or from cuDNN's
+ * heuristic list when o is NULL. 0, or -1 when no algorithm qualifies. */
+static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                      const struct dnn_operands *o, size_t cap)
+{
+    const int timed = o != NULL;
+    const size_t wsb = timed ? o->ws_bytes : 0;
+    int n = 0, i;
+    size_t b = SIZE_MAX;
+    if (d == DNN_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[DNN_ALGOS];
+        DNN_CHECK(timed ? g_dnn.find_fwd(gd.h, s->x, o->x, pl->w, o->w, s->cv[d], s->y, o->y,
+                                         DNN_ALGOS, &n, p, o->ws, wsb)
+                        : g_dnn.fwd_algos(gd.h, s->x, pl->w, s->cv[d], s->y, DNN_ALGOS, &n, p));
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[d], s->y, p[j].algo, &b) ==
+                           CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->fwd = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(g_dnn.fwd_ws(gd.h, s->x, pl->w, s->cv[d], s->y, s->fwd, &s->ws[d]));
+    } else if (d == DNN_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[DNN_ALGOS];
+        DNN_CHECK(timed
+                      ? g_dnn.find_bwd_data(gd.h, pl->w, o->w, s->y, o->y, s->cv[d], s->x, o->x,
+                                            DNN_ALGOS, &n, p, o->ws, wsb)
+                      : g_dnn.bwd_data_algos(gd.h, pl->w, s->y, s->cv[d], s->x, DNN_ALGOS, &n, p));
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[d], s->x, p[j].algo, &b) ==
+                           CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->bwd_data = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(g_dnn.bwd_data_ws(gd.h, pl->w, s->y, s->cv[d], s->x, s->bwd_data, &s->ws[d]));
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[DNN_ALGOS];
+        DNN_CHECK(
+            timed ? g_dnn.find_bwd_filter(gd.h, s->x, o->x, s->y, o->y, s->cv[d], pl->w, o->dw,
+                                          DNN_ALGOS, &n, p, o->ws, wsb)
+                  : g_dnn.bwd_filter_algos(gd.h, s->x, s->y, s->cv[d], pl->w, DNN_ALGOS, &n, p));
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[d], pl->w, p[j].algo, &b) ==
+                           CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->bwd_filter = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(g_dnn.bwd_filter_ws(gd.h, s->x, s->y, s->cv[d], pl->w, s->bwd_filter, &s->ws[d]));
+    }
     return 0;
 }
 
@@ -1133,55 +1237,142 @@ static struct dnn_plan *dnn_find(const struct conv_geom *q)
     return NULL;
 }
 
-[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, const char *dir)
+static const char *const dnn_dir_names[DNN_DIRS] = {"forward", "backward data", "backward filter"};
+
+[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, int d)
 {
-    ddp_die("cuDNN has no deterministic %s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d "
-            "pad %d at batch %d within a %zu-byte workspace; set [train] conv = im2col",
-            dir, q->C, q->H, q->W, q->O, q->k, q->stride, q->pad, B, cap);
+    ddp_die("cuDNN has no %s%s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d pad %d at "
+            "batch %d within a %zu-byte workspace; set [train] conv = im2col",
+            gd.det ? "deterministic " : "", dnn_dir_names[d], q->C, q->H, q->W, q->O, q->k,
+            q->stride, q->pad, B, cap);
+}
+
+/* 1 while the compute stream is being captured into a CUDA graph: nothing may be timed (or
+ * synchronised) then, so a batch size first seen in a capture takes cuDNN's heuristic. */
+static int dnn_capturing(void)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g.stream, &st) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
+
+/* Workspace budget of a new plan whose input and output take io bytes: as much as those (so
+ * that timing, on scratch of the layer's size plus this, stays below what the activations
+ * take later and adds nothing to the run's peak), at least DNN_WS_MIN, at most DNN_WS_MAX and
+ * 1/DNN_WS_FREE_SHARE of the device's free memory. */
+static size_t dnn_budget(size_t io)
+{
+    size_t cap = io < DNN_WS_MIN ? DNN_WS_MIN : io > DNN_WS_MAX ? DNN_WS_MAX : io;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return cap;
+    }
+    return free_b / DNN_WS_FREE_SHARE < cap ? free_b / DNN_WS_FREE_SHARE : cap;
+}
+
+/* Slot s of plan pl prepared for batch B at model build, every direction timed within cap on
+ * zeroed scratch (allocated, counted and freed here; heuristic choices when it does not fit in
+ * device memory). Dies when a direction has no algorithm. */
+static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap)
+{
+    const struct conv_geom *q = &pl->q;
+    dnn_describe(pl, s, B);
+    const size_t xb = align256(sizeof(float) * B * q->C * q->H * q->W);
+    const size_t yb = align256(sizeof(float) * B * q->O * q->P);
+    const size_t total = xb + yb + 2 * pl->wbytes + align256(cap);
+    char *p = NULL;
+    if (cudaMalloc((void **)&p, total) != cudaSuccess) {
+        cudaGetLastError();
+        p = NULL;
+    }
+    struct dnn_operands o = {};
+    if (p) {
+        mem_note(p, total);
+        CUDA_CHECK(cudaMemsetAsync(p, 0, total, g.stream));
+        o = {(float *)p,
+             (float *)(p + xb),
+             (float *)(p + xb + pl->wbytes),
+             (float *)(p + xb + pl->wbytes + yb),
+             p + xb + yb + 2 * pl->wbytes,
+             cap};
+    }
+    for (int d = 0; d < DNN_DIRS; d++)
+        if (dnn_choose(pl, s, d, p ? &o : NULL, cap) != 0)
+            dnn_no_algo(q, B, cap, d);
+    if (p) {
+        CUDA_CHECK(cudaStreamSynchronize(g.stream));
+        CUDA_CHECK(cudaFree(p));
+        mem_forget(p);
+    }
 }
 
 /* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
- * its workspace in floats. */
+ * the floats of col it needs: the workspace, then room for one weight gradient. */
 static size_t dnn_plan_shape(const struct conv_geom *q, int B)
 {
     struct dnn_plan *pl = dnn_find(q);
-    char dir[32];
     if (!pl) {
         if (gd.nplans == DNN_PLANS)
             ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
         pl = &gd.plans[gd.nplans++];
         memset(pl, 0, sizeof *pl);
         pl->q = *q;
-        pl->cap = DNN_WS_MAX;
+        pl->wbytes = align256(sizeof(float) * q->O * q->C * q->k * q->k);
+        pl->next = 1;
         DNN_CHECK(g_dnn.create_filter(&pl->w));
         DNN_CHECK(
             g_dnn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C, q->k, q->k));
-        if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0)
-            dnn_no_algo(q, B, pl->cap, dir);
+        const size_t io = sizeof(float) * B * (q->C * q->H * q->W + q->O * q->P);
+        dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io));
         const struct dnn_slot *s = &pl->slot[0];
         pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
         pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
-    } else if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0) {
-        dnn_no_algo(q, B, pl->cap, dir); /* planned again (another model): within its cap */
+        pl->cap = align256(pl->cap);
+    } else {
+        dnn_plan_build(pl, &pl->slot[0], B, pl->cap); /* planned again: within its cap */
     }
-    return (pl->cap + sizeof(float) - 1) / sizeof(float);
+    return (pl->cap + pl->wbytes) / sizeof(float);
 }
 
-/* The slot for a call with batch B: the planned one, or the other slot (re)prepared. */
-static const struct dnn_slot *dnn_slot_for(const struct conv_geom *q, int B)
+/* The slot for a call with batch B: a prepared one, or one described now (its algorithms
+ * chosen by the call, which has the real buffers). */
+static struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
+{
+    for (int i = 0; i < DNN_SLOTS; i++) {
+        struct dnn_slot *s = &pl->slot[i];
+        if (s->B == B && s->tf32 == dnn_tensor_math() && s->det == gd.det)
+            return s;
+    }
+    struct dnn_slot *s = &pl->slot[pl->next];
+    pl->next = pl->next + 1 < DNN_SLOTS ? pl->next + 1 : 1;
+    dnn_describe(pl, s, B);
+    return s;
+}
+
+/* The plan of q; dies when conv_plan never sized it. */
+static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
 {
     struct dnn_plan *pl = dnn_find(q);
     if (!pl)
         ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d was not planned: the backend's "
                 "conv_plan must size col before the convolution runs (a bug)",
                 q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
-    for (int i = 0; i < 2; i++)
-        if (pl->slot[i].B == B && pl->slot[i].tf32 == tf32_math())
-            return &pl->slot[i];
-    char dir[32];
-    if (dnn_prepare(pl, &pl->slot[1], B, pl->cap, dir, sizeof dir) != 0)
-        dnn_no_algo(q, B, pl->cap, dir);
-    return &pl->slot[1];
+    return pl;
+}
+
+/* Direction d of slot s chosen on first use: timed on o's buffers outside a graph capture,
+ * else from the heuristic list. */
+static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                       const struct dnn_operands *o)
+{
+    if (s->how[d] != DNN_UNCHOSEN)
+        return;
+    if (dnn_choose(pl, s, d, dnn_capturing() ? NULL : o, pl->cap) != 0)
+        dnn_no_algo(&pl->q, s->B, pl->cap, d);
 }
 
 /* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
@@ -1230,44 +1421,55 @@ static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
 static void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b,
                            int B, const struct conv_geom *q, int relu)
 {
-    const struct dnn_slot *s = dnn_slot_for(q, B);
+    struct dnn_plan *pl = dnn_plan_of(q);
+    struct dnn_slot *s = dnn_slot_for(pl, B);
+    const struct dnn_operands o = {(float *)inp, (float *)w, out, NULL, col, pl->cap};
+    dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
     if (b && !relu) {
         LAUNCH(k_fill_bias, blocks_for(n_out), THREADS, out, b, n_out, q->O, q->P);
     }
     const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
-    DNN_CHECK(g_dnn.fwd(gd.h, &one, s->x, inp, dnn_find(q)->w, w, s->cv[0], s->fwd, col, s->ws[0],
-                        &beta, s->y, out));
+    DNN_CHECK(g_dnn.fwd(gd.h, &one, s->x, inp, pl->w, w, s->cv[DNN_FWD], s->fwd, col,
+                        s->ws[DNN_FWD], &beta, s->y, out));
     if (relu) {
         LAUNCH(k_bias_relu, blocks_for(n_out), THREADS, out, b, n_out, q->O, q->P);
     }
 }
 
+/* Backward filter accumulates into dw (beta 1): its timing writes the scratch that col holds
+ * after the workspace; backward data's writes dinp, which the call then overwrites. */
 static void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
                            const float *inp, const float *w, int B, const struct conv_geom *q)
 {
-    const struct dnn_slot *s = dnn_slot_for(q, B);
-    const cudnnFilterDescriptor_t wd = dnn_find(q)->w;
+    struct dnn_plan *pl = dnn_plan_of(q);
+    struct dnn_slot *s = dnn_slot_for(pl, B);
+    float *dw_scratch = (float *)((char *)col + pl->cap);
+    const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout,
+                                    dw_scratch,   col,        pl->cap};
+    const struct dnn_operands od = {dinp, (float *)w, (float *)dout, NULL, col, pl->cap};
     const float one = 1, zero = 0;
     if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
-    DNN_CHECK(g_dnn.bwd_filter(gd.h, &one, s->x, inp, s->y, dout, s->cv[2], s->bwd_filter, col,
-                               s->ws[2], &one, wd, dw));
-    if (dinp)
-        DNN_CHECK(g_dnn.bwd_data(gd.h, &one, wd, w, s->y, dout, s->cv[1], s->bwd_data, col,
-                                 s->ws[1], &zero, s->x, dinp));
+    dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
+    DNN_CHECK(g_dnn.bwd_filter(gd.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER],
+                               s->bwd_filter, col, s->ws[DNN_BWD_FILTER], &one, pl->w, dw));
+    if (dinp) {
+        dnn_ensure(pl, s, DNN_BWD_DATA, &od);
+        DNN_CHECK(g_dnn.bwd_data(gd.h, &one, pl->w, w, s->y, dout, s->cv[DNN_BWD_DATA], s->bwd_data,
+                                 col, s->ws[DNN_BWD_DATA], &zero, s->x, dinp));
+    }
 }
 
 /* Which path: 1 for cuDNN. Chosen at ddp_cuda_conv_path; cuDNN if it loads when never
- * chosen (a program that makes the backend without the trainer); never under bf16 (the
- * precision may change after the choice: a program that remakes the backend). */
+ * chosen (a program that makes the backend without the trainer). */
 static int dnn_active(void)
 {
     if (gd.mode < 0) {
         char line[8];
-        ddp_cuda_conv_path(1, line, sizeof line);
+        ddp_cuda_conv_path(1, 1, line, sizeof line);
     }
-    return gd.mode == 1 && g.precision != DDP_PRECISION_BF16;
+    return gd.mode == 1;
 }
 
 /* Open cuDNN and make its handle on the compute stream; 0, or with the reason in err -1 (not
@@ -1375,21 +1577,19 @@ static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const 
     cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, C, H, W, O, k, stride, pad);
 }
 
-extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
+extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len)
 {
     char why[400];
     if (g.device < 0) {
         snprintf(line, len, "%s", "");
         return 0;
     }
-    if (!use_cudnn || g.precision == DDP_PRECISION_BF16) {
+    if (!use_cudnn) {
 #ifdef DDP_DNN
         gd.mode = 0;
 #endif
-        snprintf(line, len, "%s",
-                 use_cudnn ? "im2col + cuBLAS, bf16 GEMMs ([train] precision = bf16; "
-                             "the cuDNN path runs fp32 and tf32)"
-                           : "im2col + cuBLAS ([train] conv = im2col)");
+        snprintf(line, len, "im2col + cuBLAS%s ([train] conv = im2col)",
+                 g.precision == DDP_PRECISION_BF16 ? ", bf16 GEMMs" : "");
         return 0;
     }
     const int rc = dnn_start(why, sizeof why);
@@ -1403,12 +1603,85 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
     }
 #ifdef DDP_DNN
     gd.mode = 1;
+    gd.det = deterministic != 0;
 #endif
     char v[32];
     dnn_version(v, sizeof v);
-    snprintf(line, len, "cuDNN %s (deterministic algorithms, %s)", v,
-             tf32_math() ? "tf32 allowed" : "fp32 FMA math");
+    snprintf(line, len, "cuDNN %s (fastest measured %s algorithms, %s)", v,
+             deterministic ? "deterministic"
+                           : "deterministic or not ([train] deterministic = false)",
+             g.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math on fp32 data"
+             : tf32_math()                     ? "tf32 allowed"
+                                               : "fp32 FMA math");
     return 1;
+}
+
+#ifdef DDP_DNN
+/* cuDNN's names of the algorithms of direction d (the legacy API's enums), without prefix. */
+static const char *dnn_algo_name(int d, int algo)
+{
+    static const char *const fwd[] = {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+        "WINOGRAD",      "WINOGRAD_NONFUSED"};
+    static const char *const bwd_data[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                           "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *const bwd_filter[] = {
+        "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+    const char *const *t = d == DNN_FWD ? fwd : d == DNN_BWD_DATA ? bwd_data : bwd_filter;
+    const int n = d == DNN_FWD ? 8 : d == DNN_BWD_DATA ? 6 : 7;
+    return algo >= 0 && algo < n ? t[algo] : "?";
+}
+
+static const char *dnn_math_name(cudnnMathType_t m)
+{
+    return m == CUDNN_FMA_MATH         ? "fma"
+           : m == CUDNN_TENSOR_OP_MATH ? "tensor-op"
+           : m == CUDNN_DEFAULT_MATH   ? "default"
+                                       : "tensor-op-conversion";
+}
+
+/* One line of ddp_cuda_conv_report for slot s of plan pl into out (at most len). */
+static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s, char *out,
+                            size_t len)
+{
+    const struct conv_geom *q = &pl->q;
+    const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
+    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d, batch %d:", q->C, q->H, q->W, q->O,
+                     q->k, q->stride, q->pad, s->B);
+    for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
+        char t[32] = "heuristic";
+        if (s->how[d] == DNN_MEASURED)
+            snprintf(t, sizeof t, "%.3f ms", s->ms[d]);
+        n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
+                      s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
+                      dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
+    }
+    if (n >= 0 && (size_t)n < len)
+        snprintf(out + n, len - n, "; workspace %.1f MiB", (double)pl->cap / 1048576.0);
+}
+#endif
+
+extern "C" int ddp_cuda_conv_report(char *out, size_t len)
+{
+    int lines = 0;
+    size_t used = 0;
+    if (len)
+        out[0] = 0;
+#ifdef DDP_DNN
+    for (int i = 0; gd.mode == 1 && i < gd.nplans; i++)
+        for (int j = 0; j < DNN_SLOTS; j++) {
+            const struct dnn_slot *s = &gd.plans[i].slot[j];
+            if (!s->B || used + 2 >= len)
+                continue;
+            if (lines++)
+                out[used++] = '\n';
+            dnn_report_slot(&gd.plans[i], s, out + used, len - used);
+            used += strlen(out + used);
+        }
+#else
+    (void)used;
+#endif
+    return lines;
 }
 
 /* ---- pools ------------------------------------------------------------------------------- */

@@ -739,7 +739,14 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
+    /* the convolutions first: the backend may time its algorithms on scratch while nothing
+     * else is allocated, so that its scratch does not add to the run's peak */
     size_t col = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].spec.kind == DDP_LAYER_CONV2D) {
+            size_t c = conv_scratch(be, &m->layers[i], max_batch);
+            col = c > col ? c : col;
+        }
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         size_t act = (size_t)max_batch * l->out_elems;
@@ -751,12 +758,6 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
         l->out = l->fused == 1 ? NULL : be->alloc(sizeof(float) * act);
         l->dout = be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
-        case DDP_LAYER_CONV2D: {
-            size_t c = conv_scratch(be, l, max_batch);
-            if (c > col)
-                col = c;
-            break;
-        }
         case DDP_LAYER_MAXPOOL:
             l->argmax = be->alloc(sizeof(int32_t) * act);
             break;
