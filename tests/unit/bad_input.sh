@@ -376,6 +376,25 @@ with h5py.File(sys.argv[1], "r+") as f:
     rm -rf ckrun
 fi
 
+# ---- sizes whose arithmetic would overflow: refused before use, never a crash or a wrap -------
+bad_layers bad-stride-product.ini \
+    'residual(conv2d(4, 1, stride=65536), conv2d(4, 1, stride=65536)), flatten, linear(4)'
+case_ "residual strides multiply past int" 2 \
+    "layer 1 residual: its body's strides and pool windows multiply to 4294967296 (65536 x 65536 at layer 1.2), more than 16777216" \
+    bad-stride-product.ini
+bad_layers bad-stride-product2.ini \
+    'residual(conv2d(4, 1, stride=65536), conv2d(4, 1, stride=32768)), flatten, linear(4)'
+case_ "residual strides multiply to 2^31" 2 \
+    "layer 1 residual: its body's strides and pool windows multiply to 2147483648" \
+    bad-stride-product2.ini
+$DDPTRAIN data synth -o img1.h5 --shape 1,1,1 --classes 4 --train 16 --test 8 >/dev/null
+# out * in * k * k = 2^20 * 2^20 * 2^40 floats: 2^80, which wraps to 0 in 64 bits
+bad_layers bad-conv-weights.ini \
+    'conv2d(1048576, 1), conv2d(1048576, 1048576, pad=524288), flatten, linear(4)'
+case_ "conv weights past 64 bits" 2 \
+    "layer 2 conv2d(1048576, 1048576): its weights .* need 1048576 x 1048576 x 1048576 x 1048576 values" \
+    bad-conv-weights.ini --set data.file=img1.h5
+
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
 # space: the lock file takes one, job.ini the next, metrics.jsonl the next, so FREE chooses the
