@@ -1198,13 +1198,20 @@ static int spatial(const struct ddp_layer *l)
     return l->ishape[1] * l->ishape[2];
 }
 
-/* Layer i of the forward pass, reading inp (B, in_elems). */
-static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, int train,
+/* The output of layer i, or the model's input x for i = -1 (what in and in2 name). */
+static const float *value_of(const struct ddp_model *m, int i, const float *x)
+{
+    return i < 0 ? x : m->layers[i].out;
+}
+
+/* Layer i of the forward pass on the model's input x (B, in_elems of layer 0). */
+static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int train,
                           uint64_t noise_seed)
 {
     const struct ddp_backend *be = m->be;
     struct ddp_layer *l = &m->layers[i];
     const struct ddp_layer_spec *s = &l->spec;
+    const float *inp = value_of(m, l->in, x);
     float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
     size_t n = (size_t)B * l->out_elems;
     switch (s->kind) {
@@ -1245,8 +1252,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
     case DDP_LAYER_BATCHNORM:
         bn_forward(m, l, inp, B, train);
         break;
-    case DDP_LAYER_RESIDUAL:
-        be->add(l->out, inp, m->layers[l->in2].out, n);
+    case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
+        be->add(l->out, inp, value_of(m, l->in2, x), n);
         break;
     case DDP_LAYER_RESIDUAL_END:
         break;
@@ -1256,10 +1263,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
 const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
                                uint64_t noise_seed)
 {
-    for (int i = 0; i < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        layer_forward(m, i, l->in < 0 ? x : m->layers[l->in].out, B, train, noise_seed);
-    }
+    for (int i = 0; i < m->nlayers; i++)
+        layer_forward(m, i, x, B, train, noise_seed);
     return m->layers[m->nlayers - 1].out;
 }
 
