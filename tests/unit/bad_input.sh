@@ -57,7 +57,9 @@ case_() {
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
     [ -z "$stray" ] || { ok=0; why="$why; wrote outside out/: $stray"; }
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
-    if [ "$job" != eval ]; then # the same verdict from `ddptrain check`, writing nothing
+    # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
+    # options that check does not take)
+    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -394,6 +396,54 @@ bad_layers bad-conv-weights.ini \
 case_ "conv weights past 64 bits" 2 \
     "layer 2 conv2d(1048576, 1048576): its weights .* need 1048576 x 1048576 x 1048576 x 1048576 values" \
     bad-conv-weights.ini --set data.file=img1.h5
+
+# ---- outputs that would replace the command's own inputs (same device and inode) ---------
+"$DDPTRAIN" good.ini --set job.output=run1 >/dev/null 2>&1
+ck=$(ls run1/checkpoints/*.h5 2>/dev/null | head -1)
+if [ -f run1/model.h5 ] && [ -n "$ck" ]; then
+    cp good.h5 bad-in.h5
+    ln -s bad-in.h5 bad-in-link.h5
+    ln -s good.ini bad-job-link.ini
+    sums() { cksum good.ini good.h5 bad-in.h5 run1/model.h5 "$ck"; }
+    before=$(sums)
+    pred() { case_ "$1" 2 "$2" predict good.ini --checkpoint run1/model.h5 --input bad-in.h5 \
+                   --output "$3"; }
+    pred "predict over its --input" \
+        "predict: --output bad-in.h5 is the same file as --input bad-in.h5.*give another --output" \
+        bad-in.h5
+    pred "predict over its --input (./)" \
+        "\-\-output ./bad-in.h5 is the same file as --input bad-in.h5" ./bad-in.h5
+    pred "predict over its --input (link)" \
+        "\-\-output bad-in-link.h5 is the same file as --input bad-in.h5" bad-in-link.h5
+    case_ "predict from a link over its target" 2 \
+        "\-\-output bad-in.h5 is the same file as --input bad-in-link.h5" \
+        predict good.ini --checkpoint run1/model.h5 --input bad-in-link.h5 --output bad-in.h5
+    pred "predict over the model" \
+        "\-\-output run1/model.h5 is the same file as --checkpoint run1/model.h5" run1/model.h5
+    pred "predict over the job file" "\-\-output bad-job-link.ini is the same file as the job file good.ini" \
+        bad-job-link.ini
+    pred "predict over the dataset" \
+        "\-\-output good.h5 is the same file as \[data\] file good.h5" good.h5
+    ln -s bad-in.h5 bad-in.tmp # predict writes bad-in.tmp first, then renames it
+    pred "predict over an input via .tmp" \
+        "\-\-output bad-in is written first as bad-in.tmp, the same file as --input bad-in.h5" \
+        bad-in
+    rm -f bad-in.tmp
+    exp() { case_ "$1" 2 "$2" export good.ini --checkpoint "$3" --onnx "$4"; }
+    exp "export over the model" \
+        "export: --onnx run1/model.h5 is the same file as --checkpoint run1/model.h5" \
+        run1/model.h5 run1/model.h5
+    exp "export over the checkpoint" "\-\-onnx ./$ck is the same file as --checkpoint $ck" \
+        "$ck" "./$ck"
+    exp "export over the job file" "\-\-onnx good.ini is the same file as the job file good.ini" \
+        run1/model.h5 good.ini
+    [ "$before" = "$(sums)" ] && pass=$((pass + 1)) ||
+        { fail=$((fail + 1)); echo "FAIL an input changed: $before / $(sums)"; }
+
+else
+    echo "FAIL cannot make a model to predict with"; fail=$((fail + 1))
+fi
+rm -rf run1
 
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
