@@ -440,6 +440,23 @@ if [ -f run1/model.h5 ] && [ -n "$ck" ]; then
     [ "$before" = "$(sums)" ] && pass=$((pass + 1)) ||
         { fail=$((fail + 1)); echo "FAIL an input changed: $before / $(sums)"; }
 
+    # ---- weights of another model: refused by name, not as a damaged file -------------------
+    "$DDPTRAIN" good.ini --set job.output=run2 \
+        --set "model.layers=flatten, linear(4), relu, linear(4)" >/dev/null 2>&1
+    ck2=$(ls run2/checkpoints/*.h5 2>/dev/null | head -1)
+    extra="/model/3.bias (4,) is not a tensor of this job's model: .* a different model"
+    case_ "eval of a larger model's weights" 3 "run2/model.h5: $extra" \
+        eval good.ini --checkpoint run2/model.h5
+    case_ "predict with a larger model's weights" 3 "run2/model.h5: $extra" \
+        predict good.ini --checkpoint run2/model.h5 --input good.h5 --output bad-pred.h5
+    case_ "export of a larger model's weights" 3 "run2/model.h5: $extra" \
+        export good.ini --checkpoint run2/model.h5 --onnx bad-x.onnx
+    case_ "init from a larger model's weights" 3 "run2/model.h5: $extra" good.ini \
+        --set model.init=run2/model.h5
+    case_ "eval of another model's checkpoint" 3 "$ck2: $extra" eval good.ini --checkpoint "$ck2"
+    case_ "export of another model's checkpoint" 3 "$ck2: $extra" \
+        export good.ini --checkpoint "$ck2" --onnx bad-x.onnx
+    rm -rf run2
 else
     echo "FAIL cannot make a model to predict with"; fail=$((fail + 1))
 fi
