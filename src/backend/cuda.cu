@@ -1301,7 +1301,8 @@ static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_
              cap};
     }
     for (int d = 0; d < DNN_DIRS; d++)
-        if (dnn_choose(pl, s, d, p ? &o : NULL, cap) != 0)
+        if (dnn_choose(pl, s, d, p ? &o : NULL, cap) != 0 &&
+            (!p || dnn_choose(pl, s, d, NULL, cap) != 0))
             dnn_no_algo(q, B, cap, d);
     if (p) {
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
@@ -1371,7 +1372,9 @@ static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
 {
     if (s->how[d] != DNN_UNCHOSEN)
         return;
-    if (dnn_choose(pl, s, d, dnn_capturing() ? NULL : o, pl->cap) != 0)
+    const struct dnn_operands *timed = dnn_capturing() ? NULL : o;
+    if (dnn_choose(pl, s, d, timed, pl->cap) != 0 &&
+        (!timed || dnn_choose(pl, s, d, NULL, pl->cap) != 0))
         dnn_no_algo(&pl->q, s->B, pl->cap, d);
 }
 

@@ -23,23 +23,23 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def conv_path(log):
-    """A short name of the convolution path from a run's log: 'cuDNN det', 'cuDNN', 'im2col'
-    or '' (no convolution, or the line is missing)."""
+    """A short name of the convolution path from a run's log: 'cuDNN det', 'cuDNN any',
+    'im2col' or '' (no convolution, or the line is missing)."""
     try:
         text = open(log, errors="replace").read()
     except OSError:
         return ""
     m = re.search(r"convolutions: (.*)", text)
-    if not m:
-        return ""
+    if not m or ("cuDNN" in m.group(1) and "  conv C" not in text):
+        return ""  # no convolution (cuDNN loaded, no layer planned), or no such line
     line = m.group(1)
     if line.startswith("cuDNN") and "im2col" not in line:
-        return "cuDNN det" if "deterministic" in line and "non-deterministic" not in line else "cuDNN"
+        return "cuDNN any" if "deterministic or not" in line else "cuDNN det"
     return "im2col"
 
 
-def ddp(W, model, b, prec, graph):
-    base = os.path.join(W, f"ddp-{model}-{b}-{prec}-graph{graph}")
+def ddp(W, model, b, prec, graph, nd=False):
+    base = os.path.join(W, f"ddp-{model}-{b}-{prec}-graph{graph}" + ("-nd" if nd else ""))
     try:
         recs = [json.loads(l) for l in open(os.path.join(base, "metrics.jsonl"))]
     except (OSError, ValueError):
@@ -71,15 +71,17 @@ def rows_of(W):
     order = list(MODELS)
     rows = []
     for model, b in sorted(found, key=lambda x: (order.index(x[0]), x[1])):
-        for prec in PRECISIONS:
-            off, on = ddp(W, model, b, prec, "off"), ddp(W, model, b, prec, "on")
+        for prec, nd in [(p, nd) for p in PRECISIONS for nd in (False, True)]:
+            off, on = ddp(W, model, b, prec, "off", nd), ddp(W, model, b, prec, "on", nd)
+            if nd and not (off or on):
+                continue
             eager = torch_result(W, model, b, "eager", prec)
             comp = torch_result(W, model, b, "compile", prec)
             rate = lambda x: x and x.get("rate")
             best = max([v for v in (rate(off), rate(on)) if v], default=None)
             if best is None and not rate(eager) and not rate(comp):
                 continue
-            rows.append(dict(model=model, batch=b, precision=prec,
+            rows.append(dict(model=model, batch=b, precision=prec, deterministic=not nd,
                              conv=(on or off or {}).get("path", ""),
                              ddp_graph_off=rate(off), ddp_graph_on=rate(on),
                              torch_eager=rate(eager), torch_compile=rate(comp),
@@ -107,7 +109,8 @@ def table(rows, dry, W):
             "PyTorch timed after its warm-up, data preloaded on the device (channels_last under "
             "bf16 for convolutional models). ddptrain / PyTorch: the faster of graph off and on. "
             "conv: ddptrain's convolution path (cuDNN det = cuDNN with measured deterministic "
-            "algorithms). Peak MiB: device memory allocated by the framework (ddptrain "
+            "algorithms; cuDNN any = the fastest, deterministic or not: [train] deterministic = "
+            "false). Peak MiB: device memory allocated by the framework (ddptrain "
             "gpu_mem_peak_bytes; torch.cuda.max_memory_allocated less the preloaded data); "
             "- = not run."]
     head.insert(0, versions(W))
@@ -120,7 +123,8 @@ def table(rows, dry, W):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {MODELS[r['model']]} | {r['batch']} | {r['precision']} | "
-                     f"{r['conv'] or '-'} | {f0(r['ddp_graph_off'])} | {f0(r['ddp_graph_on'])} | "
+                     f"{r['conv'] or '-'} | "
+                     f"{f0(r['ddp_graph_off'])} | {f0(r['ddp_graph_on'])} | "
                      f"{f0(r['torch_eager'])} | {f0(r['torch_compile'])} | "
                      f"{f2(r['over_eager'])} | {f2(r['over_compile'])} | {mib(r['mem_ddp'])} | "
                      f"{mib(r['mem_eager'])} | {mib(r['mem_compile'])} |")

@@ -150,14 +150,15 @@ if [ $DRY = 1 ]; then
     # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
     STEPS_MLP="6 2" STEPS_CNN="4 2" STEPS_R18="3 1" NTRAIN=600 NTRAIN_R18=64 SAN_BATCH=4
     SAN_CFG=fashion-mlp R18_SHAPE=3,8,8 FULLRUN_ARGS=(--set train.max_steps=4 --set data.batch_size=8)
-    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on:60"
+    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd:60"
     CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32) SAN_STEPS=5
     GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
 else
     setup_bundle "${1:-.dev/gpu}"
     STEPS_MLP="400 100" STEPS_CNN="250 50" STEPS_R18="100 20" NTRAIN=60000 NTRAIN_R18=8192
     SAN_BATCH=32 R18_SHAPE=3,32,32 FULLRUN_ARGS=()
-    # model:batch:ddptrain runs (precision-graph):PyTorch's seconds, in priority order
+    # model:batch:ddptrain runs (precision-graph[-nd], nd: [train] deterministic = false):
+    # PyTorch's seconds, in priority order
     BENCH_PLAN=${BENCH_PLAN:-"cifar-resnet18:256:fp32-on,tf32-on,bf16-on:150
         fashion-cnn:1024:fp32-on,tf32-on,bf16-on,fp32-off:75 fashion-cnn:256:fp32-on,tf32-on,bf16-on,fp32-off:60
         fashion-mlp:256:fp32-on,bf16-on,tf32-on,fp32-off:40 fashion-mlp:1024:fp32-on,bf16-on,tf32-on:30"}
@@ -184,9 +185,12 @@ steps_of() {
     esac
 }
 data_of() { [ "$1" = cifar-resnet18 ] && echo "$W/c10.h5" || echo "$W/fm.h5"; }
-# one ddptrain run: model batch precision graph -> $W/ddp-<model>-<batch>-<precision>-graph<on|off>/
+# one ddptrain run: model batch precision graph [nd] -> $W/ddp-<model>-<batch>-<precision>-
+# graph<on|off>[-nd]/ (nd: [train] deterministic = false)
 ddp_run() {
-    local cfg=$1 b=$2 prec=$3 graph=$4 steps warm id=ddp-$1-$2-$3-graph$4 t
+    local cfg=$1 b=$2 prec=$3 graph=$4 nd=${5:-} steps warm id=ddp-$1-$2-$3-graph$4${5:+-nd} t
+    local det=(--set train.deterministic=true)
+    [ -n "$nd" ] && det=(--set train.deterministic=false)
     read -r steps warm <<< "$(steps_of "$cfg")"
     if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ] ||
        [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ]; then
@@ -200,9 +204,9 @@ ddp_run() {
         --set data.test= --set data.batch_size="$b" --set train.max_steps="$steps" \
         --set train.epochs=1000 --set train.log_every="$warm" --set checkpoint.every_epochs=0 \
         --set job.report=false --set train.precision="$prec" --set train.cuda_graph="$graph" \
-        "${BENCH_ARGS[@]}" --set job.output="$W/$id" > "$W/$id.log" 2>&1
+        "${det[@]}" --set job.output="$W/$id" > "$W/$id.log" 2>&1
     local rc=$?
-    { echo "---- $id (exit $rc)"; grep -E "convolutions" "$W/$id.log"; tail -3 "$W/$id.log"; } >> "$R/bench-runs.txt"
+    { echo "---- $id (exit $rc)"; grep -E "convolutions|  conv C" "$W/$id.log"; tail -3 "$W/$id.log"; } >> "$R/bench-runs.txt"
     [ $rc = 0 ] || { echo "FAIL: $id exit $rc: $(tail -1 "$W/$id.log")"; BENCH_FAIL=1; }
 }
 # PyTorch, one process per model and batch: its variants (mode:precision) in priority order
@@ -222,7 +226,6 @@ torch_run() {
     { echo "---- $id (exit $rc)"; tail -8 "$W/$id.log"; } >> "$R/bench-runs.txt"
     [ $rc = 0 ] || echo "torch $id: exit $rc (bench-runs.txt)"
 }
-BENCH_ARGS=()
 
 step "device"
 if [ $DRY = 0 ]; then
@@ -428,7 +431,8 @@ if on bench; then
             IFS=: read -r cfg b runs torch_cap <<< "$item"
             echo "-- $cfg batch $b (t=$(elapsed) s)"
             for run in ${runs//,/ }; do
-                ddp_run "$cfg" "$b" "${run%-*}" "${run#*-}"
+                IFS=- read -r prec graph nd <<< "$run"
+                ddp_run "$cfg" "$b" "$prec" "$graph" $nd
             done
             torch_run "$cfg" "$b" "$torch_cap"
         done
