@@ -4,6 +4,8 @@
  * Expected parameters after three steps from p = (1, -2, 0.5, 0) with gradients g1, g2, g3,
  * computed by hand from the rules in docs/training.md (and identical to torch.optim in
  * PyTorch 1.13 to the digits shown). Plain SGD, for instance: 1 - 0.1 (0.1 + 0.5 - 0.2) = 0.96.
+ * The lr schedules at the epochs where they change: multistep at milestone - 1, milestone and
+ * milestone + 1, with and without warmup, against exact values.
  */
 #include <math.h>
 #include <string.h>
@@ -169,11 +171,61 @@ static void check_schedule(void)
     ddp_optim_free(&o);
 }
 
+/* lr of the optimiser o at `epoch` (any step of it: the first and the last must agree). */
+static double lr_at(const struct ddp_optim *o, int64_t epoch, int64_t spe)
+{
+    double first = ddp_optim_lr(o, epoch, epoch * spe, spe);
+    double last = ddp_optim_lr(o, epoch, epoch * spe + spe - 1, spe);
+    CHECK(first == last, "epoch %lld: lr %.17g at its first step, %.17g at its last",
+          (long long)epoch, first, last);
+    return first;
+}
+
+/* multistep as MultiStepLR stepped per epoch: lr x gamma^(milestones <= e), e counted from the
+ * end of warmup, so a milestone m drops lr in (post-warmup) epoch m, not m + 1 and not m - 1.
+ * Expected values are exact products of the job's numbers. */
+static void check_multistep(void)
+{
+    struct ddp_job job;
+    ddp_job_defaults(&job);
+    job.lr = 0.1;
+    job.epochs = 12;
+    job.schedule = DDP_SCHEDULE_MULTISTEP;
+    job.gamma = 0.5; /* powers of 0.5: every expected value is exact */
+    job.milestones[0] = 3;
+    job.milestones[1] = 6;
+    job.nmilestones = 2;
+    const int64_t spe = 100;
+    const struct ddp_backend *be = ddp_backend_cpu();
+    struct ddp_optim o;
+    for (int warm = 0; warm <= 2; warm += 2) {
+        job.warmup_epochs = warm;
+        ddp_optim_init(&o, be, &job, 4, 1);
+        const double want[] = {/* post-warmup epoch 0 .. 7 */
+                               0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025};
+        for (int e = 0; e < 8; e++) {
+            double got = lr_at(&o, warm + e, spe);
+            CHECK(got == want[e],
+                  "multistep, warmup %d: epoch %d (milestones 3, 6) lr %.17g, want %g", warm,
+                  warm + e, got, want[e]);
+        }
+        if (warm) { /* linear warmup per step, then the schedule's first value */
+            double w = warm * (double)spe;
+            CHECK(ddp_optim_lr(&o, 0, 0, spe) == 0.1 / w, "multistep warmup: first step");
+            CHECK(ddp_optim_lr(&o, 1, (int64_t)w - 1, spe) == 0.1,
+                  "multistep warmup: last warmup step reaches lr");
+            CHECK(ddp_optim_lr(&o, 1, 150, spe) == 0.1 * 151 / w, "multistep warmup: mid");
+        }
+        ddp_optim_free(&o);
+    }
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         run(&CASES[i]);
     check_grad_scale();
     check_schedule();
+    check_multistep();
     return check_report("test_optim");
 }
