@@ -114,7 +114,7 @@ CASES = [
     Case("cnn-sgd", CNN, 32, 20, 1, SGD9, 3, {}),
     Case("bn-sgd", BN, 32, 20, 1, SGD1, 4, {}),
     Case("resnet-sgd", RESNET, 32, 20, 1, SGD1, 7, {}),
-    Case("residual-input-sgd", RESINPUT, 32, 10, 1, SGD9, 8, {}),
+    Case("residual-input-sgd", RESINPUT, 32, 10, 1, SGD1, 8, {}),
     Case("mlp-bn-batch4", MLP_BN, 4, 12, 1, SGD1, 8, {}),
     Case("mlp-sgd-nesterov-wd", MLP, 64, 20, 1, dict(SGD9, nesterov=True, weight_decay=0.01), 4,
          {}),
