@@ -124,10 +124,10 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, cudaStream_t s, void
 
 } // namespace twin
 
-#define LAUNCH(kernel, grid, block, ...)                                                      \
-    do {                                                                                      \
-        twin::launch_kernel(#kernel, dim3(grid), dim3(block), g.stream, kernel, __VA_ARGS__); \
-        CUDA_CHECK(cudaGetLastError());                                                       \
+#define LAUNCH(kernel, grid, block, ...)                                                           \
+    do {                                                                                           \
+        twin::launch_kernel(#kernel, dim3(grid), dim3(block), g_cuda.stream, kernel, __VA_ARGS__); \
+        CUDA_CHECK(cudaGetLastError());                                                            \
     } while (0)
 
 /* Few blocks per grid-stride launch: each block is a round of fibers. */
