@@ -1,6 +1,6 @@
 /*
  * backend.h - the table of compute operations the engine runs on: the CPU backend (OpenBLAS
- * + C loops, cpu.c) and the CUDA backend (cuBLAS + kernels, cuda.cu) behind the same table;
+ * + C loops, cpu.c) and the CUDA backend (cuBLAS + kernels, cuda/) behind the same table;
  * select.h picks one per rank.
  * The model, the optimiser and the trainer call only these; none of them calls BLAS or CUDA.
  *

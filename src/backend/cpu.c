@@ -449,7 +449,7 @@ static void cpu_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const flo
                              global[2 * C], B, C, S);
 }
 
-/* In double, rounded to float once per value; cuda.cu's k_bn_update does the same operations
+/* In double, rounded to float once per value; cuda/normpool.cu's k_bn_update does the same operations
  * (IEEE division and square root in double), so both backends give the same bits. */
 static void cpu_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
                           int C, double eps, double momentum)
