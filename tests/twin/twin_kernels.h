@@ -1,5 +1,5 @@
 /*
- * twin_kernels.h - what src/backend/cuda/*.cu need to compile as host C++ against the GPU twin
+ * twin_kernels.h - what the files of src/backend/cuda/ need to compile as host C++ against the GPU twin
  * (DDP_CUDA_TWIN): the kernel language (dim3, threadIdx..., __syncthreads, warp shuffles,
  * __shared__) and the LAUNCH macro, plus the twin's runtime and cuBLAS headers.
  *

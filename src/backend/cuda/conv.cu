@@ -14,20 +14,21 @@
  * nb*CKK*P at most this (64 MiB), so col stays bounded for any batch size. */
 #define COL_CHUNK_FLOATS ((size_t)1 << 24)
 
-static struct conv_geom conv_geom_of(int C, int H, int W, int O, int k, int stride, int pad)
+/* The shape of backend.h with what follows from it. */
+static struct conv_geom conv_geom_of(const struct ddp_conv_geom *g)
 {
     struct conv_geom q;
-    q.C = C;
-    q.H = H;
-    q.W = W;
-    q.O = O;
-    q.k = k;
-    q.stride = stride;
-    q.pad = pad;
-    q.OH = (H + 2 * pad - k) / stride + 1;
-    q.OW = (W + 2 * pad - k) / stride + 1;
+    q.C = g->C;
+    q.H = g->H;
+    q.W = g->W;
+    q.O = g->O;
+    q.k = g->k;
+    q.stride = g->stride;
+    q.pad = g->pad;
+    q.OH = (q.H + 2 * q.pad - q.k) / q.stride + 1;
+    q.OW = (q.W + 2 * q.pad - q.k) / q.stride + 1;
     q.P = q.OH * q.OW;
-    q.CKK = C * k * k;
+    q.CKK = q.C * q.k * q.k;
     return q;
 }
 
@@ -129,18 +130,18 @@ __global__ void k_col2im(float *dinp, const float *dcol, int i0, int nb, struct 
     }
 }
 
-static size_t cuda_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)
+static size_t cuda_conv_col_elems(int B, const struct ddp_conv_geom *g)
 {
-    struct conv_geom q = conv_geom_of(C, H, W, 1, k, stride, pad);
+    const struct conv_geom q = conv_geom_of(g);
     const int nb = conv_chunk(B > 0 ? B : 1, q.CKK, q.P);
     return 2 * (size_t)q.CKK * (size_t)nb * (size_t)q.P; /* col and dcol of one chunk */
 }
 
 static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const float *w,
-                            const float *b, int B, int C, int H, int W, int O, int k, int stride,
-                            int pad)
+                            const float *b, int B, const struct conv_geom *shape)
 {
-    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+    const struct conv_geom q = *shape;
+    const int O = q.O;
     const size_t n_out = (size_t)B * O * q.P;
     if (n_out == 0)
         return;
@@ -184,10 +185,10 @@ static void conv_chunk_bwd_bf16(float *dcol, float *dw, const float *col, const 
 }
 
 static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
-                            const float *inp, const float *w, int B, int C, int H, int W, int O,
-                            int k, int stride, int pad)
+                            const float *inp, const float *w, int B, const struct conv_geom *shape)
 {
-    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+    const struct conv_geom q = *shape;
+    const int C = q.C, H = q.H, W = q.W, O = q.O;
     if (B == 0 || q.P == 0)
         return;
     const int nbmax = conv_chunk(B, q.CKK, q.P);
@@ -551,40 +552,38 @@ void dnn_version(char *out, size_t len)
 #endif
 
 /* The table's conv entries: cuDNN when it runs, else im2col + cuBLAS. */
-static size_t conv2d_plan_any(int B, int C, int H, int W, int O, int k, int stride, int pad)
+static size_t conv2d_plan_any(int B, const struct ddp_conv_geom *g)
 {
 #ifdef DDP_DNN
     if (dnn_active()) {
-        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
+        const struct conv_geom q = conv_geom_of(g);
         return dnn_plan_shape(&q, B > 0 ? B : 1);
     }
 #endif
-    (void)O;
-    return cuda_conv_col_elems(B, C, H, W, k, stride, pad);
+    return cuda_conv_col_elems(B, g);
 }
 
 static void conv2d_fwd_any(float *out, float *col, const float *inp, const float *w, const float *b,
-                           int B, int C, int H, int W, int O, int k, int stride, int pad)
+                           int B, const struct ddp_conv_geom *g)
 {
+    const struct conv_geom q = conv_geom_of(g);
 #ifdef DDP_DNN
     if (dnn_active()) {
-        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
-        if ((size_t)B * O * q.P > 0)
+        if ((size_t)B * q.O * q.P > 0)
             dnn_conv2d_fwd(out, col, inp, w, b, B, &q, 0);
         return;
     }
 #endif
-    cuda_conv2d_fwd(out, col, inp, w, b, B, C, H, W, O, k, stride, pad);
+    cuda_conv2d_fwd(out, col, inp, w, b, B, &q);
 }
 
 /* conv2d + relu (backend.h): through cuDNN, one epilogue pass; on the im2col path the relu is
  * applied in place (no second buffer). */
 static void conv2d_relu_fwd_any(float *out, float *col, const float *inp, const float *w,
-                                const float *b, int B, int C, int H, int W, int O, int k,
-                                int stride, int pad)
+                                const float *b, int B, const struct ddp_conv_geom *g)
 {
-    const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
-    const size_t n_out = (size_t)B * O * q.P;
+    const struct conv_geom q = conv_geom_of(g);
+    const size_t n_out = (size_t)B * q.O * q.P;
     if (n_out == 0)
         return;
 #ifdef DDP_DNN
@@ -593,23 +592,22 @@ static void conv2d_relu_fwd_any(float *out, float *col, const float *inp, const 
         return;
     }
 #endif
-    cuda_conv2d_fwd(out, col, inp, w, b, B, C, H, W, O, k, stride, pad);
-    bias_relu(out, NULL, n_out, O, q.P);
+    cuda_conv2d_fwd(out, col, inp, w, b, B, &q);
+    bias_relu(out, NULL, n_out, q.O, q.P);
 }
 
 static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const float *dout,
-                           const float *inp, const float *w, int B, int C, int H, int W, int O,
-                           int k, int stride, int pad)
+                           const float *inp, const float *w, int B, const struct ddp_conv_geom *g)
 {
+    const struct conv_geom q = conv_geom_of(g);
 #ifdef DDP_DNN
     if (dnn_active()) {
-        const struct conv_geom q = conv_geom_of(C, H, W, O, k, stride, pad);
         if (B > 0 && q.P > 0)
             dnn_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, &q);
         return;
     }
 #endif
-    cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, C, H, W, O, k, stride, pad);
+    cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, &q);
 }
 
 extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)

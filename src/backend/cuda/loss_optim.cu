@@ -306,27 +306,27 @@ static void cuda_clip_scale(float *out, const float *x, size_t n, float gscale, 
 /* ---- optimisers -------------------------------------------------------------------------- */
 
 static void cuda_sgd_step(float *p, const float *grad, float gscale, const float *gs, float *buf,
-                          size_t n, float lr, float momentum, float weight_decay, int nesterov,
-                          int first_step)
+                          size_t n, const struct ddp_optim_args *a)
 {
     if (!n)
         return;
     if (g_cuda.graph.capturing)
-        return graph_sgd(p, grad, gscale, gs, buf, n, weight_decay, nesterov);
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, lr, momentum, weight_decay,
-           nesterov, first_step);
+        return graph_sgd(p, grad, gscale, gs, buf, n, a->weight_decay, a->nesterov);
+    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, a->lr, a->momentum,
+           a->weight_decay, a->nesterov, a->first_step);
 }
 
 static void cuda_adam_step(float *p, const float *grad, float gscale, const float *gs, float *m,
-                           float *v, size_t n, float lr, float b1, float b2, float eps,
-                           float weight_decay, int decoupled, int64_t t)
+                           float *v, size_t n, const struct ddp_optim_args *a)
 {
     if (!n)
         return;
+    const float lr = a->lr, b1 = a->b1, b2 = a->b2, eps = a->eps, weight_decay = a->weight_decay;
+    const int decoupled = a->decoupled;
     if (g_cuda.graph.capturing)
         return graph_adam(p, grad, gscale, gs, m, v, n, b2, eps, weight_decay, decoupled);
     /* The scalar factors exactly as cpu_kernels.inc computes them. */
-    const double bc1 = 1 - pow((double)b1, (double)t), bc2 = 1 - pow((double)b2, (double)t);
+    const double bc1 = 1 - pow((double)b1, (double)a->t), bc2 = 1 - pow((double)b2, (double)a->t);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = decoupled ? 1 - lr * weight_decay : 1.0f;
     LAUNCH(k_adam, blocks_for(n), THREADS, p, grad, gscale, gs, m, v, n, b1, b2, eps, weight_decay,
