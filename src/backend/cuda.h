@@ -47,13 +47,21 @@ extern "C" {
 const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err, size_t errlen);
 
 /* The convolution path of the backend: cuDNN when use_cudnn and it loads and starts (opened
- * with dlopen here, the first time), else im2col + cuBLAS. Writes one line for the log: which
- * path runs and why ("cuDNN 9.19.0 (deterministic algorithms, fp32 FMA math)", "im2col +
- * cuBLAS ([train] conv = im2col)", "cuDNN not found (...): convolutions use im2col + cuBLAS";
- * "" before ddp_backend_cuda succeeded). Never an error. Call before the model is built (its
- * conv_plan sizes the workspace for the path); without a call, cuDNN runs where it loads.
+ * with dlopen here, the first time), else im2col + cuBLAS. deterministic ([train]
+ * deterministic): the algorithms timed at model build are only the deterministic ones. Writes
+ * one line for the log: which path runs and why ("cuDNN 9.19.0 (fastest measured deterministic
+ * algorithms, fp32 FMA math)", "im2col + cuBLAS ([train] conv = im2col)", "cuDNN not found
+ * (...): convolutions use im2col + cuBLAS"; "" before ddp_backend_cuda succeeded). Never an
+ * error. Call before the model is built (its conv_plan times the algorithms and sizes the
+ * workspace for the path); without a call, cuDNN runs where it loads, deterministically.
  * Returns 1 when cuDNN runs. */
-int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len);
+int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len);
+
+/* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:
+ * "C3 32x32 -> 64 k3 s1 p1, batch 256: forward IMPLICIT_PRECOMP_GEMM fma 0.041 ms, backward
+ * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB". Writes
+ * "" when cuDNN does not run. Returns the number of lines. */
+int ddp_cuda_conv_report(char *out, size_t len);
 
 /* Devices the driver reports (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES), or -1 when
  * there is no usable driver: the driver_count of ddp_binding_compute. Needs no device. */

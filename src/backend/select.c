@@ -51,14 +51,26 @@ int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, in
     return 0;
 }
 
-void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, char *line, size_t len)
+void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int deterministic,
+                           char *line, size_t len)
 {
     if (len)
         line[0] = 0;
 #if HAVE_CUDA
     if (dev->device >= 0)
-        ddp_cuda_conv_path(want != DDP_CONV_IM2COL, line, len);
+        ddp_cuda_conv_path(want != DDP_CONV_IM2COL, deterministic, line, len);
 #else
-    (void)dev, (void)want;
+    (void)dev, (void)want, (void)deterministic;
+#endif
+}
+
+int ddp_backend_conv_report(char *out, size_t len)
+{
+#if HAVE_CUDA
+    return ddp_cuda_conv_report(out, len);
+#else
+    if (len)
+        out[0] = 0;
+    return 0;
 #endif
 }

@@ -34,9 +34,15 @@ int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, in
 enum ddp_conv { DDP_CONV_AUTO, DDP_CONV_IM2COL, DDP_CONV_COUNT };
 extern const char *const ddp_conv_names[DDP_CONV_COUNT];
 
-/* The convolution path of the chosen device for want (enum ddp_conv), set before the model
- * is built; one line for the log in line (which path runs and why; "" on the CPU). Never
- * fails: a missing cuDNN falls back to im2col + cuBLAS. */
-void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, char *line, size_t len);
+/* The convolution path of the chosen device for want (enum ddp_conv) and [train]
+ * deterministic, set before the model is built; one line for the log in line (which path runs
+ * and why; "" on the CPU). Never fails: a missing cuDNN falls back to im2col + cuBLAS. */
+void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int deterministic,
+                           char *line, size_t len);
+
+/* After the model is built: the convolution algorithms its build chose, one line per shape
+ * and batch size (backend/cuda.h ddp_cuda_conv_report); "" and 0 on the CPU or without cuDNN.
+ * Returns the number of lines. */
+int ddp_backend_conv_report(char *out, size_t len);
 
 #endif

@@ -2,9 +2,12 @@
 #include "cli/run_args.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/predict.h"
+#include "core/fileio.h"
 #include "dist/world.h"
 #include "report/onnx.h"
 #include "core/util.h"
@@ -67,6 +70,61 @@ int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand)
         return 0;
     ddp_warn("%s needs %s", subcommand, need);
     return -1;
+}
+
+/* A file a command reads, as the user named it, for messages. */
+struct input_file {
+    const char *what; /* "--input", "the job file", ... */
+    const char *path;
+};
+
+/* The first of the n inputs that is the file at path (same device and inode, so a symlink or
+ * another spelling of the path counts), or NULL (also when path does not exist). */
+static const struct input_file *same_as(const char *path, const struct input_file *in, int n)
+{
+    struct stat o, i;
+    if (stat(path, &o) != 0)
+        return NULL;
+    for (int k = 0; k < n; k++)
+        if (in[k].path && in[k].path[0] && stat(in[k].path, &i) == 0 && i.st_dev == o.st_dev &&
+            i.st_ino == o.st_ino)
+            return &in[k];
+    return NULL;
+}
+
+int ddp_run_args_check_files(const struct ddp_run_args *a, const char *subcommand,
+                             const char *job_path, const struct ddp_job *job, char *err,
+                             size_t errlen)
+{
+    const char *opt = a->mode == DDP_RUN_EXPORT ? "--onnx" : "--output";
+    const char *out = a->mode == DDP_RUN_EXPORT ? a->onnx : a->output;
+    if ((a->mode != DDP_RUN_EXPORT && a->mode != DDP_RUN_PREDICT) || !out)
+        return 0;
+    const struct input_file in[] = {
+        {"the job file", job_path},
+        {"[data] file", job->data_file},
+        {"[model] init", strcmp(job->init, "pytorch") == 0 ? NULL : job->init},
+        {"--checkpoint", a->checkpoint},
+        {"--input", a->mode == DDP_RUN_PREDICT ? a->input : NULL},
+    };
+    const int n = (int)(sizeof in / sizeof in[0]);
+    const struct input_file *hit = same_as(out, in, n);
+    if (hit)
+        return ddp_err(err, errlen,
+                       "%s: %s %s is the same file as %s %s; %s would replace its own input: "
+                       "give another %s path",
+                       subcommand, opt, out, hit->what, hit->path, subcommand, opt);
+    /* the output is written first as OUT.tmp (truncated, then renamed): that must not be an
+     * input either */
+    char *tmp = ddp_file_tmp_path(out);
+    hit = same_as(tmp, in, n);
+    int rc = hit ? ddp_err(err, errlen,
+                           "%s: %s %s is written first as %s, the same file as %s %s; %s would "
+                           "replace its own input: give another %s path",
+                           subcommand, opt, out, tmp, hit->what, hit->path, subcommand, opt)
+                 : 0;
+    free(tmp);
+    return rc;
 }
 
 int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,

@@ -102,6 +102,8 @@ int ddp_cmd_train(int argc, char **argv)
             goto usage_error;
     if (ddp_job_validate(&job, err, sizeof err) != 0)
         goto usage_error;
+    if (ddp_run_args_check_files(&a.run, argv[0], a.job_path, &job, err, sizeof err) != 0)
+        goto usage_error;
     return ddp_train_run(&job, &a.run);
 usage_error:
     ddp_warn("%s", err);

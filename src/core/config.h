@@ -106,6 +106,7 @@ struct ddp_job {
     int precision;          /* enum ddp_precision */
     int device;             /* enum ddp_device (backend/select.h): auto, cpu, cuda */
     int conv;               /* enum ddp_conv (backend/select.h): auto, im2col */
+    int deterministic;      /* GPU convolutions: deterministic cuDNN algorithms only */
     int64_t accumulate;     /* micro-batches per optimiser step */
     double label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
     int64_t early_stop;     /* evaluations on val without improvement that end the run; 0 off */

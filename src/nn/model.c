@@ -7,6 +7,7 @@
 #include "nn/model.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,20 @@ static const char *kind_name(enum ddp_layer_kind k)
 /* Largest width, channel count, kernel, stride, pad or window: keeps every product of two
  * of them far inside the int arguments of the kernels. */
 #define LAYER_ARG_MAX (1 << 20)
+
+/* Largest side of a sample (the dataset's limit too). Also the largest product of the strides
+ * and pool windows along a residual body, which becomes its projection shortcut's stride: past
+ * the largest side a stride adds nothing (its output is one position wide), and within it the
+ * shortcut's stride stays a valid int for the kernels and ONNX. */
+#define SAMPLE_DIM_MAX (1 << 24)
+
+/* Largest number of values of one sample at any layer (the dataset's limit too), so that
+ * offsets within a sample and each side of a layer fit the int arguments of the kernels. */
+#define SAMPLE_ELEMS_MAX ((size_t)1 << 28)
+
+/* Largest number of weights of one layer: the kernels index them (and a convolution its
+ * C * k * k inputs per output) with int. */
+#define LAYER_WEIGHTS_MAX ((size_t)INT_MAX)
 
 /* What positional argument i of a layer kind means, for messages. */
 static const char *arg_name(enum ddp_layer_kind k, int i)
@@ -641,24 +656,50 @@ static int layer_shape(const struct ddp_layer *l, int *ndim, int d[3], const cha
     return 0;
 }
 
-/* Parameters of layer l (w_n, b_n) from its kind and shapes. */
-static void param_sizes(struct ddp_layer *l)
+/* Parameters of layer l (w_n, b_n) from its kind and shapes; -1 with err when its weights
+ * pass LAYER_WEIGHTS_MAX (out * in * k * k of sizes a user gives can even wrap size_t). */
+static int param_sizes(struct ddp_layer *l, char *err, size_t errlen)
 {
+    size_t f[4] = {0};
+    int nf = 0;
     switch (l->spec.kind) {
     case DDP_LAYER_LINEAR:
-        l->w_n = (size_t)l->oshape[0] * l->ishape[0];
+        f[nf++] = (size_t)l->oshape[0];
+        f[nf++] = (size_t)l->ishape[0];
         l->b_n = l->spec.nobias ? 0 : (size_t)l->oshape[0];
         break;
     case DDP_LAYER_CONV2D:
-        l->w_n = (size_t)l->spec.n * l->ishape[0] * l->spec.k * l->spec.k;
+        f[nf++] = (size_t)l->spec.n;
+        f[nf++] = (size_t)l->ishape[0];
+        f[nf++] = (size_t)l->spec.k;
+        f[nf++] = (size_t)l->spec.k;
         l->b_n = l->spec.nobias ? 0 : (size_t)l->spec.n;
         break;
     case DDP_LAYER_BATCHNORM:
         l->w_n = l->b_n = (size_t)l->ishape[0];
-        break;
+        return 0;
     default:
-        break;
+        return 0;
     }
+    size_t w = 1;
+    int wraps = 0;
+    for (int i = 0; i < nf; i++)
+        wraps |= __builtin_mul_overflow(w, f[i], &w);
+    if (!wraps && w <= LAYER_WEIGHTS_MAX) {
+        l->w_n = w;
+        return 0;
+    }
+    char what[64], prod[96];
+    size_t used = 0;
+    for (int i = 0; i < nf && used < sizeof prod; i++)
+        used += (size_t)snprintf(prod + used, sizeof prod - used, "%s%zu", i ? " x " : "", f[i]);
+    layer_str(&l->spec, what, sizeof what);
+    return ddp_err(err, errlen,
+                   "layer %s %s: its weights (%s) need %s values, more than %zu (2^31 - 1); "
+                   "make the layer narrower%s",
+                   l->pos, what, nf == 4 ? "out x in x k x k" : "out x in", prod, LAYER_WEIGHTS_MAX,
+                   nf == 4 ? ", its kernel smaller or its input's channels fewer"
+                           : " or its input smaller");
 }
 
 /* The named tensors of layer l, in PyTorch's state_dict order. */
@@ -693,9 +734,11 @@ static void layer_tensors(struct ddp_model *m, const struct ddp_layer *l)
 static int layout_params(struct ddp_model *m, char *err, size_t errlen)
 {
     size_t cursor = 0, bcursor = 0;
+    for (int i = 0; i < m->nlayers; i++) /* in forward order: the first culprit is named */
+        if (param_sizes(&m->layers[i], err, errlen) != 0)
+            return -1;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct ddp_layer *l = &m->layers[i];
-        param_sizes(l);
         if (l->spec.kind == DDP_LAYER_BATCHNORM) {
             l->rm_off = bcursor;
             l->rv_off = bcursor + l->b_n;
@@ -746,7 +789,14 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
+    /* the convolutions first: the backend may time its algorithms on scratch while nothing
+     * else is allocated, so that its scratch does not add to the run's peak */
     size_t col = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].spec.kind == DDP_LAYER_CONV2D) {
+            size_t c = conv_scratch(be, &m->layers[i], max_batch);
+            col = c > col ? c : col;
+        }
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         size_t act = (size_t)max_batch * l->out_elems;
@@ -758,12 +808,6 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
         l->out = l->fused == 1 ? NULL : be->alloc(sizeof(float) * act);
         l->dout = be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
-        case DDP_LAYER_CONV2D: {
-            size_t c = conv_scratch(be, l, max_batch);
-            if (c > col)
-                col = c;
-            break;
-        }
         case DDP_LAYER_MAXPOOL:
             l->argmax = be->alloc(sizeof(int32_t) * act);
             break;
@@ -788,9 +832,9 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
 /* Building the graph: the blocks open around the current layer, innermost last. Frame 0 is
  * the top-level list. */
 struct frame {
-    int src;    /* the block's input layer (-1: the model's input) */
-    int stride; /* product of the body's strides and pool windows so far */
-    int items;  /* items of this list so far */
+    int src;        /* the block's input layer (-1: the model's input) */
+    int64_t stride; /* product of the body's strides and pool windows so far (blocks only) */
+    int items;      /* items of this list so far */
     char name[DDP_MODEL_NAME_MAX - 24], pos[POS_MAX];
 };
 
@@ -817,6 +861,38 @@ static void next_item(struct builder *b, char *name, size_t nlen, char *pos, siz
     f->items++;
 }
 
+/* Values of a (C, H, W) or (D) shape into *n; -1 when they do not fit size_t. */
+static int shape_elems(int ndim, const int *d, size_t *n)
+{
+    *n = (size_t)d[0];
+    for (int i = 1; i < ndim; i++)
+        if (__builtin_mul_overflow(*n, (size_t)d[i], n))
+            return -1;
+    return 0;
+}
+
+/* Layer l's output, checked: at most SAMPLE_ELEMS_MAX values per sample (its product of
+ * user-given sizes checked for overflow first), and for a batch at most what alloc_buffers
+ * takes. */
+static int check_output(struct ddp_layer *l, int max_batch, char *err, size_t errlen)
+{
+    char what[64], out[64];
+    layer_str(&l->spec, what, sizeof what);
+    shape_str(l->out_ndim, l->oshape, out, sizeof out);
+    if (shape_elems(l->out_ndim, l->oshape, &l->out_elems) != 0 || l->out_elems > SAMPLE_ELEMS_MAX)
+        return ddp_err(err, errlen,
+                       "layer %s %s: its output %s holds more than %zu (2^28) values per "
+                       "sample; give it fewer channels, a smaller kernel or pad, or downsample "
+                       "before it",
+                       l->pos, what, out, SAMPLE_ELEMS_MAX);
+    if ((size_t)max_batch * l->out_elems > (1ULL << 34))
+        return ddp_err(err, errlen,
+                       "layer %s %s: its output %s for a batch of %d holds more than 2^34 "
+                       "values; lower [data] batch_size",
+                       l->pos, what, out, max_batch);
+    return 0;
+}
+
 /* Append layer s reading layers in (and in2) with its output shape checked; returns its index
  * (and makes it current) or -1 with err. */
 static int add_layer(struct builder *b, const struct ddp_layer_spec *s, const char *name,
@@ -836,16 +912,14 @@ static int add_layer(struct builder *b, const struct ddp_layer_spec *s, const ch
     char shp[64];
     l->in_ndim = ndim;
     memcpy(l->ishape, d, sizeof d);
-    l->in_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
+    l->in_elems = in < 0 ? m->in_elems : m->layers[in].out_elems;
     shape_str(ndim, d, shp, sizeof shp);
     if (layer_shape(l, &ndim, d, shp, err, errlen) != 0)
         return -1;
     l->out_ndim = ndim;
     memcpy(l->oshape, d, sizeof d);
-    l->out_elems = ndim == 1 ? (size_t)d[0] : (size_t)d[0] * d[1] * d[2];
-    if (l->out_elems > (1u << 28) || (size_t)b->max_batch * l->out_elems > (1ULL << 34))
-        return ddp_err(err, errlen, "layer %s: output of %zu values per sample is too large", pos,
-                       l->out_elems);
+    if (check_output(l, b->max_batch, err, errlen) != 0)
+        return -1;
     b->fp = mix(b->fp, (uint64_t)s->kind);
     b->fp = mix(b->fp, (uint64_t)s->n);
     b->fp = mix(b->fp, (uint64_t)s->k * 131 + (uint64_t)s->stride * 7 + (uint64_t)s->pad);
@@ -853,6 +927,27 @@ static int add_layer(struct builder *b, const struct ddp_layer_spec *s, const ch
         b->fp = mix(b->fp, (uint64_t)s->nobias * 977 + (uint64_t)(in + 1) * 31 + (uint64_t)in2);
     b->cur = i;
     return i;
+}
+
+/* Multiply the innermost open block's stride product by factor, the stride of the item at
+ * position `at` (a layer or a nested block); refused past SAMPLE_DIM_MAX. The top-level list
+ * keeps no product. */
+static int grow_stride(struct builder *b, int64_t factor, const char *at, char *err, size_t errlen)
+{
+    struct frame *f = &b->f[b->depth];
+    if (b->depth == 0)
+        return 0;
+    int64_t p = f->stride * factor; /* at most 2^24 * 2^28: no overflow in 64 bits */
+    if (p <= SAMPLE_DIM_MAX) {
+        f->stride = p;
+        return 0;
+    }
+    return ddp_err(err, errlen,
+                   "layer %s residual: its body's strides and pool windows multiply to %lld "
+                   "(%lld x %lld at layer %s), more than %d (2^24, the largest sample side); a "
+                   "stride past its input's size adds nothing: lower the body's strides",
+                   f->pos, (long long)p, (long long)f->stride, (long long)factor, at,
+                   SAMPLE_DIM_MAX);
 }
 
 /* Close the innermost block: the shortcut (identity, or 1x1 convolution with the body's stride
@@ -871,7 +966,7 @@ static int close_block(struct builder *b, char *err, size_t errlen)
     shape_str(ndim, d, in, sizeof in);
     shape_str(body->out_ndim, body->oshape, out, sizeof out);
     if (!same) {
-        int s = f->stride;
+        int s = (int)f->stride; /* at most SAMPLE_DIM_MAX (grow_stride) */
         if (ndim != 3 || body->out_ndim != 3)
             return ddp_err(err, errlen,
                            "layer %s residual: its body turns %s into %s; only an image "
@@ -899,8 +994,7 @@ static int close_block(struct builder *b, char *err, size_t errlen)
     if (add_layer(b, &join, f->name, f->pos, body_last, short_last, err, errlen) < 0)
         return -1;
     b->depth--;
-    b->f[b->depth].stride *= f->stride;
-    return 0;
+    return grow_stride(b, f->stride, f->pos, err, errlen);
 }
 
 /* The stride by which layer s shrinks its input (H: the input's height), for the shortcut. */
@@ -939,8 +1033,7 @@ static int build_spec(struct builder *b, const struct ddp_layer_spec *s, char *e
     int i = add_layer(b, s, name, pos, b->cur, -1, err, errlen);
     if (i < 0)
         return -1;
-    b->f[b->depth].stride *= layer_stride(s, &b->m->layers[i]);
-    return 0;
+    return grow_stride(b, layer_stride(s, &b->m->layers[i]), pos, err, errlen);
 }
 
 /* Backward order decides who overwrites a shared input's gradient: the first consumer seen
@@ -976,11 +1069,14 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     m->tensors = ddp_calloc((size_t)n * 3 * 5, sizeof *m->tensors);
     m->in_ndim = in_ndim;
     for (int i = 0; i < in_ndim; i++) {
-        if (in_dims[i] < 1 || in_dims[i] > (1 << 24))
+        if (in_dims[i] < 1 || in_dims[i] > SAMPLE_DIM_MAX)
             return ddp_err(err, errlen, "sample dimension %lld out of range",
                            (long long)in_dims[i]);
         m->ishape[i] = (int)in_dims[i];
     }
+    if (shape_elems(in_ndim, m->ishape, &m->in_elems) != 0 || m->in_elems > SAMPLE_ELEMS_MAX)
+        return ddp_err(err, errlen, "samples of more than %zu (2^28) values are not supported",
+                       SAMPLE_ELEMS_MAX);
     struct builder b = {.m = m, .max_batch = max_batch, .cur = -1};
     b.fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
     for (int i = 0; i < in_ndim; i++)
@@ -994,7 +1090,6 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
                        "the last layer must produce class scores (a flat vector of at least 2); "
                        "end with linear(classes)");
     m->classes = last->oshape[0];
-    m->in_elems = m->layers[0].in_elems;
     m->fingerprint = b.fp;
     mark_accumulation(m);
 
@@ -1111,13 +1206,20 @@ static int spatial(const struct ddp_layer *l)
     return l->ishape[1] * l->ishape[2];
 }
 
-/* Layer i of the forward pass, reading inp (B, in_elems). */
-static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, int train,
+/* The output of layer i, or the model's input x for i = -1 (what in and in2 name). */
+static const float *value_of(const struct ddp_model *m, int i, const float *x)
+{
+    return i < 0 ? x : m->layers[i].out;
+}
+
+/* Layer i of the forward pass on the model's input x (B, in_elems of layer 0). */
+static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int train,
                           uint64_t noise_seed)
 {
     const struct ddp_backend *be = m->be;
     struct ddp_layer *l = &m->layers[i];
     const struct ddp_layer_spec *s = &l->spec;
+    const float *inp = value_of(m, l->in, x);
     float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
     size_t n = (size_t)B * l->out_elems;
     switch (s->kind) {
@@ -1159,8 +1261,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
     case DDP_LAYER_BATCHNORM:
         bn_forward(m, l, inp, B, train);
         break;
-    case DDP_LAYER_RESIDUAL:
-        be->add(l->out, inp, m->layers[l->in2].out, n);
+    case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
+        be->add(l->out, inp, value_of(m, l->in2, x), n);
         break;
     case DDP_LAYER_RESIDUAL_END:
         break;
@@ -1170,10 +1272,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *inp, int B, i
 const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
                                uint64_t noise_seed)
 {
-    for (int i = 0; i < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        layer_forward(m, i, l->in < 0 ? x : m->layers[l->in].out, B, train, noise_seed);
-    }
+    for (int i = 0; i < m->nlayers; i++)
+        layer_forward(m, i, x, B, train, noise_seed);
     return m->layers[m->nlayers - 1].out;
 }
 

@@ -129,6 +129,61 @@ fail:
     return rc;
 }
 
+/* Whether name is one of m's tensors or a batchnorm layer's num_batches_tracked. */
+static int model_has(const struct ddp_model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return 1;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        size_t n = strlen(l->name);
+        if (l->spec.kind == DDP_LAYER_BATCHNORM && strncmp(name, l->name, n) == 0 &&
+            strcmp(name + n, ".num_batches_tracked") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* -1 naming the first entry of /model that is not one of m's tensors: a file of another
+ * model (a larger one holds this model's tensors and more) is refused as such, as PyTorch's
+ * load_state_dict refuses unexpected keys, instead of loading part of it or, for a
+ * checkpoint, failing its checksum as if the file were damaged. */
+static int refuse_extra(hid_t file, const char *path, const struct ddp_model *m, char *err,
+                        size_t errlen)
+{
+    H5G_info_t info;
+    if (H5Gget_info_by_name(file, "model", &info, H5P_DEFAULT) < 0)
+        return ddp_err(err, errlen, "%s: /model is not a group", path);
+    for (hsize_t i = 0; i < info.nlinks; i++) {
+        char name[DDP_MODEL_NAME_MAX + 1], shape[96] = "(not a dataset)";
+        ssize_t n = H5Lget_name_by_idx(file, "model", H5_INDEX_NAME, H5_ITER_INC, i, name,
+                                       sizeof name, H5P_DEFAULT);
+        if (n < 0)
+            return ddp_err(err, errlen, "%s: cannot list /model", path);
+        if (n < (ssize_t)sizeof name && model_has(m, name))
+            continue;
+        char dpath[DDP_MODEL_NAME_MAX + 8];
+        snprintf(dpath, sizeof dpath, "model/%s", name);
+        hid_t ds = n < (ssize_t)sizeof name ? H5Dopen2(file, dpath, H5P_DEFAULT) : -1;
+        if (ds >= 0) {
+            hid_t sp = H5Dget_space(ds);
+            hsize_t d[8] = {0};
+            int nd = H5Sget_simple_extent_ndims(sp);
+            if (nd >= 0 && nd <= 8 && H5Sget_simple_extent_dims(sp, d, NULL) >= 0)
+                dims_str(nd, d, shape, sizeof shape);
+            H5Sclose(sp);
+            H5Dclose(ds);
+        }
+        return ddp_err(err, errlen,
+                       "%s: /model/%s%s %s is not a tensor of this job's model: the file holds "
+                       "weights of a different model; give the job whose [model] layers wrote "
+                       "it, or weights of this model",
+                       path, name, n < (ssize_t)sizeof name ? "" : "...", shape);
+    }
+    return 0;
+}
+
 int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, char *err,
                            size_t errlen)
 {
@@ -199,6 +254,8 @@ int ddp_weights_read_group(hid_t file, const char *path, struct ddp_model *m, ch
                 goto fail;
             }
     }
+    if (refuse_extra(file, path, m, err, errlen) != 0)
+        goto fail;
     for (int i = 0; i < m->nlayers; i++) { /* optional batchnorm counters */
         struct ddp_layer *l = &m->layers[i];
         char dpath[DDP_MODEL_NAME_MAX + 8];

@@ -11,7 +11,9 @@
  * so a reader sees the old file or the new one, never half of one.
  *
  * Reading checks every tensor's presence and shape before touching the model, and names the
- * first culprit (file, dataset, expected and found shape). float64 datasets are converted.
+ * first culprit (file, dataset, expected and found shape); like PyTorch's strict
+ * load_state_dict it refuses a /model entry that is not one of the model's tensors (the file
+ * belongs to a different model), naming it. float64 datasets are converted.
  */
 #ifndef DDP_WEIGHTS_H
 #define DDP_WEIGHTS_H

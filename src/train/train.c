@@ -110,6 +110,16 @@ static void log_line(const char *line)
     ddp_log("%s", line);
 }
 
+/* The convolution algorithms the model's build chose, a log line each (GPU with cuDNN). */
+static void log_conv_algorithms(void)
+{
+    char rep[16384];
+    if (ddp_backend_conv_report(rep, sizeof rep) == 0)
+        return;
+    for (char *sv = NULL, *line = strtok_r(rep, "\n", &sv); line; line = strtok_r(NULL, "\n", &sv))
+        ddp_log("  conv %s", line);
+}
+
 static const char *host_of(const struct trainer *t, int rank)
 {
     return t->hosts ? t->hosts + (size_t)rank * HOST_FIELD : "?";
@@ -1145,7 +1155,7 @@ static int start_comm(struct trainer *t)
     if (t->be->mem_info)
         t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
-    ddp_backend_conv_path(&dev, job->conv, t->conv_path, sizeof t->conv_path);
+    ddp_backend_conv_path(&dev, job->conv, job->deterministic, t->conv_path, sizeof t->conv_path);
     const int gpu = dev.device >= 0;
     if (!gpu && refuse_cpu_bf16(t))
         return DDP_EXIT_USAGE;
@@ -1303,6 +1313,7 @@ static void log_banner(struct trainer *t)
         ddp_log("cpu kernels: OpenBLAS %s", ddp_blas_core_describe());
     if (t->conv_path[0])
         ddp_log("convolutions: %s", t->conv_path);
+    log_conv_algorithms();
     char shape[96];
     ddp_h5split_shape_text(t->train, shape, sizeof shape);
     ddp_log("data: %s %s %lld samples of %s, %s %lld; %lld steps per epoch of global batch %lld",

@@ -5,7 +5,8 @@
 # OUT_DIR/lib, except the C library family, libstdc++/libgcc_s (the device's are at least as
 # new), the CUDA driver, and cuBLAS/cuBLASLt/NCCL (hundreds of MB: the device's CUDA toolkit
 # and PyTorch's pip packages provide them; device-check.sh finds them there), packed as
-# OUT_DIR/bundle.tar.xz (OpenBLAS alone is 35 MiB unpacked; the bundle is about 13 MiB).
+# OUT_DIR/bundle.tar.xz (OpenBLAS alone is 35 MiB unpacked; the bundle is about 13 MiB), and
+# the real Fashion-MNIST's IDX files (30 MiB) in OUT_DIR/fashion-mnist for the fullrun stage.
 # Defaults: build-cuda, .dev/gpu (git ignores .dev/). Fails when the bundle exceeds 60 MiB (a
 # device call carries at most 64 MiB). Then, with the device tool:
 #     command: bash tests/gpu/device-check.sh .dev/gpu     carry: [".dev/gpu"]
@@ -33,6 +34,14 @@ git rev-parse --short HEAD > "$stage/REVISION" 2>/dev/null || echo unknown > "$s
 git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "+ local changes" >> "$stage/REVISION"
 echo "pack.sh: $(du -sk "$stage" | cut -f1) KiB unpacked: $(ls "$stage/lib" | wc -l) libraries"
 tar -C "$stage" -cf - . | xz -T0 -6 > "$out/bundle.tar.xz"
+# the real Fashion-MNIST (Debian's dataset-fashion-mnist, gzip IDX files) for the fullrun stage
+fm=/usr/share/datasets/fashion-mnist
+if ls "$fm"/*-ubyte.gz > /dev/null 2>&1; then
+    mkdir -p "$out/fashion-mnist"
+    cp "$fm"/*-ubyte.gz "$out/fashion-mnist/"
+else
+    echo "pack.sh: no Fashion-MNIST in $fm (apt-get install dataset-fashion-mnist): no fullrun" >&2
+fi
 kib=$(du -sk "$out" | cut -f1)
 echo "pack.sh: $out/bundle.tar.xz is $((kib / 1024)) MiB"
 if [ "$kib" -gt $((60 * 1024)) ]; then

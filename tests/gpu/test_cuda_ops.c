@@ -482,7 +482,7 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
 static void t_conv_all(int use_cudnn, const char *want_path)
 {
     char line[480];
-    const int dnn = ddp_cuda_conv_path(use_cudnn, line, sizeof line);
+    const int dnn = ddp_cuda_conv_path(use_cudnn, 1, line, sizeof line);
     snprintf(g_conv_path, sizeof g_conv_path, "%s", dnn ? "cudnn" : "im2col");
     printf("convolutions: %s\n", line);
     if (want_path) {
@@ -1199,10 +1199,62 @@ static void t_conv_bf16(int B, int Cin, int H, int W, int O, int k, int stride, 
         free(host[i]);
 }
 
-/* The bf16 cases on the backend switched to bf16, then back to fp32. */
+/* conv2d under bf16 through cuDNN (tensor-core math, TF32 operands): forward and both
+ * gradients against the plain fp32 CPU within TF32's tolerance, when cuDNN runs. */
+static void t_conv_bf16_dnn(int B, int Cin, int H, int W, int O, int k, int stride, int pad)
+{
+    char line[480], name[128];
+    if (!ddp_cuda_conv_path(1, 1, line, sizeof line) || !G->conv_plan)
+        return; /* no cuDNN: the im2col cases above are the bf16 convolutions */
+    const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+    const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
+                 no = (size_t)B * O * OH * OW;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *ccolb =
+        ddp_malloc(sizeof(float) * C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
+    float *gcolb =
+        G->alloc(sizeof(float) * G->conv_plan(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
+    float *cy = ddp_malloc(sizeof(float) * no), *gy = G->alloc(sizeof(float) * no);
+    float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = ddp_calloc(nw, sizeof(float));
+    float *cdb = ddp_calloc((size_t)O, sizeof(float));
+    float *gdx = G->alloc(sizeof(float) * ni), *gdw = G->alloc(sizeof(float) * nw),
+          *gdb = G->alloc(sizeof(float) * O);
+    G->zero(gdw, nw);
+    G->zero(gdb, (size_t)O);
+    C->conv2d_fwd(cy, ccolb, x, w, b, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    const float *got[] = {gy, gdx, gdw}, *want[] = {cy, cdx, cdw};
+    const size_t n[] = {no, ni, nw};
+    const char *what[] = {"fwd", "bwd dinp", "bwd dw"};
+    for (int i = 0; i < 3; i++) {
+        float *h = host_of(got[i], n[i]);
+        double ncpu, e = norm_diff(h, want[i], n[i], &ncpu);
+        e /= ncpu;
+        const int ok = e < 5e-3 && isfinite(e);
+        g_checks++;
+        snprintf(name, sizeof name, "bf16 cudnn conv2d %s", what[i]);
+        printf("%-4s %-34s n=%-9zu err %.2e (limit 5e-03, tensor-core math)\n", ok ? "ok" : "FAIL",
+               name, n[i], e);
+        g_fail += !ok;
+        free(h);
+    }
+    float *dev[] = {gx, gw, gb, gdy, gy, gdx, gdw, gdb, gcolb};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        G->free(dev[i]);
+    float *host[] = {x, w, b, dy, ccolb, cy, cdx, cdw, cdb};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
+/* The bf16 cases on the backend switched to bf16, then back to fp32: the convolutions first
+ * on the im2col path (bf16 GEMMs, checked exactly against bf16-rounded operands), then through
+ * cuDNN. */
 static void t_bf16(void)
 {
-    char err[DDP_ERR_LEN];
+    char err[DDP_ERR_LEN], line[480];
     if (!ddp_backend_cuda(0, DDP_PRECISION_BF16, err, sizeof err)) {
         printf("FAIL bf16: %s\n", err);
         g_fail++;
@@ -1211,10 +1263,13 @@ static void t_bf16(void)
     t_linear_bf16(37, 300, 70);
     t_linear_bf16(256, 784, 512); /* fashion-mlp's first layer */
     t_linear_bf16(1, 5, 3);
+    ddp_cuda_conv_path(0, 1, line, sizeof line);
     t_conv_bf16(5, 3, 13, 13, 8, 3, 1, 1);
     t_conv_bf16(4, 2, 11, 9, 6, 4, 2, 1);
     t_conv_bf16(3, 1, 28, 28, 32, 5, 1, 0);   /* fashion-cnn's first layer */
     t_conv_bf16(48, 16, 32, 32, 16, 5, 1, 2); /* 2 chunks */
+    t_conv_bf16_dnn(8, 16, 14, 14, 32, 3, 1, 1);
+    t_conv_bf16_dnn(3, 1, 28, 28, 32, 5, 1, 0);
     ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
 }
 

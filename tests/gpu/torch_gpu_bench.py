@@ -9,7 +9,8 @@ index_select from a device permutation, so no host work or copy per step.
 one preload), each with a fresh model of the same seed, in the order given while --budget-s
 lasts (a variant not started in time is "skipped"). MODE eager or compile (torch.compile(model),
 default mode); PRECISION fp32 (TF32 off for matmuls and cuDNN), tf32 (allowed) or bf16
-(torch.autocast bf16: bf16 GEMMs and convolutions, fp32 master weights, loss in fp32). Timed
+(torch.autocast bf16: bf16 GEMMs and convolutions, fp32 master weights, loss in fp32; a model
+with convolutions and its batches in channels_last, PyTorch's fastest bf16 layout). Timed
 with torch.cuda.synchronize() around the steps after --warmup. Peak memory: torch.cuda.max_memory_allocated() over the timed run minus the preloaded
 split (model, gradients, optimiser state, activations, workspace: what ddptrain's
 gpu_mem_peak_bytes counts); the split's bytes are reported apart.
@@ -106,6 +107,11 @@ class Bench:
         torch.manual_seed(1234)
         X, Y, N = self.X, self.Y, self.X.shape[0]
         model = self.build(a.layers, X.shape[1:]).to(self.dev)
+        # bf16 convolutions at PyTorch's best: channels_last (cuDNN's NHWC tensor-core kernels)
+        cl = prec == "bf16" and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+        if cl:
+            model = model.to(memory_format=torch.channels_last)
+        res["channels_last"] = cl
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
         model.train()
         fwd = torch.compile(model) if mode == "compile" else model
@@ -120,6 +126,8 @@ class Bench:
             bi = perm[pos:pos + a.batch]
             pos += a.batch
             xb, yb = X.index_select(0, bi), Y.index_select(0, bi)
+            if cl:
+                xb = xb.contiguous(memory_format=torch.channels_last)
             opt.zero_grad(set_to_none=True)
             if amp:
                 with torch.autocast(device_type=self.dev.type, dtype=torch.bfloat16):

@@ -13,11 +13,19 @@
  *   backward filter ALGO_0 (non-deterministic, none), ALGO_1 (workspace: one sample's col)
  * The non-deterministic ones are: their sums run in an order that changes from call to call,
  * so their results differ in the last bits between two identical calls, as on a GPU.
+ *
+ * cudnnFind*AlgorithmEx runs every algorithm of the list whose workspace fits the one given
+ * (alpha 1, beta 0: the output operand is overwritten, as cuDNN's is), waits for it as cuDNN
+ * does, and reports fixed times (TWIN_MS) sorted fastest first, so that the choice is the same
+ * on every run: forward IMPLICIT_GEMM is the fastest (not the heuristic list's first), the
+ * non-deterministic backward algorithms are faster than the deterministic ones. An algorithm
+ * whose workspace does not fit is reported CUDNN_STATUS_NOT_SUPPORTED, last.
  */
 #include <cblas.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -560,6 +568,123 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
         blend(hdw, acc.data(), nw, a, b);
     });
     return status_of(e);
+}
+
+} /* extern "C" */
+
+/* ---- timed algorithm search ---- */
+
+namespace
+{
+
+/* The twin's fixed "measured" time of algorithm algo of direction dir (0 forward, 1 backward
+ * data, 2 backward filter), in ms. */
+float twin_ms(int dir, int algo)
+{
+    if (dir == 0)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? 0.4f : 1.0f;
+    return algo == 0 ? 0.3f : 0.6f;
+}
+
+/* Run each of list's algorithms whose workspace fits ws_bytes through run(algo) and fill out
+ * (at most n) with the results, fastest first; a failed run's status is returned. */
+template <typename Perf, typename Run>
+cudnnStatus_t find_ex(cudnnHandle_t h, int dir, Perf *list, int nlist, size_t ws_bytes, int n,
+                      int *returned, Perf *out, Run run)
+{
+    std::vector<Perf> ok, failed;
+    for (int i = 0; i < nlist; i++) {
+        Perf p = list[i];
+        if (p.memory > ws_bytes) {
+            p.status = CUDNN_STATUS_NOT_SUPPORTED;
+            p.time = -1;
+            failed.push_back(p);
+            continue;
+        }
+        const cudnnStatus_t st = run(p.algo);
+        if (st != CUDNN_STATUS_SUCCESS)
+            return st;
+        if (cudaStreamSynchronize(h->stream) != cudaSuccess)
+            return CUDNN_STATUS_EXECUTION_FAILED;
+        p.time = twin_ms(dir, (int)p.algo);
+        ok.push_back(p);
+    }
+    std::stable_sort(ok.begin(), ok.end(),
+                     [](const Perf &a, const Perf &b) { return a.time < b.time; });
+    ok.insert(ok.end(), failed.begin(), failed.end());
+    int i = 0;
+    for (const Perf &p : ok)
+        if (i < n)
+            out[i++] = p;
+    *returned = i;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnFilterDescriptor_t wd, const void *w, const cudnnConvolutionDescriptor_t cv,
+    const cudnnTensorDescriptor_t yd, void *y, const int n, int *returned,
+    cudnnConvolutionFwdAlgoPerf_t *out, void *ws, size_t ws_bytes)
+{
+    cudnnConvolutionFwdAlgoPerf_t list[8];
+    int nlist = 0;
+    if (!returned || !out || n <= 0)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cv, yd, 8, &nlist, list);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    const float one = 1, zero = 0;
+    return find_ex(h, 0, list, nlist, ws_bytes, n, returned, out, [&](cudnnConvolutionFwdAlgo_t a) {
+        return cudnnConvolutionForward(h, &one, xd, x, wd, w, cv, a, ws, ws_bytes, &zero, yd, y);
+    });
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void *w,
+    const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cv,
+    const cudnnTensorDescriptor_t dxd, void *dx, const int n, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *out, void *ws, size_t ws_bytes)
+{
+    cudnnConvolutionBwdDataAlgoPerf_t list[8];
+    int nlist = 0;
+    if (!returned || !out || n <= 0)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st =
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, dyd, cv, dxd, 8, &nlist, list);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    const float one = 1, zero = 0;
+    return find_ex(h, 1, list, nlist, ws_bytes, n, returned, out,
+                   [&](cudnnConvolutionBwdDataAlgo_t a) {
+                       return cudnnConvolutionBackwardData(h, &one, wd, w, dyd, dy, cv, a, ws,
+                                                           ws_bytes, &zero, dxd, dx);
+                   });
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cv,
+    const cudnnFilterDescriptor_t dwd, void *dw, const int n, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *out, void *ws, size_t ws_bytes)
+{
+    cudnnConvolutionBwdFilterAlgoPerf_t list[8];
+    int nlist = 0;
+    if (!returned || !out || n <= 0)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st =
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, dyd, cv, dwd, 8, &nlist, list);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    const float one = 1, zero = 0;
+    return find_ex(h, 2, list, nlist, ws_bytes, n, returned, out,
+                   [&](cudnnConvolutionBwdFilterAlgo_t a) {
+                       return cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, cv, a, ws,
+                                                             ws_bytes, &zero, dwd, dw);
+                   });
 }
 
 } /* extern "C" */

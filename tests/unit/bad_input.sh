@@ -57,7 +57,9 @@ case_() {
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
     [ -z "$stray" ] || { ok=0; why="$why; wrote outside out/: $stray"; }
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
-    if [ "$job" != eval ]; then # the same verdict from `ddptrain check`, writing nothing
+    # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
+    # options that check does not take)
+    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -375,6 +377,90 @@ with h5py.File(sys.argv[1], "r+") as f:
     fi
     rm -rf ckrun
 fi
+
+# ---- sizes whose arithmetic would overflow: refused before use, never a crash or a wrap -------
+bad_layers bad-stride-product.ini \
+    'residual(conv2d(4, 1, stride=65536), conv2d(4, 1, stride=65536)), flatten, linear(4)'
+case_ "residual strides multiply past int" 2 \
+    "layer 1 residual: its body's strides and pool windows multiply to 4294967296 (65536 x 65536 at layer 1.2), more than 16777216" \
+    bad-stride-product.ini
+bad_layers bad-stride-product2.ini \
+    'residual(conv2d(4, 1, stride=65536), conv2d(4, 1, stride=32768)), flatten, linear(4)'
+case_ "residual strides multiply to 2^31" 2 \
+    "layer 1 residual: its body's strides and pool windows multiply to 2147483648" \
+    bad-stride-product2.ini
+$DDPTRAIN data synth -o img1.h5 --shape 1,1,1 --classes 4 --train 16 --test 8 >/dev/null
+# out * in * k * k = 2^20 * 2^20 * 2^40 floats: 2^80, which wraps to 0 in 64 bits
+bad_layers bad-conv-weights.ini \
+    'conv2d(1048576, 1), conv2d(1048576, 1048576, pad=524288), flatten, linear(4)'
+case_ "conv weights past 64 bits" 2 \
+    "layer 2 conv2d(1048576, 1048576): its weights .* need 1048576 x 1048576 x 1048576 x 1048576 values" \
+    bad-conv-weights.ini --set data.file=img1.h5
+
+# ---- outputs that would replace the command's own inputs (same device and inode) ---------
+"$DDPTRAIN" good.ini --set job.output=run1 >/dev/null 2>&1
+ck=$(ls run1/checkpoints/*.h5 2>/dev/null | head -1)
+if [ -f run1/model.h5 ] && [ -n "$ck" ]; then
+    cp good.h5 bad-in.h5
+    ln -s bad-in.h5 bad-in-link.h5
+    ln -s good.ini bad-job-link.ini
+    sums() { cksum good.ini good.h5 bad-in.h5 run1/model.h5 "$ck"; }
+    before=$(sums)
+    pred() { case_ "$1" 2 "$2" predict good.ini --checkpoint run1/model.h5 --input bad-in.h5 \
+                   --output "$3"; }
+    pred "predict over its --input" \
+        "predict: --output bad-in.h5 is the same file as --input bad-in.h5.*give another --output" \
+        bad-in.h5
+    pred "predict over its --input (./)" \
+        "\-\-output ./bad-in.h5 is the same file as --input bad-in.h5" ./bad-in.h5
+    pred "predict over its --input (link)" \
+        "\-\-output bad-in-link.h5 is the same file as --input bad-in.h5" bad-in-link.h5
+    case_ "predict from a link over its target" 2 \
+        "\-\-output bad-in.h5 is the same file as --input bad-in-link.h5" \
+        predict good.ini --checkpoint run1/model.h5 --input bad-in-link.h5 --output bad-in.h5
+    pred "predict over the model" \
+        "\-\-output run1/model.h5 is the same file as --checkpoint run1/model.h5" run1/model.h5
+    pred "predict over the job file" "\-\-output bad-job-link.ini is the same file as the job file good.ini" \
+        bad-job-link.ini
+    pred "predict over the dataset" \
+        "\-\-output good.h5 is the same file as \[data\] file good.h5" good.h5
+    ln -s bad-in.h5 bad-in.tmp # predict writes bad-in.tmp first, then renames it
+    pred "predict over an input via .tmp" \
+        "\-\-output bad-in is written first as bad-in.tmp, the same file as --input bad-in.h5" \
+        bad-in
+    rm -f bad-in.tmp
+    exp() { case_ "$1" 2 "$2" export good.ini --checkpoint "$3" --onnx "$4"; }
+    exp "export over the model" \
+        "export: --onnx run1/model.h5 is the same file as --checkpoint run1/model.h5" \
+        run1/model.h5 run1/model.h5
+    exp "export over the checkpoint" "\-\-onnx ./$ck is the same file as --checkpoint $ck" \
+        "$ck" "./$ck"
+    exp "export over the job file" "\-\-onnx good.ini is the same file as the job file good.ini" \
+        run1/model.h5 good.ini
+    [ "$before" = "$(sums)" ] && pass=$((pass + 1)) ||
+        { fail=$((fail + 1)); echo "FAIL an input changed: $before / $(sums)"; }
+
+    # ---- weights of another model: refused by name, not as a damaged file -------------------
+    "$DDPTRAIN" good.ini --set job.output=run2 \
+        --set "model.layers=flatten, linear(4), relu, linear(4)" >/dev/null 2>&1
+    ck2=$(ls run2/checkpoints/*.h5 2>/dev/null | head -1)
+    extra="/model/3.bias (4,) is not a tensor of this job's model: .* a different model"
+    case_ "eval of a larger model's weights" 3 "run2/model.h5: $extra" \
+        eval good.ini --checkpoint run2/model.h5
+    case_ "predict with a larger model's weights" 3 "run2/model.h5: $extra" \
+        predict good.ini --checkpoint run2/model.h5 --input good.h5 --output bad-pred.h5
+    case_ "export of a larger model's weights" 3 "run2/model.h5: $extra" \
+        export good.ini --checkpoint run2/model.h5 --onnx bad-x.onnx
+    case_ "init from a larger model's weights" 3 "run2/model.h5: $extra" good.ini \
+        --set model.init=run2/model.h5
+    case_ "eval of another model's checkpoint" 3 "$ck2: $extra" eval good.ini --checkpoint "$ck2"
+    case_ "export of another model's checkpoint" 3 "$ck2: $extra" \
+        export good.ini --checkpoint "$ck2" --onnx bad-x.onnx
+    rm -rf run2
+else
+    echo "FAIL cannot make a model to predict with"; fail=$((fail + 1))
+fi
+rm -rf run1
 
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free

@@ -5,7 +5,8 @@ parameter and buffer within 1e-4 relative OR 1e-6 absolute of PyTorch's, element
 
 Cases: MLP 50 SGD-momentum steps, CNN 20 SGD-momentum steps, conv+batchnorm (running stats
 compared too), a small ResNet (identity and projection shortcuts, a nested block, bias=false,
-globalavgpool; 5 and 20 SGD-momentum steps, batchnorm buffers compared too), MLP SGD nesterov +
+globalavgpool; 5 and 20 SGD-momentum steps, batchnorm buffers compared too), residual blocks
+as the first layers (the shortcut is the model's input), MLP SGD nesterov +
 weight decay, MLP Adam and AdamW (weight decay 0.01; eps 1e-4 gating, eps 1e-8 reported).
 Recipe cases (RECIPES) train several epochs over a small split: clip_grad_norm
 (torch.nn.utils.clip_grad_norm_), accumulate (K micro-batches, each loss / K, one step),
@@ -64,6 +65,9 @@ RESNET = ("conv2d(8, 3, pad=1, bias=false), batchnorm, relu, "
           "residual(conv2d(16, 3, stride=2, pad=1, bias=false), batchnorm, relu, "
           "residual(conv2d(16, 3, pad=1), relu)), relu, "
           "globalavgpool, flatten, linear(10, bias=false)")
+# residual blocks as the first layers: their shortcut is the model's input (x + body(x))
+RESINPUT = ("residual(conv2d(1, 3, pad=1), relu), residual(batchnorm, relu), "
+            "conv2d(8, 3, stride=2), relu, flatten, linear(10)")
 
 # name, layers, batch, steps, optimiser settings, torch.manual_seed for the initial weights,
 # gating. Adam/AdamW run twice: with eps 1e-4 (gating) and with PyTorch's default eps 1e-8
@@ -89,6 +93,7 @@ CASES = [
     # (172 elements), so for 20 steps the per-step criterion decides
     ("resnet-sgd-5", RESNET, 32, 5, dict(name="sgd", lr=0.01, momentum=0.9), 7, True),
     ("resnet-sgd", RESNET, 32, 20, dict(name="sgd", lr=0.01, momentum=0.9), 7, True),
+    ("residual-input-sgd", RESINPUT, 32, 10, dict(name="sgd", lr=0.01, momentum=0.9), 8, True),
     ("mlp-sgd-nesterov-wd", MLP, 64, 20,
      dict(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01), 4, True),
     ("mlp-adam-e4", MLP, 64, 10, dict(name="adam", lr=1e-3, weight_decay=0.01, eps=1e-4), 5, True),

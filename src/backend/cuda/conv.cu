@@ -1,10 +1,13 @@
 /*
  * conv.cu - the CUDA backend's conv2d (see internal.cuh for the parts): im2col per chunk of
- * samples + cuBLAS GEMMs, and cuDNN's convolutions with their plans (descriptors and
- * deterministic algorithms per shape and batch size); which of the two runs
- * (ddp_cuda_conv_path) and the table's conv entries that dispatch to it. It leaves opening
- * cuDNN to dlopen.cu, bf16 casts and GEMMs to blas.cu, the bias and relu epilogues to
- * elementwise.cu.
+ * samples + cuBLAS GEMMs; which path runs (ddp_cuda_conv_path: cuDNN when it loads and [train]
+ * conv allows, else im2col); and the table's conv entries that dispatch to it. The cuDNN path
+ * is conv_dnn.cu: one plan per convolution shape whose algorithms are chosen by measurement
+ * (every algorithm of each direction timed with cudnnFind*AlgorithmEx on scratch of the real
+ * shapes at model build, and at a new batch size's first call on its own buffers; cuDNN's
+ * heuristic inside a graph capture), keeping the fastest that [train] deterministic allows,
+ * ties within 10% to the least workspace. It leaves opening cuDNN to dlopen.cu, bf16 casts and
+ * GEMMs to blas.cu, the bias and relu epilogues to elementwise.cu.
  */
 #include "backend/cuda/internal.cuh"
 
@@ -231,323 +234,18 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
     }
 }
 
-/* ---- conv2d through cuDNN ---------------------------------------------------------------
- * cuDNN (the legacy convolution API of cuDNN 9) is opened at run time like cuBLAS: dnn_open()
- * dlopens the soname of the cuDNN the build was compiled against (libcudnn.so.9) when the
- * trainer chooses the convolution path (ddp_cuda_conv_path), and every call goes through
- * g_cuda.dnn_fn. Missing (or a build without cudnn.h, or [train] conv = im2col): the im2col + cuBLAS
- * functions above run instead. The twin build points the table at the twin's cuDNN
- * (tests/twin/cudnn.cc); DDP_EMU_NO_CUDNN=1 makes it missing.
- *
- * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
- * pad) with descriptors and, for the planned batch B, the first algorithm of each direction
- * that cuDNN's heuristics (_v7) list as deterministic and supported with a workspace of at
- * most DNN_WS_MAX, in FMA math (fp32) or default math (tf32, as PyTorch's allow_tf32); the
- * workspace is the caller's col buffer, sized by conv_plan's answer (the most of the three).
- * A call with another batch size (the last partial batch, evaluation) re-chooses within that
- * workspace in a second slot, kept for the next call of that size: host work only, no device
- * memory, no synchronisation, so steady steps stay free of both. */
+/* ---- the path: cuDNN (conv_dnn.cu) or im2col + cuBLAS ------------------------------------ */
+
 #ifdef DDP_DNN
-
-#define DNN_CHECK(call)                                                                   \
-    do {                                                                                  \
-        cudnnStatus_t s_ = (call);                                                        \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                   \
-            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuDNN error %s", #call, \
-                       g_cuda.dnn_fn.error_string(s_));                                   \
-    } while (0)
-
-/* Most workspace one convolution may plan for (bytes): the im2col path's col is 128 MiB. */
-#define DNN_WS_MAX ((size_t)256 << 20)
-/* Algorithms asked of each _v7 heuristic (more than cuDNN has of any direction). */
-#define DNN_ALGOS 16
-
-/* Index of the first deterministic, supported entry of a _v7 list in the math this run
- * allows (FMA for fp32; anything but a down-conversion for tf32) whose workspace fits cap per
- * its size query ws(i); -1 when none. */
-template <typename Perf, typename WsFn>
-static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, WsFn ws)
-{
-    for (int i = 0; i < n; i++) {
-        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].determinism != CUDNN_DETERMINISTIC ||
-            p[i].memory > cap)
-            continue;
-        if (tf32 ? p[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                 : p[i].mathType != CUDNN_FMA_MATH)
-            continue;
-        if (ws(i) <= cap)
-            return i;
-    }
-    return -1;
-}
-
-/* Descriptors of slot s for batch B within cap workspace bytes; 0, or -1 with the direction
- * that has no algorithm in err. */
-static int dnn_prepare(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, char *err,
-                       size_t errlen)
-{
-    const struct conv_geom q = pl->q;
-    const cudnnMathType_t math = tf32_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-    if (!s->x) {
-        DNN_CHECK(g_cuda.dnn_fn.create_tensor(&s->x));
-        DNN_CHECK(g_cuda.dnn_fn.create_tensor(&s->y));
-        for (int d = 0; d < 3; d++) {
-            DNN_CHECK(g_cuda.dnn_fn.create_conv(&s->cv[d]));
-            DNN_CHECK(g_cuda.dnn_fn.set_conv(s->cv[d], q.pad, q.pad, q.stride, q.stride, 1, 1,
-                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-        }
-    }
-    s->B = 0;
-    DNN_CHECK(
-        g_cuda.dnn_fn.set_tensor(s->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
-    DNN_CHECK(
-        g_cuda.dnn_fn.set_tensor(s->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
-    for (int d = 0; d < 3; d++)
-        DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], math));
-    int n = 0, i;
-    cudnnConvolutionFwdAlgoPerf_t pf[DNN_ALGOS];
-    DNN_CHECK(
-        g_cuda.dnn_fn.fwd_algos(g_cuda.dnn.h, s->x, pl->w, s->cv[0], s->y, DNN_ALGOS, &n, pf));
-    i = dnn_pick(pf, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[0], s->y, pf[j].algo, &b) ==
-                       CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "forward");
-    s->fwd = pf[i].algo;
-    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[0], pf[i].mathType));
-    DNN_CHECK(g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[0], s->y, s->fwd, &s->ws[0]));
-    cudnnConvolutionBwdDataAlgoPerf_t pd[DNN_ALGOS];
-    DNN_CHECK(
-        g_cuda.dnn_fn.bwd_data_algos(g_cuda.dnn.h, pl->w, s->y, s->cv[1], s->x, DNN_ALGOS, &n, pd));
-    i = dnn_pick(pd, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[1], s->x, pd[j].algo,
-                                         &b) == CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "backward data");
-    s->bwd_data = pd[i].algo;
-    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[1], pd[i].mathType));
-    DNN_CHECK(g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[1], s->x, s->bwd_data,
-                                        &s->ws[1]));
-    cudnnConvolutionBwdFilterAlgoPerf_t pw[DNN_ALGOS];
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter_algos(g_cuda.dnn.h, s->x, s->y, s->cv[2], pl->w, DNN_ALGOS,
-                                             &n, pw));
-    i = dnn_pick(pw, n, cap, tf32_math(), [&](int j) {
-        size_t b = SIZE_MAX;
-        return g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[2], pl->w, pw[j].algo,
-                                           &b) == CUDNN_STATUS_SUCCESS
-                   ? b
-                   : SIZE_MAX;
-    });
-    if (i < 0)
-        return ddp_err(err, errlen, "backward filter");
-    s->bwd_filter = pw[i].algo;
-    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[2], pw[i].mathType));
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[2], pl->w, s->bwd_filter,
-                                          &s->ws[2]));
-    s->B = B;
-    s->tf32 = tf32_math();
-    return 0;
-}
-
-static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
-{
-    return a->C == b->C && a->H == b->H && a->W == b->W && a->O == b->O && a->k == b->k &&
-           a->stride == b->stride && a->pad == b->pad;
-}
-
-static struct dnn_plan *dnn_find(const struct conv_geom *q)
-{
-    for (int i = 0; i < g_cuda.dnn.nplans; i++)
-        if (geom_eq(&g_cuda.dnn.plans[i].q, q))
-            return &g_cuda.dnn.plans[i];
-    return NULL;
-}
-
-[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, const char *dir)
-{
-    ddp_die("cuDNN has no deterministic %s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d "
-            "pad %d at batch %d within a %zu-byte workspace; set [train] conv = im2col",
-            dir, q->C, q->H, q->W, q->O, q->k, q->stride, q->pad, B, cap);
-}
-
-/* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
- * its workspace in floats. */
-static size_t dnn_plan_shape(const struct conv_geom *q, int B)
-{
-    struct dnn_plan *pl = dnn_find(q);
-    char dir[32];
-    if (!pl) {
-        if (g_cuda.dnn.nplans == DNN_PLANS)
-            ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
-        pl = &g_cuda.dnn.plans[g_cuda.dnn.nplans++];
-        memset(pl, 0, sizeof *pl);
-        pl->q = *q;
-        pl->cap = DNN_WS_MAX;
-        DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
-        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C,
-                                           q->k, q->k));
-        if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0)
-            dnn_no_algo(q, B, pl->cap, dir);
-        const struct dnn_slot *s = &pl->slot[0];
-        pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
-        pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
-    } else if (dnn_prepare(pl, &pl->slot[0], B, pl->cap, dir, sizeof dir) != 0) {
-        dnn_no_algo(q, B, pl->cap, dir); /* planned again (another model): within its cap */
-    }
-    return (pl->cap + sizeof(float) - 1) / sizeof(float);
-}
-
-/* The slot for a call with batch B: the planned one, or the other slot (re)prepared. */
-static const struct dnn_slot *dnn_slot_for(const struct conv_geom *q, int B)
-{
-    struct dnn_plan *pl = dnn_find(q);
-    if (!pl)
-        ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d was not planned: the backend's "
-                "conv_plan must size col before the convolution runs (a bug)",
-                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
-    for (int i = 0; i < 2; i++)
-        if (pl->slot[i].B == B && pl->slot[i].tf32 == tf32_math())
-            return &pl->slot[i];
-    char dir[32];
-    if (dnn_prepare(pl, &pl->slot[1], B, pl->cap, dir, sizeof dir) != 0)
-        dnn_no_algo(q, B, pl->cap, dir);
-    return &pl->slot[1];
-}
-
-/* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
- * y, y + splits, ... (in blocks of THREADS) of channel o; in double, in a fixed order. */
-__global__ void k_chan_partial(double *part, const float *dout, int B, int O, int P)
-{
-    const int o = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
-    const size_t n = (size_t)B * P;
-    double s = 0;
-    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x)
-        s += dout[((j / P) * O + o) * P + j % P];
-    s = block_sum(s);
-    if (threadIdx.x == 0)
-        part[(size_t)o * splits + y] = s;
-}
-
-/* db[o] += the splits' sums of channel o, in order. */
-__global__ void k_chan_finish(float *db, const double *part, int O, int splits)
-{
-    const int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= O)
-        return;
-    double s = 0;
-    for (int y = 0; y < splits; y++)
-        s += part[(size_t)o * splits + y];
-    db[o] += (float)s;
-}
-
-/* db (O) += per-channel sums of dout (B, O, P): a deterministic two-pass reduction. */
-static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
-{
-    const size_t n = (size_t)B * P;
-    if (O <= 0 || n == 0)
-        return;
-    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
-    if (splits > BN_MAX_SPLITS)
-        splits = BN_MAX_SPLITS;
-    double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
-    dim3 grid((unsigned)O, (unsigned)splits);
-    LAUNCH(k_chan_partial, grid, THREADS, part, dout, B, O, P);
-    LAUNCH(k_chan_finish, (O + THREADS - 1) / THREADS, THREADS, db, part, O, (int)splits);
-}
-
-/* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
- * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer. */
-static void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b,
-                           int B, const struct conv_geom *q, int relu)
-{
-    const struct dnn_slot *s = dnn_slot_for(q, B);
-    const size_t n_out = (size_t)B * q->O * q->P;
-    if (b && !relu) {
-        fill_bias(out, b, n_out, q->O, q->P);
-    }
-    const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
-    DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, dnn_find(q)->w, w, s->cv[0], s->fwd,
-                                col, s->ws[0], &beta, s->y, out));
-    if (relu) {
-        bias_relu(out, b, n_out, q->O, q->P);
-    }
-}
-
-static void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
-                           const float *inp, const float *w, int B, const struct conv_geom *q)
-{
-    const struct dnn_slot *s = dnn_slot_for(q, B);
-    const cudnnFilterDescriptor_t wd = dnn_find(q)->w;
-    const float one = 1, zero = 0;
-    if (db)
-        conv_bias_grad(db, dout, B, q->O, q->P);
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[2],
-                                       s->bwd_filter, col, s->ws[2], &one, wd, dw));
-    if (dinp)
-        DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, wd, w, s->y, dout, s->cv[1],
-                                         s->bwd_data, col, s->ws[1], &zero, s->x, dinp));
-}
-
 /* Which path: 1 for cuDNN. Chosen at ddp_cuda_conv_path; cuDNN if it loads when never
- * chosen (a program that makes the backend without the trainer); never under bf16 (the
- * precision may change after the choice: a program that remakes the backend). */
+ * chosen (a program that makes the backend without the trainer). */
 static int dnn_active(void)
 {
     if (g_cuda.dnn.mode < 0) {
         char line[8];
-        ddp_cuda_conv_path(1, line, sizeof line);
+        ddp_cuda_conv_path(1, 1, line, sizeof line);
     }
-    return g_cuda.dnn.mode == 1 && g_cuda.precision != DDP_PRECISION_BF16;
-}
-
-/* Open cuDNN and make its handle on the compute stream; 0, or with the reason in err -1 (not
- * found) or -2 (found, but it does not start on this GPU). */
-static int dnn_start(char *err, size_t errlen)
-{
-    if (g_cuda.dnn.h)
-        return 0;
-    if (dnn_open(err, errlen) != 0)
-        return -1;
-    cudnnHandle_t h;
-    cudnnStatus_t s = g_cuda.dnn_fn.create(&h);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        ddp_err(err, errlen, "cudnnCreate: %s", g_cuda.dnn_fn.error_string(s));
-        return -2;
-    }
-    if ((s = g_cuda.dnn_fn.set_stream(h, g_cuda.stream)) != CUDNN_STATUS_SUCCESS) {
-        ddp_err(err, errlen, "cudnnSetStream: %s", g_cuda.dnn_fn.error_string(s));
-        return -2;
-    }
-    g_cuda.dnn.h = h;
-    return 0;
-}
-
-void dnn_version(char *out, size_t len)
-{
-    char why[8];
-    if (dnn_open(why, sizeof why) != 0) {
-        snprintf(out, len, "not found");
-        return;
-    }
-    const size_t v = g_cuda.dnn_fn.get_version();
-    snprintf(out, len, "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
-}
-#else /* built without cudnn.h: im2col + cuBLAS only */
-static int dnn_start(char *err, size_t errlen)
-{
-    return ddp_err(err, errlen, "this ddptrain was built without cuDNN (no cudnn.h at build time)");
-}
-void dnn_version(char *out, size_t len)
-{
-    snprintf(out, len, "not built in");
+    return g_cuda.dnn.mode == 1;
 }
 #endif
 
@@ -610,21 +308,19 @@ static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const 
     cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, &q);
 }
 
-extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
+extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len)
 {
     char why[400];
     if (g_cuda.device < 0) {
         snprintf(line, len, "%s", "");
         return 0;
     }
-    if (!use_cudnn || g_cuda.precision == DDP_PRECISION_BF16) {
+    if (!use_cudnn) {
 #ifdef DDP_DNN
         g_cuda.dnn.mode = 0;
 #endif
-        snprintf(line, len, "%s",
-                 use_cudnn ? "im2col + cuBLAS, bf16 GEMMs ([train] precision = bf16; "
-                             "the cuDNN path runs fp32 and tf32)"
-                           : "im2col + cuBLAS ([train] conv = im2col)");
+        snprintf(line, len, "im2col + cuBLAS%s ([train] conv = im2col)",
+                 g_cuda.precision == DDP_PRECISION_BF16 ? ", bf16 GEMMs" : "");
         return 0;
     }
     const int rc = dnn_start(why, sizeof why);
@@ -638,11 +334,16 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, char *line, size_t len)
     }
 #ifdef DDP_DNN
     g_cuda.dnn.mode = 1;
+    g_cuda.dnn.det = deterministic != 0;
 #endif
     char v[32];
     dnn_version(v, sizeof v);
-    snprintf(line, len, "cuDNN %s (deterministic algorithms, %s)", v,
-             tf32_math() ? "tf32 allowed" : "fp32 FMA math");
+    snprintf(line, len, "cuDNN %s (fastest measured %s algorithms, %s)", v,
+             deterministic ? "deterministic"
+                           : "deterministic or not ([train] deterministic = false)",
+             g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math on fp32 data"
+             : tf32_math()                          ? "tf32 allowed"
+                                                    : "fp32 FMA math");
     return 1;
 }
 

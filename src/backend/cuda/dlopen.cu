@@ -11,7 +11,8 @@
  * fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
  * (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN missing there.
  *
- * It leaves the handles (table.cu, conv.cu) and every call (blas.cu, conv.cu) to others.
+ * It leaves the handles (table.cu, conv_dnn.cu) and every call (blas.cu, conv_dnn.cu) to
+ * others.
  */
 #include "backend/cuda/internal.cuh"
 
@@ -75,7 +76,10 @@ int dnn_open(char *err, size_t errlen)
                                  &cudnnGetConvolutionBackwardFilterWorkspaceSize,
                                  &cudnnConvolutionForward,
                                  &cudnnConvolutionBackwardData,
-                                 &cudnnConvolutionBackwardFilter};
+                                 &cudnnConvolutionBackwardFilter,
+                                 &cudnnFindConvolutionForwardAlgorithmEx,
+                                 &cudnnFindConvolutionBackwardDataAlgorithmEx,
+                                 &cudnnFindConvolutionBackwardFilterAlgorithmEx};
     g_cuda.dnn_fn = twin;
     return 0;
 }
@@ -180,6 +184,9 @@ int dnn_open(char *err, size_t errlen)
         DNN_SYM(cudnnConvolutionForward, fwd),
         DNN_SYM(cudnnConvolutionBackwardData, bwd_data),
         DNN_SYM(cudnnConvolutionBackwardFilter, bwd_filter),
+        DNN_SYM(cudnnFindConvolutionForwardAlgorithmEx, find_fwd),
+        DNN_SYM(cudnnFindConvolutionBackwardDataAlgorithmEx, find_bwd_data),
+        DNN_SYM(cudnnFindConvolutionBackwardFilterAlgorithmEx, find_bwd_filter),
     };
 #undef DNN_SYM
     if (lib.state == 0) {

@@ -10,7 +10,8 @@
  *                   host buffers, the batch pipeline), uint8 input conversion, sync and zero
  *   dlopen.cu       the cuBLAS and cuDNN symbol tables and the loader that fills both
  *   blas.cu         bf16 operand casts and GEMMs, linear (+ relu) forward and backward
- *   conv.cu         conv2d: im2col + cuBLAS, and the cuDNN plans and calls; the path choice
+ *   conv.cu         conv2d: im2col + cuBLAS; the path choice and the table's conv entries
+ *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the report
  *   normpool.cu     batchnorm, max/avg pools, global average pool, add
  *   elementwise.cu  bias broadcast, bias + relu epilogue, relu, dropout, scale
  *   loss_optim.cu   softmax cross-entropy, sum of squares and clip_grad_norm, sgd and adam
@@ -127,6 +128,9 @@ struct dnn_api {
     decltype(&cudnnConvolutionForward) fwd;
     decltype(&cudnnConvolutionBackwardData) bwd_data;
     decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
+    decltype(&cudnnFindConvolutionForwardAlgorithmEx) find_fwd;
+    decltype(&cudnnFindConvolutionBackwardDataAlgorithmEx) find_bwd_data;
+    decltype(&cudnnFindConvolutionBackwardFilterAlgorithmEx) find_bwd_filter;
 };
 #endif
 
@@ -156,6 +160,9 @@ struct dnn_api {
 
 /* Convolution shapes planned at most (one per conv layer shape of the model). */
 #define DNN_PLANS 256
+/* Batch sizes planned per shape: the planned one, the last partial batch, evaluation's and
+ * its last; a fifth size replaces the oldest of the others. */
+#define DNN_SLOTS 4
 
 /* Page-locked staging slots of graph_launch, one page each (a slot is rewritten only after
  * its event says its copy ran; the loader keeps the host far fewer steps ahead than this). */
@@ -170,23 +177,33 @@ struct conv_geom {
 };
 
 #ifdef DDP_DNN
+/* The three directions of a convolution, each with its own algorithm. */
+enum { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_DIRS };
+/* How a slot's algorithm of one direction was chosen. */
+enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED };
+
 /* Descriptors and algorithms of one cuDNN plan for one batch size. */
 struct dnn_slot {
-    int B, tf32; /* B 0: not prepared */
+    int B, tf32, det; /* B 0: not prepared */
     cudnnTensorDescriptor_t x, y;
-    cudnnConvolutionDescriptor_t cv[3]; /* forward, backward data, backward filter */
+    cudnnConvolutionDescriptor_t cv[DNN_DIRS];
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t ws[3]; /* bytes each needs */
+    size_t ws[DNN_DIRS]; /* bytes each needs */
+    int how[DNN_DIRS];   /* DNN_UNCHOSEN, DNN_HEURISTIC or DNN_MEASURED */
+    float ms[DNN_DIRS];  /* the measured time of the kept algorithm */
+    cudnnMathType_t math[DNN_DIRS];
 };
 
 /* The cuDNN plan of one convolution shape. */
 struct dnn_plan {
     struct conv_geom q;
-    size_t cap; /* workspace bytes every caller's col holds for this shape */
+    size_t cap;    /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes; /* bytes of a weight gradient: col holds them after the workspace */
     cudnnFilterDescriptor_t w;
-    struct dnn_slot slot[2]; /* the planned batch; the last other batch size */
+    struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
+    int next;                        /* the slot (1..) a new batch size takes */
 };
 #endif
 
@@ -245,9 +262,10 @@ struct cuda_state {
     /* cuDNN, through dlopen (dlopen.cu dnn_open fills it) */
     struct dnn_api dnn_fn;
 
-    /* the convolution path and the cuDNN plans (conv.cu) */
+    /* the convolution path (conv.cu) and the cuDNN plans (conv_dnn.cu) */
     struct {
         int mode = -1; /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
+        int det = 1;   /* [train] deterministic: keep only deterministic algorithms */
         cudnnHandle_t h;
         struct dnn_plan plans[DNN_PLANS];
         int nplans;
@@ -356,7 +374,9 @@ static __device__ __forceinline__ double dev_uniform(uint64_t seed, uint64_t i)
 /* runtime.cu */
 cublasMath_t math_mode(int precision); /* cuBLAS math mode for [train] precision */
 int tf32_math(void);                   /* 1 when [train] precision = tf32 */
+int dnn_tensor_math(void);             /* 1 when cuDNN may use tensor cores: tf32 and bf16 */
 void mem_note(void *p, size_t bytes);  /* count a device allocation in mem_info */
+void mem_forget(void *p);              /* a counted allocation freed */
 void *ws_get(size_t bytes);            /* the workspace, at least `bytes` large */
 size_t align256(size_t bytes);
 unsigned blocks_for(size_t n); /* blocks of a grid-stride launch over n items */
@@ -384,8 +404,18 @@ void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 void cuda_table_blas(struct ddp_backend *t);
 
 /* conv.cu */
-void dnn_version(char *out, size_t len); /* "9.x.y", "not found" or "not built in" */
 void cuda_table_conv(struct ddp_backend *t);
+
+/* conv_dnn.cu */
+void dnn_version(char *out, size_t len); /* "9.x.y", "not found" or "not built in" */
+int dnn_start(char *err, size_t errlen); /* 0; -1 not found, -2 does not start (why in err) */
+#ifdef DDP_DNN
+size_t dnn_plan_shape(const struct conv_geom *q, int B); /* conv_plan: floats of col */
+void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
+                    const struct conv_geom *q, int relu);
+void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                    const float *inp, const float *w, int B, const struct conv_geom *q);
+#endif
 
 /* normpool.cu, loss_optim.cu */
 void cuda_table_normpool(struct ddp_backend *t);

@@ -22,6 +22,14 @@ int tf32_math(void)
     return g_cuda.precision == DDP_PRECISION_TF32;
 }
 
+/* 1 when cuDNN's convolutions may use the tensor cores on fp32 data (TF32 operands): under
+ * tf32, and under bf16, whose convolutions run through cuDNN in that math (bf16 through cuDNN
+ * needs bf16 activations, which the trunk does not keep yet). */
+int dnn_tensor_math(void)
+{
+    return g_cuda.precision == DDP_PRECISION_TF32 || g_cuda.precision == DDP_PRECISION_BF16;
+}
+
 /* ---- device memory accounting (backend.h mem_info) --------------------------------------- */
 
 void mem_note(void *p, size_t bytes)
@@ -35,7 +43,7 @@ void mem_note(void *p, size_t bytes)
     }
 }
 
-static void mem_forget(void *p)
+void mem_forget(void *p)
 {
     for (int i = g_cuda.mem.nblocks - 1; i >= 0; i--)
         if (g_cuda.mem.blocks[i].p == p) {

@@ -13,8 +13,9 @@
  *                 twin keeps the slot read-only while the copy is queued, so the refill is
  *                 killed by SIGSEGV with the twin's report (on a GPU the kernel would silently
  *                 see the next batch)
- *   cudnn-workspace  a convolution through cuDNN given a col buffer smaller than conv_plan
- *                 asked for: the twin's cuDNN faults on the workspace (exit 1)
+ *   cudnn-workspace  a convolution (forward and backward) through cuDNN given a col buffer
+ *                 half of what conv_plan asked for: the twin's cuDNN faults on the workspace
+ *                 (exit 1)
  *   cudnn-host    a host array as a cuDNN convolution's input: a GPU fault naming operand x
  *   capture-sync  a host synchronisation inside a captured CUDA graph step (the backend's sync
  *                 between the step's ops): the twin names the call and invalidates the
@@ -268,7 +269,7 @@ static int capture_rules(int plant)
 static int cudnn_case(int workspace, int plant)
 {
     char line[480];
-    if (!ddp_cuda_conv_path(1, line, sizeof line) || !G->conv_plan) {
+    if (!ddp_cuda_conv_path(1, 1, line, sizeof line) || !G->conv_plan) {
         printf("no cuDNN: %s\n", line);
         return 2;
     }
@@ -277,10 +278,16 @@ static int cudnn_case(int workspace, int plant)
     const size_t col = G->conv_plan(B, CONV_GEOM(C, H, H, O, K, 1, 1));
     float *x = G->alloc(sizeof hx), *w = G->alloc(sizeof(float) * O * C * K * K);
     float *y = G->alloc(sizeof(float) * B * O * H * H);
+    float *dx = G->alloc(sizeof hx), *dw = G->alloc(sizeof(float) * O * C * K * K);
     float *ws = G->alloc(sizeof(float) * (workspace && plant ? col / 2 : col));
+    G->zero(x, sizeof hx / sizeof *hx);
+    G->zero(w, (size_t)O * C * K * K);
+    G->zero(dw, (size_t)O * C * K * K);
     G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, CONV_GEOM(C, H, H, O, K, 1, 1));
+    G->conv2d_bwd(dx, dw, NULL, ws, y, x, w, B, CONV_GEOM(C, H, H, O, K, 1, 1));
     G->sync();
-    printf("ok   convolution through cuDNN with a %zu-float workspace\n", col);
+    printf("ok   convolution through cuDNN, forward and backward, with a %zu-float workspace\n",
+           col);
     return 0;
 }
 
