@@ -367,6 +367,12 @@ if on graphs; then
     l_on=$(loss_of on) l_off=$(loss_of off)
     echo "losses with graphs: $l_on"
     echo "losses without:     $l_off"
+    # the two runs time cuDNN's algorithms each: their choices must agree for bitwise equality
+    algos() { grep "  conv C" "$W/graph-$1.txt" | sed 's/^[^ ]* *//; s/ [0-9.]* ms//g'; }
+    if [ "$(algos on)" != "$(algos off)" ]; then
+        echo "the two runs chose different convolution algorithms:"
+        diff <(algos on) <(algos off) | head -8
+    fi
     if [ -n "$l_on" ] && [ "$l_on" = "$l_off" ] && grep -q "steady-state step is captured" "$W/graph-on.txt"; then
         result graphs pass
     else

@@ -3,11 +3,11 @@
  * samples + cuBLAS GEMMs; which path runs (ddp_cuda_conv_path: cuDNN when it loads and [train]
  * conv allows, else im2col); and the table's conv entries that dispatch to it. The cuDNN path
  * is conv_dnn.cu: one plan per convolution shape whose algorithms are chosen by measurement
- * (every algorithm of each direction timed with cudnnFind*AlgorithmEx on scratch of the real
- * shapes at model build, and at a new batch size's first call on its own buffers; cuDNN's
- * heuristic inside a graph capture), keeping the fastest that [train] deterministic allows,
- * ties within 10% to the least workspace. It leaves opening cuDNN to dlopen.cu, bf16 casts and
- * GEMMs to blas.cu, the bias and relu epilogues to elementwise.cu.
+ * (every algorithm of each direction timed, three times, with cudnnFind*AlgorithmEx on scratch
+ * of the real shapes at model build, and at a new batch size's first call on its own buffers;
+ * cuDNN's heuristic inside a graph capture), keeping the fastest that [train] deterministic
+ * allows, ties within 10% or 5 us to the least workspace. It leaves opening cuDNN to
+ * dlopen.cu, bf16 casts and GEMMs to blas.cu, the bias and relu epilogues to elementwise.cu.
  */
 #include "backend/cuda/internal.cuh"
 

@@ -51,6 +51,11 @@
  * least workspace, then the lowest algorithm number wins, so that timing noise seldom changes
  * the choice from one run to the next (a resumed run makes the same choices). */
 #define DNN_TIE 0.10f
+/* ... or within this many milliseconds of it (convolutions of a few microseconds time with
+ * more noise than their differences). */
+#define DNN_TIE_MS 0.005f
+/* Each timed search runs this many times; an algorithm's time is its fastest. */
+#define DNN_REPEAT 3
 
 /* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
  * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
@@ -84,7 +89,8 @@ static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, WsFn 
     int keep = best;
     for (int i = 0; i < n; i++)
         if (i != best && dnn_allowed(p[i], cap, tf32) &&
-            p[i].time <= p[best].time * (1.0f + DNN_TIE) &&
+            (p[i].time <= p[best].time * (1.0f + DNN_TIE) ||
+             p[i].time <= p[best].time + DNN_TIE_MS) &&
             (p[i].memory < p[keep].memory ||
              (p[i].memory == p[keep].memory && (int)p[i].algo < (int)p[keep].algo)))
             keep = i;
@@ -139,6 +145,24 @@ template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const P
     DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], p.mathType));
 }
 
+/* The list of query(out, &n) into p (n entries); when timed, the query runs DNN_REPEAT times
+ * and each entry's time is the fastest of its runs (the same algorithm and math). */
+template <typename Perf, typename Query>
+static void dnn_list(Perf *p, int *n, int timed, Query query)
+{
+    DNN_CHECK(query(p, n));
+    for (int r = 1; timed && r < DNN_REPEAT; r++) {
+        Perf again[DNN_ALGOS];
+        int m = 0;
+        DNN_CHECK(query(again, &m));
+        for (int i = 0; i < *n; i++)
+            for (int j = 0; j < m; j++)
+                if (again[j].algo == p[i].algo && again[j].mathType == p[i].mathType &&
+                    again[j].status == CUDNN_STATUS_SUCCESS && again[j].time < p[i].time)
+                    p[i].time = again[j].time;
+    }
+}
+
 /* Choose direction d of slot s within cap: timed on o's buffers (FindEx), or from cuDNN's
  * heuristic list when o is NULL. 0, or -1 when no algorithm qualifies. */
 static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
@@ -150,10 +174,12 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
     size_t b = SIZE_MAX;
     if (d == DNN_FWD) {
         cudnnConvolutionFwdAlgoPerf_t p[DNN_ALGOS];
-        DNN_CHECK(timed ? g_cuda.dnn_fn.find_fwd(g_cuda.dnn.h, s->x, o->x, pl->w, o->w, s->cv[d],
-                                                 s->y, o->y, DNN_ALGOS, &n, p, o->ws, wsb)
-                        : g_cuda.dnn_fn.fwd_algos(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y,
-                                                  DNN_ALGOS, &n, p));
+        dnn_list(p, &n, timed, [&](cudnnConvolutionFwdAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_fwd(g_cuda.dnn.h, s->x, o->x, pl->w, o->w, s->cv[d],
+                                                  s->y, o->y, DNN_ALGOS, m, out, o->ws, wsb)
+                         : g_cuda.dnn_fn.fwd_algos(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y,
+                                                   DNN_ALGOS, m, out);
+        });
         i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
             return g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, p[j].algo, &b) ==
                            CUDNN_STATUS_SUCCESS
@@ -168,11 +194,13 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
             g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, s->fwd, &s->ws[d]));
     } else if (d == DNN_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t p[DNN_ALGOS];
-        DNN_CHECK(timed
-                      ? g_cuda.dnn_fn.find_bwd_data(g_cuda.dnn.h, pl->w, o->w, s->y, o->y, s->cv[d],
-                                                    s->x, o->x, DNN_ALGOS, &n, p, o->ws, wsb)
-                      : g_cuda.dnn_fn.bwd_data_algos(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x,
-                                                     DNN_ALGOS, &n, p));
+        dnn_list(p, &n, timed, [&](cudnnConvolutionBwdDataAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_bwd_data(g_cuda.dnn.h, pl->w, o->w, s->y, o->y,
+                                                       s->cv[d], s->x, o->x, DNN_ALGOS, m, out,
+                                                       o->ws, wsb)
+                         : g_cuda.dnn_fn.bwd_data_algos(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x,
+                                                        DNN_ALGOS, m, out);
+        });
         i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
             return g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, p[j].algo,
                                              &b) == CUDNN_STATUS_SUCCESS
@@ -187,11 +215,13 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                                             &s->ws[d]));
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[DNN_ALGOS];
-        DNN_CHECK(timed ? g_cuda.dnn_fn.find_bwd_filter(g_cuda.dnn.h, s->x, o->x, s->y, o->y,
-                                                        s->cv[d], pl->w, o->dw, DNN_ALGOS, &n, p,
-                                                        o->ws, wsb)
-                        : g_cuda.dnn_fn.bwd_filter_algos(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
-                                                         DNN_ALGOS, &n, p));
+        dnn_list(p, &n, timed, [&](cudnnConvolutionBwdFilterAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_bwd_filter(g_cuda.dnn.h, s->x, o->x, s->y, o->y,
+                                                         s->cv[d], pl->w, o->dw, DNN_ALGOS, m, out,
+                                                         o->ws, wsb)
+                         : g_cuda.dnn_fn.bwd_filter_algos(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
+                                                          DNN_ALGOS, m, out);
+        });
         i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
             return g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w, p[j].algo,
                                                &b) == CUDNN_STATUS_SUCCESS
@@ -259,41 +289,52 @@ static size_t dnn_budget(size_t io)
     return free_b / DNN_WS_FREE_SHARE < cap ? free_b / DNN_WS_FREE_SHARE : cap;
 }
 
-/* Slot s of plan pl prepared for batch B at model build, every direction timed within cap on
- * zeroed scratch (allocated, counted and freed here; heuristic choices when it does not fit in
- * device memory). Dies when a direction has no algorithm. */
-static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap)
+/* One timing pass at model build: each direction of slot s (batch B) not chosen yet, timed
+ * within cap on zeroed scratch (allocated, counted and freed here). Returns the directions
+ * still without an algorithm (all of them when the scratch does not fit in device memory). */
+static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap)
 {
     const struct conv_geom *q = &pl->q;
-    dnn_describe(pl, s, B);
     const size_t xb = align256(sizeof(float) * B * q->C * q->H * q->W);
     const size_t yb = align256(sizeof(float) * B * q->O * q->P);
     const size_t total = xb + yb + 2 * pl->wbytes + align256(cap);
     char *p = NULL;
     if (cudaMalloc((void **)&p, total) != cudaSuccess) {
         cudaGetLastError();
-        p = NULL;
+        return DNN_DIRS;
     }
-    struct dnn_operands o = {};
-    if (p) {
-        mem_note(p, total);
-        CUDA_CHECK(cudaMemsetAsync(p, 0, total, g_cuda.stream));
-        o = {(float *)p,
-             (float *)(p + xb),
-             (float *)(p + xb + pl->wbytes),
-             (float *)(p + xb + pl->wbytes + yb),
-             p + xb + yb + 2 * pl->wbytes,
-             cap};
-    }
+    mem_note(p, total);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, total, g_cuda.stream));
+    const struct dnn_operands o = {(float *)p,
+                                   (float *)(p + xb),
+                                   (float *)(p + xb + pl->wbytes),
+                                   (float *)(p + xb + pl->wbytes + yb),
+                                   p + xb + yb + 2 * pl->wbytes,
+                                   cap};
+    int left = 0;
     for (int d = 0; d < DNN_DIRS; d++)
-        if (dnn_choose(pl, s, d, p ? &o : NULL, cap) != 0 &&
-            (!p || dnn_choose(pl, s, d, NULL, cap) != 0))
-            dnn_no_algo(q, B, cap, d);
-    if (p) {
-        CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
-        CUDA_CHECK(cudaFree(p));
-        mem_forget(p);
-    }
+        if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, &o, cap) != 0)
+            left++;
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    CUDA_CHECK(cudaFree(p));
+    mem_forget(p);
+    return left;
+}
+
+/* Slot s of plan pl prepared for batch B at model build: every direction timed within cap;
+ * one that has no algorithm there is timed again within big (a deterministic algorithm may
+ * need more workspace than the layer's size), then taken from cuDNN's heuristic list. Dies
+ * when a direction has no algorithm at all. */
+static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, size_t big)
+{
+    dnn_describe(pl, s, B);
+    int left = dnn_time_pass(pl, s, B, cap);
+    if (left && big > cap)
+        left = dnn_time_pass(pl, s, B, big);
+    const size_t most = big > cap ? big : cap;
+    for (int d = 0; left && d < DNN_DIRS; d++)
+        if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, NULL, most) != 0)
+            dnn_no_algo(&pl->q, B, most, d);
 }
 
 /* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
@@ -313,13 +354,13 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
         DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C,
                                            q->k, q->k));
         const size_t io = sizeof(float) * B * (q->C * q->H * q->W + q->O * q->P);
-        dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io));
+        dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io), dnn_budget(DNN_WS_MAX));
         const struct dnn_slot *s = &pl->slot[0];
         pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
         pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
         pl->cap = align256(pl->cap);
     } else {
-        dnn_plan_build(pl, &pl->slot[0], B, pl->cap); /* planned again: within its cap */
+        dnn_plan_build(pl, &pl->slot[0], B, pl->cap, 0); /* planned again: within its cap */
     }
     return (pl->cap + pl->wbytes) / sizeof(float);
 }
