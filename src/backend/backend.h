@@ -1,6 +1,6 @@
 /*
  * backend.h - the table of compute operations the engine runs on: the CPU backend (OpenBLAS
- * + C loops, cpu.c) and the CUDA backend (cuBLAS + kernels, cuda.cu) behind the same table;
+ * + C loops, cpu.c) and the CUDA backend (cuBLAS + kernels, cuda/) behind the same table;
  * select.h picks one per rank.
  * The model, the optimiser and the trainer call only these; none of them calls BLAS or CUDA.
  *
@@ -31,6 +31,30 @@ struct ddp_graph_scalars {
     float beta1;    /* adam_step's b1 */
     int64_t t;      /* adam_step's t; sgd_step's first_step is t == 1 */
     uint64_t noise; /* the step's dropout seed: each layer's seed is noise ^ a constant */
+};
+
+/* The shape of a conv2d (the table's conv entries): inp (B, C, H, W), w (O, C, k, k), a k x k
+ * window moved by stride over the input padded with pad zeros on every side; out (B, O, OH, OW)
+ * with OH = (H + 2 pad - k) / stride + 1, OW likewise. The batch B travels beside it. */
+struct ddp_conv_geom {
+    int C, H, W; /* input channels, height, width */
+    int O;       /* output channels */
+    int k;       /* window (k x k) */
+    int stride, pad;
+};
+
+/* The settings of one optimiser step (sgd_step, adam_step; PyTorch's names, optim.h). */
+struct ddp_optim_args {
+    float lr;
+    float weight_decay; /* L2 penalty, or decoupled decay with adam's decoupled */
+    /* sgd */
+    float momentum;
+    int nesterov;
+    int first_step; /* the momentum buffer starts as the gradient */
+    /* adam */
+    float b1, b2, eps;
+    int decoupled; /* adamw */
+    int64_t t;     /* the step, from 1 (bias corrections) */
 };
 
 /* Device memory (backend.h mem_info): what the backend allocated (its own allocations and
@@ -101,21 +125,19 @@ struct ddp_backend {
 
     /* conv2d: inp (B,C,H,W), w (O,C,k,k), b (O) -> out (B,O,OH,OW); col is scratch of
      * conv_col_elems() floats. */
-    size_t (*conv_col_elems)(int B, int C, int H, int W, int k, int stride, int pad);
+    size_t (*conv_col_elems)(int B, const struct ddp_conv_geom *g);
     void (*conv2d_fwd)(float *out, float *col, const float *inp, const float *w, const float *b,
-                       int B, int C, int H, int W, int O, int k, int stride, int pad);
+                       int B, const struct ddp_conv_geom *g);
     /* conv2d followed by relu, out = max(0, conv + b) (optional; as linear_relu_fwd) */
     void (*conv2d_relu_fwd)(float *out, float *col, const float *inp, const float *w,
-                            const float *b, int B, int C, int H, int W, int O, int k, int stride,
-                            int pad);
+                            const float *b, int B, const struct ddp_conv_geom *g);
     void (*conv2d_bwd)(float *dinp, float *dw, float *db, float *col, const float *dout,
-                       const float *inp, const float *w, int B, int C, int H, int W, int O, int k,
-                       int stride, int pad);
+                       const float *inp, const float *w, int B, const struct ddp_conv_geom *g);
     /* Optional: plan the convolution of this shape for batches of up to B (algorithms chosen
      * once, at model build) and return the floats of col conv2d_fwd/bwd then need for it, for
      * every batch size up to B (the model sizes col as the most over its conv layers). Where it
      * is NULL, conv_col_elems sizes col. Host work only: never in the steady step. */
-    size_t (*conv_plan)(int B, int C, int H, int W, int O, int k, int stride, int pad);
+    size_t (*conv_plan)(int B, const struct ddp_conv_geom *g);
 
     /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
     void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,
@@ -177,10 +199,9 @@ struct ddp_backend {
      * or g[i] * *gs where gs is not NULL: backend memory that clip_scale wrote (backends
      * without clip_scale always get NULL) */
     void (*sgd_step)(float *p, const float *g, float gscale, const float *gs, float *buf, size_t n,
-                     float lr, float momentum, float weight_decay, int nesterov, int first_step);
+                     const struct ddp_optim_args *a);
     void (*adam_step)(float *p, const float *g, float gscale, const float *gs, float *m, float *v,
-                      size_t n, float lr, float b1, float b2, float eps, float weight_decay,
-                      int decoupled, int64_t t);
+                      size_t n, const struct ddp_optim_args *a);
 
     /* sum of x[i]^2 over n floats, in double, the same for the same input (a fixed order of
      * summation); the gradient norm of [optim] clip_grad_norm. Waits for the result. */

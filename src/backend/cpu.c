@@ -392,19 +392,19 @@ static void cpu_scale(float *x, size_t n, float a)
 
 /* The optimisers of the table: the CPU has no clip_scale, so gs is always NULL. */
 static void cpu_sgd_step(float *p, const float *g, float gscale, const float *gs, float *buf,
-                         size_t n, float lr, float momentum, float weight_decay, int nesterov,
-                         int first_step)
+                         size_t n, const struct ddp_optim_args *a)
 {
     (void)gs;
-    ddp_cpu_sgd_step_f32(p, g, gscale, buf, n, lr, momentum, weight_decay, nesterov, first_step);
+    ddp_cpu_sgd_step_f32(p, g, gscale, buf, n, a->lr, a->momentum, a->weight_decay, a->nesterov,
+                         a->first_step);
 }
 
 static void cpu_adam_step(float *p, const float *g, float gscale, const float *gs, float *m,
-                          float *v, size_t n, float lr, float b1, float b2, float eps,
-                          float weight_decay, int decoupled, int64_t t)
+                          float *v, size_t n, const struct ddp_optim_args *a)
 {
     (void)gs;
-    ddp_cpu_adam_step_f32(p, g, gscale, m, v, n, lr, b1, b2, eps, weight_decay, decoupled, t);
+    ddp_cpu_adam_step_f32(p, g, gscale, m, v, n, a->lr, a->b1, a->b2, a->eps, a->weight_decay,
+                          a->decoupled, a->t);
 }
 
 /* Sum of squares in double, in index order (4 interleaved partial sums, then added in order):
@@ -421,10 +421,24 @@ static double cpu_sumsq(const float *x, size_t n)
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static size_t cpu_conv_col_elems(int B, int C, int H, int W, int k, int stride, int pad)
+static size_t cpu_conv_col_elems(int B, const struct ddp_conv_geom *g)
 {
-    (void)B, (void)C, (void)H, (void)W, (void)k, (void)stride, (void)pad;
+    (void)B, (void)g;
     return 0; /* the kernels use their own per-thread scratch (above) */
+}
+
+/* The table's conv2d on the reference kernels' arguments. */
+static void cpu_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b,
+                           int B, const struct ddp_conv_geom *g)
+{
+    ddp_cpu_conv2d_fwd_f32(out, col, inp, w, b, B, g->C, g->H, g->W, g->O, g->k, g->stride, g->pad);
+}
+
+static void cpu_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                           const float *inp, const float *w, int B, const struct ddp_conv_geom *g)
+{
+    ddp_cpu_conv2d_bwd_f32(dinp, dw, db, col, dout, inp, w, B, g->C, g->H, g->W, g->O, g->k,
+                           g->stride, g->pad);
 }
 
 /* ---- batchnorm on the table's contract (backend.h): counts travel with the sums ---------- */
@@ -449,7 +463,7 @@ static void cpu_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const flo
                              global[2 * C], B, C, S);
 }
 
-/* In double, rounded to float once per value; cuda.cu's k_bn_update does the same operations
+/* In double, rounded to float once per value; cuda/normpool.cu's k_bn_update does the same operations
  * (IEEE division and square root in double), so both backends give the same bits. */
 static void cpu_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
                           int C, double eps, double momentum)
@@ -488,8 +502,8 @@ static const struct ddp_backend g_cpu = {
     .relu_fwd = ddp_cpu_relu_fwd_f32,
     .relu_bwd = ddp_cpu_relu_bwd_f32,
     .conv_col_elems = cpu_conv_col_elems,
-    .conv2d_fwd = ddp_cpu_conv2d_fwd_f32,
-    .conv2d_bwd = ddp_cpu_conv2d_bwd_f32,
+    .conv2d_fwd = cpu_conv2d_fwd,
+    .conv2d_bwd = cpu_conv2d_bwd,
     .maxpool_fwd = ddp_cpu_maxpool_fwd_f32,
     .maxpool_bwd = ddp_cpu_maxpool_bwd_f32,
     .avgpool_fwd = ddp_cpu_avgpool_fwd_f32,

@@ -1,6 +1,6 @@
 /*
  * cuda.h - the CUDA backend: the ops table of backend.h on one GPU, with cuBLAS for the GEMMs
- * and kernels for everything else (cuda.cu). Plain C declarations: the trainer includes this
+ * and kernels for everything else (cuda/, one file per concern). Plain C declarations: the trainer includes this
  * header, never a CUDA one. Only built where ddp_build.h says HAVE_CUDA.
  *
  * Semantics are the CPU backend's (backend.h, cpu_kernels.inc), in fp32, to within rounding:

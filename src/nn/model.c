@@ -547,15 +547,22 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
                    all, have, which);
 }
 
+/* The shape of conv layer l. */
+static struct ddp_conv_geom conv_geom(const struct ddp_layer *l)
+{
+    const struct ddp_conv_geom g = {l->ishape[0], l->ishape[1],   l->ishape[2], l->spec.n,
+                                    l->spec.k,    l->spec.stride, l->spec.pad};
+    return g;
+}
+
 /* Floats of col conv layer l needs for batches up to max_batch: the backend's plan (cuDNN's
  * algorithms chosen and their workspace sized here, at build) or its im2col size. */
 static size_t conv_scratch(const struct ddp_backend *be, const struct ddp_layer *l, int max_batch)
 {
+    const struct ddp_conv_geom g = conv_geom(l);
     if (be->conv_plan)
-        return be->conv_plan(max_batch, l->ishape[0], l->ishape[1], l->ishape[2], l->spec.n,
-                             l->spec.k, l->spec.stride, l->spec.pad);
-    return be->conv_col_elems(max_batch, l->ishape[0], l->ishape[1], l->ishape[2], l->spec.k,
-                              l->spec.stride, l->spec.pad);
+        return be->conv_plan(max_batch, &g);
+    return be->conv_col_elems(max_batch, &g);
 }
 
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
@@ -1229,11 +1236,12 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
         if (l->fused != 2)
             be->relu_fwd(l->out, inp, n);
         break;
-    case DDP_LAYER_CONV2D:
+    case DDP_LAYER_CONV2D: {
+        const struct ddp_conv_geom g = conv_geom(l);
         (l->fused == 1 ? be->conv2d_relu_fwd : be->conv2d_fwd)(
-            l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, l->ishape[0],
-            l->ishape[1], l->ishape[2], s->n, s->k, s->stride, s->pad);
+            l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, &g);
         break;
+    }
     case DDP_LAYER_MAXPOOL:
         be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
         break;
@@ -1339,10 +1347,11 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
         if (dinp)
             be->relu_bwd(dinp, l->dout, l->out, n);
         break;
-    case DDP_LAYER_CONV2D:
-        be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, l->ishape[0], l->ishape[1],
-                       l->ishape[2], s->n, s->k, s->stride, s->pad);
+    case DDP_LAYER_CONV2D: {
+        const struct ddp_conv_geom g = conv_geom(l);
+        be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, &g);
         break;
+    }
     case DDP_LAYER_MAXPOOL:
         if (dinp)
             be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],

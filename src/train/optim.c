@@ -136,13 +136,21 @@ static void update(struct ddp_optim *o, float *params, const float *grads, doubl
     struct ddp_graph_scalars sc;
     ddp_optim_scalars(o, lr, &sc);
     o->t++;
+    struct ddp_optim_args a = {0};
+    a.lr = sc.lr;
+    a.weight_decay = (float)o->weight_decay;
+    a.momentum = sc.momentum;
+    a.nesterov = o->nesterov;
+    a.first_step = o->t == 1;
+    a.b1 = sc.beta1;
+    a.b2 = (float)o->beta2;
+    a.eps = (float)o->eps;
+    a.decoupled = o->kind == DDP_OPTIM_ADAMW;
+    a.t = o->t;
     if (o->kind == DDP_OPTIM_SGD)
-        o->be->sgd_step(params, grads, gscale, gs, o->state1, o->n, sc.lr, sc.momentum,
-                        (float)o->weight_decay, o->nesterov, o->t == 1);
+        o->be->sgd_step(params, grads, gscale, gs, o->state1, o->n, &a);
     else
-        o->be->adam_step(params, grads, gscale, gs, o->state1, o->state2, o->n, sc.lr, sc.beta1,
-                         (float)o->beta2, (float)o->eps, (float)o->weight_decay,
-                         o->kind == DDP_OPTIM_ADAMW, o->t);
+        o->be->adam_step(params, grads, gscale, gs, o->state1, o->state2, o->n, &a);
 }
 
 void ddp_optim_step(struct ddp_optim *o, float *params, const float *grads, double lr)

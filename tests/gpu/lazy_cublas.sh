@@ -1,5 +1,5 @@
 #!/bin/bash
-# lazy_cublas.sh - cuBLAS is opened only when a GPU backend is made (src/backend/cuda.cu):
+# lazy_cublas.sh - cuBLAS is opened only when a GPU backend is made (src/backend/cuda/dlopen.cu):
 # commands and CPU training never load it (its libraries' start-up costs 50-70 ms), and the
 # run-time loading works: `ddptrain --version` opens it and reports its version. Needs no GPU;
 # skipped (77) in a build without CUDA. With device=auto, training loads cuBLAS exactly when

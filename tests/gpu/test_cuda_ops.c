@@ -43,6 +43,24 @@
 #define TOL 1e-6      /* normalised fp32 error, GPU vs CPU */
 #define TOL_F64 1e-10 /* relative error of double results */
 
+/* The table's shape and optimiser arguments, written in place (backend.h). */
+#define CONV_GEOM(C_, H_, W_, O_, k_, stride_, pad_) \
+    (&(const struct ddp_conv_geom){(C_), (H_), (W_), (O_), (k_), (stride_), (pad_)})
+#define SGD_ARGS(lr_, momentum_, wd_, nesterov_, first_)     \
+    (&(const struct ddp_optim_args){.lr = (lr_),             \
+                                    .weight_decay = (wd_),   \
+                                    .momentum = (momentum_), \
+                                    .nesterov = (nesterov_), \
+                                    .first_step = (first_)})
+#define ADAM_ARGS(lr_, b1_, b2_, eps_, wd_, decoupled_, t_)    \
+    (&(const struct ddp_optim_args){.lr = (lr_),               \
+                                    .weight_decay = (wd_),     \
+                                    .b1 = (b1_),               \
+                                    .b2 = (b2_),               \
+                                    .eps = (eps_),             \
+                                    .decoupled = (decoupled_), \
+                                    .t = (t_)})
+
 static int g_fail, g_checks;
 static const struct ddp_backend *G, *C;
 static char g_conv_path[16] = "im2col"; /* the convolution path under test */
@@ -357,9 +375,10 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
     double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
            *dy64 = to_f64(dy, no);
-    const size_t ccol = C->conv_col_elems(B, Cin, H, W, k, stride, pad);
-    const size_t gcol = G->conv_plan ? G->conv_plan(planB, Cin, H, W, O, k, stride, pad)
-                                     : G->conv_col_elems(planB, Cin, H, W, k, stride, pad);
+    const size_t ccol = C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    const size_t gcol = G->conv_plan
+                            ? G->conv_plan(planB, CONV_GEOM(Cin, H, W, O, k, stride, pad))
+                            : G->conv_col_elems(planB, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     float *ccolb = ddp_malloc(sizeof(float) * ccol);
     double *rcol = ddp_malloc(sizeof(double) * ccol);
     float *gcolb = gcol ? G->alloc(sizeof(float) * gcol) : NULL;
@@ -370,9 +389,9 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     float *cy = ddp_malloc(sizeof(float) * no);
     double *ry = ddp_malloc(sizeof(double) * no);
     float *gy = G->alloc(sizeof(float) * no);
-    C->conv2d_fwd(cy, ccolb, x, w, cb_, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_fwd(cy, ccolb, x, w, cb_, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     ddp_cpu_conv2d_fwd_f64(ry, rcol, x64, w64, rb_, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_fwd(gy, gcolb, gx, gw, gb_, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb_, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     snprintf(name, sizeof name, "conv2d_fwd %s", shape);
     check(name, gy, cy, ry, no, 0);
     if (G->conv2d_relu_fwd) { /* the fused conv + relu against the CPU's two ops */
@@ -382,7 +401,7 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
         for (size_t i = 0; i < no; i++)
             rr[i] = ry[i] > 0 ? ry[i] : 0;
         G->zero(gy, no);
-        G->conv2d_relu_fwd(gy, gcolb, gx, gw, gb_, B, Cin, H, W, O, k, stride, pad);
+        G->conv2d_relu_fwd(gy, gcolb, gx, gw, gb_, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
         snprintf(name, sizeof name, "conv2d_relu_fwd %s", shape);
         check(name, gy, cr, rr, no, 0);
         free(cr);
@@ -396,9 +415,9 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
     float *cdb_ = bias ? cdb : NULL, *gdb_ = bias ? gdb : NULL;
     double *rdb_ = bias ? rdb : NULL;
-    C->conv2d_bwd(cdx, cdw, cdb_, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_bwd(cdx, cdw, cdb_, ccolb, dy, x, w, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     ddp_cpu_conv2d_bwd_f64(rdx, rdw, rdb_, rcol, dy64, x64, w64, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     snprintf(name, sizeof name, "conv2d_bwd dinp %s", shape);
     check(name, gdx, cdx, rdx, ni, 0);
     snprintf(name, sizeof name, "conv2d_bwd dw (+=) %s", shape);
@@ -411,7 +430,7 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     float *hdx = host_of(gdx, ni), *hdw = host_of(gdw, nw), *hdb = host_of(gdb, (size_t)O);
     G->upload(gdw, dw0, sizeof(float) * nw);
     G->upload(gdb, db0, sizeof(float) * O);
-    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    G->conv2d_bwd(gdx, gdw, gdb_, gcolb, gdy, gx, gw, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     snprintf(name, sizeof name, "conv2d_bwd again %s", shape);
     check(name, gdw, hdw, NULL, nw, 1);
     check(name, gdx, hdx, NULL, ni, 1);
@@ -734,13 +753,14 @@ static void t_clip(size_t n)
         float *a = dev_f(p, n), *b = dev_f(p, n), *ba = G->alloc(sizeof(float) * n),
               *bb = G->alloc(sizeof(float) * n), *va = G->alloc(sizeof(float) * n),
               *vb = G->alloc(sizeof(float) * n);
-        G->sgd_step(a, gg, 0, gs, ba, n, 0.05f, 0.9f, 1e-4f, 1, 1);
-        G->sgd_step(b, gg, got, NULL, bb, n, 0.05f, 0.9f, 1e-4f, 1, 1);
+        G->sgd_step(a, gg, 0, gs, ba, n, SGD_ARGS(0.05f, 0.9f, 1e-4f, 1, 1));
+        G->sgd_step(b, gg, got, NULL, bb, n, SGD_ARGS(0.05f, 0.9f, 1e-4f, 1, 1));
         float *hb = host_of(b, n);
         check("sgd_step, gscale on the device", a, hb, NULL, n, 1);
         free(hb);
-        G->adam_step(a, gg, 0, gs, ba, va, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
-        G->adam_step(b, gg, got, NULL, bb, vb, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
+        G->adam_step(a, gg, 0, gs, ba, va, n, ADAM_ARGS(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1));
+        G->adam_step(b, gg, got, NULL, bb, vb, n,
+                     ADAM_ARGS(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1));
         hb = host_of(b, n);
         check("adam_step, gscale on the device", a, hb, NULL, n, 1);
         free(hb);
@@ -859,8 +879,10 @@ static void t_optim(size_t n)
         float *cp = copy_f(p, n), *cb = ddp_malloc(sizeof(float) * n);
         float *gpp = dev_f(p, n), *gb = G->alloc(sizeof(float) * n);
         for (int step = 0; step < 3; step++) {
-            C->sgd_step(cp, g, 0.5f, NULL, cb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
-            G->sgd_step(gpp, gg, 0.5f, NULL, gb, n, 0.05f, 0.9f, 1e-4f, nesterov, step == 0);
+            C->sgd_step(cp, g, 0.5f, NULL, cb, n,
+                        SGD_ARGS(0.05f, 0.9f, 1e-4f, nesterov, step == 0));
+            G->sgd_step(gpp, gg, 0.5f, NULL, gb, n,
+                        SGD_ARGS(0.05f, 0.9f, 1e-4f, nesterov, step == 0));
         }
         snprintf(name, sizeof name, "sgd_step x3 nesterov=%d params", nesterov);
         check(name, gpp, cp, NULL, n, 0);
@@ -873,8 +895,8 @@ static void t_optim(size_t n)
     {
         float *cp = copy_f(p, n);
         float *gpp = dev_f(p, n);
-        C->sgd_step(cp, g, 1, NULL, NULL, n, 0.1f, 0, 0, 0, 1);
-        G->sgd_step(gpp, gg, 1, NULL, NULL, n, 0.1f, 0, 0, 0, 1);
+        C->sgd_step(cp, g, 1, NULL, NULL, n, SGD_ARGS(0.1f, 0, 0, 0, 1));
+        G->sgd_step(gpp, gg, 1, NULL, NULL, n, SGD_ARGS(0.1f, 0, 0, 0, 1));
         check("sgd_step plain", gpp, cp, NULL, n, 0);
         free(cp);
         G->free(gpp);
@@ -887,10 +909,10 @@ static void t_optim(size_t n)
         float *gpp = dev_f(p, n), *gm = G->alloc(sizeof(float) * n),
               *gv = G->alloc(sizeof(float) * n);
         for (int64_t t = 1; t <= 3; t++) {
-            C->adam_step(cp, g, 0.25f, NULL, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f,
-                         decoupled, t);
-            G->adam_step(gpp, gg, 0.25f, NULL, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f,
-                         decoupled, t);
+            C->adam_step(cp, g, 0.25f, NULL, cm, cv, n,
+                         ADAM_ARGS(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t));
+            G->adam_step(gpp, gg, 0.25f, NULL, gm, gv, n,
+                         ADAM_ARGS(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, t));
         }
         snprintf(name, sizeof name, "adam_step x3 decoupled=%d params", decoupled);
         check(name, gpp, cp, NULL, n, 0);
@@ -922,9 +944,10 @@ static void graph_ops(const struct ddp_backend *be, const struct graph_case *c, 
     be->linear_fwd(c->y, c->x, c->w, c->b, B, Cin, O);
     be->dropout_fwd(c->yd, c->mask, c->y, no, 0.3f, sc->noise ^ 0xd1b54a32d192ed03ULL);
     be->linear_bwd(c->dx, c->dw, c->db, c->dy, c->x, c->w, B, Cin, O);
-    be->sgd_step(c->w, c->dw, 0.5f, NULL, c->buf, nw, sc->lr, sc->momentum, 1e-4f, 1, sc->t == 1);
-    be->adam_step(c->b, c->db, 0.5f, NULL, c->m, c->v, (size_t)O, sc->lr, sc->beta1, 0.999f, 1e-8f,
-                  0.01f, 1, sc->t);
+    be->sgd_step(c->w, c->dw, 0.5f, NULL, c->buf, nw,
+                 SGD_ARGS(sc->lr, sc->momentum, 1e-4f, 1, sc->t == 1));
+    be->adam_step(c->b, c->db, 0.5f, NULL, c->m, c->v, (size_t)O,
+                  ADAM_ARGS(sc->lr, sc->beta1, 0.999f, 1e-8f, 0.01f, 1, sc->t));
 }
 
 static void graph_case_make(const struct ddp_backend *be, struct graph_case *c, const float *x,
@@ -1141,16 +1164,17 @@ static void t_conv_bf16(int B, int Cin, int H, int W, int O, int k, int stride, 
     float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
     float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
     float *xr = bf16_copy(x, ni), *wr = bf16_copy(w, nw), *dyr = bf16_copy(dy, no);
-    const size_t ccol = C->conv_col_elems(B, Cin, H, W, k, stride, pad);
+    const size_t ccol = C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     float *ccolb = ddp_malloc(sizeof(float) * ccol);
-    float *gcolb = G->alloc(sizeof(float) * G->conv_col_elems(B, Cin, H, W, k, stride, pad));
+    float *gcolb =
+        G->alloc(sizeof(float) * G->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
 
     float *cy = ddp_malloc(sizeof(float) * no), *cyr = ddp_malloc(sizeof(float) * no);
     float *gy = G->alloc(sizeof(float) * no);
-    C->conv2d_fwd(cy, ccolb, x, w, b, B, Cin, H, W, O, k, stride, pad);
-    C->conv2d_fwd(cyr, ccolb, xr, wr, b, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_fwd(cy, ccolb, x, w, b, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    C->conv2d_fwd(cyr, ccolb, xr, wr, b, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     snprintf(name, sizeof name, "bf16 conv2d_fwd %s", shape);
     check_bf16(name, gy, cyr, cy, no);
 
@@ -1159,9 +1183,9 @@ static void t_conv_bf16(int B, int Cin, int H, int W, int O, int k, int stride, 
     float *cdxr = ddp_malloc(sizeof(float) * ni), *cdwr = copy_f(dw0, nw),
           *cdbr = copy_f(db0, (size_t)O);
     float *gdx = G->alloc(sizeof(float) * ni), *gdw = dev_f(dw0, nw), *gdb = dev_f(db0, (size_t)O);
-    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
-    C->conv2d_bwd(cdxr, cdwr, cdbr, ccolb, dyr, xr, wr, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    C->conv2d_bwd(cdxr, cdwr, cdbr, ccolb, dyr, xr, wr, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     check_bf16("bf16 conv2d_bwd dinp", gdx, cdxr, cdx, ni);
     check_bf16("bf16 conv2d_bwd dw (+=)", gdw, cdwr, cdw, nw);
     check_near("bf16 conv2d_bwd db (+=)", gdb, cdb, (size_t)O, TOL, "fp32 sum, vs cpu fp32");
@@ -1186,8 +1210,10 @@ static void t_conv_bf16_dnn(int B, int Cin, int H, int W, int O, int k, int stri
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  no = (size_t)B * O * OH * OW;
     float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
-    float *ccolb = ddp_malloc(sizeof(float) * C->conv_col_elems(B, Cin, H, W, k, stride, pad));
-    float *gcolb = G->alloc(sizeof(float) * G->conv_plan(B, Cin, H, W, O, k, stride, pad));
+    float *ccolb =
+        ddp_malloc(sizeof(float) * C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
+    float *gcolb =
+        G->alloc(sizeof(float) * G->conv_plan(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
     float *cy = ddp_malloc(sizeof(float) * no), *gy = G->alloc(sizeof(float) * no);
     float *cdx = ddp_malloc(sizeof(float) * ni), *cdw = ddp_calloc(nw, sizeof(float));
@@ -1196,10 +1222,10 @@ static void t_conv_bf16_dnn(int B, int Cin, int H, int W, int O, int k, int stri
           *gdb = G->alloc(sizeof(float) * O);
     G->zero(gdw, nw);
     G->zero(gdb, (size_t)O);
-    C->conv2d_fwd(cy, ccolb, x, w, b, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, Cin, H, W, O, k, stride, pad);
-    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, Cin, H, W, O, k, stride, pad);
-    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, Cin, H, W, O, k, stride, pad);
+    C->conv2d_fwd(cy, ccolb, x, w, b, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_fwd(gy, gcolb, gx, gw, gb, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    C->conv2d_bwd(cdx, cdw, cdb, ccolb, dy, x, w, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
+    G->conv2d_bwd(gdx, gdw, gdb, gcolb, gdy, gx, gw, B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     const float *got[] = {gy, gdx, gdw}, *want[] = {cy, cdx, cdw};
     const size_t n[] = {no, ni, nw};
     const char *what[] = {"fwd", "bwd dinp", "bwd dw"};

@@ -1,5 +1,5 @@
 /*
- * twin_kernels.h - what src/backend/cuda.cu needs to compile as host C++ against the GPU twin
+ * twin_kernels.h - what the files of src/backend/cuda/ need to compile as host C++ against the GPU twin
  * (DDP_CUDA_TWIN): the kernel language (dim3, threadIdx..., __syncthreads, warp shuffles,
  * __shared__) and the LAUNCH macro, plus the twin's runtime and cuBLAS headers.
  *
@@ -50,7 +50,7 @@ static inline float __fmul_rn(float a, float b)
     return r;
 }
 
-/* The device clock of cuda.cu's stall clock: the host's monotonic clock, in nanoseconds. */
+/* The device clock of cuda/graph.cu's stall clock: the host's monotonic clock, in nanoseconds. */
 static inline unsigned long long globaltimer_ns(void)
 {
     struct timespec ts;
@@ -124,10 +124,10 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, cudaStream_t s, void
 
 } // namespace twin
 
-#define LAUNCH(kernel, grid, block, ...)                                                      \
-    do {                                                                                      \
-        twin::launch_kernel(#kernel, dim3(grid), dim3(block), g.stream, kernel, __VA_ARGS__); \
-        CUDA_CHECK(cudaGetLastError());                                                       \
+#define LAUNCH(kernel, grid, block, ...)                                                           \
+    do {                                                                                           \
+        twin::launch_kernel(#kernel, dim3(grid), dim3(block), g_cuda.stream, kernel, __VA_ARGS__); \
+        CUDA_CHECK(cudaGetLastError());                                                            \
     } while (0)
 
 /* Few blocks per grid-stride launch: each block is a round of fibers. */

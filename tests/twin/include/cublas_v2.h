@@ -1,5 +1,5 @@
 /*
- * cublas_v2.h (GPU twin) - the cuBLAS calls of src/backend/cuda.cu, on the twin's streams
+ * cublas_v2.h (GPU twin) - the cuBLAS calls of src/backend/cuda/, on the twin's streams
  * (tests/twin/cublas.cc: cblas underneath, queued like a kernel, operands translated and
  * bounds-checked as device memory).
  */

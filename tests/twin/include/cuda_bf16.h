@@ -1,5 +1,5 @@
 /*
- * cuda_bf16.h (GPU twin) - the bf16 type and the conversions src/backend/cuda.cu uses, with
+ * cuda_bf16.h (GPU twin) - the bf16 type and the conversions src/backend/cuda/ uses, with
  * CUDA's semantics: __float2bfloat16_rn rounds to nearest, ties to even (NaN stays a quiet
  * NaN, overflow goes to infinity); __bfloat162float is exact.
  */

@@ -1,7 +1,7 @@
 /*
  * cuda_runtime.h (GPU twin) - the subset of the CUDA runtime API that ddptrain calls, with
  * CUDA's names, types and documented semantics, implemented on the CPU by tests/twin/runtime.cc.
- * Code built against it (src/backend/cuda.cu, src/comm/comm_nccl.c, the GPU tests) runs
+ * Code built against it (src/backend/cuda/, src/comm/comm_nccl.c, the GPU tests) runs
  * unchanged; see tests/twin/README.md and docs/gpu.md for what the twin checks.
  */
 #ifndef DDP_TWIN_CUDA_RUNTIME_H

@@ -1,5 +1,5 @@
 /*
- * cudnn.h (GPU twin) - the cuDNN 9 calls of src/backend/cuda.cu (the legacy convolution API),
+ * cudnn.h (GPU twin) - the cuDNN 9 calls of src/backend/cuda/ (the legacy convolution API),
  * same names, values and signatures as cuDNN 9's headers, on the twin's streams
  * (tests/twin/cudnn.cc: the convolutions computed on the CPU, queued like a kernel, operands
  * translated and bounds-checked as device memory).

@@ -41,6 +41,16 @@
 #include "backend/cuda.h"
 #include "core/util.h"
 
+/* The table's shape and optimiser arguments, written in place (backend.h). */
+#define CONV_GEOM(C_, H_, W_, O_, k_, stride_, pad_) \
+    (&(const struct ddp_conv_geom){(C_), (H_), (W_), (O_), (k_), (stride_), (pad_)})
+#define SGD_ARGS(lr_, momentum_, wd_, nesterov_, first_)     \
+    (&(const struct ddp_optim_args){.lr = (lr_),             \
+                                    .weight_decay = (wd_),   \
+                                    .momentum = (momentum_), \
+                                    .nesterov = (nesterov_), \
+                                    .first_step = (first_)})
+
 static const struct ddp_backend *G;
 
 #define N 1024
@@ -79,7 +89,8 @@ static int missing_wait(int plant)
     cudaEventRecord(reduced, comm);
     if (!plant)
         cudaStreamWaitEvent(compute, reduced, 0);
-    G->sgd_step(p, grad, 1.0f, NULL, NULL, N, 0.25f, 0, 0, 0, 1); /* p = 1 - 0.25 * 4 = 0 */
+    G->sgd_step(p, grad, 1.0f, NULL, NULL, N,
+                SGD_ARGS(0.25f, 0, 0, 0, 1)); /* p = 1 - 0.25 * 4 = 0 */
     G->download(host, p, sizeof host);
     cudaStreamSynchronize(comm);
     return check(host, 0.0f, "parameters after the optimiser step");
@@ -264,7 +275,7 @@ static int cudnn_case(int workspace, int plant)
     }
     enum { B = 3, C = 2, H = 9, O = 4, K = 3 };
     static float hx[B * C * H * H];
-    const size_t col = G->conv_plan(B, C, H, H, O, K, 1, 1);
+    const size_t col = G->conv_plan(B, CONV_GEOM(C, H, H, O, K, 1, 1));
     float *x = G->alloc(sizeof hx), *w = G->alloc(sizeof(float) * O * C * K * K);
     float *y = G->alloc(sizeof(float) * B * O * H * H);
     float *dx = G->alloc(sizeof hx), *dw = G->alloc(sizeof(float) * O * C * K * K);
@@ -272,8 +283,8 @@ static int cudnn_case(int workspace, int plant)
     G->zero(x, sizeof hx / sizeof *hx);
     G->zero(w, (size_t)O * C * K * K);
     G->zero(dw, (size_t)O * C * K * K);
-    G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, C, H, H, O, K, 1, 1);
-    G->conv2d_bwd(dx, dw, NULL, ws, y, x, w, B, C, H, H, O, K, 1, 1);
+    G->conv2d_fwd(y, ws, !workspace && plant ? hx : x, w, NULL, B, CONV_GEOM(C, H, H, O, K, 1, 1));
+    G->conv2d_bwd(dx, dw, NULL, ws, y, x, w, B, CONV_GEOM(C, H, H, O, K, 1, 1));
     G->sync();
     printf("ok   convolution through cuDNN, forward and backward, with a %zu-float workspace\n",
            col);

@@ -164,7 +164,7 @@ for path in sys.argv[1:]:
         if not h2d or "compute" in h2d or r.get("pinned_copies", 0) < 2:
             why.append(f"batch not uploaded from page-locked memory off the compute stream: "
                        f"h2d_by_stream {h2d}, pinned_copies {r.get('pinned_copies')}")
-        # a replayed CUDA graph also takes up its step values (cuda.cu struct graph_vals, 40 B)
+        # a replayed CUDA graph also takes up its step values (cuda/internal.cuh struct graph_vals, 40 B)
         want = h2d_want + (40 if r.get("graph_launches") else 0)
         if r["h2d_bytes"] != want:
             why.append(f"{r['h2d_bytes']} bytes up, expected {want} (the batch as stored: "

@@ -1,0 +1,172 @@
+/*
+ * blas.cu - the CUDA backend's GEMMs (see internal.cuh for the parts): the bf16 operand casts
+ * and GEMMs of [train] precision = bf16 (also used by conv.cu's im2col path), and the linear
+ * layer, forward (also fused with relu) and backward, through cuBLAS (dlopen.cu's table, the
+ * handle table.cu made on the compute stream). It leaves convolutions to conv.cu and the bias
+ * and relu epilogues' kernels to elementwise.cu.
+ */
+#include "backend/cuda/internal.cuh"
+
+/* ---- bf16 operands ([train] precision = bf16) ---------------------------------------------
+ * What PyTorch autocast does for matmuls and convolutions: the GEMM operands are rounded to
+ * bf16 (round to nearest even), multiplied on the tensor cores with fp32 accumulation into an
+ * fp32 result. Everything else (weights, gradients, optimiser state, batchnorm, softmax, loss)
+ * stays fp32: the bf16 copies are scratch, made before each GEMM into BF16_SLOTS buffers that,
+ * like the workspace, grow during the first step only (outgrown ones are left allocated, never
+ * freed: see ws_get). A slot may be reused by the next GEMM: all run in order on one stream. */
+
+__global__ void k_to_bf16(__nv_bfloat16 *out, const float *x, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* The n floats at x rounded to bf16 in scratch buffer `slot` (valid until that slot's next
+ * use); queued, never waits. */
+const void *as_bf16(const float *x, size_t n, int slot)
+{
+    const size_t bytes = sizeof(__nv_bfloat16) * n;
+    if (bytes > g_cuda.bf16.bytes[slot]) {
+        size_t want = g_cuda.bf16.bytes[slot] * 2 > bytes ? g_cuda.bf16.bytes[slot] * 2 : bytes;
+        want = align256(want);
+        void *p = NULL;
+        CUDA_CHECK(cudaMalloc(&p, want));
+        g_cuda.bf16.buf[slot] = p;
+        g_cuda.bf16.bytes[slot] = want;
+    }
+    if (n) {
+        LAUNCH(k_to_bf16, blocks_for(n), THREADS, (__nv_bfloat16 *)g_cuda.bf16.buf[slot], x, n);
+    }
+    return g_cuda.bf16.buf[slot];
+}
+
+/* C (fp32, column-major) = op(A) op(B) + beta C for bf16 A and B, accumulated in fp32. */
+void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+               int lda, const void *B, int ldb, float beta, float *C, int ldc)
+{
+    const float one = 1;
+    CUBLAS_CHECK(g_cuda.blas_fn.gemm_ex(g_cuda.blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B,
+                                        CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* gemm_bf16 over `batch` matrices strideA, strideB, strideC elements apart. */
+void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                       float beta, float *C, int ldc, long long sC, int batch)
+{
+    const float one = 1;
+    CUBLAS_CHECK(g_cuda.blas_fn.gemm_strided_batched_ex(
+        g_cuda.blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb, sB, &beta,
+        C, CUDA_R_32F, ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* ---- linear ------------------------------------------------------------------------------ */
+
+/* db (O) += column sums of dout (B,O). One block per 32 features: lane l of warp r sums
+ * rows r, r + nwarps, ... of feature 32 * blockIdx.x + l (a warp reads 32 consecutive floats
+ * of a row), then the warps' partial sums are added in warp order: parallel over rows and
+ * features, and the same order of summation on every run. */
+__global__ void k_colsum_add(float *db, const float *dout, int B, int O)
+{
+    __shared__ float part[THREADS / 32][32];
+    const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int o = blockIdx.x * 32 + lane;
+    float s = 0;
+    if (o < O)
+        for (int b = r; b < B; b += nw)
+            s += dout[(size_t)b * O + o];
+    part[r][lane] = s;
+    __syncthreads();
+    if (r == 0 && o < O) {
+        float t = 0;
+        for (int i = 0; i < nw; i++)
+            t += part[i][lane];
+        db[o] += t;
+    }
+}
+
+/* out (B,O) = inp (B,C) w^T + beta out, in fp32 or on bf16 operands ([train] precision). */
+static void linear_gemm(float *out, const float *inp, const float *w, int B, int C, int O,
+                        float beta)
+{
+    if (g_cuda.bf16.on) {
+        gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, as_bf16(w, (size_t)O * C, 0), C,
+                  as_bf16(inp, (size_t)B * C, 1), C, beta, out, O);
+        return;
+    }
+    const float one = 1;
+    CUBLAS_CHECK(g_cuda.blas_fn.sgemm(g_cuda.blas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, &one, w, C,
+                                      inp, C, &beta, out, O));
+}
+
+static void cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int B,
+                            int C, int O)
+{
+    /* out (B,O) = inp (B,C) w^T + b. Column-major: out^T (O,B) = w (O,C) inp^T (C,B), where w
+     * is stored as a column-major (C,O) matrix (op T) and inp as a column-major (C,B) one. */
+    const size_t n = (size_t)B * O;
+    if (n == 0)
+        return;
+    if (b) {
+        fill_bias(out, b, n, O, 1);
+    }
+    linear_gemm(out, inp, w, B, C, O, b ? 1.0f : 0.0f);
+}
+
+/* cuda_linear_bwd's GEMMs on bf16 operands (dout cast once for both). */
+static void linear_bwd_bf16(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, int B, int C, int O)
+{
+    const void *dout16 = as_bf16(dout, (size_t)B * O, 0);
+    if (dinp)
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, as_bf16(w, (size_t)O * C, 1), C, dout16, O, 0,
+                  dinp, C);
+    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, as_bf16(inp, (size_t)B * C, 1), C, dout16, O, 1,
+              dw, C);
+}
+
+static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int B, int C, int O)
+{
+    if (B == 0)
+        return;
+    if (g_cuda.bf16.on) {
+        linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
+        if (db) {
+            LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
+        }
+        return;
+    }
+    const float one = 1, zero = 0;
+    /* dinp (B,C) = dout (B,O) w (O,C): column-major dinp^T (C,B) = w^T (C,O) dout^T (O,B) */
+    if (dinp)
+        CUBLAS_CHECK(g_cuda.blas_fn.sgemm(g_cuda.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one, w,
+                                          C, dout, O, &zero, dinp, C));
+    /* dw (O,C) += dout^T (O,B) inp (B,C): column-major dw^T (C,O) += inp^T (C,B) dout (B,O) */
+    CUBLAS_CHECK(g_cuda.blas_fn.sgemm(g_cuda.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C,
+                                      dout, O, &one, dw, C));
+    if (db) {
+        LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
+    }
+}
+
+/* linear + relu: the GEMM writes the product (beta = 0), one kernel adds the bias and clamps;
+ * separately, the bias is broadcast, the GEMM reads it back (beta = 1) and relu makes a third
+ * pass into another buffer. */
+static void cuda_linear_relu_fwd(float *out, const float *inp, const float *w, const float *b,
+                                 int B, int C, int O)
+{
+    const size_t n = (size_t)B * O;
+    if (n == 0)
+        return;
+    linear_gemm(out, inp, w, B, C, O, 0.0f);
+    bias_relu(out, b, n, O, 1);
+}
+
+/* This part's entries of the ops table. */
+void cuda_table_blas(struct ddp_backend *t)
+{
+    t->linear_fwd = cuda_linear_fwd;
+    t->linear_bwd = cuda_linear_bwd;
+    t->linear_relu_fwd = cuda_linear_relu_fwd;
+}

@@ -1,0 +1,604 @@
+/*
+ * conv_dnn.cu - the CUDA backend's conv2d through cuDNN (see internal.cuh for the parts): one
+ * plan per convolution shape, its algorithms chosen by measurement, the calls, and the report
+ * of the choices. conv.cu chooses the path and dispatches the table's conv entries here;
+ * dlopen.cu opens cuDNN into g_cuda.dnn_fn; elementwise.cu has the bias and relu epilogues.
+ *
+ * cuDNN (the legacy convolution API of cuDNN 9) is opened at run time like cuBLAS: dnn_open()
+ * dlopens the soname of the cuDNN the build was compiled against (libcudnn.so.9) when the
+ * trainer chooses the convolution path (ddp_cuda_conv_path), and every call goes through
+ * g_cuda.dnn_fn. Missing (or a build without cudnn.h, or [train] conv = im2col): conv.cu's
+ * im2col + cuBLAS runs instead. The twin build points the table at the twin's cuDNN
+ * (tests/twin/cudnn.cc); DDP_EMU_NO_CUDNN=1 makes it missing.
+ *
+ * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
+ * pad) with descriptors and, for the planned batch B, times every algorithm cuDNN has for each
+ * direction on scratch of the real shapes (cudnnFind*AlgorithmEx, as PyTorch's
+ * cudnn.benchmark) within a workspace budget (dnn_budget: about the layer's input and output
+ * size, less where the device has little free), and keeps the fastest that [train]
+ * deterministic allows, in FMA math (fp32) or any but a down-conversion (tf32 and bf16, as
+ * PyTorch's allow_tf32). The workspace is the caller's col buffer, sized by conv_plan's
+ * answer: the most the kept algorithms need, then one weight gradient's room (timing backward
+ * filter writes there, not into the accumulating dw). A call with another batch size (the last
+ * partial batch, evaluation) takes one of DNN_SLOTS - 1 further slots and times each direction
+ * at its first call on that call's own buffers, within the planned workspace; inside a graph
+ * capture, where nothing may be timed, it takes cuDNN's heuristic instead. Steady steps neither
+ * allocate nor synchronise. ddp_cuda_conv_report() lists each plan's choices for the run log
+ * and `ddptrain check`.
+ */
+#include "backend/cuda/internal.cuh"
+
+#ifdef DDP_DNN
+
+#define DNN_CHECK(call)                                                                   \
+    do {                                                                                  \
+        cudnnStatus_t s_ = (call);                                                        \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                   \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuDNN error %s", #call, \
+                       g_cuda.dnn_fn.error_string(s_));                                   \
+    } while (0)
+
+/* Workspace one convolution may plan for (bytes; the im2col path's col is 128 MiB): at most
+ * DNN_WS_MAX and this fraction of the device's free memory at model build, at least
+ * DNN_WS_MIN (dnn_budget). */
+#define DNN_WS_MAX ((size_t)256 << 20)
+#define DNN_WS_MIN ((size_t)8 << 20)
+#define DNN_WS_FREE_SHARE 8
+/* Algorithms asked of each _v7 heuristic or timed by FindEx (more than cuDNN has of any
+ * direction). */
+#define DNN_ALGOS 16
+/* Timed candidates within this fraction of the fastest count as equally fast: among them the
+ * least workspace, then the lowest algorithm number wins, so that timing noise seldom changes
+ * the choice from one run to the next (a resumed run makes the same choices). */
+#define DNN_TIE 0.10f
+/* ... or within this many milliseconds of it (convolutions of a few microseconds time with
+ * more noise than their differences). */
+#define DNN_TIE_MS 0.005f
+/* Each timed search runs this many times; an algorithm's time is its fastest. */
+#define DNN_REPEAT 3
+
+/* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
+ * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
+ * anything but a down-conversion for tf32). */
+template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int tf32)
+{
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > cap ||
+        (g_cuda.dnn.det && p.determinism != CUDNN_DETERMINISTIC))
+        return 0;
+    return tf32 ? p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                : p.mathType == CUDNN_FMA_MATH;
+}
+
+/* Index of the entry to keep from a list: of a timed (FindEx) list the fastest allowed one,
+ * ties as DNN_TIE says; of a heuristic (_v7) list, which has no times, the first allowed one
+ * whose size query ws(i) fits cap. -1 when none qualifies. */
+template <typename Perf, typename WsFn>
+static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, WsFn ws)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!dnn_allowed(p[i], cap, tf32))
+            continue;
+        if (!timed && ws(i) <= cap)
+            return i;
+        if (timed && (best < 0 || p[i].time < p[best].time))
+            best = i;
+    }
+    if (best < 0)
+        return -1;
+    int keep = best;
+    for (int i = 0; i < n; i++)
+        if (i != best && dnn_allowed(p[i], cap, tf32) &&
+            (p[i].time <= p[best].time * (1.0f + DNN_TIE) ||
+             p[i].time <= p[best].time + DNN_TIE_MS) &&
+            (p[i].memory < p[keep].memory ||
+             (p[i].memory == p[keep].memory && (int)p[i].algo < (int)p[keep].algo)))
+            keep = i;
+    return keep;
+}
+
+/* Descriptors of slot s for batch B, no algorithm chosen yet. */
+static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
+{
+    const struct conv_geom q = pl->q;
+    if (!s->x) {
+        DNN_CHECK(g_cuda.dnn_fn.create_tensor(&s->x));
+        DNN_CHECK(g_cuda.dnn_fn.create_tensor(&s->y));
+        for (int d = 0; d < DNN_DIRS; d++) {
+            DNN_CHECK(g_cuda.dnn_fn.create_conv(&s->cv[d]));
+            DNN_CHECK(g_cuda.dnn_fn.set_conv(s->cv[d], q.pad, q.pad, q.stride, q.stride, 1, 1,
+                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        }
+    }
+    DNN_CHECK(
+        g_cuda.dnn_fn.set_tensor(s->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
+    DNN_CHECK(
+        g_cuda.dnn_fn.set_tensor(s->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
+    for (int d = 0; d < DNN_DIRS; d++) {
+        DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d],
+                                         dnn_tensor_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        s->how[d] = DNN_UNCHOSEN;
+        s->ws[d] = 0;
+        s->ms[d] = 0;
+    }
+    s->B = B;
+    s->tf32 = dnn_tensor_math();
+    s->det = g_cuda.dnn.det;
+}
+
+/* The operands a timed choice runs on; each direction reads two and writes one: forward reads
+ * x and w and writes y, backward data reads w and y (as dy) and writes x (as dx), backward
+ * filter reads x and y (as dy) and writes dw. Callers pass buffers whose contents the call
+ * overwrites anyway, or scratch. */
+struct dnn_operands {
+    float *x, *w, *y, *dw;
+    void *ws;
+    size_t ws_bytes;
+};
+
+/* Keep entry p for direction d of slot s (its algorithm already stored by the caller). */
+template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const Perf &p, int timed)
+{
+    s->how[d] = timed ? DNN_MEASURED : DNN_HEURISTIC;
+    s->ms[d] = timed ? p.time : 0;
+    s->math[d] = p.mathType;
+    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], p.mathType));
+}
+
+/* The list of query(out, &n) into p (n entries); when timed, the query runs DNN_REPEAT times
+ * and each entry's time is the fastest of its runs (the same algorithm and math). */
+template <typename Perf, typename Query>
+static void dnn_list(Perf *p, int *n, int timed, Query query)
+{
+    DNN_CHECK(query(p, n));
+    for (int r = 1; timed && r < DNN_REPEAT; r++) {
+        Perf again[DNN_ALGOS];
+        int m = 0;
+        DNN_CHECK(query(again, &m));
+        for (int i = 0; i < *n; i++)
+            for (int j = 0; j < m; j++)
+                if (again[j].algo == p[i].algo && again[j].mathType == p[i].mathType &&
+                    again[j].status == CUDNN_STATUS_SUCCESS && again[j].time < p[i].time)
+                    p[i].time = again[j].time;
+    }
+}
+
+/* Choose direction d of slot s within cap: timed on o's buffers (FindEx), or from cuDNN's
+ * heuristic list when o is NULL. 0, or -1 when no algorithm qualifies. */
+static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                      const struct dnn_operands *o, size_t cap)
+{
+    const int timed = o != NULL;
+    const size_t wsb = timed ? o->ws_bytes : 0;
+    int n = 0, i;
+    size_t b = SIZE_MAX;
+    if (d == DNN_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[DNN_ALGOS];
+        dnn_list(p, &n, timed, [&](cudnnConvolutionFwdAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_fwd(g_cuda.dnn.h, s->x, o->x, pl->w, o->w, s->cv[d],
+                                                  s->y, o->y, DNN_ALGOS, m, out, o->ws, wsb)
+                         : g_cuda.dnn_fn.fwd_algos(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y,
+                                                   DNN_ALGOS, m, out);
+        });
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, p[j].algo, &b) ==
+                           CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->fwd = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(
+            g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, s->fwd, &s->ws[d]));
+    } else if (d == DNN_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[DNN_ALGOS];
+        dnn_list(p, &n, timed, [&](cudnnConvolutionBwdDataAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_bwd_data(g_cuda.dnn.h, pl->w, o->w, s->y, o->y,
+                                                       s->cv[d], s->x, o->x, DNN_ALGOS, m, out,
+                                                       o->ws, wsb)
+                         : g_cuda.dnn_fn.bwd_data_algos(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x,
+                                                        DNN_ALGOS, m, out);
+        });
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, p[j].algo,
+                                             &b) == CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->bwd_data = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, s->bwd_data,
+                                            &s->ws[d]));
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[DNN_ALGOS];
+        dnn_list(p, &n, timed, [&](cudnnConvolutionBwdFilterAlgoPerf_t *out, int *m) {
+            return timed ? g_cuda.dnn_fn.find_bwd_filter(g_cuda.dnn.h, s->x, o->x, s->y, o->y,
+                                                         s->cv[d], pl->w, o->dw, DNN_ALGOS, m, out,
+                                                         o->ws, wsb)
+                         : g_cuda.dnn_fn.bwd_filter_algos(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
+                                                          DNN_ALGOS, m, out);
+        });
+        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+            return g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w, p[j].algo,
+                                               &b) == CUDNN_STATUS_SUCCESS
+                       ? b
+                       : SIZE_MAX;
+        });
+        if (i < 0)
+            return -1;
+        s->bwd_filter = p[i].algo;
+        dnn_keep(s, d, p[i], timed);
+        DNN_CHECK(g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
+                                              s->bwd_filter, &s->ws[d]));
+    }
+    return 0;
+}
+
+static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
+{
+    return a->C == b->C && a->H == b->H && a->W == b->W && a->O == b->O && a->k == b->k &&
+           a->stride == b->stride && a->pad == b->pad;
+}
+
+static struct dnn_plan *dnn_find(const struct conv_geom *q)
+{
+    for (int i = 0; i < g_cuda.dnn.nplans; i++)
+        if (geom_eq(&g_cuda.dnn.plans[i].q, q))
+            return &g_cuda.dnn.plans[i];
+    return NULL;
+}
+
+static const char *const dnn_dir_names[DNN_DIRS] = {"forward", "backward data", "backward filter"};
+
+[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, int d)
+{
+    ddp_die("cuDNN has no %s%s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d pad %d at "
+            "batch %d within a %zu-byte workspace; set [train] conv = im2col",
+            g_cuda.dnn.det ? "deterministic " : "", dnn_dir_names[d], q->C, q->H, q->W, q->O, q->k,
+            q->stride, q->pad, B, cap);
+}
+
+/* 1 while the compute stream is being captured into a CUDA graph: nothing may be timed (or
+ * synchronised) then, so a batch size first seen in a capture takes cuDNN's heuristic. */
+static int dnn_capturing(void)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g_cuda.stream, &st) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
+
+/* Workspace budget of a new plan whose input and output take io bytes: as much as those (so
+ * that timing, on scratch of the layer's size plus this, stays below what the activations
+ * take later and adds nothing to the run's peak), at least DNN_WS_MIN, at most DNN_WS_MAX and
+ * 1/DNN_WS_FREE_SHARE of the device's free memory. */
+static size_t dnn_budget(size_t io)
+{
+    size_t cap = io < DNN_WS_MIN ? DNN_WS_MIN : io > DNN_WS_MAX ? DNN_WS_MAX : io;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return cap;
+    }
+    return free_b / DNN_WS_FREE_SHARE < cap ? free_b / DNN_WS_FREE_SHARE : cap;
+}
+
+/* One timing pass at model build: each direction of slot s (batch B) not chosen yet, timed
+ * within cap on zeroed scratch (allocated, counted and freed here). Returns the directions
+ * still without an algorithm (all of them when the scratch does not fit in device memory). */
+static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap)
+{
+    const struct conv_geom *q = &pl->q;
+    const size_t xb = align256(sizeof(float) * B * q->C * q->H * q->W);
+    const size_t yb = align256(sizeof(float) * B * q->O * q->P);
+    const size_t total = xb + yb + 2 * pl->wbytes + align256(cap);
+    char *p = NULL;
+    if (cudaMalloc((void **)&p, total) != cudaSuccess) {
+        cudaGetLastError();
+        return DNN_DIRS;
+    }
+    mem_note(p, total);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, total, g_cuda.stream));
+    const struct dnn_operands o = {(float *)p,
+                                   (float *)(p + xb),
+                                   (float *)(p + xb + pl->wbytes),
+                                   (float *)(p + xb + pl->wbytes + yb),
+                                   p + xb + yb + 2 * pl->wbytes,
+                                   cap};
+    int left = 0;
+    for (int d = 0; d < DNN_DIRS; d++)
+        if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, &o, cap) != 0)
+            left++;
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    CUDA_CHECK(cudaFree(p));
+    mem_forget(p);
+    return left;
+}
+
+/* Slot s of plan pl prepared for batch B at model build: every direction timed within cap;
+ * one that has no algorithm there is timed again within big (a deterministic algorithm may
+ * need more workspace than the layer's size), then taken from cuDNN's heuristic list. Dies
+ * when a direction has no algorithm at all. */
+static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, size_t big)
+{
+    dnn_describe(pl, s, B);
+    int left = dnn_time_pass(pl, s, B, cap);
+    if (left && big > cap)
+        left = dnn_time_pass(pl, s, B, big);
+    const size_t most = big > cap ? big : cap;
+    for (int d = 0; left && d < DNN_DIRS; d++)
+        if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, NULL, most) != 0)
+            dnn_no_algo(&pl->q, B, most, d);
+}
+
+/* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
+ * the floats of col it needs: the workspace, then room for one weight gradient. */
+size_t dnn_plan_shape(const struct conv_geom *q, int B)
+{
+    struct dnn_plan *pl = dnn_find(q);
+    if (!pl) {
+        if (g_cuda.dnn.nplans == DNN_PLANS)
+            ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
+        pl = &g_cuda.dnn.plans[g_cuda.dnn.nplans++];
+        memset(pl, 0, sizeof *pl);
+        pl->q = *q;
+        pl->wbytes = align256(sizeof(float) * q->O * q->C * q->k * q->k);
+        pl->next = 1;
+        DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
+        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C,
+                                           q->k, q->k));
+        const size_t io = sizeof(float) * B * (q->C * q->H * q->W + q->O * q->P);
+        dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io), dnn_budget(DNN_WS_MAX));
+        const struct dnn_slot *s = &pl->slot[0];
+        pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
+        pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
+        pl->cap = align256(pl->cap);
+    } else {
+        dnn_plan_build(pl, &pl->slot[0], B, pl->cap, 0); /* planned again: within its cap */
+    }
+    return (pl->cap + pl->wbytes) / sizeof(float);
+}
+
+/* The slot for a call with batch B: a prepared one, or one described now (its algorithms
+ * chosen by the call, which has the real buffers). */
+static struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
+{
+    for (int i = 0; i < DNN_SLOTS; i++) {
+        struct dnn_slot *s = &pl->slot[i];
+        if (s->B == B && s->tf32 == dnn_tensor_math() && s->det == g_cuda.dnn.det)
+            return s;
+    }
+    struct dnn_slot *s = &pl->slot[pl->next];
+    pl->next = pl->next + 1 < DNN_SLOTS ? pl->next + 1 : 1;
+    dnn_describe(pl, s, B);
+    return s;
+}
+
+/* The plan of q; dies when conv_plan never sized it. */
+static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
+{
+    struct dnn_plan *pl = dnn_find(q);
+    if (!pl)
+        ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d was not planned: the backend's "
+                "conv_plan must size col before the convolution runs (a bug)",
+                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
+    return pl;
+}
+
+/* Direction d of slot s chosen on first use: timed on o's buffers outside a graph capture,
+ * else from the heuristic list. */
+static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                       const struct dnn_operands *o)
+{
+    if (s->how[d] != DNN_UNCHOSEN)
+        return;
+    const struct dnn_operands *timed = dnn_capturing() ? NULL : o;
+    if (dnn_choose(pl, s, d, timed, pl->cap) != 0 &&
+        (!timed || dnn_choose(pl, s, d, NULL, pl->cap) != 0))
+        dnn_no_algo(&pl->q, s->B, pl->cap, d);
+}
+
+/* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
+ * y, y + splits, ... (in blocks of THREADS) of channel o; in double, in a fixed order. */
+__global__ void k_chan_partial(double *part, const float *dout, int B, int O, int P)
+{
+    const int o = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
+    const size_t n = (size_t)B * P;
+    double s = 0;
+    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x)
+        s += dout[((j / P) * O + o) * P + j % P];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[(size_t)o * splits + y] = s;
+}
+
+/* db[o] += the splits' sums of channel o, in order. */
+__global__ void k_chan_finish(float *db, const double *part, int O, int splits)
+{
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= O)
+        return;
+    double s = 0;
+    for (int y = 0; y < splits; y++)
+        s += part[(size_t)o * splits + y];
+    db[o] += (float)s;
+}
+
+/* db (O) += per-channel sums of dout (B, O, P): a deterministic two-pass reduction. */
+static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
+{
+    const size_t n = (size_t)B * P;
+    if (O <= 0 || n == 0)
+        return;
+    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
+    if (splits > BN_MAX_SPLITS)
+        splits = BN_MAX_SPLITS;
+    double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
+    dim3 grid((unsigned)O, (unsigned)splits);
+    LAUNCH(k_chan_partial, grid, THREADS, part, dout, B, O, P);
+    LAUNCH(k_chan_finish, (O + THREADS - 1) / THREADS, THREADS, db, part, O, (int)splits);
+}
+
+/* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
+ * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer. */
+void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
+                    const struct conv_geom *q, int relu)
+{
+    struct dnn_plan *pl = dnn_plan_of(q);
+    struct dnn_slot *s = dnn_slot_for(pl, B);
+    const struct dnn_operands o = {(float *)inp, (float *)w, out, NULL, col, pl->cap};
+    dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
+    const size_t n_out = (size_t)B * q->O * q->P;
+    if (b && !relu) {
+        fill_bias(out, b, n_out, q->O, q->P);
+    }
+    const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
+    DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, pl->w, w, s->cv[DNN_FWD], s->fwd,
+                                col, s->ws[DNN_FWD], &beta, s->y, out));
+    if (relu) {
+        bias_relu(out, b, n_out, q->O, q->P);
+    }
+}
+
+/* Backward filter accumulates into dw (beta 1): its timing writes the scratch that col holds
+ * after the workspace; backward data's writes dinp, which the call then overwrites. */
+void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                    const float *inp, const float *w, int B, const struct conv_geom *q)
+{
+    struct dnn_plan *pl = dnn_plan_of(q);
+    struct dnn_slot *s = dnn_slot_for(pl, B);
+    float *dw_scratch = (float *)((char *)col + pl->cap);
+    const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout,
+                                    dw_scratch,   col,        pl->cap};
+    const struct dnn_operands od = {dinp, (float *)w, (float *)dout, NULL, col, pl->cap};
+    const float one = 1, zero = 0;
+    if (db)
+        conv_bias_grad(db, dout, B, q->O, q->P);
+    dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
+    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(g_cuda.dnn.h, &one, s->x, inp, s->y, dout,
+                                       s->cv[DNN_BWD_FILTER], s->bwd_filter, col,
+                                       s->ws[DNN_BWD_FILTER], &one, pl->w, dw));
+    if (dinp) {
+        dnn_ensure(pl, s, DNN_BWD_DATA, &od);
+        DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, w, s->y, dout,
+                                         s->cv[DNN_BWD_DATA], s->bwd_data, col, s->ws[DNN_BWD_DATA],
+                                         &zero, s->x, dinp));
+    }
+}
+
+/* Open cuDNN and make its handle on the compute stream; 0, or with the reason in err -1 (not
+ * found) or -2 (found, but it does not start on this GPU). */
+int dnn_start(char *err, size_t errlen)
+{
+    if (g_cuda.dnn.h)
+        return 0;
+    if (dnn_open(err, errlen) != 0)
+        return -1;
+    cudnnHandle_t h;
+    cudnnStatus_t s = g_cuda.dnn_fn.create(&h);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        ddp_err(err, errlen, "cudnnCreate: %s", g_cuda.dnn_fn.error_string(s));
+        return -2;
+    }
+    if ((s = g_cuda.dnn_fn.set_stream(h, g_cuda.stream)) != CUDNN_STATUS_SUCCESS) {
+        ddp_err(err, errlen, "cudnnSetStream: %s", g_cuda.dnn_fn.error_string(s));
+        return -2;
+    }
+    g_cuda.dnn.h = h;
+    return 0;
+}
+
+void dnn_version(char *out, size_t len)
+{
+    char why[8];
+    if (dnn_open(why, sizeof why) != 0) {
+        snprintf(out, len, "not found");
+        return;
+    }
+    const size_t v = g_cuda.dnn_fn.get_version();
+    snprintf(out, len, "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
+}
+#else /* built without cudnn.h: im2col + cuBLAS only */
+int dnn_start(char *err, size_t errlen)
+{
+    return ddp_err(err, errlen, "this ddptrain was built without cuDNN (no cudnn.h at build time)");
+}
+void dnn_version(char *out, size_t len)
+{
+    snprintf(out, len, "not built in");
+}
+#endif
+
+#ifdef DDP_DNN
+/* cuDNN's names of the algorithms of direction d (the legacy API's enums), without prefix. */
+static const char *dnn_algo_name(int d, int algo)
+{
+    static const char *const fwd[] = {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+        "WINOGRAD",      "WINOGRAD_NONFUSED"};
+    static const char *const bwd_data[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                           "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *const bwd_filter[] = {
+        "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+    const char *const *t = d == DNN_FWD ? fwd : d == DNN_BWD_DATA ? bwd_data : bwd_filter;
+    const int n = d == DNN_FWD ? 8 : d == DNN_BWD_DATA ? 6 : 7;
+    return algo >= 0 && algo < n ? t[algo] : "?";
+}
+
+static const char *dnn_math_name(cudnnMathType_t m)
+{
+    return m == CUDNN_FMA_MATH         ? "fma"
+           : m == CUDNN_TENSOR_OP_MATH ? "tensor-op"
+           : m == CUDNN_DEFAULT_MATH   ? "default"
+                                       : "tensor-op-conversion";
+}
+
+/* One line of ddp_cuda_conv_report for slot s of plan pl into out (at most len). */
+static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s, char *out,
+                            size_t len)
+{
+    const struct conv_geom *q = &pl->q;
+    const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
+    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d, batch %d:", q->C, q->H, q->W, q->O,
+                     q->k, q->stride, q->pad, s->B);
+    for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
+        char t[32] = "heuristic";
+        if (s->how[d] == DNN_MEASURED)
+            snprintf(t, sizeof t, "%.3f ms", s->ms[d]);
+        n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
+                      s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
+                      dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
+    }
+    if (n >= 0 && (size_t)n < len)
+        snprintf(out + n, len - n, "; workspace %.1f MiB", (double)pl->cap / 1048576.0);
+}
+#endif
+
+extern "C" int ddp_cuda_conv_report(char *out, size_t len)
+{
+    int lines = 0;
+    size_t used = 0;
+    if (len)
+        out[0] = 0;
+#ifdef DDP_DNN
+    for (int i = 0; g_cuda.dnn.mode == 1 && i < g_cuda.dnn.nplans; i++)
+        for (int j = 0; j < DNN_SLOTS; j++) {
+            const struct dnn_slot *s = &g_cuda.dnn.plans[i].slot[j];
+            if (!s->B || used + 2 >= len)
+                continue;
+            if (lines++)
+                out[used++] = '\n';
+            dnn_report_slot(&g_cuda.dnn.plans[i], s, out + used, len - used);
+            used += strlen(out + used);
+        }
+#else
+    (void)used;
+#endif
+    return lines;
+}

@@ -1,0 +1,209 @@
+/*
+ * dlopen.cu - cuBLAS and cuDNN, opened when first needed (see internal.cuh for the parts).
+ *
+ * ddptrain does not link cuBLAS: the constructors of libcublas and libcublasLt take 50-70 ms at
+ * the start of every process that loads them, CPU-only runs, `ddptrain env` and `hostlist`
+ * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
+ * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
+ * backend is made, and every call goes through g_cuda.blas_fn. cuDNN (the legacy convolution
+ * API of cuDNN 9) is opened the same way by dnn_open() when the trainer chooses the
+ * convolution path (conv.cu, ddp_cuda_conv_path), into g_cuda.dnn_fn. One loader, dl_table,
+ * fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
+ * (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN missing there.
+ *
+ * It leaves the handles (table.cu, conv_dnn.cu) and every call (blas.cu, conv_dnn.cu) to
+ * others.
+ */
+#include "backend/cuda/internal.cuh"
+
+#ifndef DDP_CUDA_TWIN
+#include <dlfcn.h>
+#endif
+
+#define BLAS_STR2(x) #x
+#define BLAS_STR(x) BLAS_STR2(x)
+#define BLAS_SONAME "libcublas.so." BLAS_STR(CUBLAS_VER_MAJOR)
+
+#ifdef DDP_DNN
+#define DNN_STR2(x) #x
+#define DNN_STR(x) DNN_STR2(x)
+#define DNN_SONAME "libcudnn.so." DNN_STR(CUDNN_MAJOR)
+#endif
+
+#ifdef DDP_CUDA_TWIN
+/* The twin's cuBLAS: always there. */
+int blas_open(char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    const struct blas_api twin = {&cublasCreate,
+                                  &cublasDestroy,
+                                  &cublasSetStream,
+                                  &cublasSetMathMode,
+                                  &cublasSgemm,
+                                  &cublasSgemmStridedBatched,
+                                  &cublasGetProperty,
+                                  &cublasGetStatusName,
+                                  &cublasGetStatusString,
+                                  &cublasGemmEx,
+                                  &cublasGemmStridedBatchedEx};
+    g_cuda.blas_fn = twin;
+    return 0;
+}
+
+/* The twin's cuDNN, or missing under DDP_EMU_NO_CUDNN=1 (the fallback path's tests). */
+int dnn_open(char *err, size_t errlen)
+{
+    const char *no = getenv("DDP_EMU_NO_CUDNN");
+    if (no && strcmp(no, "1") == 0)
+        return ddp_err(err, errlen, "%s: cannot open shared object file (DDP_EMU_NO_CUDNN=1)",
+                       DNN_SONAME);
+    const struct dnn_api twin = {&cudnnGetVersion,
+                                 &cudnnGetErrorString,
+                                 &cudnnCreate,
+                                 &cudnnSetStream,
+                                 &cudnnCreateTensorDescriptor,
+                                 &cudnnSetTensor4dDescriptor,
+                                 &cudnnCreateFilterDescriptor,
+                                 &cudnnSetFilter4dDescriptor,
+                                 &cudnnCreateConvolutionDescriptor,
+                                 &cudnnSetConvolution2dDescriptor,
+                                 &cudnnSetConvolutionMathType,
+                                 &cudnnGetConvolutionForwardAlgorithm_v7,
+                                 &cudnnGetConvolutionBackwardDataAlgorithm_v7,
+                                 &cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+                                 &cudnnGetConvolutionForwardWorkspaceSize,
+                                 &cudnnGetConvolutionBackwardDataWorkspaceSize,
+                                 &cudnnGetConvolutionBackwardFilterWorkspaceSize,
+                                 &cudnnConvolutionForward,
+                                 &cudnnConvolutionBackwardData,
+                                 &cudnnConvolutionBackwardFilter,
+                                 &cudnnFindConvolutionForwardAlgorithmEx,
+                                 &cudnnFindConvolutionBackwardDataAlgorithmEx,
+                                 &cudnnFindConvolutionBackwardFilterAlgorithmEx};
+    g_cuda.dnn_fn = twin;
+    return 0;
+}
+#else
+
+/* One entry of a library table: the symbol and where its address goes in the table. */
+struct dl_sym {
+    const char *sym;
+    size_t off;
+};
+
+/* A library opened once per process: 0 not tried, 1 open, -1 failed (why says so). */
+struct dl_once {
+    int state;
+    char why[512];
+};
+
+/* dlopen soname and copy the address of each of the n symbols into table at its offset.
+ * 0; -1 when the library does not load (*detail: dlerror's text, or NULL); -2 when a symbol
+ * is missing (*detail: its name). The library stays open. */
+static int dl_table(const char *soname, const struct dl_sym *syms, size_t n, void *table,
+                    const char **detail)
+{
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        *detail = dlerror();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        void *f = dlsym(h, syms[i].sym);
+        if (!f) {
+            *detail = syms[i].sym;
+            return -2;
+        }
+        memcpy((char *)table + syms[i].off, &f, sizeof f);
+    }
+    return 0;
+}
+
+int blas_open(char *err, size_t errlen)
+{
+    static struct dl_once lib;
+    static const struct dl_sym syms[] = {
+        {"cublasCreate_v2", offsetof(blas_api, create)},
+        {"cublasDestroy_v2", offsetof(blas_api, destroy)},
+        {"cublasSetStream_v2", offsetof(blas_api, set_stream)},
+        {"cublasSetMathMode", offsetof(blas_api, set_math_mode)},
+        {"cublasSgemm_v2", offsetof(blas_api, sgemm)},
+        {"cublasSgemmStridedBatched", offsetof(blas_api, sgemm_strided_batched)},
+        {"cublasGetProperty", offsetof(blas_api, get_property)},
+        {"cublasGetStatusName", offsetof(blas_api, status_name)},
+        {"cublasGetStatusString", offsetof(blas_api, status_string)},
+        {"cublasGemmEx", offsetof(blas_api, gemm_ex)},
+        {"cublasGemmStridedBatchedEx", offsetof(blas_api, gemm_strided_batched_ex)},
+    };
+    if (lib.state == 0) {
+        const char *d = NULL;
+        const int rc =
+            dl_table(BLAS_SONAME, syms, sizeof syms / sizeof syms[0], &g_cuda.blas_fn, &d);
+        lib.state = rc == 0 ? 1 : -1;
+        if (rc == -1)
+            snprintf(lib.why, sizeof lib.why,
+                     "cannot load cuBLAS (%s): %s; install the CUDA toolkit's cuBLAS %d or add "
+                     "the directory that holds %s to LD_LIBRARY_PATH",
+                     BLAS_SONAME, d ? d : "not found", CUBLAS_VER_MAJOR, BLAS_SONAME);
+        else if (rc == -2)
+            snprintf(lib.why, sizeof lib.why,
+                     "%s has no %s: a cuBLAS other than the %d.x this build expects", BLAS_SONAME,
+                     d, CUBLAS_VER_MAJOR);
+    }
+    if (lib.state < 0)
+        return ddp_err(err, errlen, "%s", lib.why);
+    return 0;
+}
+
+#ifdef DDP_DNN
+int dnn_open(char *err, size_t errlen)
+{
+    static struct dl_once lib;
+#define DNN_SYM(f, field)            \
+    {                                \
+#f, offsetof(dnn_api, field) \
+    }
+    static const struct dl_sym syms[] = {
+        DNN_SYM(cudnnGetVersion, get_version),
+        DNN_SYM(cudnnGetErrorString, error_string),
+        DNN_SYM(cudnnCreate, create),
+        DNN_SYM(cudnnSetStream, set_stream),
+        DNN_SYM(cudnnCreateTensorDescriptor, create_tensor),
+        DNN_SYM(cudnnSetTensor4dDescriptor, set_tensor),
+        DNN_SYM(cudnnCreateFilterDescriptor, create_filter),
+        DNN_SYM(cudnnSetFilter4dDescriptor, set_filter),
+        DNN_SYM(cudnnCreateConvolutionDescriptor, create_conv),
+        DNN_SYM(cudnnSetConvolution2dDescriptor, set_conv),
+        DNN_SYM(cudnnSetConvolutionMathType, set_math),
+        DNN_SYM(cudnnGetConvolutionForwardAlgorithm_v7, fwd_algos),
+        DNN_SYM(cudnnGetConvolutionBackwardDataAlgorithm_v7, bwd_data_algos),
+        DNN_SYM(cudnnGetConvolutionBackwardFilterAlgorithm_v7, bwd_filter_algos),
+        DNN_SYM(cudnnGetConvolutionForwardWorkspaceSize, fwd_ws),
+        DNN_SYM(cudnnGetConvolutionBackwardDataWorkspaceSize, bwd_data_ws),
+        DNN_SYM(cudnnGetConvolutionBackwardFilterWorkspaceSize, bwd_filter_ws),
+        DNN_SYM(cudnnConvolutionForward, fwd),
+        DNN_SYM(cudnnConvolutionBackwardData, bwd_data),
+        DNN_SYM(cudnnConvolutionBackwardFilter, bwd_filter),
+        DNN_SYM(cudnnFindConvolutionForwardAlgorithmEx, find_fwd),
+        DNN_SYM(cudnnFindConvolutionBackwardDataAlgorithmEx, find_bwd_data),
+        DNN_SYM(cudnnFindConvolutionBackwardFilterAlgorithmEx, find_bwd_filter),
+    };
+#undef DNN_SYM
+    if (lib.state == 0) {
+        const char *d = NULL;
+        const int rc = dl_table(DNN_SONAME, syms, sizeof syms / sizeof syms[0], &g_cuda.dnn_fn, &d);
+        lib.state = rc == 0 ? 1 : -1;
+        if (rc == -1)
+            snprintf(lib.why, sizeof lib.why, "%s", d ? d : DNN_SONAME ": not found");
+        else if (rc == -2)
+            snprintf(lib.why, sizeof lib.why,
+                     "%s has no %s: a cuDNN other than the %d.x this build "
+                     "expects",
+                     DNN_SONAME, d, CUDNN_MAJOR);
+    }
+    if (lib.state < 0)
+        return ddp_err(err, errlen, "%s", lib.why);
+    return 0;
+}
+#endif
+#endif

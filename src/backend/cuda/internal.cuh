@@ -1,0 +1,428 @@
+/*
+ * internal.cuh - what the parts of the CUDA backend (src/backend/cuda/, see ../cuda.h) share:
+ * the one `struct cuda_state` they all read and write, the check and launch macros, the device
+ * helpers every reduction uses, and the functions one part offers another. Nothing outside
+ * src/backend/cuda/ includes it: the trainer sees backend.h's table and cuda.h.
+ *
+ * The parts, one translation unit each (nvcc, and the host C++ compiler against the GPU twin,
+ * tests/twin, where DDP_CUDA_TWIN is defined), each defining and launching its own kernels:
+ *   runtime.cu      the state, memory (accounting, workspace, alloc/upload/download, page-locked
+ *                   host buffers, the batch pipeline), uint8 input conversion, sync and zero
+ *   dlopen.cu       the cuBLAS and cuDNN symbol tables and the loader that fills both
+ *   blas.cu         bf16 operand casts and GEMMs, linear (+ relu) forward and backward
+ *   conv.cu         conv2d: im2col + cuBLAS; the path choice and the table's conv entries
+ *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the report
+ *   normpool.cu     batchnorm, max/avg pools, global average pool, add
+ *   elementwise.cu  bias broadcast, bias + relu epilogue, relu, dropout, scale
+ *   loss_optim.cu   softmax cross-entropy, sum of squares and clip_grad_norm, sgd and adam
+ *   graph.cu        CUDA graphs (capture, per-step values, launch) and the stall clock
+ *   table.cu        the ddp_backend table, backend creation and cuda.h's queries
+ *
+ * Correctness first: the kernels follow cpu_kernels.inc line by line (same first-maximum rule
+ * in maxpool and xent, same dropout hash, double accumulation where the CPU accumulates in
+ * double); they are simple grid-stride loops, not tuned.
+ *
+ * Dimension letters as in backend.h: B batch, C in channels, O out channels or features,
+ * H W input height and width, OH OW output, P = OH*OW, S positions per channel, K classes,
+ * CKK = C*k*k, nb samples in one conv chunk, Q = nb*P columns of a chunk's im2col matrix.
+ *
+ * Row-major on column-major cuBLAS: a row-major (r, c) matrix is a column-major (c, r) one, so
+ * each row-major product Y = A B is issued as Y^T = B^T A^T with the operands swapped.
+ *
+ * Scratch: conv keeps its im2col matrix (CKK, Q) and its gradient in the caller's col buffer
+ * (conv_col_elems); everything else an op needs on the device (conv's transposed output
+ * gradient, reduction partials, batchnorm and xent sums) lives in one workspace owned here,
+ * grown on demand during the first step (never freed: see ws_get) and kept until exit.
+ *
+ * Every launch goes through LAUNCH, and the runtime and cuBLAS headers can be swapped for the
+ * GPU twin's (tests/twin, DDP_CUDA_TWIN): ddptrain-twin runs these very files on the CPU.
+ */
+#ifndef DDP_BACKEND_CUDA_INTERNAL_CUH
+#define DDP_BACKEND_CUDA_INTERNAL_CUH
+
+#ifdef DDP_CUDA_TWIN
+#include "twin_kernels.h" /* tests/twin: the GPU twin's runtime, cuBLAS and kernel language */
+#include "cudnn.h"        /* the twin's cuDNN (tests/twin/cudnn.cc) */
+#else
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#if DDP_HAVE_CUDNN_H /* src/backend/meson.build: cudnn.h found next to the toolkit's headers */
+#include <cudnn.h>
+#endif
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda.h"
+
+extern "C" {
+#include "core/config.h" /* enum ddp_precision */
+#include "core/util.h"
+}
+
+/* cuDNN's path is built in with cudnn.h, and always on the twin. */
+#if defined(DDP_CUDA_TWIN) || DDP_HAVE_CUDNN_H
+#define DDP_DNN 1
+#endif
+
+/* ---- library tables (filled by dlopen.cu) ----------------------------------------------------
+ * cuBLAS and cuDNN are not linked: every call goes through these tables of function pointers,
+ * filled from the libraries opened with dlopen (or, on the twin, from the twin's functions). */
+
+#ifdef DDP_CUDA_TWIN
+#define V2(f) f
+#else
+#define V2(f) f##_v2
+#endif
+
+/* GemmEx and its strided-batched form, spelled out: C++ sees cuBLAS's overloads of both. */
+typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                     int, const void *, const void *, cudaDataType, int,
+                                     const void *, cudaDataType, int, const void *, void *,
+                                     cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+typedef cublasStatus_t (*gemm_strided_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                             int, int, int, const void *, const void *,
+                                             cudaDataType, int, long long, const void *,
+                                             cudaDataType, int, long long, const void *, void *,
+                                             cudaDataType, int, long long, int, cublasComputeType_t,
+                                             cublasGemmAlgo_t);
+
+struct blas_api {
+    decltype(&V2(cublasCreate)) create;
+    decltype(&V2(cublasDestroy)) destroy;
+    decltype(&V2(cublasSetStream)) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&V2(cublasSgemm)) sgemm;
+    decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+    decltype(&cublasGetProperty) get_property;
+    decltype(&cublasGetStatusName) status_name;
+    decltype(&cublasGetStatusString) status_string;
+    gemm_ex_fn gemm_ex;                         /* [train] precision = bf16 */
+    gemm_strided_ex_fn gemm_strided_batched_ex; /* [train] precision = bf16 */
+};
+
+#ifdef DDP_DNN
+struct dnn_api {
+    decltype(&cudnnGetVersion) get_version;
+    decltype(&cudnnGetErrorString) error_string;
+    decltype(&cudnnCreate) create;
+    decltype(&cudnnSetStream) set_stream;
+    decltype(&cudnnCreateTensorDescriptor) create_tensor;
+    decltype(&cudnnSetTensor4dDescriptor) set_tensor;
+    decltype(&cudnnCreateFilterDescriptor) create_filter;
+    decltype(&cudnnSetFilter4dDescriptor) set_filter;
+    decltype(&cudnnCreateConvolutionDescriptor) create_conv;
+    decltype(&cudnnSetConvolution2dDescriptor) set_conv;
+    decltype(&cudnnSetConvolutionMathType) set_math;
+    decltype(&cudnnGetConvolutionForwardAlgorithm_v7) fwd_algos;
+    decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) bwd_data_algos;
+    decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) bwd_filter_algos;
+    decltype(&cudnnGetConvolutionForwardWorkspaceSize) fwd_ws;
+    decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) bwd_data_ws;
+    decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) bwd_filter_ws;
+    decltype(&cudnnConvolutionForward) fwd;
+    decltype(&cudnnConvolutionBackwardData) bwd_data;
+    decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
+    decltype(&cudnnFindConvolutionForwardAlgorithmEx) find_fwd;
+    decltype(&cudnnFindConvolutionBackwardDataAlgorithmEx) find_bwd_data;
+    decltype(&cudnnFindConvolutionBackwardFilterAlgorithmEx) find_bwd_filter;
+};
+#endif
+
+/* ---- sizes ---------------------------------------------------------------------------------- */
+
+/* Threads per block of every kernel (a multiple of 32, as block_sum needs). */
+#define THREADS 256
+/* Most blocks of a grid-stride launch: enough to fill any current GPU several times over. */
+#ifndef MAX_BLOCKS
+#define MAX_BLOCKS 65535u
+#endif
+/* Most partial sums per channel in the batchnorm and conv bias reductions. */
+#define BN_MAX_SPLITS 64
+/* Elements one reduction block should cover before another split is worth it. */
+#define BN_ELEMS_PER_SPLIT 8192
+
+/* Device allocations whose sizes are kept for the accounting of mem_info (frees come only at
+ * the end; beyond this many live blocks a free is not subtracted from `allocated`). */
+#define MEM_BLOCKS 4096
+
+/* Batch uploads whose completion events are kept (copies_done looks no further back: the
+ * loader holds at most DDP_LOADER_MAX_SLOTS batches). */
+#define UPLOAD_RING 64
+
+/* bf16 operand scratch buffers (blas.cu). */
+#define BF16_SLOTS 3
+
+/* Convolution shapes planned at most (one per conv layer shape of the model). */
+#define DNN_PLANS 256
+/* Batch sizes planned per shape: the planned one, the last partial batch, evaluation's and
+ * its last; a fifth size replaces the oldest of the others. */
+#define DNN_SLOTS 4
+
+/* Page-locked staging slots of graph_launch, one page each (a slot is rewritten only after
+ * its event says its copy ran; the loader keeps the host far fewer steps ahead than this). */
+#define GRAPH_RING 64
+#define GRAPH_SLOT_BYTES 4096
+
+/* ---- shared types ----------------------------------------------------------------------------- */
+
+/* A convolution's shape and what follows from it (conv_geom_of in conv.cu). */
+struct conv_geom {
+    int C, H, W, O, k, stride, pad, OH, OW, P, CKK;
+};
+
+#ifdef DDP_DNN
+/* The three directions of a convolution, each with its own algorithm. */
+enum { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_DIRS };
+/* How a slot's algorithm of one direction was chosen. */
+enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED };
+
+/* Descriptors and algorithms of one cuDNN plan for one batch size. */
+struct dnn_slot {
+    int B, tf32, det; /* B 0: not prepared */
+    cudnnTensorDescriptor_t x, y;
+    cudnnConvolutionDescriptor_t cv[DNN_DIRS];
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t ws[DNN_DIRS]; /* bytes each needs */
+    int how[DNN_DIRS];   /* DNN_UNCHOSEN, DNN_HEURISTIC or DNN_MEASURED */
+    float ms[DNN_DIRS];  /* the measured time of the kept algorithm */
+    cudnnMathType_t math[DNN_DIRS];
+};
+
+/* The cuDNN plan of one convolution shape. */
+struct dnn_plan {
+    struct conv_geom q;
+    size_t cap;    /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes; /* bytes of a weight gradient: col holds them after the workspace */
+    cudnnFilterDescriptor_t w;
+    struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
+    int next;                        /* the slot (1..) a new batch size takes */
+};
+#endif
+
+/* What a captured step's kernels read instead of their scalar arguments (backend.h, graph_*):
+ * one block per graph slot (device input set), written by graph_launch on the copy stream. */
+struct graph_vals {
+    float lr, momentum;                   /* sgd */
+    int first;                            /* sgd: first step */
+    float b1, step_size, bc2_sqrt, decay; /* adam, from lr, beta1 and t as cuda_adam_step */
+    uint64_t noise;                       /* dropout: the step's seed */
+};
+
+/* ---- the state ---------------------------------------------------------------------------------
+ * Everything the backend keeps between calls, in one place: one backend per process (cuda.h),
+ * made by ddp_backend_cuda (table.cu) and never freed. Each group says which part writes it;
+ * any part may read any of it. Only the main thread touches it (cuda.h, Threads). */
+struct cuda_state {
+    /* device and compute stream (table.cu sets them once) */
+    int device = -1;   /* -1 until ddp_backend_cuda succeeds */
+    int precision = 0; /* [train] precision: enum ddp_precision (core/config.h) */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    char devname[320]; /* "NAME (sm_XY, N GiB)", ddp_cuda_device_string */
+
+    /* the workspace (runtime.cu ws_get): ws_bytes bytes of device memory */
+    void *ws;
+    size_t ws_bytes;
+
+    /* the input pipeline (runtime.cu upload_batch; table.cu creates the stream and events) */
+    cudaStream_t copy;               /* host-to-device batch copies */
+    cudaEvent_t mark[2];             /* compute work queued before upload q, at q % 2 */
+    cudaEvent_t copied[UPLOAD_RING]; /* copy q done, at q % UPLOAD_RING */
+    int64_t uploads, done;           /* copies queued; highest known complete */
+
+    /* device memory accounting (runtime.cu, backend.h mem_info) */
+    struct {
+        size_t allocated, peak; /* bytes of cuda_alloc and the workspace, now and at most */
+        int nblocks;
+        struct {
+            void *p;
+            size_t bytes;
+        } blocks[MEM_BLOCKS];
+    } mem;
+
+    /* bf16 operand scratch ([train] precision = bf16; blas.cu as_bf16) */
+    struct {
+        int on; /* [train] precision = bf16 */
+        void *buf[BF16_SLOTS];
+        size_t bytes[BF16_SLOTS];
+    } bf16;
+
+    /* cuBLAS, through dlopen (dlopen.cu blas_open fills it) */
+    struct blas_api blas_fn;
+
+#ifdef DDP_DNN
+    /* cuDNN, through dlopen (dlopen.cu dnn_open fills it) */
+    struct dnn_api dnn_fn;
+
+    /* the convolution path (conv.cu) and the cuDNN plans (conv_dnn.cu) */
+    struct {
+        int mode = -1; /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
+        int det = 1;   /* [train] deterministic: keep only deterministic algorithms */
+        cudnnHandle_t h;
+        struct dnn_plan plans[DNN_PLANS];
+        int nplans;
+    } dnn;
+#endif
+
+    /* CUDA graphs (graph.cu; the captured ops of elementwise.cu and loss_optim.cu read it) */
+    struct {
+        int capturing;
+        int slot;               /* the slot being captured */
+        struct graph_vals *dev; /* DDP_GRAPH_SLOTS device blocks */
+        char *host;             /* GRAPH_RING page-locked slots */
+        cudaEvent_t copied[GRAPH_RING];
+        cudaEvent_t used[DDP_GRAPH_SLOTS]; /* the last launch of slot s's graph, after it */
+        int64_t writes;
+        cudaGraphExec_t exec[DDP_GRAPH_SLOTS];
+        uint64_t noise;         /* the capture step's seed */
+        float adam_b2, adam_wd; /* the captured adam_step's constants */
+        int adam_decoupled;
+    } graph;
+
+    /* the ops table handed out (table.cu fills it, each part its own entries) */
+    struct ddp_backend table;
+};
+
+extern struct cuda_state g_cuda; /* runtime.cu */
+
+/* ---- checks and launches ---------------------------------------------------------------------- */
+
+#define CUDA_CHECK(call)                                                                     \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: CUDA error %s: %s", #call, \
+                       cudaGetErrorName(e_), cudaGetErrorString(e_));                        \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, "%s: cuBLAS error %s: %s", #call, \
+                       g_cuda.blas_fn.status_name(s_), g_cuda.blas_fn.status_string(s_));      \
+    } while (0)
+
+/* Every kernel launch: queued on the compute stream, a bad configuration reported at its
+ * launch site. A macro so that the GPU twin (twin_kernels.h) can run the very same kernels on
+ * the CPU. */
+#ifndef LAUNCH
+#define LAUNCH(kernel, grid, block, ...)                            \
+    do {                                                            \
+        kernel<<<(grid), (block), 0, g_cuda.stream>>>(__VA_ARGS__); \
+        CUDA_CHECK(cudaGetLastError());                             \
+    } while (0)
+#endif
+
+/* Each thread takes items i, i + (all threads), ...: neighbouring threads read neighbouring
+ * items (coalesced). The GPU twin, which runs the threads one after another, gives each thread
+ * a contiguous run instead (twin_kernels.h): the same items, each once. */
+#ifndef GRID_STRIDE
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+#endif
+
+/* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */
+
+/* Sum of v over the warp; the result is valid in lane 0. */
+template <typename T> __device__ T warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32); the result is valid in thread 0.
+ * May be called several times in one kernel. */
+template <typename T> __device__ T block_sum(T v)
+{
+    __shared__ T sh[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* a previous call may still read sh */
+    if (lane == 0)
+        sh[wid] = v;
+    __syncthreads();
+    const int nw = blockDim.x >> 5;
+    v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : T(0);
+    if (wid == 0)
+        v = warp_sum(v);
+    return v;
+}
+
+/* ddp_cpu_uniform (cpu.c), bit for bit: dropout masks match the CPU backend's. */
+static __device__ __forceinline__ double dev_uniform(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- what one part offers the others ---------------------------------------------------------- */
+
+/* runtime.cu */
+cublasMath_t math_mode(int precision); /* cuBLAS math mode for [train] precision */
+int tf32_math(void);                   /* 1 when [train] precision = tf32 */
+int dnn_tensor_math(void);             /* 1 when cuDNN may use tensor cores: tf32 and bf16 */
+void mem_note(void *p, size_t bytes);  /* count a device allocation in mem_info */
+void mem_forget(void *p);              /* a counted allocation freed */
+void *ws_get(size_t bytes);            /* the workspace, at least `bytes` large */
+size_t align256(size_t bytes);
+unsigned blocks_for(size_t n); /* blocks of a grid-stride launch over n items */
+void cuda_table_runtime(struct ddp_backend *t);
+
+/* dlopen.cu: 0 when the table is filled (once per process); -1 with one line in err */
+int blas_open(char *err, size_t errlen);
+#ifdef DDP_DNN
+int dnn_open(char *err, size_t errlen);
+#endif
+
+/* elementwise.cu */
+void fill_bias(float *out, const float *b, size_t n, int O, int inner); /* out = b broadcast */
+void bias_relu(float *out, const float *b, size_t n, int O, int inner); /* relu(out + b) */
+cudaError_t kernel_attributes(cudaFuncAttributes *fa); /* of a kernel of this build */
+void cuda_table_elementwise(struct ddp_backend *t);
+
+/* blas.cu */
+const void *as_bf16(const float *x, size_t n, int slot);
+void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+               int lda, const void *B, int ldb, float beta, float *C, int ldc);
+void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                       float beta, float *C, int ldc, long long sC, int batch);
+void cuda_table_blas(struct ddp_backend *t);
+
+/* conv.cu */
+void cuda_table_conv(struct ddp_backend *t);
+
+/* conv_dnn.cu */
+void dnn_version(char *out, size_t len); /* "9.x.y", "not found" or "not built in" */
+int dnn_start(char *err, size_t errlen); /* 0; -1 not found, -2 does not start (why in err) */
+#ifdef DDP_DNN
+size_t dnn_plan_shape(const struct conv_geom *q, int B); /* conv_plan: floats of col */
+void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
+                    const struct conv_geom *q, int relu);
+void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
+                    const float *inp, const float *w, int B, const struct conv_geom *q);
+#endif
+
+/* normpool.cu, loss_optim.cu */
+void cuda_table_normpool(struct ddp_backend *t);
+void cuda_table_loss_optim(struct ddp_backend *t);
+
+/* graph.cu */
+cudaError_t graph_setup(void); /* device blocks, staging slots and events of the graphs */
+void cuda_table_graph(struct ddp_backend *t);
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * normpool.cu - the CUDA backend's normalisation and pooling (see internal.cuh for the parts):
+ * batchnorm (per-channel sums in double by a deterministic two-pass reduction, running
+ * statistics as cpu.c, forward and backward application), max and average pools (windows of
+ * stride k), global average pool, and add (the join of a residual block). It leaves
+ * SyncBatchNorm's all-reduce of the sums to the trainer (comm/).
+ */
+#include "backend/cuda/internal.cuh"
+
+/* ---- pools ------------------------------------------------------------------------------- */
+
+__global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, size_t BC, int H,
+                              int W, int k)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * OH * OW;
+    GRID_STRIDE(o, n)
+    {
+        const size_t bc = o / ((size_t)OH * OW);
+        const int r = (int)(o % ((size_t)OH * OW));
+        const int oh = r / OW, ow = r % OW;
+        const float *x = inp + bc * H * W;
+        int best = (oh * k) * W + ow * k;
+        float m = x[best];
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                const int idx = (oh * k + i) * W + ow * k + j;
+                if (x[idx] > m) { /* strict: the first maximum wins, as PyTorch */
+                    m = x[idx];
+                    best = idx;
+                }
+            }
+        out[o] = m;
+        argmax[o] = best;
+    }
+}
+
+/* Windows do not overlap (stride k): each input pixel has at most one window, so the
+ * gradient is gathered, not scattered, and needs no atomics. */
+__global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, size_t BC,
+                              int H, int W, int k)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * H * W;
+    GRID_STRIDE(idx, n)
+    {
+        const size_t bc = idx / ((size_t)H * W);
+        const int hw = (int)(idx % ((size_t)H * W));
+        const int oh = (hw / W) / k, ow = (hw % W) / k;
+        float v = 0;
+        if (oh < OH && ow < OW) {
+            const size_t o = bc * OH * OW + (size_t)oh * OW + ow;
+            if (argmax[o] == hw)
+                v = dout[o];
+        }
+        dinp[idx] = v;
+    }
+}
+
+__global__ void k_avgpool_fwd(float *out, const float *inp, size_t BC, int H, int W, int k,
+                              float inv)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * OH * OW;
+    GRID_STRIDE(o, n)
+    {
+        const size_t bc = o / ((size_t)OH * OW);
+        const int r = (int)(o % ((size_t)OH * OW));
+        const int oh = r / OW, ow = r % OW;
+        const float *x = inp + bc * H * W;
+        float s = 0;
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++)
+                s += x[(oh * k + i) * W + ow * k + j];
+        out[o] = s * inv;
+    }
+}
+
+__global__ void k_avgpool_bwd(float *dinp, const float *dout, size_t BC, int H, int W, int k,
+                              float inv)
+{
+    const int OH = H / k, OW = W / k;
+    const size_t n = BC * H * W;
+    GRID_STRIDE(idx, n)
+    {
+        const size_t bc = idx / ((size_t)H * W);
+        const int hw = (int)(idx % ((size_t)H * W));
+        const int oh = (hw / W) / k, ow = (hw % W) / k;
+        dinp[idx] = (oh < OH && ow < OW) ? dout[bc * OH * OW + (size_t)oh * OW + ow] * inv : 0.0f;
+    }
+}
+
+static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H,
+                             int W, int k)
+{
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
+    if (!n)
+        return;
+    LAUNCH(k_maxpool_fwd, blocks_for(n), THREADS, out, argmax, inp, (size_t)B * C, H, W, k);
+}
+
+static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
+                             int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * H * W;
+    if (!n)
+        return;
+    LAUNCH(k_maxpool_bwd, blocks_for(n), THREADS, dinp, dout, argmax, (size_t)B * C, H, W, k);
+}
+
+static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
+    if (!n)
+        return;
+    const float inv = 1.0f / (float)(k * k);
+    LAUNCH(k_avgpool_fwd, blocks_for(n), THREADS, out, inp, (size_t)B * C, H, W, k, inv);
+}
+
+static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * H * W;
+    if (!n)
+        return;
+    const float inv = 1.0f / (float)(k * k);
+    LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, dinp, dout, (size_t)B * C, H, W, k, inv);
+}
+
+/* ---- global average pool, add ------------------------------------------------------------- */
+
+/* out (BC) = mean of each row of inp (BC, S): one thread per row, positions in order. */
+__global__ void k_gap_fwd(float *out, const float *inp, size_t BC, int S)
+{
+    GRID_STRIDE(r, BC)
+    {
+        const float *x = inp + r * (size_t)S;
+        float s = 0;
+        for (int i = 0; i < S; i++)
+            s += x[i];
+        out[r] = s / (float)S;
+    }
+}
+
+__global__ void k_gap_bwd(float *dinp, const float *dout, size_t n, int S)
+{
+    GRID_STRIDE(i, n) dinp[i] = dout[i / (size_t)S] / (float)S;
+}
+
+__global__ void k_add(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
+{
+    const size_t BC = (size_t)B * C;
+    if (!BC)
+        return;
+    LAUNCH(k_gap_fwd, blocks_for(BC), THREADS, out, inp, BC, S);
+}
+
+static void cuda_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    LAUNCH(k_gap_bwd, blocks_for(n), THREADS, dinp, dout, n, S);
+}
+
+static void cuda_add(float *out, const float *a, const float *b, size_t n)
+{
+    if (!n)
+        return;
+    LAUNCH(k_add, blocks_for(n), THREADS, out, a, b, n);
+}
+
+/* ---- batchnorm --------------------------------------------------------------------------- */
+
+/* Partial per-channel sums over (B, S): block (c, y) covers elements y, y + splits, ... (in
+ * blocks of THREADS) of channel c and writes part[(c * splits + y) * 2 + {0, 1}]:
+ * with b == NULL, sum a and sum a^2; else sum a and sum a*b. In double, as the CPU. */
+__global__ void k_bn_partial(double *part, const float *a, const float *b, int B, int C, int S)
+{
+    const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
+    const size_t n = (size_t)B * S;
+    double s = 0, s2 = 0;
+    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
+        const size_t bi = j / S, si = j % S;
+        const size_t off = (bi * C + c) * S + si;
+        const double v = a[off];
+        s += v;
+        s2 += b ? v * (double)b[off] : v * v;
+    }
+    s = block_sum(s);
+    s2 = block_sum(s2);
+    if (threadIdx.x == 0) {
+        part[((size_t)c * splits + y) * 2] = s;
+        part[((size_t)c * splits + y) * 2 + 1] = s2;
+    }
+}
+
+/* sums (2C+1): sums[c] = sum of the splits' first sums, sums[C + c] of the second, in order;
+ * sums[2C] = count. */
+__global__ void k_bn_finish(double *sums, const double *part, int C, int splits, double count)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c == 0)
+        sums[2 * C] = count;
+    if (c >= C)
+        return;
+    double s = 0, s2 = 0;
+    for (int y = 0; y < splits; y++) {
+        s += part[((size_t)c * splits + y) * 2];
+        s2 += part[((size_t)c * splits + y) * 2 + 1];
+    }
+    sums[c] = s;
+    sums[C + c] = s2;
+}
+
+/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) and the count B*S into the device
+ * array sums (2C+1). Never waits. */
+static void bn_reduce(double *sums, const float *a, const float *b, int B, int C, int S)
+{
+    if (C <= 0)
+        return;
+    const size_t n = (size_t)B * S;
+    if (n == 0) { /* all sums and the count 0 */
+        CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(double) * (2 * (size_t)C + 1), g_cuda.stream));
+        return;
+    }
+    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
+    if (splits > BN_MAX_SPLITS)
+        splits = BN_MAX_SPLITS;
+    double *part = (double *)ws_get(sizeof(double) * 2 * (size_t)C * splits);
+    dim3 grid((unsigned)C, (unsigned)splits);
+    LAUNCH(k_bn_partial, grid, THREADS, part, a, b, B, C, S);
+    LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits,
+           (double)n);
+}
+
+/* As cpu.c's cpu_bn_update, operation for operation (double, IEEE / and sqrt). */
+__global__ void k_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
+                            int C, double eps, double momentum)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    if (!sums) {
+        mean[c] = rm[c];
+        invstd[c] = (float)(1.0 / sqrt((double)rv[c] + eps));
+        return;
+    }
+    const double count = sums[2 * C];
+    const double mu = sums[c] / count;
+    double var = sums[C + c] / count - mu * mu;
+    if (var < 0)
+        var = 0;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt(var + eps));
+    const double unbiased = count > 1 ? var * count / (count - 1) : var;
+    rm[c] = (float)((1 - momentum) * rm[c] + momentum * mu);
+    rv[c] = (float)((1 - momentum) * rv[c] + momentum * unbiased);
+}
+
+static void cuda_bn_update(float *mean, float *invstd, float *rm, float *rv, const double *sums,
+                           int C, double eps, double momentum)
+{
+    if (C <= 0)
+        return;
+    LAUNCH(k_bn_update, (C + THREADS - 1) / THREADS, THREADS, mean, invstd, rm, rv, sums, C, eps,
+           momentum);
+}
+
+static void cuda_bn_stats(double *sums, const float *inp, int B, int C, int S)
+{
+    bn_reduce(sums, inp, NULL, B, C, S);
+}
+
+static void cuda_bn_bwd_sums(double *sums, const float *dout, const float *xhat, int B, int C,
+                             int S)
+{
+    bn_reduce(sums, dout, xhat, B, C, S);
+}
+
+__global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+                               const float *invstd, const float *gamma, const float *beta, size_t n,
+                               int C, int S)
+{
+    GRID_STRIDE(i, n)
+    {
+        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const float xh = (inp[i] - mean[c]) * invstd[c];
+        if (xhat)
+            xhat[i] = xh;
+        out[i] = gamma[c] * xh + beta[c];
+    }
+}
+
+static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+                              const float *invstd, const float *gamma, const float *beta, int B,
+                              int C, int S)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
+           S);
+}
+
+/* dbeta[c] += local[c], dgamma[c] += local[C + c] (rounded to float, as the CPU). */
+__global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *local, int C)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    dbeta[c] += (float)local[c];
+    dgamma[c] += (float)local[C + c];
+}
+
+__global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat,
+                               const float *invstd, const float *gamma, const double *global,
+                               size_t n, int C, int S)
+{
+    const double count = global[2 * C];
+    GRID_STRIDE(i, n)
+    {
+        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
+        const float f = gamma[c] * invstd[c];
+        dinp[i] = f * (dout[i] - mdy - xhat[i] * mdyx);
+    }
+}
+
+static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                              const float *xhat, const float *invstd, const float *gamma,
+                              const double *local_sums, const double *global_sums, int B, int C,
+                              int S)
+{
+    if (C <= 0)
+        return;
+    LAUNCH(k_bn_param_grads, (C + THREADS - 1) / THREADS, THREADS, dgamma, dbeta, local_sums, C);
+    const size_t n = (size_t)B * C * S;
+    if (!dinp || !n)
+        return;
+    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, xhat, invstd, gamma, global_sums, n,
+           C, S);
+}
+
+/* This part's entries of the ops table. */
+void cuda_table_normpool(struct ddp_backend *t)
+{
+    t->maxpool_fwd = cuda_maxpool_fwd;
+    t->maxpool_bwd = cuda_maxpool_bwd;
+    t->avgpool_fwd = cuda_avgpool_fwd;
+    t->avgpool_bwd = cuda_avgpool_bwd;
+    t->gap_fwd = cuda_gap_fwd;
+    t->gap_bwd = cuda_gap_bwd;
+    t->add = cuda_add;
+    t->bn_stats = cuda_bn_stats;
+    t->bn_update = cuda_bn_update;
+    t->bn_fwd_apply = cuda_bn_fwd_apply;
+    t->bn_bwd_sums = cuda_bn_bwd_sums;
+    t->bn_bwd_apply = cuda_bn_bwd_apply;
+}
