@@ -48,13 +48,13 @@ const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err,
 
 /* The convolution path of the backend: cuDNN when use_cudnn and it loads and starts (opened
  * with dlopen here, the first time), else im2col + cuBLAS. deterministic ([train]
- * deterministic): the algorithms timed at model build are only the deterministic ones. Writes
- * one line for the log: which path runs and why ("cuDNN 9.19.0 (fastest measured deterministic
- * algorithms, fp32 FMA math)", "im2col + cuBLAS ([train] conv = im2col)", "cuDNN not found
- * (...): convolutions use im2col + cuBLAS"; "" before ddp_backend_cuda succeeded). Never an
- * error. Call before the model is built (its conv_plan times the algorithms and sizes the
- * workspace for the path); without a call, cuDNN runs where it loads, deterministically.
- * Returns 1 when cuDNN runs. */
+ * deterministic): cuDNN's first deterministic algorithms in its own ranking; else the fastest
+ * of all, timed at model build. Writes one line for the log: which path runs and why ("cuDNN
+ * 9.19.0 (deterministic algorithms in cuDNN's ranking, fp32 FMA math)", "im2col + cuBLAS
+ * ([train] conv = im2col)", "cuDNN not found (...): convolutions use im2col + cuBLAS"; ""
+ * before ddp_backend_cuda succeeded). Never an error. Call before the model is built (its
+ * conv_plan chooses the algorithms and sizes the workspace for the path); without a call,
+ * cuDNN runs where it loads, deterministically. Returns 1 when cuDNN runs. */
 int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len);
 
 /* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:

@@ -338,9 +338,10 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
 #endif
     char v[32];
     dnn_version(v, sizeof v);
-    snprintf(line, len, "cuDNN %s (fastest measured %s algorithms, %s)", v,
-             deterministic ? "deterministic"
-                           : "deterministic or not ([train] deterministic = false)",
+    snprintf(line, len, "cuDNN %s (%s, %s)", v,
+             deterministic ? "deterministic algorithms in cuDNN's ranking"
+                           : "fastest measured algorithms, deterministic or not ([train] "
+                             "deterministic = false)",
              g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math on fp32 data"
              : tf32_math()                          ? "tf32 allowed"
                                                     : "fp32 FMA math");

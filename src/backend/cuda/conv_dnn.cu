@@ -12,19 +12,23 @@
  * (tests/twin/cudnn.cc); DDP_EMU_NO_CUDNN=1 makes it missing.
  *
  * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
- * pad) with descriptors and, for the planned batch B, times every algorithm cuDNN has for each
- * direction on scratch of the real shapes (cudnnFind*AlgorithmEx, as PyTorch's
- * cudnn.benchmark) within a workspace budget (dnn_budget: about the layer's input and output
- * size, less where the device has little free), and keeps the fastest that [train]
- * deterministic allows, in FMA math (fp32) or any but a down-conversion (tf32 and bf16, as
- * PyTorch's allow_tf32). The workspace is the caller's col buffer, sized by conv_plan's
- * answer: the most the kept algorithms need, then one weight gradient's room (timing backward
- * filter writes there, not into the accumulating dw). A call with another batch size (the last
- * partial batch, evaluation) takes one of DNN_SLOTS - 1 further slots and times each direction
- * at its first call on that call's own buffers, within the planned workspace; inside a graph
- * capture, where nothing may be timed, it takes cuDNN's heuristic instead. Steady steps neither
- * allocate nor synchronise. ddp_cuda_conv_report() lists each plan's choices for the run log
- * and `ddptrain check`.
+ * pad) with descriptors and, for the planned batch B, an algorithm for each direction in FMA
+ * math (fp32) or any but a down-conversion (tf32 and bf16, as PyTorch's allow_tf32):
+ *   [train] deterministic = true (the default): the first deterministic one in cuDNN's own
+ *     ranking (_v7) whose workspace fits DNN_WS_MAX. The ranking does not depend on timing,
+ *     so every process of a job, and a resumed one, computes the same bits.
+ *   deterministic = false: every algorithm, deterministic or not, timed on scratch of the real
+ *     shapes (cudnnFind*AlgorithmEx three times, as PyTorch's cudnn.benchmark) within a budget
+ *     of about the layer's input and output size (dnn_budget; 256 MiB for a direction with
+ *     nothing there); the fastest is kept, ties (DNN_TIE) to the least workspace. Two runs
+ *     may keep different algorithms where timings are close, and differ in the last bits.
+ * The workspace is the caller's col buffer, sized by conv_plan's answer: the most the kept
+ * algorithms need, then one weight gradient's room (timing backward filter writes there, not
+ * into the accumulating dw). A call with another batch size (the last partial batch,
+ * evaluation) takes one of DNN_SLOTS - 1 further slots and chooses each direction at its first
+ * call, timed on that call's own buffers within the planned workspace where timing applies
+ * (not inside a graph capture, where nothing may be timed). Steady steps neither allocate nor
+ * synchronise. ddp_cuda_conv_report() lists each plan's choices for the run log.
  */
 #include "backend/cuda/internal.cuh"
 
@@ -321,16 +325,20 @@ static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t 
     return left;
 }
 
-/* Slot s of plan pl prepared for batch B at model build: every direction timed within cap;
- * one that has no algorithm there is timed again within big (a deterministic algorithm may
- * need more workspace than the layer's size), then taken from cuDNN's heuristic list. Dies
- * when a direction has no algorithm at all. */
+/* Slot s of plan pl prepared for batch B at model build. [train] deterministic: each
+ * direction's first deterministic algorithm in cuDNN's ranking within the larger of cap and
+ * big (the same in every process, so runs and resumed runs compute the same bits). Otherwise
+ * every direction timed within cap; one that has no algorithm there is timed again within big,
+ * then taken from cuDNN's ranking. Dies when a direction has no algorithm at all. */
 static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, size_t big)
 {
     dnn_describe(pl, s, B);
-    int left = dnn_time_pass(pl, s, B, cap);
-    if (left && big > cap)
-        left = dnn_time_pass(pl, s, B, big);
+    int left = DNN_DIRS;
+    if (!g_cuda.dnn.det) {
+        left = dnn_time_pass(pl, s, B, cap);
+        if (left && big > cap)
+            left = dnn_time_pass(pl, s, B, big);
+    }
     const size_t most = big > cap ? big : cap;
     for (int d = 0; left && d < DNN_DIRS; d++)
         if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, NULL, most) != 0)
@@ -391,14 +399,14 @@ static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
     return pl;
 }
 
-/* Direction d of slot s chosen on first use: timed on o's buffers outside a graph capture,
- * else from the heuristic list. */
+/* Direction d of slot s chosen on first use: from cuDNN's ranking under [train]
+ * deterministic or inside a graph capture, else timed on o's buffers. */
 static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                        const struct dnn_operands *o)
 {
     if (s->how[d] != DNN_UNCHOSEN)
         return;
-    const struct dnn_operands *timed = dnn_capturing() ? NULL : o;
+    const struct dnn_operands *timed = g_cuda.dnn.det || dnn_capturing() ? NULL : o;
     if (dnn_choose(pl, s, d, timed, pl->cap) != 0 &&
         (!timed || dnn_choose(pl, s, d, NULL, pl->cap) != 0))
         dnn_no_algo(&pl->q, s->B, pl->cap, d);
