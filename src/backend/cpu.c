@@ -33,6 +33,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -327,16 +328,28 @@ static void *cpu_partial(int part, size_t bytes)
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
+/* Alignment of cpu_alloc's blocks (a cache line, what the vector kernels want). */
+#define CPU_ALIGN 64
+
+/* Zeroed, CPU_ALIGN-aligned memory through calloc, whose large blocks come zeroed from the
+ * kernel with no page touched: a block is paid for when it is first used, so `ddptrain check`
+ * of a large model builds it without faulting in gigabytes of activations it never computes.
+ * The block calloc returned is kept just before the aligned pointer, for cpu_free. */
 static void *cpu_alloc(size_t bytes)
 {
-    void *p = ddp_malloc_aligned(bytes);
-    memset(p, 0, bytes);
-    return p;
+    if (bytes > SIZE_MAX - CPU_ALIGN - sizeof(void *))
+        ddp_die("out of memory allocating %zu bytes", bytes);
+    char *raw = ddp_calloc(1, bytes + CPU_ALIGN + sizeof(void *));
+    const uintptr_t at =
+        ((uintptr_t)(raw + sizeof(void *)) + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1);
+    ((void **)at)[-1] = raw;
+    return (void *)at;
 }
 
 static void cpu_free(void *p)
 {
-    free(p);
+    if (p)
+        free(((void **)p)[-1]);
 }
 static void cpu_copy(void *dst, const void *src, size_t bytes)
 {
