@@ -43,23 +43,7 @@
 #define TOL 1e-6      /* normalised fp32 error, GPU vs CPU */
 #define TOL_F64 1e-10 /* relative error of double results */
 
-/* The table's shape and optimiser arguments, written in place (backend.h). */
-#define CONV_GEOM(C_, H_, W_, O_, k_, stride_, pad_) \
-    (&(const struct ddp_conv_geom){(C_), (H_), (W_), (O_), (k_), (stride_), (pad_)})
-#define SGD_ARGS(lr_, momentum_, wd_, nesterov_, first_)     \
-    (&(const struct ddp_optim_args){.lr = (lr_),             \
-                                    .weight_decay = (wd_),   \
-                                    .momentum = (momentum_), \
-                                    .nesterov = (nesterov_), \
-                                    .first_step = (first_)})
-#define ADAM_ARGS(lr_, b1_, b2_, eps_, wd_, decoupled_, t_)    \
-    (&(const struct ddp_optim_args){.lr = (lr_),               \
-                                    .weight_decay = (wd_),     \
-                                    .b1 = (b1_),               \
-                                    .b2 = (b2_),               \
-                                    .eps = (eps_),             \
-                                    .decoupled = (decoupled_), \
-                                    .t = (t_)})
+#include "backend_args.h" /* CONV_GEOM, SGD_ARGS, ADAM_ARGS */
 
 static int g_fail, g_checks;
 static const struct ddp_backend *G, *C;

@@ -41,15 +41,7 @@
 #include "backend/cuda.h"
 #include "core/util.h"
 
-/* The table's shape and optimiser arguments, written in place (backend.h). */
-#define CONV_GEOM(C_, H_, W_, O_, k_, stride_, pad_) \
-    (&(const struct ddp_conv_geom){(C_), (H_), (W_), (O_), (k_), (stride_), (pad_)})
-#define SGD_ARGS(lr_, momentum_, wd_, nesterov_, first_)     \
-    (&(const struct ddp_optim_args){.lr = (lr_),             \
-                                    .weight_decay = (wd_),   \
-                                    .momentum = (momentum_), \
-                                    .nesterov = (nesterov_), \
-                                    .first_step = (first_)})
+#include "../../gpu/backend_args.h" /* CONV_GEOM, SGD_ARGS, ADAM_ARGS */
 
 static const struct ddp_backend *G;
 
