@@ -108,9 +108,9 @@ def table(rows, dry, W):
     head = ["samples/s: ddptrain the median of its logged rates after the first log interval; "
             "PyTorch timed after its warm-up, data preloaded on the device (channels_last under "
             "bf16 for convolutional models). ddptrain / PyTorch: the faster of graph off and on. "
-            "conv: ddptrain's convolution path (cuDNN det = cuDNN with measured deterministic "
-            "algorithms; cuDNN any = the fastest, deterministic or not: [train] deterministic = "
-            "false). Peak MiB: device memory allocated by the framework (ddptrain "
+            "conv: ddptrain's convolution path (cuDNN det = cuDNN's deterministic algorithms in "
+            "its own ranking, the default; cuDNN any = the fastest measured, deterministic or "
+            "not: [train] deterministic = false). Peak MiB: device memory allocated by the framework (ddptrain "
             "gpu_mem_peak_bytes; torch.cuda.max_memory_allocated less the preloaded data); "
             "- = not run."]
     head.insert(0, versions(W))

@@ -52,8 +52,8 @@
  * direction). */
 #define DNN_ALGOS 16
 /* Timed candidates within this fraction of the fastest count as equally fast: among them the
- * least workspace, then the lowest algorithm number wins, so that timing noise seldom changes
- * the choice from one run to the next (a resumed run makes the same choices). */
+ * least workspace, then the lowest algorithm number wins (less memory, and fewer choices that
+ * timing noise changes from one run to the next). */
 #define DNN_TIE 0.10f
 /* ... or within this many milliseconds of it (convolutions of a few microseconds time with
  * more noise than their differences). */
@@ -63,7 +63,7 @@
 
 /* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
  * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
- * anything but a down-conversion for tf32). */
+ * anything but a down-conversion for tf32 and bf16). */
 template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int tf32)
 {
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > cap ||
