@@ -30,6 +30,7 @@ const void *as_bf16(const float *x, size_t n, int slot)
         want = align256(want);
         void *p = NULL;
         CUDA_CHECK(cudaMalloc(&p, want));
+        mem_note(p, want); /* in gpu_mem_peak_bytes like every allocation */
         g_cuda.bf16.buf[slot] = p;
         g_cuda.bf16.bytes[slot] = want;
     }

@@ -36,6 +36,8 @@ cudaError_t graph_setup(void)
     cudaError_t e =
         cudaMalloc((void **)&g_cuda.graph.dev, DDP_GRAPH_SLOTS * sizeof(struct graph_vals));
     if (e == cudaSuccess)
+        mem_note(g_cuda.graph.dev, DDP_GRAPH_SLOTS * sizeof(struct graph_vals));
+    if (e == cudaSuccess)
         e = cudaHostAlloc((void **)&g_cuda.graph.host, (size_t)GRAPH_RING * GRAPH_SLOT_BYTES,
                           cudaHostAllocDefault);
     for (int i = 0; i < GRAPH_RING && e == cudaSuccess; i++)
