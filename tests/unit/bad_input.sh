@@ -59,7 +59,8 @@ case_() {
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
     # options that check does not take)
-    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ]; then
+    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
+        [ "$job" != report ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -311,6 +312,36 @@ DEADLINE=10 case_ "init weights from a FIFO" 3 "fifo.in: is a FIFO; expected an 
     good.ini --set model.init=fifo.in
 DEADLINE=10 case_ "eval checkpoint is a FIFO" 3 "fifo.in: is a FIFO" eval good.ini \
     --checkpoint fifo.in
+# `ddptrain report RUN_DIR` reads RUN_DIR/metrics.jsonl: only a regular file, bounded
+mkdir -p run-fifo run-zero run-dir/metrics.jsonl run-long run-nul run-sparse run-torn
+mkfifo run-fifo/metrics.jsonl
+ln -s /dev/zero run-zero/metrics.jsonl
+DEADLINE=10 case_ "report: metrics.jsonl a FIFO" 3 \
+    "run-fifo/metrics.jsonl: is a FIFO, not a metrics file" report run-fifo
+DEADLINE=10 case_ "report: metrics.jsonl is /dev/zero" 3 \
+    "run-zero/metrics.jsonl: is a character device, not a metrics file" report run-zero
+DEADLINE=10 case_ "report: metrics.jsonl a directory" 3 \
+    "run-dir/metrics.jsonl: is a directory, not a metrics file" report run-dir
+rec='{"kind":"train","step":1,"loss":1.5}'
+{ echo "$rec"; printf '{"kind":"train","pad":"'; head -c 2000000 /dev/zero | tr '\0' a
+  echo '"}'; } > run-long/metrics.jsonl
+DEADLINE=10 case_ "report: a line over 1 MiB" 3 \
+    "run-long/metrics.jsonl:2: line longer than 1 MiB" report run-long
+# a NUL would end the text that the JSON parser sees and hide what follows it
+{ echo "$rec"; printf '%s\0{"x\n' "$rec"; echo "$rec"; } > run-nul/metrics.jsonl
+DEADLINE=10 case_ "report: NUL byte in a line" 3 \
+    "run-nul/metrics.jsonl:2: NUL byte at column 37" report run-nul
+truncate -s 64G run-sparse/metrics.jsonl
+DEADLINE=10 case_ "report: 64 GiB of zeros" 3 \
+    "run-sparse/metrics.jsonl:1: line longer than 1 MiB" report run-sparse
+# the zeros a crash can leave at the end of an appended file are a torn last line: skipped
+{ echo "$rec"; head -c 4096 /dev/zero; } > run-torn/metrics.jsonl
+if timeout -k 5 10 "$DDPTRAIN" report run-torn >/dev/null 2>&1 && [ -s run-torn/report.html ]
+then
+    pass=$((pass + 1)); echo "ok   report: zeros at the end skipped"
+else
+    fail=$((fail + 1)); echo "FAIL report: zeros at the end of metrics.jsonl not skipped"
+fi
 base_job | sed 's/^layers = .*/layers = flatten, linear(100000000)/' > bad-wide.ini
 case_ "layer beyond its limit" 2 "linear: width 100000000 exceeds the limit 1048576 (2^20)" \
     bad-wide.ini
