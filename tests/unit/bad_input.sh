@@ -190,6 +190,16 @@ case_ "normalize: odd count" 2 "\-\-set data.normalize: 3 numbers; expected as m
     good.ini --set "data.normalize=0.5, 0.2, 0.1"
 case_ "normalize: std 0" 2 "\-\-set data.normalize: standard deviation 0 of channel 0" \
     good.ini --set "data.normalize=0.5, 0"
+# a std that float32 makes 0 or subnormal, or a mean beyond float32, turns every input to inf
+case_ "normalize: std 0 in float32" 2 \
+    "\-\-set data.normalize: standard deviation 1e-300 of channel 0; expected a normal float32" \
+    good.ini --set "data.normalize=0.5, 1e-300"
+case_ "normalize: std subnormal in float32" 2 \
+    "\-\-set data.normalize: standard deviation 1e-45 of channel 0; expected a normal float32" \
+    good.ini --set "data.normalize=0.5, 1e-45"
+case_ "normalize: mean beyond float32" 2 \
+    "\-\-set data.normalize: mean 1e+300 of channel 0; expected a finite float32" \
+    good.ini --set "data.normalize=1e300, 0.5"
 case_ "normalize: not a number" 2 "\-\-set data.normalize: 'x' is not a number" \
     good.ini --set "data.normalize=x, 1"
 case_ "normalize: channels of the data" 2 \
@@ -233,6 +243,11 @@ case_ "milestones not epochs" 2 "\-\-set optim.milestones: 'two' is not an epoch
     good.ini --set optim.schedule=multistep --set optim.milestones=two
 case_ "onecycle with warmup" 2 "\-\-set optim.warmup_epochs: onecycle has its own warmup" \
     good.ini --set optim.schedule=onecycle --set optim.warmup_epochs=1
+# 64 samples in batches of 8: 8 steps; pct_start x 8 = 1 ends the warmup at step 0, where
+# OneCycleLR divides by zero (lr NaN from the first step); 0.1 and 0.05 are as torch has them
+case_ "onecycle warmup ending at step 0" 2 \
+    "\-\-set optim.pct_start: 0.125 of 8 steps ends onecycle's warmup at step 0 .*above 0.125" \
+    good.ini --set optim.schedule=onecycle --set optim.pct_start=0.125
 case_ "pct_start 0" 2 "\-\-set optim.pct_start: 0 is out of range" good.ini --set optim.pct_start=0
 case_ "div_factor below 1" 2 "\-\-set optim.div_factor: 0.5 is out of range" \
     good.ini --set optim.div_factor=0.5
