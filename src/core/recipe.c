@@ -4,6 +4,7 @@
  */
 #include "core/recipe.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,10 +137,19 @@ static int parse_normalize(struct ddp_job *job, char *err, size_t errlen)
                        "%s: %d numbers; expected as many means as standard "
                        "deviations (one pair per channel)",
                        where, n);
+    /* the batch is normalised in float32 as (x - mean) / std: a std that float32 makes 0 or
+     * subnormal, or a mean beyond its range, turns every input into inf or NaN */
     for (int c = 0; c < n / 2; c++) {
-        if (!(v[n / 2 + c] > 0))
-            return ddp_err(err, errlen, "%s: standard deviation %g of channel %d; expected > 0",
-                           where, v[n / 2 + c], c);
+        double sd = v[n / 2 + c];
+        if (!(sd >= FLT_MIN && sd <= FLT_MAX))
+            return ddp_err(err, errlen,
+                           "%s: standard deviation %g of channel %d; expected a normal float32, "
+                           "%g (FLT_MIN) to %g",
+                           where, sd, c, (double)FLT_MIN, (double)FLT_MAX);
+        if (!(fabs(v[c]) <= FLT_MAX))
+            return ddp_err(err, errlen,
+                           "%s: mean %g of channel %d; expected a finite float32, -%g to %g", where,
+                           v[c], c, (double)FLT_MAX, (double)FLT_MAX);
         job->norm_mean[c] = (float)v[c];
         job->norm_std[c] = (float)v[n / 2 + c];
     }

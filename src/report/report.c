@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "nn/weights.h"
@@ -19,7 +20,10 @@
 
 #define LINE_MAX_BYTES (1 << 20) /* one metrics line; ddptrain writes < 8 KiB */
 #define JOB_MAX_BYTES (1 << 20)  /* job.ini shown in the page */
-#define RUNS_MAX 64              /* directories overlaid in one page */
+/* all of metrics.jsonl: a train record is < 1 KiB, one per log_every steps, so 256 MiB is
+ * some 25 million steps at the default log_every; more would not fit in memory as parsed */
+#define METRICS_MAX_BYTES (256 << 20)
+#define RUNS_MAX 64 /* directories overlaid in one page */
 
 struct run {
     const char *dir;
@@ -30,10 +34,21 @@ struct run {
 
 /* ---- reading -------------------------------------------------------------------------- */
 
+/* path opened for reading when it is a regular file; NULL otherwise, with *kind naming what
+ * it is ("FIFO", "directory", ...): a FIFO would block for good and /dev/zero never ends. */
+static FILE *open_regular(const char *path, const char **kind)
+{
+    int fd = ddp_open_regular(path, kind);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
+    return f;
+}
+
 /* The whole of path (at most max bytes) as a string; NULL when it cannot be read. */
 static char *slurp(const char *path, size_t max)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular(path, NULL);
     if (!f)
         return NULL;
     char *buf = ddp_malloc(max + 1);
@@ -43,13 +58,62 @@ static char *slurp(const char *path, size_t max)
     return buf;
 }
 
+/* One line of f into buf (cap bytes), newline kept, NUL-terminated. Returns its length in
+ * bytes, 0 at the end of the file, -1 when it does not fit (the rest of the line unread).
+ * *nul gets the offset of its first NUL byte, or -1: the parser would stop there. */
+static long read_line(FILE *f, char *buf, size_t cap, long *nul)
+{
+    size_t n = 0;
+    int c = 0;
+    *nul = -1;
+    while (c != '\n' && (c = getc(f)) != EOF) {
+        if (n + 1 >= cap)
+            return -1;
+        if (c == '\0' && *nul < 0)
+            *nul = (long)n;
+        buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    return (long)n;
+}
+
+/* One metrics line as a record into r; 1 when it is not one but may be skipped (a torn last
+ * line of a killed run, or the zeros a crash can leave at the end of an appended file). */
+static int add_record(struct run *r, int *cap, const char *line, long len, long nul,
+                      const char *path, int lineno, char *err, size_t errlen)
+{
+    if (strspn(line, " \t\r\n") == (size_t)len)
+        return 0;
+    char why[160] = "";
+    struct ddp_json *v = nul < 0 ? ddp_json_parse(line, why, sizeof why) : NULL;
+    if (!v || v->type != DDP_JSON_OBJ) {
+        ddp_json_free(v);
+        if (line[len - 1] != '\n') /* only the last line can lack one */
+            return 1;
+        if (nul >= 0)
+            return ddp_err(err, errlen, "%s:%d: NUL byte at column %ld; not a metrics record", path,
+                           lineno, nul + 1);
+        return ddp_err(err, errlen, "%s:%d: not a metrics record: %s", path, lineno,
+                       v ? "not an object" : why);
+    }
+    if (r->n == *cap)
+        r->rec = ddp_realloc(r->rec, sizeof *r->rec * (size_t)(*cap = *cap ? *cap * 2 : 256));
+    r->rec[r->n++] = v;
+    return 0;
+}
+
 static int load_run(struct run *r, const char *dir, char *err, size_t errlen)
 {
     char path[DDP_PATH_MAX + 32];
     memset(r, 0, sizeof *r);
     r->dir = dir;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r");
+    const char *kind = "file";
+    FILE *f = open_regular(path, &kind);
+    if (!f && strcmp(kind, "file") != 0)
+        return ddp_err(err, errlen,
+                       "%s: is a %s, not a metrics file; give a run directory (its [job] output)",
+                       path, kind);
     if (!f)
         return ddp_err(err, errlen,
                        "%s: cannot read: %s; give a run directory (its [job] "
@@ -57,25 +121,20 @@ static int load_run(struct run *r, const char *dir, char *err, size_t errlen)
                        path, strerror(errno));
     char *line = ddp_malloc(LINE_MAX_BYTES);
     int cap = 0, lineno = 0, rc = 0;
-    while (fgets(line, LINE_MAX_BYTES, f)) {
+    long len, nul;
+    size_t total = 0;
+    while (!rc && (len = read_line(f, line, LINE_MAX_BYTES, &nul)) != 0) {
         lineno++;
-        if (strspn(line, " \t\r\n") == strlen(line))
-            continue;
-        char why[160];
-        struct ddp_json *v = ddp_json_parse(line, why, sizeof why);
-        if (!v || v->type != DDP_JSON_OBJ) { /* a torn last line of a killed run is skipped */
-            ddp_json_free(v);
-            if (!feof(f) && strchr(line, '\n')) {
-                rc = ddp_err(err, errlen, "%s:%d: not a metrics record: %s", path, lineno,
-                             v ? "not an object" : why);
-                break;
-            }
-            continue;
-        }
-        if (r->n == cap)
-            r->rec = ddp_realloc(r->rec, sizeof *r->rec * (size_t)(cap = cap ? cap * 2 : 256));
-        r->rec[r->n++] = v;
+        if (len < 0)
+            rc = ddp_err(err, errlen, "%s:%d: line longer than %d MiB; not a metrics record", path,
+                         lineno, LINE_MAX_BYTES >> 20);
+        else if ((total += (size_t)len) > METRICS_MAX_BYTES)
+            rc = ddp_err(err, errlen, "%s: larger than %d MiB; not the metrics of one run", path,
+                         METRICS_MAX_BYTES >> 20);
+        else
+            rc = add_record(r, &cap, line, len, nul, path, lineno, err, errlen) < 0;
     }
+    rc = rc ? -1 : 0;
     fclose(f);
     free(line);
     snprintf(path, sizeof path, "%s/job.ini", dir);

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/util.h"
+
 void ddp_optim_init(struct ddp_optim *o, const struct ddp_backend *be, const struct ddp_job *job,
                     size_t nparams, int world_size)
 {
@@ -68,13 +70,21 @@ static double anneal_cos(double start, double end, double pct)
     return end + (start - end) / 2.0 * (cos(M_PI * pct) + 1);
 }
 
+/* The step at which OneCycleLR's first phase ends, as torch computes it: a float, negative
+ * when pct_start x total < 1 (then there is no warmup and phase 2 holds from step 0). */
+static double onecycle_end1(double pct_start, int64_t total_steps)
+{
+    return pct_start * (double)total_steps - 1;
+}
+
 /* OneCycleLR (two phases) at step: phase 1 ends at pct_start * total - 1, phase 2 at total - 1;
  * f(start, end, pct) of the phase the step is in, as torch's get_lr. */
 static double onecycle_at(const struct ddp_optim *o, int64_t step, int64_t steps_per_epoch,
                           double v1_start, double v1_end, double v2_end)
 {
     double total = (double)(o->epochs * steps_per_epoch);
-    double end1 = o->pct_start * total - 1, end2 = total - 1, s = (double)step;
+    double end1 = onecycle_end1(o->pct_start, o->epochs * steps_per_epoch), end2 = total - 1,
+           s = (double)step;
     if (s <= end1)
         return anneal_cos(v1_start, v1_end, s / end1);
     return anneal_cos(v1_end, v2_end, (s - end1) / (end2 - end1));
@@ -83,6 +93,22 @@ static double onecycle_at(const struct ddp_optim *o, int64_t step, int64_t steps
 double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step)
 {
     return onecycle_at(o, step, o->steps_per_epoch, 0.95, 0.85, 0.95);
+}
+
+int ddp_optim_check_schedule(const struct ddp_job *job, int64_t steps_per_epoch, char *err,
+                             size_t errlen)
+{
+    int64_t total = job->epochs * steps_per_epoch;
+    char where[DDP_PATH_MAX + 64];
+    /* step 0 <= end1 = 0 puts it in phase 1, whose length end1 - 0 is the divisor */
+    if (job->schedule != DDP_SCHEDULE_ONECYCLE || onecycle_end1(job->pct_start, total) != 0)
+        return 0;
+    return ddp_err(err, errlen,
+                   "%s: %g of %lld steps ends onecycle's warmup at step 0 (pct_start x steps - "
+                   "1), where OneCycleLR divides by zero; expected pct_start above %g (a warmup "
+                   "of more than one step)",
+                   ddp_job_where(job, "optim", "pct_start", where, sizeof where), job->pct_start,
+                   (long long)total, 1.0 / (double)total);
 }
 
 double ddp_optim_lr(const struct ddp_optim *o, int64_t epoch, int64_t step, int64_t steps_per_epoch)

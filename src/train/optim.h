@@ -75,4 +75,11 @@ void ddp_optim_scalars(const struct ddp_optim *o, double lr, struct ddp_graph_sc
 /* onecycle: the momentum (sgd) or beta1 (adam) at global step `step` (0-based). */
 double ddp_optim_onecycle_momentum(const struct ddp_optim *o, int64_t step);
 
+/* The schedule against the job's length, once steps_per_epoch is known (check and run call
+ * it alike): onecycle refuses a pct_start whose warmup ends exactly at step 0 (pct_start x
+ * total = 1), where torch's OneCycleLR divides by zero and lr would be NaN from the first
+ * step. Returns 0, or -1 with one line naming [optim] pct_start in err. */
+int ddp_optim_check_schedule(const struct ddp_job *job, int64_t steps_per_epoch, char *err,
+                             size_t errlen);
+
 #endif

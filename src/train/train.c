@@ -1404,6 +1404,11 @@ static int run_training(struct trainer *t, double t_setup)
                      (long long)job->batch_size, w->world_size);
         return DDP_EXIT_USAGE;
     }
+    if (ddp_optim_check_schedule(job, t->steps_per_epoch, err, sizeof err) != 0) {
+        if (w->rank == 0)
+            ddp_warn("%s", err);
+        return DDP_EXIT_USAGE;
+    }
     if (t->args.mode == DDP_RUN_CHECK)
         return check_summary(t, &start, t_setup);
     rc = agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);

@@ -59,7 +59,8 @@ case_() {
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
     # options that check does not take)
-    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ]; then
+    if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
+        [ "$job" != report ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -189,6 +190,16 @@ case_ "normalize: odd count" 2 "\-\-set data.normalize: 3 numbers; expected as m
     good.ini --set "data.normalize=0.5, 0.2, 0.1"
 case_ "normalize: std 0" 2 "\-\-set data.normalize: standard deviation 0 of channel 0" \
     good.ini --set "data.normalize=0.5, 0"
+# a std that float32 makes 0 or subnormal, or a mean beyond float32, turns every input to inf
+case_ "normalize: std 0 in float32" 2 \
+    "\-\-set data.normalize: standard deviation 1e-300 of channel 0; expected a normal float32" \
+    good.ini --set "data.normalize=0.5, 1e-300"
+case_ "normalize: std subnormal in float32" 2 \
+    "\-\-set data.normalize: standard deviation 1e-45 of channel 0; expected a normal float32" \
+    good.ini --set "data.normalize=0.5, 1e-45"
+case_ "normalize: mean beyond float32" 2 \
+    "\-\-set data.normalize: mean 1e+300 of channel 0; expected a finite float32" \
+    good.ini --set "data.normalize=1e300, 0.5"
 case_ "normalize: not a number" 2 "\-\-set data.normalize: 'x' is not a number" \
     good.ini --set "data.normalize=x, 1"
 case_ "normalize: channels of the data" 2 \
@@ -232,6 +243,11 @@ case_ "milestones not epochs" 2 "\-\-set optim.milestones: 'two' is not an epoch
     good.ini --set optim.schedule=multistep --set optim.milestones=two
 case_ "onecycle with warmup" 2 "\-\-set optim.warmup_epochs: onecycle has its own warmup" \
     good.ini --set optim.schedule=onecycle --set optim.warmup_epochs=1
+# 64 samples in batches of 8: 8 steps; pct_start x 8 = 1 ends the warmup at step 0, where
+# OneCycleLR divides by zero (lr NaN from the first step); 0.1 and 0.05 are as torch has them
+case_ "onecycle warmup ending at step 0" 2 \
+    "\-\-set optim.pct_start: 0.125 of 8 steps ends onecycle's warmup at step 0 .*above 0.125" \
+    good.ini --set optim.schedule=onecycle --set optim.pct_start=0.125
 case_ "pct_start 0" 2 "\-\-set optim.pct_start: 0 is out of range" good.ini --set optim.pct_start=0
 case_ "div_factor below 1" 2 "\-\-set optim.div_factor: 0.5 is out of range" \
     good.ini --set optim.div_factor=0.5
@@ -311,6 +327,36 @@ DEADLINE=10 case_ "init weights from a FIFO" 3 "fifo.in: is a FIFO; expected an 
     good.ini --set model.init=fifo.in
 DEADLINE=10 case_ "eval checkpoint is a FIFO" 3 "fifo.in: is a FIFO" eval good.ini \
     --checkpoint fifo.in
+# `ddptrain report RUN_DIR` reads RUN_DIR/metrics.jsonl: only a regular file, bounded
+mkdir -p run-fifo run-zero run-dir/metrics.jsonl run-long run-nul run-sparse run-torn
+mkfifo run-fifo/metrics.jsonl
+ln -s /dev/zero run-zero/metrics.jsonl
+DEADLINE=10 case_ "report: metrics.jsonl a FIFO" 3 \
+    "run-fifo/metrics.jsonl: is a FIFO, not a metrics file" report run-fifo
+DEADLINE=10 case_ "report: metrics.jsonl is /dev/zero" 3 \
+    "run-zero/metrics.jsonl: is a character device, not a metrics file" report run-zero
+DEADLINE=10 case_ "report: metrics.jsonl a directory" 3 \
+    "run-dir/metrics.jsonl: is a directory, not a metrics file" report run-dir
+rec='{"kind":"train","step":1,"loss":1.5}'
+{ echo "$rec"; printf '{"kind":"train","pad":"'; head -c 2000000 /dev/zero | tr '\0' a
+  echo '"}'; } > run-long/metrics.jsonl
+DEADLINE=10 case_ "report: a line over 1 MiB" 3 \
+    "run-long/metrics.jsonl:2: line longer than 1 MiB" report run-long
+# a NUL would end the text that the JSON parser sees and hide what follows it
+{ echo "$rec"; printf '%s\0{"x\n' "$rec"; echo "$rec"; } > run-nul/metrics.jsonl
+DEADLINE=10 case_ "report: NUL byte in a line" 3 \
+    "run-nul/metrics.jsonl:2: NUL byte at column 37" report run-nul
+truncate -s 64G run-sparse/metrics.jsonl
+DEADLINE=10 case_ "report: 64 GiB of zeros" 3 \
+    "run-sparse/metrics.jsonl:1: line longer than 1 MiB" report run-sparse
+# the zeros a crash can leave at the end of an appended file are a torn last line: skipped
+{ echo "$rec"; head -c 4096 /dev/zero; } > run-torn/metrics.jsonl
+if timeout -k 5 10 "$DDPTRAIN" report run-torn >/dev/null 2>&1 && [ -s run-torn/report.html ]
+then
+    pass=$((pass + 1)); echo "ok   report: zeros at the end skipped"
+else
+    fail=$((fail + 1)); echo "FAIL report: zeros at the end of metrics.jsonl not skipped"
+fi
 base_job | sed 's/^layers = .*/layers = flatten, linear(100000000)/' > bad-wide.ini
 case_ "layer beyond its limit" 2 "linear: width 100000000 exceeds the limit 1048576 (2^20)" \
     bad-wide.ini
