@@ -1,6 +1,8 @@
 /*
- * model.c - layer-list parsing, shape inference, the flat parameter layout, PyTorch's default
- * initialisation, and forward/backward through the backend table. See model.h.
+ * model.c - the model from its layer list: shape inference, the flat parameter layout, the
+ * memory estimate, buffers, and PyTorch's default initialisation. Parsing the list is
+ * model_parse.c's, running it (forward, backward, description, diagnosis) model_run.c's.
+ * See model.h.
  *
  * Dimension letters: B batch, C H W channels/height/width, D features, K classes, S spatial.
  */
@@ -16,28 +18,7 @@
 #include "core/rng.h"
 #include "core/suggest.h"
 #include "core/util.h"
-
-/* ---- parsing ---------------------------------------------------------------------------- */
-
-#define ITEM_MAX 128 /* characters of one layer item, e.g. "conv2d(64, 5, stride=1, pad=2)" */
-#define POS_MAX 32   /* "3.2.1.4.1": a layer's position, for messages */
-
-/* The parseable kinds run from DDP_LAYER_FLATTEN to DDP_LAYER_RESIDUAL. */
-#define KIND_LAST DDP_LAYER_RESIDUAL
-
-static const char *kind_name(enum ddp_layer_kind k)
-{
-    static const char *names[] = {"flatten",       "linear",   "relu",           "conv2d",
-                                  "maxpool",       "avgpool",  "dropout",        "batchnorm",
-                                  "globalavgpool", "residual", "end of residual"};
-    _Static_assert(sizeof names / sizeof names[0] == DDP_LAYER_RESIDUAL_END + 1,
-                   "one name per layer kind");
-    return names[k];
-}
-
-/* Largest width, channel count, kernel, stride, pad or window: keeps every product of two
- * of them far inside the int arguments of the kernels. */
-#define LAYER_ARG_MAX (1 << 20)
+#include "nn/model_impl.h"
 
 /* Largest side of a sample (the dataset's limit too). Also the largest product of the strides
  * and pool windows along a residual body, which becomes its projection shortcut's stride: past
@@ -53,389 +34,9 @@ static const char *kind_name(enum ddp_layer_kind k)
  * C * k * k inputs per output) with int. */
 #define LAYER_WEIGHTS_MAX ((size_t)INT_MAX)
 
-/* What positional argument i of a layer kind means, for messages. */
-static const char *arg_name(enum ddp_layer_kind k, int i)
-{
-    static const char *conv[] = {"output channels", "kernel size", "stride", "pad"};
-    if (k == DDP_LAYER_LINEAR)
-        return "width";
-    if (k == DDP_LAYER_CONV2D && i < 4)
-        return conv[i];
-    if (k == DDP_LAYER_MAXPOOL || k == DDP_LAYER_AVGPOOL)
-        return "window";
-    return "argument";
-}
-
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
-/* " did you mean 'linear'?" for an unknown layer name, or "". */
-static const char *near_layer(const char *name)
-{
-    static char hint[48];
-    const char *names[KIND_LAST + 1];
-    for (int k = DDP_LAYER_FLATTEN; k <= KIND_LAST; k++)
-        names[k] = kind_name((enum ddp_layer_kind)k);
-    const char *near = ddp_suggest(name, names, KIND_LAST + 1);
-    hint[0] = '\0';
-    if (near)
-        snprintf(hint, sizeof hint, " did you mean '%s'?", near);
-    return hint;
-}
-
-/* Positional arguments of layer `pos` must be whole numbers, >= 1 (pad: >= 0), and within
- * LAYER_ARG_MAX, which the message names. */
-static int check_whole_args(const double *a, int npos, enum ddp_layer_kind kind, const char *pos,
-                            const char *orig, char *err, size_t errlen)
-{
-    for (int i = 0; i < npos; i++) {
-        if (a[i] != floor(a[i]) || a[i] < (i >= 3 ? 0 : 1))
-            return ddp_err(err, errlen, "layer %s '%s': argument %d must be a whole number >= %d",
-                           pos, orig, i + 1, i >= 3 ? 0 : 1);
-        if (a[i] > LAYER_ARG_MAX)
-            return ddp_err(err, errlen, "layer %s '%s': %s: %s %.0f exceeds the limit %d (2^20)",
-                           pos, orig, kind_name(kind), arg_name(kind, i), a[i], LAYER_ARG_MAX);
-    }
-    return 0;
-}
-
-static const char *const LAYERS_USAGE =
-    "expected flatten, linear(n[, bias=false]), relu, conv2d(out, k[, stride=s, pad=p, "
-    "bias=false]), maxpool(k), avgpool(k), globalavgpool, batchnorm, dropout(p) or "
-    "residual(layers...)";
-
-/* bias=true|false of conv2d and linear into spec. */
-static int parse_bias(const char *val, const char *pos, const char *orig,
-                      struct ddp_layer_spec *spec, char *err, size_t errlen)
-{
-    char v[16];
-    snprintf(v, sizeof v, "%s", val);
-    char *t = trim(v);
-    if (spec->kind != DDP_LAYER_CONV2D && spec->kind != DDP_LAYER_LINEAR)
-        return ddp_err(err, errlen,
-                       "layer %s '%s': unknown argument 'bias'; only conv2d and linear take "
-                       "bias=false",
-                       pos, orig);
-    if (strcmp(t, "false") == 0)
-        spec->nobias = 1;
-    else if (strcmp(t, "true") == 0)
-        spec->nobias = 0;
-    else
-        return ddp_err(err, errlen, "layer %s '%s': bias must be true or false, not '%s'", pos,
-                       orig, t);
-    return 0;
-}
-
-/* One name=value argument of a layer into spec; *has_kw is set. */
-static int parse_kwarg(char *tok, char *eq, const char *pos, const char *orig,
-                       struct ddp_layer_spec *spec, char *err, size_t errlen)
-{
-    *eq = '\0';
-    char *key = trim(tok);
-    double v;
-    if (strcmp(key, "bias") == 0)
-        return parse_bias(eq + 1, pos, orig, spec, err, errlen);
-    int known = spec->kind == DDP_LAYER_CONV2D && (!strcmp(key, "stride") || !strcmp(key, "pad"));
-    if (!known)
-        return ddp_err(err, errlen, "layer %s '%s': unknown argument '%s'; %s", pos, orig, key,
-                       LAYERS_USAGE);
-    if (ddp_parse_f64(eq + 1, &v) != 0 || v != floor(v) || v < 0)
-        return ddp_err(err, errlen, "layer %s '%s': %s needs a whole number", pos, orig, key);
-    if (v > LAYER_ARG_MAX)
-        return ddp_err(err, errlen, "layer %s '%s': %s %.0f exceeds the limit %d (2^20)", pos, orig,
-                       key, v, LAYER_ARG_MAX);
-    if (strcmp(key, "stride") == 0)
-        spec->stride = (int)v;
-    else
-        spec->pad = (int)v;
-    return 0;
-}
-
-/* A layer's arguments (the text between its parentheses): up to 4 positional numbers into
- * pos_args (*npos of them), then name=value arguments (stride=, pad=, bias=) into spec. pos,
- * orig: the layer's place and text, for messages. */
-static int parse_args(char *args, const char *pos, const char *orig, struct ddp_layer_spec *spec,
-                      double pos_args[4], int *npos, char *err, size_t errlen)
-{
-    int has_kw = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(args, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        tok = trim(tok);
-        char *eq = strchr(tok, '=');
-        double v;
-        if (eq) {
-            if (parse_kwarg(tok, eq, pos, orig, spec, err, errlen) != 0)
-                return -1;
-            has_kw = 1;
-            continue;
-        }
-        if (has_kw)
-            return ddp_err(err, errlen,
-                           "layer %s '%s': positional argument after a name=value argument", pos,
-                           orig);
-        if (*npos == 4 || ddp_parse_f64(tok, &v) != 0)
-            return ddp_err(err, errlen, "layer %s '%s': '%s' is not a number; %s", pos, orig, tok,
-                           LAYERS_USAGE);
-        pos_args[(*npos)++] = v;
-    }
-    return 0;
-}
-
-/* Positional arguments a layer kind takes: [*lo, *hi]. */
-static void arg_counts(enum ddp_layer_kind kind, int *lo, int *hi)
-{
-    *lo = *hi = 0;
-    if (kind == DDP_LAYER_CONV2D) {
-        *lo = 2;
-        *hi = 4;
-    } else if (kind == DDP_LAYER_LINEAR || kind == DDP_LAYER_MAXPOOL || kind == DDP_LAYER_AVGPOOL ||
-               kind == DDP_LAYER_DROPOUT)
-        *lo = *hi = 1;
-}
-
-/* The positional arguments (checked for count and range) into spec. */
-static int apply_args(struct ddp_layer_spec *spec, const double *a, int npos, const char *pos,
-                      const char *orig, char *err, size_t errlen)
-{
-    int want_min, want_max;
-    arg_counts(spec->kind, &want_min, &want_max);
-    if (npos < want_min || npos > want_max)
-        return ddp_err(err, errlen, "layer %s '%s': %s takes %d%s argument%s, got %d; %s", pos,
-                       orig, kind_name(spec->kind), want_min, want_max > want_min ? " or more" : "",
-                       want_max == 1 ? "" : "s", npos, LAYERS_USAGE);
-    if (spec->kind != DDP_LAYER_DROPOUT &&
-        check_whole_args(a, npos, spec->kind, pos, orig, err, errlen) != 0)
-        return -1;
-    switch (spec->kind) {
-    case DDP_LAYER_LINEAR:
-        spec->n = (int)a[0];
-        break;
-    case DDP_LAYER_CONV2D:
-        spec->n = (int)a[0];
-        spec->k = (int)a[1];
-        if (npos > 2)
-            spec->stride = (int)a[2];
-        if (npos > 3)
-            spec->pad = (int)a[3];
-        if (spec->stride < 1)
-            return ddp_err(err, errlen, "layer %s '%s': stride must be >= 1", pos, orig);
-        break;
-    case DDP_LAYER_MAXPOOL:
-    case DDP_LAYER_AVGPOOL:
-        spec->k = (int)a[0];
-        break;
-    case DDP_LAYER_DROPOUT:
-        if (!(a[0] >= 0 && a[0] < 1))
-            return ddp_err(err, errlen, "layer %s '%s': dropout probability must be in [0, 1)", pos,
-                           orig);
-        spec->p = (float)a[0];
-        break;
-    default:
-        break;
-    }
-    return 0;
-}
-
-/* Parse "name" or "name(args)" into spec. pos: "3" or "3.2" (inside a block), for messages. */
-static int parse_item(char *item, const char *pos, struct ddp_layer_spec *spec, char *err,
-                      size_t errlen)
-{
-    char orig[ITEM_MAX];
-    snprintf(orig, sizeof orig, "%s", item);
-    memset(spec, 0, sizeof *spec);
-    char *open = strchr(item, '(');
-    char *args = NULL;
-    if (open) {
-        char *close = strrchr(item, ')');
-        if (!close || close < open || *trim(close + 1) != '\0')
-            return ddp_err(err, errlen, "layer %s '%s': unbalanced parentheses; %s", pos, orig,
-                           LAYERS_USAGE);
-        *open = '\0';
-        *close = '\0';
-        args = open + 1;
-    }
-    char *name = trim(item);
-    for (char *p = name; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    int kind = -1;
-    for (int k = DDP_LAYER_FLATTEN; k < KIND_LAST; k++)
-        if (strcmp(name, kind_name((enum ddp_layer_kind)k)) == 0)
-            kind = k;
-    if (kind < 0)
-        return ddp_err(err, errlen, "layer %s '%s': unknown layer;%s %s", pos, orig,
-                       near_layer(name), LAYERS_USAGE);
-    spec->kind = (enum ddp_layer_kind)kind;
-    spec->stride = 1;
-
-    /* arguments: positional numbers, then name=value */
-    double pos_args[4];
-    int npos = 0;
-    if (args && parse_args(args, pos, orig, spec, pos_args, &npos, err, errlen) != 0)
-        return -1;
-    return apply_args(spec, pos_args, npos, pos, orig, err, errlen);
-}
-
-/* Where parse_list writes: the specs, how many, the limit, the nesting depth. */
-struct parse_out {
-    struct ddp_layer_spec *specs;
-    int count, max, depth;
-};
-
-static int parse_list(const char *text, const char *where, struct parse_out *o, char *err,
-                      size_t errlen);
-
-/* "residual(...)" at item text t (trimmed, lower-cased prefix checked by the caller): the
- * block's spec, its body's (parse_list, one level deeper), the closing spec. */
-static int parse_residual(const char *t, const char *pos, struct parse_out *o, char *err,
-                          size_t errlen)
-{
-    const char *open = strchr(t, '(');
-    const char *close = strrchr(t, ')');
-    char orig[40];
-    snprintf(orig, sizeof orig, "%.32s%s", t, strlen(t) > 32 ? "..." : "");
-    if (!open || !close || close < open)
-        return ddp_err(err, errlen,
-                       "layer %s '%s': unbalanced parentheses; expected residual(layers...)", pos,
-                       orig);
-    for (const char *p = close + 1; *p; p++)
-        if (!isspace((unsigned char)*p))
-            return ddp_err(err, errlen,
-                           "layer %s '%s': text after residual(...)'s ')'; put a comma before "
-                           "the next layer",
-                           pos, orig);
-    for (const char *p = open + 1; p < close; p++)
-        if (!isspace((unsigned char)*p))
-            goto nonempty;
-    return ddp_err(err, errlen,
-                   "layer %s '%s': residual block with an empty body; put its layers inside, "
-                   "e.g. residual(conv2d(16, 3, pad=1), batchnorm, relu)",
-                   pos, orig);
-nonempty:
-    if (o->depth == DDP_MODEL_NEST_MAX)
-        return ddp_err(err, errlen,
-                       "layer %s: residual blocks nested more than %d deep; flatten the nesting",
-                       pos, DDP_MODEL_NEST_MAX);
-    if (o->count + 2 > o->max)
-        return ddp_err(err, errlen, "more than %d layers", o->max);
-    memset(&o->specs[o->count], 0, sizeof o->specs[0]);
-    o->specs[o->count++].kind = DDP_LAYER_RESIDUAL;
-    size_t n = (size_t)(close - open - 1);
-    char *inner = ddp_malloc(n + 1);
-    memcpy(inner, open + 1, n);
-    inner[n] = '\0';
-    o->depth++;
-    int rc = parse_list(inner, pos, o, err, errlen);
-    o->depth--;
-    free(inner);
-    if (rc != 0)
-        return -1;
-    if (o->count == o->max)
-        return ddp_err(err, errlen, "more than %d layers", o->max);
-    memset(&o->specs[o->count], 0, sizeof o->specs[0]);
-    o->specs[o->count++].kind = DDP_LAYER_RESIDUAL_END;
-    return 0;
-}
-
-/* One item of a list: a residual block or a plain layer. */
-static int parse_one(const char *start, size_t n, const char *pos, struct parse_out *o, char *err,
-                     size_t errlen)
-{
-    while (n > 0 && isspace((unsigned char)*start)) {
-        start++;
-        n--;
-    }
-    char head[16];
-    size_t hn = n < sizeof head - 1 ? n : sizeof head - 1;
-    memcpy(head, start, hn);
-    head[hn] = '\0';
-    char *h = trim(head);
-    for (char *p = h; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    if (strncmp(h, "residual", 8) == 0 && (h[8] == '(' || isspace((unsigned char)h[8]))) {
-        char *t = ddp_malloc(n + 1);
-        memcpy(t, start, n);
-        t[n] = '\0';
-        int rc = parse_residual(trim(t), pos, o, err, errlen);
-        free(t);
-        return rc;
-    }
-    char item[ITEM_MAX];
-    if (n >= sizeof item)
-        return ddp_err(err, errlen, "layer %s: longer than %d characters", pos, ITEM_MAX - 1);
-    memcpy(item, start, n);
-    item[n] = '\0';
-    if (o->count == o->max)
-        return ddp_err(err, errlen, "more than %d layers", o->max);
-    return parse_item(trim(item), pos, &o->specs[o->count++], err, errlen);
-}
-
-/* A comma-separated list (the layers, or a block's body); where: the block's position ("" at
- * the top), for messages. */
-static int parse_list(const char *text, const char *where, struct parse_out *o, char *err,
-                      size_t errlen)
-{
-    int items = 0, depth = 0;
-    const char *start = text;
-    char pos[POS_MAX];
-    for (const char *p = text;; p++) {
-        if (*p == '(')
-            depth++;
-        else if (*p == ')')
-            depth--;
-        snprintf(pos, sizeof pos, "%s%s%d", where, *where ? "." : "", items + 1);
-        if (depth < 0)
-            return ddp_err(err, errlen, "layer %s: ')' without '('; remove it or add its '('", pos);
-        if ((*p == ',' && depth == 0) || *p == '\0') {
-            size_t n = (size_t)(p - start);
-            int blank = 1;
-            for (size_t i = 0; i < n && blank; i++)
-                blank = isspace((unsigned char)start[i]) != 0;
-            if (blank) {
-                if (*p == '\0' && items > 0 && depth == 0)
-                    break; /* trailing comma */
-                if (*p == '\0' && depth != 0)
-                    break; /* reported below */
-                return ddp_err(err, errlen, "layer %s: empty item; remove the extra comma", pos);
-            }
-            if (*p == '\0' && depth != 0)
-                break;
-            if (parse_one(start, n, pos, o, err, errlen) != 0)
-                return -1;
-            items++;
-            start = p + 1;
-        }
-        if (*p == '\0')
-            break;
-    }
-    if (depth != 0)
-        return ddp_err(err, errlen,
-                       "unbalanced parentheses: %d '(' without its ')'; close every layer's "
-                       "arguments and every residual(...)",
-                       depth);
-    return 0;
-}
-
-int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
-                    size_t errlen)
-{
-    struct parse_out o = {specs, 0, max, 0};
-    if (parse_list(text, "", &o, err, errlen) != 0)
-        return -1;
-    if (o.count == 0)
-        return ddp_err(err, errlen, "no layers; expected e.g. flatten, linear(10)");
-    return o.count;
-}
-
 /* ---- construction ----------------------------------------------------------------------- */
 
-static void shape_str(int ndim, const int *d, char *buf, size_t len)
+void model_shape_str(int ndim, const int *d, char *buf, size_t len)
 {
     if (ndim == 1)
         snprintf(buf, len, "(%d)", d[0]);
@@ -463,7 +64,7 @@ static void add_tensor(struct ddp_model *m, const char *layer, const char *what,
 }
 
 /* "conv2d(64, 5)" for messages. */
-static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
+void model_layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
 {
     switch (s->kind) {
     case DDP_LAYER_LINEAR:
@@ -474,13 +75,13 @@ static void layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
         break;
     case DDP_LAYER_MAXPOOL:
     case DDP_LAYER_AVGPOOL:
-        snprintf(buf, len, "%s(%d)", kind_name(s->kind), s->k);
+        snprintf(buf, len, "%s(%d)", model_kind_name(s->kind), s->k);
         break;
     case DDP_LAYER_DROPOUT:
         snprintf(buf, len, "dropout(%g)", (double)s->p);
         break;
     default:
-        snprintf(buf, len, "%s", kind_name(s->kind));
+        snprintf(buf, len, "%s", model_kind_name(s->kind));
         break;
     }
 }
@@ -538,7 +139,7 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
                        "and optimiser state (%s in all) but this machine has %s available (%s); "
                        "make the layers narrower",
                        m->nparams, ddp_fmt_bytes(params, need, sizeof need), all, have, which);
-    layer_str(&m->layers[worst].spec, what, sizeof what);
+    model_layer_str(&m->layers[worst].spec, what, sizeof what);
     return ddp_err(err, errlen,
                    "layer %s %s: its outputs for a batch of %d need %s (the model "
                    "%s in all) but this machine has %s available (%s); lower [data] batch_size "
@@ -548,7 +149,7 @@ static int check_memory(const struct ddp_model *m, int max_batch, char *err, siz
 }
 
 /* The shape of conv layer l. */
-static struct ddp_conv_geom conv_geom(const struct ddp_layer *l)
+struct ddp_conv_geom model_conv_geom(const struct ddp_layer *l)
 {
     const struct ddp_conv_geom g = {l->ishape[0], l->ishape[1],   l->ishape[2], l->spec.n,
                                     l->spec.k,    l->spec.stride, l->spec.pad};
@@ -559,7 +160,7 @@ static struct ddp_conv_geom conv_geom(const struct ddp_layer *l)
  * algorithms chosen and their workspace sized here, at build) or its im2col size. */
 static size_t conv_scratch(const struct ddp_backend *be, const struct ddp_layer *l, int max_batch)
 {
-    const struct ddp_conv_geom g = conv_geom(l);
+    const struct ddp_conv_geom g = model_conv_geom(l);
     if (be->conv_plan)
         return be->conv_plan(max_batch, &g);
     return be->conv_col_elems(max_batch, &g);
@@ -635,10 +236,10 @@ static int layer_shape(const struct ddp_layer *l, int *ndim, int d[3], const cha
     case DDP_LAYER_AVGPOOL:
         if (*ndim != 3)
             return ddp_err(err, errlen, "layer %s %s(%d): input %s is not (C, H, W)", pos,
-                           kind_name(s->kind), s->k, shp);
+                           model_kind_name(s->kind), s->k, shp);
         if (s->k > d[1] || s->k > d[2])
             return ddp_err(err, errlen, "layer %s %s(%d): window larger than input %s", pos,
-                           kind_name(s->kind), s->k, shp);
+                           model_kind_name(s->kind), s->k, shp);
         d[1] /= s->k;
         d[2] /= s->k;
         break;
@@ -693,7 +294,7 @@ static int param_sizes(struct ddp_layer *l, char *err, size_t errlen)
     size_t used = 0;
     for (int i = 0; i < nf && used < sizeof prod; i++)
         used += (size_t)snprintf(prod + used, sizeof prod - used, "%s%zu", i ? " x " : "", f[i]);
-    layer_str(&l->spec, what, sizeof what);
+    model_layer_str(&l->spec, what, sizeof what);
     return ddp_err(err, errlen,
                    "layer %s %s: its weights (%s) need %s values, more than %zu (2^31 - 1); "
                    "make the layer narrower%s",
@@ -877,8 +478,8 @@ static int shape_elems(int ndim, const int *d, size_t *n)
 static int check_output(struct ddp_layer *l, int max_batch, char *err, size_t errlen)
 {
     char what[64], out[64];
-    layer_str(&l->spec, what, sizeof what);
-    shape_str(l->out_ndim, l->oshape, out, sizeof out);
+    model_layer_str(&l->spec, what, sizeof what);
+    model_shape_str(l->out_ndim, l->oshape, out, sizeof out);
     if (shape_elems(l->out_ndim, l->oshape, &l->out_elems) != 0 || l->out_elems > SAMPLE_ELEMS_MAX)
         return ddp_err(err, errlen,
                        "layer %s %s: its output %s holds more than %zu (2^28) values per "
@@ -913,7 +514,7 @@ static int add_layer(struct builder *b, const struct ddp_layer_spec *s, const ch
     l->in_ndim = ndim;
     memcpy(l->ishape, d, sizeof d);
     l->in_elems = in < 0 ? m->in_elems : m->layers[in].out_elems;
-    shape_str(ndim, d, shp, sizeof shp);
+    model_shape_str(ndim, d, shp, sizeof shp);
     if (layer_shape(l, &ndim, d, shp, err, errlen) != 0)
         return -1;
     l->out_ndim = ndim;
@@ -963,8 +564,8 @@ static int close_block(struct builder *b, char *err, size_t errlen)
                (ndim == 1 || (d[1] == body->oshape[1] && d[2] == body->oshape[2]));
     int body_last = b->cur, short_last = f->src;
     char in[48], out[48], name[DDP_MODEL_NAME_MAX], pos[POS_MAX + 16];
-    shape_str(ndim, d, in, sizeof in);
-    shape_str(body->out_ndim, body->oshape, out, sizeof out);
+    model_shape_str(ndim, d, in, sizeof in);
+    model_shape_str(body->out_ndim, body->oshape, out, sizeof out);
     if (!same) {
         int s = (int)f->stride; /* at most SAMPLE_DIM_MAX (grow_stride) */
         if (ndim != 3 || body->out_ndim != 3)
@@ -1162,368 +763,4 @@ void ddp_model_init(struct ddp_model *m, uint64_t seed)
     m->be->upload(m->buffers, b, sizeof(float) * m->nbuffers);
     free(p);
     free(b);
-}
-
-/* ---- forward / backward ----------------------------------------------------------------- */
-
-#define BN_EPS 1e-5
-#define BN_MOMENTUM 0.1
-
-/* Channels and positions per channel of a batchnorm input: (C,H,W) -> C, H*W; (D) -> D, 1. */
-static void bn_dims(const struct ddp_layer *l, int *C, int *S)
-{
-    *C = l->ishape[0];
-    *S = l->in_ndim == 3 ? l->ishape[1] * l->ishape[2] : 1;
-}
-
-/* Batchnorm forward. The statistics stay in backend memory from the reduction through the
- * SyncBatchNorm all-reduce (sync_sums) to mean, invstd and the running statistics: on a GPU
- * no host round trip. */
-static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x, int B, int train)
-{
-    const struct ddp_backend *be = m->be;
-    int C, S;
-    bn_dims(l, &C, &S);
-    float *gamma = m->params + l->w_off, *beta = m->params + l->b_off;
-    float *rm = m->buffers + l->rm_off, *rv = m->buffers + l->rv_off;
-    if (!train) {
-        be->bn_update(l->mean, l->invstd, rm, rv, NULL, C, BN_EPS, BN_MOMENTUM);
-        be->bn_fwd_apply(l->out, NULL, x, l->mean, l->invstd, gamma, beta, B, C, S);
-        return;
-    }
-    double *sums = l->sums; /* [0,2C): sum, sumsq; [2C]: count */
-    be->bn_stats(sums, x, B, C, S);
-    if (m->sync_sums)
-        m->sync_sums(m->sync_ctx, sums, 2 * (size_t)C + 1);
-    be->bn_update(l->mean, l->invstd, rm, rv, sums, C, BN_EPS, BN_MOMENTUM);
-    l->num_batches_tracked++;
-    be->bn_fwd_apply(l->out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
-}
-
-/* Spatial positions per channel of a (C,H,W) layer input. */
-static int spatial(const struct ddp_layer *l)
-{
-    return l->ishape[1] * l->ishape[2];
-}
-
-/* The output of layer i, or the model's input x for i = -1 (what in and in2 name). */
-static const float *value_of(const struct ddp_model *m, int i, const float *x)
-{
-    return i < 0 ? x : m->layers[i].out;
-}
-
-/* Layer i of the forward pass on the model's input x (B, in_elems of layer 0). */
-static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int train,
-                          uint64_t noise_seed)
-{
-    const struct ddp_backend *be = m->be;
-    struct ddp_layer *l = &m->layers[i];
-    const struct ddp_layer_spec *s = &l->spec;
-    const float *inp = value_of(m, l->in, x);
-    float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
-    size_t n = (size_t)B * l->out_elems;
-    switch (s->kind) {
-    case DDP_LAYER_FLATTEN:
-        l->out = (float *)inp;
-        break;
-    case DDP_LAYER_LINEAR:
-        if (l->fused == 1)
-            be->linear_relu_fwd(m->layers[i + 1].out, inp, w, b, B, l->ishape[0], l->oshape[0]);
-        else
-            be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
-        break;
-    case DDP_LAYER_RELU:
-        if (l->fused != 2)
-            be->relu_fwd(l->out, inp, n);
-        break;
-    case DDP_LAYER_CONV2D: {
-        const struct ddp_conv_geom g = conv_geom(l);
-        (l->fused == 1 ? be->conv2d_relu_fwd : be->conv2d_fwd)(
-            l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, &g);
-        break;
-    }
-    case DDP_LAYER_MAXPOOL:
-        be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
-        break;
-    case DDP_LAYER_AVGPOOL:
-        be->avgpool_fwd(l->out, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
-        break;
-    case DDP_LAYER_GLOBALAVGPOOL:
-        be->gap_fwd(l->out, inp, B, l->ishape[0], spatial(l));
-        break;
-    case DDP_LAYER_DROPOUT:
-        if (train && s->p > 0)
-            be->dropout_fwd(l->out, l->aux, inp, n, s->p,
-                            noise_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1)));
-        else
-            be->upload(l->out, inp, sizeof(float) * n);
-        break;
-    case DDP_LAYER_BATCHNORM:
-        bn_forward(m, l, inp, B, train);
-        break;
-    case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
-        be->add(l->out, inp, value_of(m, l->in2, x), n);
-        break;
-    case DDP_LAYER_RESIDUAL_END:
-        break;
-    }
-}
-
-const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
-                               uint64_t noise_seed)
-{
-    for (int i = 0; i < m->nlayers; i++)
-        layer_forward(m, i, x, B, train, noise_seed);
-    return m->layers[m->nlayers - 1].out;
-}
-
-float *ddp_model_dlogits(struct ddp_model *m)
-{
-    return m->layers[m->nlayers - 1].dout;
-}
-
-/* Where layer src's gradient goes: NULL when not needed (src below `first`, the first layer
- * with parameters), the scratch when it is to be added (acc), else src's dout. */
-static float *grad_dest(struct ddp_model *m, int src, int acc, int first)
-{
-    if (src < first)
-        return NULL;
-    return acc ? m->gtmp : m->layers[src].dout;
-}
-
-/* After a backward that wrote into the scratch: add it to src's dout. */
-static void grad_add(struct ddp_model *m, int src, const float *dest, int B)
-{
-    if (dest && dest == m->gtmp) {
-        float *d = m->layers[src].dout;
-        m->be->add(d, d, m->gtmp, (size_t)B * m->layers[src].out_elems);
-    }
-}
-
-static void bn_backward(struct ddp_model *m, struct ddp_layer *l, float *dinp, int B)
-{
-    int C, S;
-    bn_dims(l, &C, &S);
-    double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
-    m->be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
-    m->be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
-    if (m->sync_sums)
-        m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
-    m->be->bn_bwd_apply(dinp, m->grads + l->w_off, m->grads + l->b_off, l->dout, l->aux, l->invstd,
-                        m->params + l->w_off, local, global, B, C, S);
-}
-
-/* The join's gradient goes unchanged to both of its inputs. */
-static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B, int first)
-{
-    const size_t n = (size_t)B * l->out_elems;
-    const int src[2] = {l->in, l->in2}, acc[2] = {l->acc, l->acc2};
-    for (int k = 0; k < 2; k++) {
-        if (src[k] < first)
-            continue;
-        float *d = m->layers[src[k]].dout;
-        if (acc[k])
-            m->be->add(d, d, l->dout, n);
-        else
-            m->be->upload(d, l->dout, sizeof(float) * n);
-    }
-}
-
-/* Layer i of the backward pass: parameter gradients added, the input's gradient into dinp
- * (NULL: not needed). */
-static void layer_backward(struct ddp_model *m, int i, const float *inp, float *dinp, int B)
-{
-    const struct ddp_backend *be = m->be;
-    struct ddp_layer *l = &m->layers[i];
-    const struct ddp_layer_spec *s = &l->spec;
-    float *w = m->params + l->w_off;
-    float *dw = m->grads + l->w_off, *db = l->b_n ? m->grads + l->b_off : NULL;
-    size_t n = (size_t)B * l->out_elems;
-    switch (s->kind) {
-    case DDP_LAYER_LINEAR:
-        be->linear_bwd(dinp, dw, db, l->dout, inp, w, B, l->ishape[0], l->oshape[0]);
-        break;
-    case DDP_LAYER_RELU:
-        if (dinp)
-            be->relu_bwd(dinp, l->dout, l->out, n);
-        break;
-    case DDP_LAYER_CONV2D: {
-        const struct ddp_conv_geom g = conv_geom(l);
-        be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, &g);
-        break;
-    }
-    case DDP_LAYER_MAXPOOL:
-        if (dinp)
-            be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],
-                            s->k);
-        break;
-    case DDP_LAYER_AVGPOOL:
-        if (dinp)
-            be->avgpool_bwd(dinp, l->dout, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
-        break;
-    case DDP_LAYER_GLOBALAVGPOOL:
-        if (dinp)
-            be->gap_bwd(dinp, l->dout, B, l->ishape[0], spatial(l));
-        break;
-    case DDP_LAYER_DROPOUT:
-        if (dinp && s->p > 0)
-            be->dropout_bwd(dinp, l->dout, l->aux, n);
-        else if (dinp)
-            be->upload(dinp, l->dout, sizeof(float) * n);
-        break;
-    case DDP_LAYER_BATCHNORM:
-        bn_backward(m, l, dinp, B);
-        break;
-    default:
-        break; /* flatten: dout is shared with the input layer's; joins: join_backward */
-    }
-}
-
-void ddp_model_backward(struct ddp_model *m, const float *x, int B,
-                        void (*layer_done)(void *ctx, int layer), void *ctx)
-{
-    /* below the first layer with parameters no gradient is needed (flatten, linear: the
-     * first linear's input gradient would be pure waste) */
-    int first = m->nlayers;
-    for (int i = 0; i < m->nlayers && first == m->nlayers; i++)
-        if (m->layers[i].w_n)
-            first = i;
-    for (int i = m->nlayers - 1; i >= first; i--) {
-        struct ddp_layer *l = &m->layers[i];
-        if (l->spec.kind == DDP_LAYER_RESIDUAL) {
-            join_backward(m, l, B, first);
-            continue;
-        }
-        if (l->spec.kind == DDP_LAYER_FLATTEN)
-            continue;
-        const float *inp = l->in < 0 ? x : m->layers[l->in].out;
-        float *dinp = grad_dest(m, l->in, l->acc, first);
-        layer_backward(m, i, inp, dinp, B);
-        grad_add(m, l->in, dinp, B);
-        if (layer_done && l->w_n)
-            layer_done(ctx, i);
-    }
-}
-
-/* Blocks around layer l: one per ".body." or ".shortcut." in its name. */
-static int block_depth(const struct ddp_layer *l)
-{
-    int d = 0;
-    for (const char *p = l->name; (p = strchr(p, '.')) != NULL; p++)
-        d += strncmp(p, ".body.", 6) == 0 || strncmp(p, ".shortcut.", 10) == 0;
-    return d;
-}
-
-/* Append to buf (len) at *used, never past its end. */
-static void append(char *buf, size_t len, size_t *used, const char *a, const char *b, const char *c)
-{
-    if (*used + 1 >= len)
-        return;
-    int n = snprintf(buf + *used, len - *used, "%s%s%s", a, b, c);
-    *used = n < 0 ? *used : *used + (size_t)n >= len ? len - 1 : *used + (size_t)n;
-}
-
-void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
-{
-    size_t used = 0;
-    int prev = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct ddp_layer *l = &m->layers[i];
-        const enum ddp_layer_kind k = l->spec.kind;
-        const int d = block_depth(l);
-        const char *sep = i ? ", " : "";
-        char out[48];
-        shape_str(l->out_ndim, l->oshape, out, sizeof out);
-        if (k == DDP_LAYER_RESIDUAL) { /* the join closes its block */
-            append(buf, len, &used, ")", "", "");
-            prev = d;
-            continue;
-        }
-        for (; prev < d; prev++, sep = "")
-            append(buf, len, &used, sep, "residual(", "");
-        size_t nl = strlen(l->name);
-        if (nl > 11 && strcmp(l->name + nl - 11, ".shortcut.0") == 0)
-            sep = "; shortcut ";
-        int shaped = k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D || k == DDP_LAYER_MAXPOOL ||
-                     k == DDP_LAYER_AVGPOOL;
-        append(buf, len, &used, sep, kind_name(k), shaped ? out : "");
-    }
-}
-
-/* ---- diagnosis -------------------------------------------------------------------------- */
-
-/* Largest |v| of n device values (NaN/inf: *bad set), via a host copy. */
-static double max_abs(const struct ddp_backend *be, const float *v, size_t n, int *bad)
-{
-    float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
-    be->download(h, v, sizeof(float) * n);
-    double mx = 0;
-    *bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(h[i]))
-            *bad = 1;
-        else if (fabs((double)h[i]) > mx)
-            mx = fabs((double)h[i]);
-    }
-    free(h);
-    return mx;
-}
-
-int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint64_t noise_seed,
-                                char *why, size_t len)
-{
-    const struct ddp_backend *be = m->be;
-    int bad;
-    char what[64];
-    double in_max = max_abs(be, x, (size_t)B * m->in_elems, &bad);
-    if (bad)
-        return snprintf(why, len, "the input batch holds NaN or inf; check the dataset"), 1;
-    for (int i = 0; i < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        layer_str(&l->spec, what, sizeof what);
-        max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
-        if (bad)
-            return snprintf(why, len,
-                            "layer %s %s has non-finite weights: training diverged; "
-                            "lower [optim] lr",
-                            l->pos, what),
-                   0;
-    }
-    ddp_model_forward(m, x, B, 1, noise_seed);
-    double prev = in_max;
-    int first_param = -1;
-    for (int i = 0; i < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i];
-        if (first_param < 0 && l->w_n)
-            first_param = i;
-        if (l->fused == 1)
-            continue; /* its relu's output stands for it */
-        double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
-        if (!bad) {
-            prev = out;
-            continue;
-        }
-        if (l->fused == 2) /* the linear and its relu ran as one: name the linear */
-            l = &m->layers[--i];
-        layer_str(&l->spec, what, sizeof what);
-        if (first_param < 0 || first_param == i)
-            return snprintf(why, len,
-                            "layer %s %s is the first whose output is non-finite, "
-                            "from finite weights and input values as large as %.3g: scale the "
-                            "dataset's values (e.g. to [0, 1])",
-                            l->pos, what, prev),
-                   1;
-        return snprintf(why, len,
-                        "layer %s %s is the first whose output is non-finite (its "
-                        "input reaches %.3g): training diverged; lower [optim] lr or normalise "
-                        "the input",
-                        l->pos, what, prev),
-               0;
-    }
-    return snprintf(why, len,
-                    "every layer's output is finite (logits up to %.3g) but the loss "
-                    "is not: training diverged; lower [optim] lr",
-                    prev),
-           0;
 }

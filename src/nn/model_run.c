@@ -1,0 +1,384 @@
+/*
+ * model_run.c - a built model run through its backend: forward and backward over the layer
+ * list (residual joins, batchnorm, fused layer pairs, gradient accumulation), the one-line
+ * description, and the diagnosis of a non-finite loss. See model.h.
+ *
+ * Dimension letters: B batch, C H W channels/height/width, D features, K classes, S spatial.
+ */
+#include "nn/model.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/suggest.h"
+#include "core/util.h"
+#include "nn/model_impl.h"
+
+/* ---- forward / backward ----------------------------------------------------------------- */
+
+#define BN_EPS 1e-5
+#define BN_MOMENTUM 0.1
+
+/* Channels and positions per channel of a batchnorm input: (C,H,W) -> C, H*W; (D) -> D, 1. */
+static void bn_dims(const struct ddp_layer *l, int *C, int *S)
+{
+    *C = l->ishape[0];
+    *S = l->in_ndim == 3 ? l->ishape[1] * l->ishape[2] : 1;
+}
+
+/* Batchnorm forward. The statistics stay in backend memory from the reduction through the
+ * SyncBatchNorm all-reduce (sync_sums) to mean, invstd and the running statistics: on a GPU
+ * no host round trip. */
+static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x, int B, int train)
+{
+    const struct ddp_backend *be = m->be;
+    int C, S;
+    bn_dims(l, &C, &S);
+    float *gamma = m->params + l->w_off, *beta = m->params + l->b_off;
+    float *rm = m->buffers + l->rm_off, *rv = m->buffers + l->rv_off;
+    if (!train) {
+        be->bn_update(l->mean, l->invstd, rm, rv, NULL, C, BN_EPS, BN_MOMENTUM);
+        be->bn_fwd_apply(l->out, NULL, x, l->mean, l->invstd, gamma, beta, B, C, S);
+        return;
+    }
+    double *sums = l->sums; /* [0,2C): sum, sumsq; [2C]: count */
+    be->bn_stats(sums, x, B, C, S);
+    if (m->sync_sums)
+        m->sync_sums(m->sync_ctx, sums, 2 * (size_t)C + 1);
+    be->bn_update(l->mean, l->invstd, rm, rv, sums, C, BN_EPS, BN_MOMENTUM);
+    l->num_batches_tracked++;
+    be->bn_fwd_apply(l->out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
+}
+
+/* Spatial positions per channel of a (C,H,W) layer input. */
+static int spatial(const struct ddp_layer *l)
+{
+    return l->ishape[1] * l->ishape[2];
+}
+
+/* The output of layer i, or the model's input x for i = -1 (what in and in2 name). */
+static const float *value_of(const struct ddp_model *m, int i, const float *x)
+{
+    return i < 0 ? x : m->layers[i].out;
+}
+
+/* Layer i of the forward pass on the model's input x (B, in_elems of layer 0). */
+static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int train,
+                          uint64_t noise_seed)
+{
+    const struct ddp_backend *be = m->be;
+    struct ddp_layer *l = &m->layers[i];
+    const struct ddp_layer_spec *s = &l->spec;
+    const float *inp = value_of(m, l->in, x);
+    float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
+    size_t n = (size_t)B * l->out_elems;
+    switch (s->kind) {
+    case DDP_LAYER_FLATTEN:
+        l->out = (float *)inp;
+        break;
+    case DDP_LAYER_LINEAR:
+        if (l->fused == 1)
+            be->linear_relu_fwd(m->layers[i + 1].out, inp, w, b, B, l->ishape[0], l->oshape[0]);
+        else
+            be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
+        break;
+    case DDP_LAYER_RELU:
+        if (l->fused != 2)
+            be->relu_fwd(l->out, inp, n);
+        break;
+    case DDP_LAYER_CONV2D: {
+        const struct ddp_conv_geom g = model_conv_geom(l);
+        (l->fused == 1 ? be->conv2d_relu_fwd : be->conv2d_fwd)(
+            l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, &g);
+        break;
+    }
+    case DDP_LAYER_MAXPOOL:
+        be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_AVGPOOL:
+        be->avgpool_fwd(l->out, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_GLOBALAVGPOOL:
+        be->gap_fwd(l->out, inp, B, l->ishape[0], spatial(l));
+        break;
+    case DDP_LAYER_DROPOUT:
+        if (train && s->p > 0)
+            be->dropout_fwd(l->out, l->aux, inp, n, s->p,
+                            noise_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1)));
+        else
+            be->upload(l->out, inp, sizeof(float) * n);
+        break;
+    case DDP_LAYER_BATCHNORM:
+        bn_forward(m, l, inp, B, train);
+        break;
+    case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
+        be->add(l->out, inp, value_of(m, l->in2, x), n);
+        break;
+    case DDP_LAYER_RESIDUAL_END:
+        break;
+    }
+}
+
+const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
+                               uint64_t noise_seed)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        layer_forward(m, i, x, B, train, noise_seed);
+    return m->layers[m->nlayers - 1].out;
+}
+
+float *ddp_model_dlogits(struct ddp_model *m)
+{
+    return m->layers[m->nlayers - 1].dout;
+}
+
+/* Where layer src's gradient goes: NULL when not needed (src below `first`, the first layer
+ * with parameters), the scratch when it is to be added (acc), else src's dout. */
+static float *grad_dest(struct ddp_model *m, int src, int acc, int first)
+{
+    if (src < first)
+        return NULL;
+    return acc ? m->gtmp : m->layers[src].dout;
+}
+
+/* After a backward that wrote into the scratch: add it to src's dout. */
+static void grad_add(struct ddp_model *m, int src, const float *dest, int B)
+{
+    if (dest && dest == m->gtmp) {
+        float *d = m->layers[src].dout;
+        m->be->add(d, d, m->gtmp, (size_t)B * m->layers[src].out_elems);
+    }
+}
+
+static void bn_backward(struct ddp_model *m, struct ddp_layer *l, float *dinp, int B)
+{
+    int C, S;
+    bn_dims(l, &C, &S);
+    double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
+    m->be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
+    m->be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
+    if (m->sync_sums)
+        m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
+    m->be->bn_bwd_apply(dinp, m->grads + l->w_off, m->grads + l->b_off, l->dout, l->aux, l->invstd,
+                        m->params + l->w_off, local, global, B, C, S);
+}
+
+/* The join's gradient goes unchanged to both of its inputs. */
+static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B, int first)
+{
+    const size_t n = (size_t)B * l->out_elems;
+    const int src[2] = {l->in, l->in2}, acc[2] = {l->acc, l->acc2};
+    for (int k = 0; k < 2; k++) {
+        if (src[k] < first)
+            continue;
+        float *d = m->layers[src[k]].dout;
+        if (acc[k])
+            m->be->add(d, d, l->dout, n);
+        else
+            m->be->upload(d, l->dout, sizeof(float) * n);
+    }
+}
+
+/* Layer i of the backward pass: parameter gradients added, the input's gradient into dinp
+ * (NULL: not needed). */
+static void layer_backward(struct ddp_model *m, int i, const float *inp, float *dinp, int B)
+{
+    const struct ddp_backend *be = m->be;
+    struct ddp_layer *l = &m->layers[i];
+    const struct ddp_layer_spec *s = &l->spec;
+    float *w = m->params + l->w_off;
+    float *dw = m->grads + l->w_off, *db = l->b_n ? m->grads + l->b_off : NULL;
+    size_t n = (size_t)B * l->out_elems;
+    switch (s->kind) {
+    case DDP_LAYER_LINEAR:
+        be->linear_bwd(dinp, dw, db, l->dout, inp, w, B, l->ishape[0], l->oshape[0]);
+        break;
+    case DDP_LAYER_RELU:
+        if (dinp)
+            be->relu_bwd(dinp, l->dout, l->out, n);
+        break;
+    case DDP_LAYER_CONV2D: {
+        const struct ddp_conv_geom g = model_conv_geom(l);
+        be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, &g);
+        break;
+    }
+    case DDP_LAYER_MAXPOOL:
+        if (dinp)
+            be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],
+                            s->k);
+        break;
+    case DDP_LAYER_AVGPOOL:
+        if (dinp)
+            be->avgpool_bwd(dinp, l->dout, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        break;
+    case DDP_LAYER_GLOBALAVGPOOL:
+        if (dinp)
+            be->gap_bwd(dinp, l->dout, B, l->ishape[0], spatial(l));
+        break;
+    case DDP_LAYER_DROPOUT:
+        if (dinp && s->p > 0)
+            be->dropout_bwd(dinp, l->dout, l->aux, n);
+        else if (dinp)
+            be->upload(dinp, l->dout, sizeof(float) * n);
+        break;
+    case DDP_LAYER_BATCHNORM:
+        bn_backward(m, l, dinp, B);
+        break;
+    default:
+        break; /* flatten: dout is shared with the input layer's; joins: join_backward */
+    }
+}
+
+void ddp_model_backward(struct ddp_model *m, const float *x, int B,
+                        void (*layer_done)(void *ctx, int layer), void *ctx)
+{
+    /* below the first layer with parameters no gradient is needed (flatten, linear: the
+     * first linear's input gradient would be pure waste) */
+    int first = m->nlayers;
+    for (int i = 0; i < m->nlayers && first == m->nlayers; i++)
+        if (m->layers[i].w_n)
+            first = i;
+    for (int i = m->nlayers - 1; i >= first; i--) {
+        struct ddp_layer *l = &m->layers[i];
+        if (l->spec.kind == DDP_LAYER_RESIDUAL) {
+            join_backward(m, l, B, first);
+            continue;
+        }
+        if (l->spec.kind == DDP_LAYER_FLATTEN)
+            continue;
+        const float *inp = l->in < 0 ? x : m->layers[l->in].out;
+        float *dinp = grad_dest(m, l->in, l->acc, first);
+        layer_backward(m, i, inp, dinp, B);
+        grad_add(m, l->in, dinp, B);
+        if (layer_done && l->w_n)
+            layer_done(ctx, i);
+    }
+}
+
+/* Blocks around layer l: one per ".body." or ".shortcut." in its name. */
+static int block_depth(const struct ddp_layer *l)
+{
+    int d = 0;
+    for (const char *p = l->name; (p = strchr(p, '.')) != NULL; p++)
+        d += strncmp(p, ".body.", 6) == 0 || strncmp(p, ".shortcut.", 10) == 0;
+    return d;
+}
+
+/* Append to buf (len) at *used, never past its end. */
+static void append(char *buf, size_t len, size_t *used, const char *a, const char *b, const char *c)
+{
+    if (*used + 1 >= len)
+        return;
+    int n = snprintf(buf + *used, len - *used, "%s%s%s", a, b, c);
+    *used = n < 0 ? *used : *used + (size_t)n >= len ? len - 1 : *used + (size_t)n;
+}
+
+void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
+{
+    size_t used = 0;
+    int prev = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        const enum ddp_layer_kind k = l->spec.kind;
+        const int d = block_depth(l);
+        const char *sep = i ? ", " : "";
+        char out[48];
+        model_shape_str(l->out_ndim, l->oshape, out, sizeof out);
+        if (k == DDP_LAYER_RESIDUAL) { /* the join closes its block */
+            append(buf, len, &used, ")", "", "");
+            prev = d;
+            continue;
+        }
+        for (; prev < d; prev++, sep = "")
+            append(buf, len, &used, sep, "residual(", "");
+        size_t nl = strlen(l->name);
+        if (nl > 11 && strcmp(l->name + nl - 11, ".shortcut.0") == 0)
+            sep = "; shortcut ";
+        int shaped = k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D || k == DDP_LAYER_MAXPOOL ||
+                     k == DDP_LAYER_AVGPOOL;
+        append(buf, len, &used, sep, model_kind_name(k), shaped ? out : "");
+    }
+}
+
+/* ---- diagnosis -------------------------------------------------------------------------- */
+
+/* Largest |v| of n device values (NaN/inf: *bad set), via a host copy. */
+static double max_abs(const struct ddp_backend *be, const float *v, size_t n, int *bad)
+{
+    float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
+    be->download(h, v, sizeof(float) * n);
+    double mx = 0;
+    *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(h[i]))
+            *bad = 1;
+        else if (fabs((double)h[i]) > mx)
+            mx = fabs((double)h[i]);
+    }
+    free(h);
+    return mx;
+}
+
+int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint64_t noise_seed,
+                                char *why, size_t len)
+{
+    const struct ddp_backend *be = m->be;
+    int bad;
+    char what[64];
+    double in_max = max_abs(be, x, (size_t)B * m->in_elems, &bad);
+    if (bad)
+        return snprintf(why, len, "the input batch holds NaN or inf; check the dataset"), 1;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        model_layer_str(&l->spec, what, sizeof what);
+        max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
+        if (bad)
+            return snprintf(why, len,
+                            "layer %s %s has non-finite weights: training diverged; "
+                            "lower [optim] lr",
+                            l->pos, what),
+                   0;
+    }
+    ddp_model_forward(m, x, B, 1, noise_seed);
+    double prev = in_max;
+    int first_param = -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        if (first_param < 0 && l->w_n)
+            first_param = i;
+        if (l->fused == 1)
+            continue; /* its relu's output stands for it */
+        double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
+        if (!bad) {
+            prev = out;
+            continue;
+        }
+        if (l->fused == 2) /* the linear and its relu ran as one: name the linear */
+            l = &m->layers[--i];
+        model_layer_str(&l->spec, what, sizeof what);
+        if (first_param < 0 || first_param == i)
+            return snprintf(why, len,
+                            "layer %s %s is the first whose output is non-finite, "
+                            "from finite weights and input values as large as %.3g: scale the "
+                            "dataset's values (e.g. to [0, 1])",
+                            l->pos, what, prev),
+                   1;
+        return snprintf(why, len,
+                        "layer %s %s is the first whose output is non-finite (its "
+                        "input reaches %.3g): training diverged; lower [optim] lr or normalise "
+                        "the input",
+                        l->pos, what, prev),
+               0;
+    }
+    return snprintf(why, len,
+                    "every layer's output is finite (logits up to %.3g) but the loss "
+                    "is not: training diverged; lower [optim] lr",
+                    prev),
+           0;
+}
