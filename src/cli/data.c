@@ -2,7 +2,7 @@
  * cli/data.c - `ddptrain data`: import IDX sets, synthesise datasets, describe a file.
  * The reference is docs/data.md. This file only parses arguments, maps errors to exit
  * codes (usage 2, bad input or unwritable output 3) and prints; the work is in data/ (idx.c,
- * synth.c and h5data.c).
+ * synth.c, and h5writer.c behind data/h5data.h).
  */
 #include "cli/cli.h"
 #include "data/h5data.h"
