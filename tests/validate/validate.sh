@@ -204,13 +204,14 @@ rc=$?
 [[ $rc == 1 ]] && grep -q "^FAIL gemm: rank 0 on $HOST: " health_slow.log ||
     { bad "--slurm-health, slow GEMM: exit $rc"; tail -n 5 health_slow.log; }
 # --record-expect (foreign_load_max 0: record even on this shared machine) writes what
-# --expect reads
+# --expect reads; the margin (floors at 5% of the first run) is for the plumbing, not the
+# speed: on this shared machine a second run's all-reduce was once half the first's
 { cat "$CFG"; printf '[validate]\nforeign_load_max = 0\n'; } >rec.ini
-run rec_expect 2 --config "$work/rec.ini" --record-expect "$work/rec-expect.ini" --margin 0.5
+run rec_expect 2 --config "$work/rec.ini" --record-expect "$work/rec-expect.ini" --margin 0.95
 [[ $rc == 0 && -s rec-expect.ini ]] || { bad "--record-expect: exit $rc"; tail -n 5 rec_expect.log; }
 grep -q '^min_gflops = ' rec-expect.ini && grep -q '^min_busbw_gbs = 1048576:' rec-expect.ini ||
     { bad "--record-expect: no floors"; cat rec-expect.ini; }
-grep -q '^source = measured on .*margin 0.5' rec-expect.ini || bad "--record-expect: no source"
+grep -q '^source = measured on .*margin 0.95' rec-expect.ini || bad "--record-expect: no source"
 run rec_check 2 --expect "$work/rec-expect.ini"
 clean_ok rec_check
 
