@@ -1,6 +1,6 @@
 /*
- * blas_core.c - choose OpenBLAS's kernels by the CPU's features when OpenBLAS's own table does
- * not know the CPU (see blas_core.h).
+ * blas_core.c - choose OpenBLAS's kernels by the CPU's features when OpenBLAS's own table
+ * chose kernels below what the CPU can run (see blas_core.h).
  */
 #include "backend/blas_core.h"
 
@@ -15,30 +15,51 @@ char *openblas_get_corename(void);
 /* Marks the process that ddptrain executed again, with the core OpenBLAS had chosen. */
 #define FROM_VAR "DDP_BLAS_CORE_FROM"
 
-/* Cores that OpenBLAS falls back to for a CPU it does not know (or genuinely old ones). */
-static int weak_core(const char *name)
+/* The instruction-set level of an OpenBLAS core's kernels: 0 for the fallbacks OpenBLAS takes for
+ * a CPU it does not know (or genuinely old ones), 2 AVX, 3 AVX2 + FMA, 4 AVX-512; -1 for a name
+ * not listed here (a core newer than this table: OpenBLAS's choice is kept). */
+static int core_level(const char *name)
 {
-    static const char *const WEAK[] = {"prescott",   "core2",     "penryn",  "dunnington",
-                                       "nehalem",    "atom",      "banias",  "katmai",
-                                       "coppermine", "northwood", "generic", "unknown"};
-    for (size_t i = 0; i < sizeof WEAK / sizeof *WEAK; i++)
-        if (strcasecmp(name, WEAK[i]) == 0)
-            return 1;
-    return 0;
+    static const struct {
+        const char *name;
+        int level;
+    } CORES[] = {{"prescott", 0},    {"core2", 0},          {"penryn", 0},     {"dunnington", 0},
+                 {"nehalem", 0},     {"atom", 0},           {"banias", 0},     {"katmai", 0},
+                 {"coppermine", 0},  {"northwood", 0},      {"generic", 0},    {"unknown", 0},
+                 {"barcelona", 0},   {"opteron", 0},        {"opteron_sse3", 0}, {"sandybridge", 2},
+                 {"bulldozer", 2},   {"piledriver", 2},     {"steamroller", 2}, {"excavator", 2},
+                 {"haswell", 3},     {"zen", 3},            {"skylakex", 4},   {"cooperlake", 4},
+                 {"sapphirerapids", 4}};
+    for (size_t i = 0; i < sizeof CORES / sizeof *CORES; i++)
+        if (strcasecmp(name, CORES[i].name) == 0)
+            return CORES[i].level;
+    return -1;
 }
 
-/* The OpenBLAS core the CPU's features call for; NULL when none is better than the fallback. */
-static const char *core_for_cpu(void)
+const char *ddp_blas_core_pick(const char *have, int isa)
+{
+    static const char *const WANT[] = {NULL, NULL, "Sandybridge", "Haswell", "SkylakeX"};
+    if (!have || isa < 2 || isa > 4)
+        return NULL;
+    int lv = core_level(have);
+    return lv >= 0 && lv < isa ? WANT[isa] : NULL;
+}
+
+/* The CPU's instruction-set level, as core_level counts: AVX-512 (F, BW, DQ, VL) 4, AVX2 + FMA 3,
+ * AVX 2, else 0. */
+static int cpu_level(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return "SkylakeX";
+        return 4;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "Haswell";
+        return 3;
+    if (__builtin_cpu_supports("avx"))
+        return 2;
 #endif
-    return NULL;
+    return 0;
 }
 
 static int under_valgrind(void)
@@ -54,8 +75,8 @@ void ddp_blas_core_choose(char **argv)
         under_valgrind())
         return;
     const char *have = openblas_get_corename();
-    const char *want = core_for_cpu();
-    if (!have || !want || !weak_core(have))
+    const char *want = ddp_blas_core_pick(have, cpu_level());
+    if (!want)
         return;
     char from[32];
     snprintf(from, sizeof from, "%s", have);
@@ -67,14 +88,20 @@ void ddp_blas_core_choose(char **argv)
     unsetenv(FROM_VAR);
 }
 
+static const char *isa_name(int level)
+{
+    return level == 4 ? "AVX-512" : level == 3 ? "AVX2 and FMA" : level == 2 ? "AVX" : "features";
+}
+
 const char *ddp_blas_core_describe(void)
 {
-    static char buf[128];
+    static char buf[160];
     const char *core = openblas_get_corename();
     const char *from = getenv(FROM_VAR);
     if (from && getenv("OPENBLAS_CORETYPE"))
-        snprintf(buf, sizeof buf, "%s (chosen by ddptrain; OpenBLAS took this CPU for %s)",
-                 core ? core : "?", from);
+        snprintf(buf, sizeof buf,
+                 "%s (chosen by ddptrain for this CPU's %s; OpenBLAS took this CPU for %s)",
+                 core ? core : "?", isa_name(cpu_level()), from);
     else
         snprintf(buf, sizeof buf, "%s", core ? core : "?");
     return buf;

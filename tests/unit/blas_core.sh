@@ -1,7 +1,8 @@
 #!/bin/bash
 # blas_core.sh - OpenBLAS's kernels follow the CPU's features (src/backend/blas_core.h):
-#  1. with nothing set, on a CPU with AVX2+FMA or AVX-512, `ddptrain --version` names a modern
-#     core (Haswell, SkylakeX, or one OpenBLAS itself picked), never the SSE3 fallback;
+#  1. with nothing set, `ddptrain --version` names kernels of the CPU's level: AVX-512 kernels
+#     (SkylakeX or newer) on a CPU with AVX-512 F/BW/DQ/VL, at least AVX2 ones on an AVX2+FMA
+#     CPU, never the SSE3 fallback;
 #  2. OPENBLAS_CORETYPE set by the user is kept as it is;
 #  3. DDP_BLAS_CORE=keep leaves the library's own choice;
 #  4. a training run logs the kernels it uses.
@@ -14,7 +15,14 @@ unset OPENBLAS_CORETYPE DDP_BLAS_CORE DDP_BLAS_CORE_FROM
 
 k=$(kernels)
 [ -n "$k" ] || no "--version names no kernels: $("$DDPTRAIN" --version | head -2)"
-if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+if has avx512f avx512bw avx512dq avx512vl; then
+    case $k in
+    SkylakeX|Cooperlake|SapphireRapids) echo "ok: kernels $k on a CPU with AVX-512" ;;
+    *) no "AVX-512 CPU but kernels '$k' (want SkylakeX or newer)" ;;
+    esac
+elif has avx2 fma; then
     case $k in
     Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Generic|'') no "AVX2 CPU but kernels '$k'" ;;
     *) echo "ok: kernels $k on a CPU with AVX2" ;;
