@@ -23,12 +23,12 @@ static int core_level(const char *name)
     static const struct {
         const char *name;
         int level;
-    } CORES[] = {{"prescott", 0},    {"core2", 0},          {"penryn", 0},     {"dunnington", 0},
-                 {"nehalem", 0},     {"atom", 0},           {"banias", 0},     {"katmai", 0},
-                 {"coppermine", 0},  {"northwood", 0},      {"generic", 0},    {"unknown", 0},
-                 {"barcelona", 0},   {"opteron", 0},        {"opteron_sse3", 0}, {"sandybridge", 2},
-                 {"bulldozer", 2},   {"piledriver", 2},     {"steamroller", 2}, {"excavator", 2},
-                 {"haswell", 3},     {"zen", 3},            {"skylakex", 4},   {"cooperlake", 4},
+    } CORES[] = {{"prescott", 0},      {"core2", 0},      {"penryn", 0},       {"dunnington", 0},
+                 {"nehalem", 0},       {"atom", 0},       {"banias", 0},       {"katmai", 0},
+                 {"coppermine", 0},    {"northwood", 0},  {"generic", 0},      {"unknown", 0},
+                 {"barcelona", 0},     {"opteron", 0},    {"opteron_sse3", 0}, {"sandybridge", 2},
+                 {"bulldozer", 2},     {"piledriver", 2}, {"steamroller", 2},  {"excavator", 2},
+                 {"haswell", 3},       {"zen", 3},        {"skylakex", 4},     {"cooperlake", 4},
                  {"sapphirerapids", 4}};
     for (size_t i = 0; i < sizeof CORES / sizeof *CORES; i++)
         if (strcasecmp(name, CORES[i].name) == 0)
