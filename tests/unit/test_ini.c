@@ -33,12 +33,12 @@ static const struct ddp_ini_key KEYS[] = {
     {"a", "x", DDP_INI_FLOAT, offsetof(struct settings, x), sizeof(double), -1, 1, NULL, 0},
     {"b", "flag", DDP_INI_BOOL, offsetof(struct settings, flag), sizeof(int), 0, 1, NULL, 0},
     {"b", "pick", DDP_INI_ENUM, offsetof(struct settings, pick), sizeof(int), 0, 0, PICKS, 3},
-    {"b", "threads", DDP_INI_INT_AUTO, offsetof(struct settings, threads), sizeof(int), 1, 64,
-     NULL, 0},
+    {"b", "threads", DDP_INI_INT_AUTO, offsetof(struct settings, threads), sizeof(int), 1, 64, NULL,
+     0},
     {"c", "text", DDP_INI_STR, offsetof(struct settings, text), 64, 0, 0, NULL, 0},
 };
-static const struct ddp_ini_schema SCHEMA = {KEYS, (int)(sizeof KEYS / sizeof KEYS[0]),
-                                             "test file", "docs/test.md", 1};
+static const struct ddp_ini_schema SCHEMA = {KEYS, (int)(sizeof KEYS / sizeof KEYS[0]), "test file",
+                                             "docs/test.md", 1};
 
 static char g_dir[] = "/tmp/test_ini.XXXXXX";
 
