@@ -12,7 +12,7 @@
  *
  * Errors: -1 with ONE line naming the key as ddp_job_where does, what was wrong and the fix.
  * It does not know the dataset: whether normalize has one pair per channel is checked when the
- * data are open (ddp_recipe_check_channels).
+ * data are open (ddp_recipe_check_data).
  */
 #ifndef DDP_RECIPE_H
 #define DDP_RECIPE_H
