@@ -78,7 +78,9 @@ struct trainer {
     const char *eval_only;    /* eval, export, predict: the checkpoint or weights file */
     struct ddp_run_args args; /* the mode and its options (train.h) */
     ddp_liveness *liveness;   /* names dead peers when a collective fails */
-    ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
+    ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when the bootstrap is mpi */
+    enum ddp_bootstrap_kind bootstrap; /* NCCL: how its id travels (pmi2, mpi or tcp) */
+    char bootstrap_why[256];           /* NCCL: why that way (banner); "" otherwise */
     char device[160];         /* "cpu" or "cuda:N (name)" */
     char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
