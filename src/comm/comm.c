@@ -314,7 +314,8 @@ static int check_args(const struct ddp_comm_opts *o, const struct ddp_world *w, 
                       size_t errlen)
 {
     if (!w || !o)
-        return ddp_err(err, errlen, "internal error: no world or options given to the communicator");
+        return ddp_err(err, errlen,
+                       "internal error: no world or options given to the communicator");
     if (!(o->timeout_s > 0) || o->timeout_s > COMM_MAX_TIMEOUT_S)
         return ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
                        COMM_MAX_TIMEOUT_S, o->timeout_s);

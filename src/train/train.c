@@ -272,9 +272,9 @@ static int refuse_cpu_bf16(const struct trainer *t)
 static int start_bootstrap(struct trainer *t, struct ddp_comm_opts *o)
 {
     const struct ddp_world *w = &t->world;
-    t->bootstrap = ddp_bootstrap_decide((enum ddp_bootstrap_kind)t->job.bootstrap, w, NULL, NULL,
-                                        HAVE_PMI2, HAVE_MPI, t->bootstrap_why,
-                                        sizeof t->bootstrap_why);
+    t->bootstrap =
+        ddp_bootstrap_decide((enum ddp_bootstrap_kind)t->job.bootstrap, w, NULL, NULL, HAVE_PMI2,
+                             HAVE_MPI, t->bootstrap_why, sizeof t->bootstrap_why);
     o->bootstrap = t->bootstrap;
     if (o->bootstrap != DDP_BOOTSTRAP_MPI)
         return 0;

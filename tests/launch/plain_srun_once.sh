@@ -45,7 +45,7 @@ check() {
 }
 
 for r in $(seq 0 $((N - 1))); do
-    (env -i PATH="$PATH" SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=$r SLURM_LOCALID=$r \
+    (env -i PATH="$PATH" SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID="$r" SLURM_LOCALID="$r" \
         SLURM_NODEID=0 SLURM_NTASKS=$N SLURM_STEP_NUM_NODES=1 SLURM_STEP_NODELIST=localhost \
         SLURM_STEP_TASKS_PER_NODE=$N SLURM_MPI_TYPE=none SLURM_CPUS_PER_TASK=1 \
         timeout 30 "$BIN" "$T/job.ini" >/dev/null 2>"$T/err.$r"
@@ -55,7 +55,7 @@ wait
 check "srun -n $N" 'srun --mpi=pmix'
 
 for r in $(seq 0 $((N - 1))); do
-    (env -i PATH="$PATH" RANK=$r WORLD_SIZE=$N LOCAL_RANK=$r LOCAL_WORLD_SIZE=$N \
+    (env -i PATH="$PATH" RANK="$r" WORLD_SIZE=$N LOCAL_RANK="$r" LOCAL_WORLD_SIZE=$N \
         MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 OMP_NUM_THREADS=1 \
         timeout 30 "$BIN" "$T/job.ini" >/dev/null 2>"$T/err.$r"
      echo $? >"$T/rc.$r") &

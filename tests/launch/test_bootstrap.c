@@ -123,11 +123,14 @@ static const char *lookup(void *ctx, const char *name)
 }
 
 /* Rank 1 of 2 on one node of a Slurm step (MASTER_ADDR keeps the resolver out of it). */
-#define SRUN_STEP                                                                         \
-    {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},              \
-        {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_STEP_NODELIST", "localhost"},              \
+#define SRUN_STEP                                                                          \
+    {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},               \
+        {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_STEP_NODELIST", "localhost"},               \
         {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}, \
-        {"SLURM_NODEID", "0"}, {"MASTER_ADDR", "127.0.0.1"}
+        {"SLURM_NODEID", "0"},                                                             \
+    {                                                                                      \
+        "MASTER_ADDR", "127.0.0.1"                                                         \
+    }
 
 /* One launcher and what `auto` must make of it in each build (PMI2 and MPI built in or not). */
 struct decide_case {
@@ -205,24 +208,24 @@ static void decide(void)
         }
         for (int pmi2 = 0; pmi2 < 2; pmi2++)
             for (int mpi = 0; mpi < 2; mpi++) {
-                enum ddp_bootstrap_kind k = ddp_bootstrap_decide(
-                    DDP_BOOTSTRAP_AUTO, &w, lookup, ctx, pmi2, mpi, why, sizeof why);
+                enum ddp_bootstrap_kind k = ddp_bootstrap_decide(DDP_BOOTSTRAP_AUTO, &w, lookup,
+                                                                 ctx, pmi2, mpi, why, sizeof why);
                 CHECK(k == c->want[pmi2][mpi], "%s, pmi2 %d mpi %d: auto -> %s, expected %s (%s)",
                       c->what, pmi2, mpi, ddp_bootstrap_name(k),
                       ddp_bootstrap_name(c->want[pmi2][mpi]), why);
                 CHECK(strncmp(why, "auto: ", 6) == 0, "%s: why '%s'", c->what, why);
                 if (pmi2 && mpi)
-                    CHECK(strstr(why, c->why) != NULL, "%s: why '%s', expected '%s' in it",
-                          c->what, why, c->why);
+                    CHECK(strstr(why, c->why) != NULL, "%s: why '%s', expected '%s' in it", c->what,
+                          why, c->why);
                 if (!mpi && w.mpi_launched && w.world_size > 1)
                     CHECK(strstr(why, "built without MPI") != NULL, "%s: why '%s'", c->what, why);
             }
         for (int k = DDP_BOOTSTRAP_PMI2; k < DDP_BOOTSTRAP_COUNT; k++) {
             enum ddp_bootstrap_kind got = ddp_bootstrap_decide((enum ddp_bootstrap_kind)k, &w,
                                                                lookup, ctx, 1, 1, why, sizeof why);
-            CHECK(got == k && strstr(why, "[dist] bootstrap = ") == why,
-                  "%s: explicit %s -> %s (%s)", c->what, ddp_bootstrap_name(k),
-                  ddp_bootstrap_name(got), why);
+            CHECK((int)got == k && strstr(why, "[dist] bootstrap = ") == why,
+                  "%s: explicit %s -> %s (%s)", c->what,
+                  ddp_bootstrap_name((enum ddp_bootstrap_kind)k), ddp_bootstrap_name(got), why);
         }
         /* this build, this process: ddp_bootstrap_wants_mpi agrees with the table, given
          * the process environment has no PMI_FD (unset above) */
