@@ -45,7 +45,8 @@
  * What it does not do: make the blob, create communicators, retry after a failure (a failed
  * or timed-out call leaves PMI2 or a socket in an unknown state: the caller exits 4), print
  * anything except ddp_warn notes (a refused stranger, a master address that is not rank 0's).
- * Reads PMI_FD, PMI_RANK and DDP_BOOTSTRAP_TOKEN from the process environment. Allocates
+ * Reads PMI_FD, PMI_RANK and DDP_BOOTSTRAP_TOKEN from the process environment
+ * (ddp_bootstrap_decide reads PMI_FD and SLURM_MPI_TYPE through the accessor it is given). Allocates
  * nothing that outlives a call, except PMI2's own state until ddp_bootstrap_finalize.
  */
 #ifndef DDP_LAUNCH_BOOTSTRAP_H
