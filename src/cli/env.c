@@ -218,11 +218,10 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
     if (detect_world(&w) != 0)
         return DDP_EXIT_LAUNCH;
 
-    /* The MPI way needs the communicator; auto uses it when MPI launched us (as training
-     * would have one by then) and PMI2 is not live. */
+    /* The MPI way needs the communicator; auto takes it where the trainer would
+     * (ddp_bootstrap_decide). */
     ddp_comm *comm = NULL;
-    if (kind == DDP_BOOTSTRAP_MPI ||
-        (kind == DDP_BOOTSTRAP_AUTO && w.mpi_launched && !ddp_bootstrap_pmi2_live())) {
+    if (ddp_bootstrap_wants_mpi(kind, &w, NULL, 0)) {
         struct ddp_comm_opts o = ddp_comm_opts_of(DDP_COMM_MPI, timeout_s);
         comm = ddp_comm_create(&o, &w, err, sizeof err);
         if (!comm) {

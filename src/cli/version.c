@@ -49,7 +49,7 @@ int ddp_cmd_version(int argc, char **argv)
 #if HAVE_NCCL
     printf(", nccl (%s)", ddp_nccl_version_string());
 #endif
-    printf("\nbootstrap: %s\n", HAVE_PMI2 ? "pmi2, mpi, tcp" : "mpi, tcp");
+    printf("\nbootstrap: %s%stcp\n", HAVE_PMI2 ? "pmi2, " : "", HAVE_MPI ? "mpi, " : "");
     printf("hdf5: %u.%u.%u\n", maj, min, rel);
     return 0;
 }

@@ -260,8 +260,8 @@ struct ddp_comm_opts ddp_comm_opts_of(enum ddp_comm_backend b, double timeout_s)
 
 /* The backend that serves o->backend in world w: DDP_COMM_NONE (self), _MPI or _NCCL; or -1
  * with one line in err. */
-static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
-                          size_t errlen)
+static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world *w, int quiet,
+                          char *err, size_t errlen)
 {
     int use;
     switch (o->backend) {
@@ -279,8 +279,9 @@ static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world 
         use = DDP_COMM_MPI;
         if (w->world_size == 1 && !w->mpi_launched) {
             /* MPI_Init outside an MPI launcher may abort (plain srun): one rank needs none. */
-            ddp_warn("backend = mpi, but MPI did not launch this single process: running "
-                     "without MPI");
+            if (!quiet)
+                ddp_warn("backend = mpi, but MPI did not launch this single process: running "
+                         "without MPI");
             use = DDP_COMM_NONE;
         }
         break;
@@ -308,23 +309,36 @@ static int choose_backend(const struct ddp_comm_opts *o, const struct ddp_world 
     return use;
 }
 
+/* The options and the world as such: 0, or -1 with one line in err. */
+static int check_args(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                      size_t errlen)
+{
+    if (!w || !o)
+        return ddp_err(err, errlen,
+                       "internal error: no world or options given to the communicator");
+    if (!(o->timeout_s > 0) || o->timeout_s > COMM_MAX_TIMEOUT_S)
+        return ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
+                       COMM_MAX_TIMEOUT_S, o->timeout_s);
+    if (w->world_size < 1 || w->rank < 0 || w->rank >= w->world_size)
+        return ddp_err(err, errlen, "internal error: rank %d of a world of %d", w->rank,
+                       w->world_size);
+    return 0;
+}
+
+int ddp_comm_check(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                   size_t errlen)
+{
+    if (check_args(o, w, err, errlen) < 0)
+        return -1;
+    return choose_backend(o, w, 1, err, errlen) < 0 ? -1 : 0;
+}
+
 ddp_comm *ddp_comm_create(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
                           size_t errlen)
 {
-    if (!w || !o) {
-        ddp_err(err, errlen, "internal error: no world or options given to the communicator");
+    if (check_args(o, w, err, errlen) < 0)
         return NULL;
-    }
-    if (!(o->timeout_s > 0) || o->timeout_s > COMM_MAX_TIMEOUT_S) {
-        ddp_err(err, errlen, "[dist] timeout_s must be in (0, %g] seconds (got %g)",
-                COMM_MAX_TIMEOUT_S, o->timeout_s);
-        return NULL;
-    }
-    if (w->world_size < 1 || w->rank < 0 || w->rank >= w->world_size) {
-        ddp_err(err, errlen, "internal error: rank %d of a world of %d", w->rank, w->world_size);
-        return NULL;
-    }
-    int use = choose_backend(o, w, err, errlen);
+    int use = choose_backend(o, w, 0, err, errlen);
     if (use < 0)
         return NULL;
 

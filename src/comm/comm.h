@@ -56,6 +56,13 @@ struct ddp_comm_opts {
  * is destroyed; in a world of one rank ddp_die only exits. */
 ddp_comm *ddp_comm_create(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
                           size_t errlen);
+/* The checks of ddp_comm_create that depend only on the options, the build and the launcher
+ * (a backend this build lacks, CPU ranks that MPI did not start, a bad timeout), made without
+ * creating anything or printing: every rank of a launch reaches the same verdict, so a caller
+ * may print it once (rank 0) and have every rank exit DDP_EXIT_LAUNCH. Returns 0, or -1 with
+ * ddp_comm_create's one-line message in err. */
+int ddp_comm_check(const struct ddp_comm_opts *o, const struct ddp_world *w, char *err,
+                   size_t errlen);
 /* The options for backend b with the deadline timeout_s and no NCCL settings. */
 struct ddp_comm_opts ddp_comm_opts_of(enum ddp_comm_backend b, double timeout_s);
 void ddp_comm_destroy(ddp_comm *c); /* accepts NULL; finalizes MPI if it initialised it */

@@ -39,15 +39,84 @@ int ddp_bootstrap_parse(const char *s, enum ddp_bootstrap_kind *out, char *err, 
                    s ? s : "");
 }
 
+/* The value of name through env (getenv when NULL), NULL when unset. */
+static const char *env_get(ddp_env_fn env, void *ctx, const char *name)
+{
+    return env ? env(ctx, name) : getenv(name);
+}
+
+/* 1 when PMI_FD (read through env, getenv when NULL) is a file descriptor number: srun
+ * --mpi=pmi2 started this process. */
+static int pmi_fd_set(ddp_env_fn env, void *ctx)
+{
+    int64_t fd;
+    const char *v = env_get(env, ctx, "PMI_FD");
+    return v && *v && ddp_parse_i64(v, &fd) == 0 && fd >= 0 && fd < INT32_MAX;
+}
+
 int ddp_bootstrap_pmi2_live(void)
 {
-#if HAVE_PMI2
-    int64_t fd;
-    const char *v = getenv("PMI_FD");
-    return v && *v && ddp_parse_i64(v, &fd) == 0 && fd >= 0 && fd < INT32_MAX;
-#else
-    return 0;
-#endif
+    return HAVE_PMI2 && pmi_fd_set(NULL, NULL);
+}
+
+enum ddp_bootstrap_kind ddp_bootstrap_decide(enum ddp_bootstrap_kind asked,
+                                             const struct ddp_world *w, ddp_env_fn env, void *ctx,
+                                             int pmi2_built, int mpi_built, char *why,
+                                             size_t whylen)
+{
+    char none[1];
+    if (!why || whylen == 0) {
+        why = none;
+        whylen = sizeof none;
+    }
+    if (asked != DDP_BOOTSTRAP_AUTO) {
+        snprintf(why, whylen, "[dist] bootstrap = %s", ddp_bootstrap_name(asked));
+        return asked;
+    }
+    const int pmi_fd = pmi_fd_set(env, ctx);
+    if (w->world_size <= 1) {
+        snprintf(why, whylen, "auto: one rank, nothing to share");
+        return DDP_BOOTSTRAP_TCP;
+    }
+    if (pmi2_built && pmi_fd) {
+        snprintf(why, whylen, "auto: srun --mpi=pmi2 started this process (PMI_FD is set)");
+        return DDP_BOOTSTRAP_PMI2;
+    }
+    char by[96];
+    if (w->launcher == DDP_LAUNCHER_OMPI)
+        snprintf(by, sizeof by, "mpirun (OMPI_COMM_WORLD_SIZE is set)");
+    else {
+        const char *t = env_get(env, ctx, "SLURM_MPI_TYPE");
+        snprintf(by, sizeof by, "srun --mpi=%.32s", t && *t ? t : "pmix");
+    }
+    if (w->mpi_launched && mpi_built) {
+        snprintf(why, whylen, "auto: %s started this process and this ddptrain has MPI", by);
+        return DDP_BOOTSTRAP_MPI;
+    }
+    const char *addr = w->master_addr[0] ? w->master_addr : "(unknown)";
+    if (w->mpi_launched)
+        snprintf(why, whylen,
+                 "auto: %s started this process, but this ddptrain was built without MPI; TCP "
+                 "rendezvous at %s:%d",
+                 by, addr, w->master_port);
+    else if (pmi_fd)
+        snprintf(why, whylen,
+                 "auto: PMI_FD is set, but this ddptrain was built without libpmi2; TCP "
+                 "rendezvous at %s:%d",
+                 addr, w->master_port);
+    else
+        snprintf(why, whylen,
+                 "auto: neither PMI2 nor MPI started this process (launcher %s); TCP "
+                 "rendezvous at %s:%d",
+                 ddp_launcher_name(w->launcher), addr, w->master_port);
+    return DDP_BOOTSTRAP_TCP;
+}
+
+int ddp_bootstrap_wants_mpi(enum ddp_bootstrap_kind asked, const struct ddp_world *w, char *why,
+                            size_t whylen)
+{
+    return ddp_bootstrap_decide(asked, w, NULL, NULL, HAVE_PMI2, HAVE_MPI, why, whylen) ==
+           DDP_BOOTSTRAP_MPI;
 }
 
 enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind,

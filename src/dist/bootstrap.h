@@ -30,7 +30,12 @@
  *          - two peers claiming one rank, or a peer of the same job with another world size
  *            or length, stop rank 0 at once (the launch is wrong, waiting cannot fix it).
  *        Every socket is non-blocking and every wait is a poll() bounded by the deadline.
- *  auto  pmi2 when built and PMI_FD is set, else mpi when a broadcast is offered, else tcp.
+ *  auto  decided once, before any communicator exists, by ddp_bootstrap_decide: pmi2 when
+ *        built and PMI_FD is set (srun --mpi=pmi2); else mpi when MPI started this process
+ *        (mpirun, or srun --mpi=pmix: ddp_world's mpi_launched) and this ddptrain has MPI, so
+ *        the caller makes the MPI communicator that carries the id; else tcp. The caller
+ *        passes the decided kind on; ddp_bootstrap_choose resolves a stray `auto` as before
+ *        (pmi2, else mpi when a broadcast is offered, else tcp).
  * A world of one rank returns at once, whatever the kind: there is nobody to tell.
  *
  * Every rank calls ddp_bootstrap_share the same number of times in the same order (calls are
@@ -40,7 +45,8 @@
  * What it does not do: make the blob, create communicators, retry after a failure (a failed
  * or timed-out call leaves PMI2 or a socket in an unknown state: the caller exits 4), print
  * anything except ddp_warn notes (a refused stranger, a master address that is not rank 0's).
- * Reads PMI_FD, PMI_RANK and DDP_BOOTSTRAP_TOKEN from the process environment. Allocates
+ * Reads PMI_FD, PMI_RANK and DDP_BOOTSTRAP_TOKEN from the process environment
+ * (ddp_bootstrap_decide reads PMI_FD and SLURM_MPI_TYPE through the accessor it is given). Allocates
  * nothing that outlives a call, except PMI2's own state until ddp_bootstrap_finalize.
  */
 #ifndef DDP_LAUNCH_BOOTSTRAP_H
@@ -86,7 +92,24 @@ const char *ddp_bootstrap_name(enum ddp_bootstrap_kind k); /* "auto", "pmi2", "m
 /* 1 when PMI2 is built in and PMI_FD says this process was started by srun --mpi=pmi2. */
 int ddp_bootstrap_pmi2_live(void);
 
-/* The kind `auto` resolves to for this process (any other kind is returned as is). */
+/* The way asked takes in world w, and why, in one line for rank 0's log ("srun --mpi=pmi2
+ * started this process (PMI_FD is set)"). auto as described above; pmi2_built and mpi_built
+ * are what this build has (HAVE_PMI2, HAVE_MPI: arguments so that a test can try every
+ * build); env reads PMI_FD (getenv when NULL). Any other kind is returned as is ("[dist]
+ * bootstrap = tcp"); a world of one rank shares nothing: auto returns tcp, which returns at
+ * once. */
+enum ddp_bootstrap_kind ddp_bootstrap_decide(enum ddp_bootstrap_kind asked,
+                                             const struct ddp_world *w, ddp_env_fn env, void *ctx,
+                                             int pmi2_built, int mpi_built, char *why,
+                                             size_t whylen);
+
+/* 1 when ddp_bootstrap_decide, for this process and this build, says mpi: the caller then
+ * makes the MPI communicator whose broadcast carries the id. why as above (may be NULL). */
+int ddp_bootstrap_wants_mpi(enum ddp_bootstrap_kind asked, const struct ddp_world *w, char *why,
+                            size_t whylen);
+
+/* The kind `auto` resolves to for this process, given the broadcast on offer (any other
+ * kind is returned as is). */
 enum ddp_bootstrap_kind ddp_bootstrap_choose(enum ddp_bootstrap_kind kind,
                                              const struct ddp_bootstrap_bcast *bcast);
 

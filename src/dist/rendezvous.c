@@ -722,11 +722,12 @@ int ddp_bootstrap_tcp(const struct ddp_world *w, const char *token, unsigned seq
                       size_t len, double timeout_s, char *err, size_t errlen)
 {
     if (!w->master_addr[0] || w->master_port <= 0 || w->master_port > 65535)
-        return ddp_err(err, errlen,
-                       "the TCP rendezvous needs the master's address and port, "
-                       "but they are unknown here (launcher %s): set MASTER_ADDR and "
-                       "MASTER_PORT, or use bootstrap = mpi under mpirun",
-                       ddp_launcher_name(w->launcher));
+        return ddp_err(
+            err, errlen,
+            "the TCP rendezvous needs the master's address and port, "
+            "but they are unknown here (launcher %s): set MASTER_ADDR and "
+            "MASTER_PORT, or, under mpirun, use bootstrap = auto or mpi (with MPI built in)",
+            ddp_launcher_name(w->launcher));
     if (w->rank == 0)
         return serve(w, token, seq, blob, len, timeout_s, err, errlen);
     return fetch(w, token, seq, blob, len, timeout_s, err, errlen);

@@ -266,6 +266,34 @@ static int refuse_cpu_bf16(const struct trainer *t)
     return 1;
 }
 
+/* How the NCCL id travels (dist/bootstrap.h ddp_bootstrap_decide: auto takes MPI wherever MPI
+ * started the process), into o and t->bootstrap_why for the banner; the MPI communicator that
+ * carries it when that is the way. Returns 0 or an exit code (the reason printed). */
+static int start_bootstrap(struct trainer *t, struct ddp_comm_opts *o)
+{
+    const struct ddp_world *w = &t->world;
+    t->bootstrap =
+        ddp_bootstrap_decide((enum ddp_bootstrap_kind)t->job.bootstrap, w, NULL, NULL, HAVE_PMI2,
+                             HAVE_MPI, t->bootstrap_why, sizeof t->bootstrap_why);
+    o->bootstrap = t->bootstrap;
+    if (o->bootstrap != DDP_BOOTSTRAP_MPI)
+        return 0;
+    char err[DDP_ERR_LEN * 2];
+    struct ddp_comm_opts mo = ddp_comm_opts_of(DDP_COMM_MPI, t->job.timeout_s);
+    if (ddp_comm_check(&mo, w, err, sizeof err) != 0) {
+        if (w->rank == 0)
+            ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    t->boot_comm = ddp_comm_create(&mo, w, err, sizeof err);
+    if (!t->boot_comm) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    o->boot_comm = t->boot_comm;
+    return 0;
+}
+
 /* Device and collectives: the rank's bound GPU (binding doctor) or the CPU, then the
  * communicator. Returns 0 or an exit code (the reason printed). */
 static int start_comm(struct trainer *t)
@@ -301,16 +329,15 @@ static int start_comm(struct trainer *t)
         (job->backend == DDP_COMM_NCCL || (job->backend == DDP_COMM_AUTO && w->world_size > 1))) {
         o.backend = DDP_COMM_NCCL;
         o.device = dev.device;
-        o.bootstrap = (enum ddp_bootstrap_kind)job->bootstrap;
-        if (job->bootstrap == DDP_BOOTSTRAP_MPI) { /* the NCCL id travels by MPI_Bcast */
-            struct ddp_comm_opts mo = ddp_comm_opts_of(DDP_COMM_MPI, job->timeout_s);
-            t->boot_comm = ddp_comm_create(&mo, w, err, sizeof err);
-            if (!t->boot_comm) {
-                ddp_warn("%s", err);
-                return DDP_EXIT_LAUNCH;
-            }
-            o.boot_comm = t->boot_comm;
-        }
+        int rc = start_bootstrap(t, &o);
+        if (rc)
+            return rc;
+    }
+    /* the same verdict on every rank (job, build, launcher): rank 0 says it, once */
+    if (ddp_comm_check(&o, w, err, sizeof err) != 0) {
+        if (w->rank == 0)
+            ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
     }
     t->comm = ddp_comm_create(&o, w, err, sizeof err);
     if (!t->comm) {
@@ -437,6 +464,9 @@ static void log_banner(struct trainer *t)
             DDP_VERSION, job->name, job->path, w->world_size, w->world_size > 1 ? "s" : "",
             ddp_launcher_name(w->launcher), ddp_comm_name(t->comm), t->device, t->threads,
             t->threads > 1 ? "s" : "");
+    if (t->bootstrap_why[0] && w->world_size > 1)
+        ddp_log("bootstrap: the NCCL id through %s (%s)", ddp_bootstrap_name(t->bootstrap),
+                t->bootstrap_why);
     if (t->be == ddp_backend_cpu())
         ddp_log("cpu kernels: OpenBLAS %s", ddp_blas_core_describe());
     if (t->conv_path[0])

@@ -78,7 +78,7 @@ struct trainer {
     const char *eval_only;    /* eval, export, predict: the checkpoint or weights file */
     struct ddp_run_args args; /* the mode and its options (train.h) */
     ddp_liveness *liveness;   /* names dead peers when a collective fails */
-    ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when [dist] bootstrap = mpi */
+    ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when the bootstrap is mpi */
     char device[160];         /* "cpu" or "cuda:N (name)" */
     char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
@@ -86,6 +86,11 @@ struct trainer {
     int resumed;              /* a checkpoint was loaded */
     float *dev_x;             /* (B, in_elems) batch in device memory; NULL on the CPU */
     int32_t *dev_y;           /* (B) labels in device memory */
+
+    /* NCCL only: how its id travels (pmi2, mpi or tcp) and why, for the banner ("" otherwise) */
+    enum ddp_bootstrap_kind bootstrap;
+    char bootstrap_why[256];
+
     /* The device step (backends with upload_batch and xent_acc; docs/gpu.md): batches go up
      * asynchronously into two alternating device sets (dev_x, dev_y and these), the loss and
      * correct count accumulate in acc on the device and are read at log steps. */

@@ -407,6 +407,7 @@ struct vrun {
     const struct ddp_backend *be;
     int device; /* CUDA ordinal, -1 on the CPU */
     ddp_comm *c;
+    ddp_comm *boot; /* MPI, only to carry the NCCL id where MPI started the process */
     ddp_liveness *live;
     int W, me, threads, lock;
     struct ddp_validate_ref ref;
@@ -1392,6 +1393,37 @@ static int choose_device(const struct ddp_world *w, double timeout_s, const stru
     return 0;
 }
 
+/* The collectives of options o: on GPUs the NCCL id goes as `[dist] bootstrap = auto` sends
+ * it for training (dist/bootstrap.h ddp_bootstrap_decide), over an MPI communicator made for
+ * it alone where MPI started the process; a verdict every rank reaches alike (ddp_comm_check:
+ * the build, the launcher) is printed once, by rank 0. Returns 0 or an exit code. */
+static int vrun_comm(struct vrun *v, struct ddp_comm_opts *o)
+{
+    char err[DDP_ERR_LEN * 2];
+    const struct ddp_world *w = &v->w;
+    if (o->backend == DDP_COMM_NCCL && ddp_bootstrap_wants_mpi(o->bootstrap, w, NULL, 0)) {
+        struct ddp_comm_opts mo = ddp_comm_opts_of(DDP_COMM_MPI, o->timeout_s);
+        v->boot = ddp_comm_create(&mo, w, err, sizeof err);
+        if (!v->boot) {
+            ddp_warn("%s", err);
+            return DDP_EXIT_LAUNCH;
+        }
+        o->bootstrap = DDP_BOOTSTRAP_MPI;
+        o->boot_comm = v->boot;
+    }
+    if (ddp_comm_check(o, w, err, sizeof err) != 0) {
+        if (w->rank == 0)
+            ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    v->c = ddp_comm_create(o, w, err, sizeof err);
+    if (!v->c) {
+        ddp_warn("%s", err);
+        return DDP_EXIT_LAUNCH;
+    }
+    return 0;
+}
+
 /* The level's settings (see struct level). */
 static void level_of(const struct vrun *v, struct level *L)
 {
@@ -1486,11 +1518,9 @@ static int vrun_start(struct vrun *v)
         ddp_warn("%s", err);
         return DDP_EXIT_LAUNCH;
     }
-    v->c = ddp_comm_create(&copts, w, err, sizeof err);
-    if (!v->c) {
-        ddp_warn("%s", err);
-        return DDP_EXIT_LAUNCH;
-    }
+    rc = vrun_comm(v, &copts);
+    if (rc)
+        return rc;
     /* a dead peer stops every rank within seconds (liveness.h) */
     v->live = w->world_size > 1 ? ddp_liveness_create(v->c, w->host) : NULL;
     if (v->live)
@@ -1942,6 +1972,7 @@ int ddp_validate_run(const struct ddp_validate_args *a)
     machine_unlock(v->lock);
     ddp_validate_ref_free(&v->ref);
     ddp_comm_destroy(v->c);
+    ddp_comm_destroy(v->boot);
     ddp_liveness_destroy(v->live); /* goodbye after the last collective */
     return rc;
 }

@@ -1,6 +1,8 @@
 /*
  * test_bootstrap.c - the bootstrap interface (bootstrap.h) on this machine: the helpers
- * (hex, rank lists, job token, kind names and choice), argument checks, and the TCP
+ * (hex, rank lists, job token, kind names and choice), what `auto` decides under every
+ * launcher (mpirun, srun --mpi=pmi2 or pmix, plain srun, torchrun style, none; every build),
+ * argument checks, and the TCP
  * rendezvous between forked processes on 127.0.0.1 (rank 0 in this process, the others in
  * children): a 128-byte id to 8 ranks, 64 KiB to 4, 48 ranks at once, two calls in a row,
  * late peers, a missing rank named on timeout, a port in use. PMI2 and MPI need their
@@ -104,6 +106,145 @@ static void helpers(void)
           strlen(tok));
     unsetenv("DDP_BOOTSTRAP_TOKEN");
 }
+
+#define MAXVARS 24
+/* A launcher's environment, as ddp_world_detect and ddp_bootstrap_decide read it. */
+struct env {
+    const char *kv[MAXVARS][2]; /* terminated by a NULL name */
+};
+
+static const char *lookup(void *ctx, const char *name)
+{
+    const struct env *e = ctx;
+    for (int i = 0; i < MAXVARS && e->kv[i][0]; i++)
+        if (strcmp(e->kv[i][0], name) == 0)
+            return e->kv[i][1];
+    return NULL;
+}
+
+/* Rank 1 of 2 on one node of a Slurm step (MASTER_ADDR keeps the resolver out of it). */
+#define SRUN_STEP                                                                          \
+    {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},               \
+        {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_STEP_NODELIST", "localhost"},               \
+        {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}, \
+        {"SLURM_NODEID", "0"},                                                             \
+    {                                                                                      \
+        "MASTER_ADDR", "127.0.0.1"                                                         \
+    }
+
+/* One launcher and what `auto` must make of it in each build (PMI2 and MPI built in or not). */
+struct decide_case {
+    const char *what;
+    struct env env;
+    enum ddp_bootstrap_kind want[2][2]; /* [pmi2_built][mpi_built] */
+    const char *why;                    /* in the reason, with both built */
+};
+
+#define T DDP_BOOTSTRAP_TCP
+#define P DDP_BOOTSTRAP_PMI2
+#define M DDP_BOOTSTRAP_MPI
+static const struct decide_case g_decide[] = {
+    {"mpirun -n 2",
+     {{{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {NULL, NULL}}},
+     {{T, M}, {T, M}},
+     "mpirun (OMPI_COMM_WORLD_SIZE is set) started this process and this ddptrain has MPI"},
+    {"mpirun -n 2 inside an allocation",
+     {{{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"SLURM_JOB_ID", "1234"},
+       {NULL, NULL}}},
+     {{T, M}, {T, M}},
+     "mpirun"},
+    {"srun --mpi=pmi2",
+     {{SRUN_STEP, {"SLURM_MPI_TYPE", "pmi2"}, {"PMI_FD", "5"}, {"PMI_RANK", "1"}, {NULL, NULL}}},
+     {{T, T}, {P, P}},
+     "srun --mpi=pmi2 started this process (PMI_FD is set)"},
+    {"srun --mpi=pmix",
+     {{SRUN_STEP, {"SLURM_MPI_TYPE", "pmix"}, {"PMIX_RANK", "1"}, {NULL, NULL}}},
+     {{T, M}, {T, M}},
+     "srun --mpi=pmix started this process and this ddptrain has MPI"},
+    {"srun --mpi=pmix_v4",
+     {{SRUN_STEP, {"SLURM_MPI_TYPE", "pmix_v4"}, {"PMIX_RANK", "1"}, {NULL, NULL}}},
+     {{T, M}, {T, M}},
+     "srun --mpi=pmix_v4 started"},
+    {"plain srun",
+     {{SRUN_STEP, {"SLURM_MPI_TYPE", "none"}, {NULL, NULL}}},
+     {{T, T}, {T, T}},
+     "neither PMI2 nor MPI started this process (launcher slurm); TCP rendezvous at "
+     "127.0.0.1:22340"},
+    {"plain srun, no SLURM_MPI_TYPE", {{SRUN_STEP, {NULL, NULL}}}, {{T, T}, {T, T}}, "slurm"},
+    {"torchrun style",
+     {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {NULL, NULL}}},
+     {{T, T}, {T, T}},
+     "(launcher torchrun); TCP rendezvous at 127.0.0.1:29500"},
+    {"no launcher", {{{NULL, NULL}}}, {{T, T}, {T, T}}, "one rank, nothing to share"},
+    {"mpirun -n 1",
+     {{{"OMPI_COMM_WORLD_RANK", "0"},
+       {"OMPI_COMM_WORLD_SIZE", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+       {NULL, NULL}}},
+     {{T, T}, {T, T}},
+     "one rank"},
+};
+
+/* ddp_bootstrap_decide for every launcher above, every build, auto and the explicit kinds. */
+static void decide(void)
+{
+    for (size_t i = 0; i < sizeof g_decide / sizeof *g_decide; i++) {
+        const struct decide_case *c = &g_decide[i];
+        struct ddp_world w;
+        char err[DDP_ERR_LEN] = "", why[256];
+        void *ctx = (void *)&c->env;
+        if (ddp_world_detect(&w, lookup, ctx, 0, err, sizeof err) != 0) {
+            CHECK(0, "%s: world: %s", c->what, err);
+            continue;
+        }
+        for (int pmi2 = 0; pmi2 < 2; pmi2++)
+            for (int mpi = 0; mpi < 2; mpi++) {
+                enum ddp_bootstrap_kind k = ddp_bootstrap_decide(DDP_BOOTSTRAP_AUTO, &w, lookup,
+                                                                 ctx, pmi2, mpi, why, sizeof why);
+                CHECK(k == c->want[pmi2][mpi], "%s, pmi2 %d mpi %d: auto -> %s, expected %s (%s)",
+                      c->what, pmi2, mpi, ddp_bootstrap_name(k),
+                      ddp_bootstrap_name(c->want[pmi2][mpi]), why);
+                CHECK(strncmp(why, "auto: ", 6) == 0, "%s: why '%s'", c->what, why);
+                if (pmi2 && mpi)
+                    CHECK(strstr(why, c->why) != NULL, "%s: why '%s', expected '%s' in it", c->what,
+                          why, c->why);
+                if (!mpi && w.mpi_launched && w.world_size > 1)
+                    CHECK(strstr(why, "built without MPI") != NULL, "%s: why '%s'", c->what, why);
+            }
+        for (int k = DDP_BOOTSTRAP_PMI2; k < DDP_BOOTSTRAP_COUNT; k++) {
+            enum ddp_bootstrap_kind got = ddp_bootstrap_decide((enum ddp_bootstrap_kind)k, &w,
+                                                               lookup, ctx, 1, 1, why, sizeof why);
+            CHECK((int)got == k && strstr(why, "[dist] bootstrap = ") == why,
+                  "%s: explicit %s -> %s (%s)", c->what,
+                  ddp_bootstrap_name((enum ddp_bootstrap_kind)k), ddp_bootstrap_name(got), why);
+        }
+        /* this build, this process: ddp_bootstrap_wants_mpi agrees with the table, given
+         * the process environment has no PMI_FD (unset above) */
+        CHECK(ddp_bootstrap_wants_mpi(DDP_BOOTSTRAP_AUTO, &w, NULL, 0) ==
+                  (c->want[HAVE_PMI2][HAVE_MPI] == M && !getenv("PMI_FD")),
+              "%s: wants_mpi", c->what);
+    }
+    /* PMI_FD that is no number is not PMI2 */
+    struct env bad = {{SRUN_STEP, {"SLURM_MPI_TYPE", "pmi2"}, {"PMI_FD", "x"}, {NULL, NULL}}};
+    struct ddp_world w;
+    char err[DDP_ERR_LEN], why[256];
+    if (ddp_world_detect(&w, lookup, &bad, 0, err, sizeof err) == 0)
+        CHECK(ddp_bootstrap_decide(DDP_BOOTSTRAP_AUTO, &w, lookup, &bad, 1, 1, why, sizeof why) ==
+                  T,
+              "PMI_FD=x: %s", why);
+}
+#undef T
+#undef P
+#undef M
 
 static void arguments(void)
 {
@@ -347,6 +488,7 @@ static void port_in_use(void)
 int main(void)
 {
     helpers();
+    decide();
     arguments();
     tcp();
     port_in_use();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path under Slurm with gres, on the GPU twin (build/ddptrain-twin, docs/gpu.md):
 # srun -N 2 -n 8 --gres=gpu:4 binds every rank to cuda:SLURM_LOCALID (`ddptrain env`), and
-# training through the NCCL twin, its id carried by the TCP rendezvous (no --mpi) and by the
-# PMI2 KVS (--mpi=pmi2), ends with the parameters of the 1-rank CPU run (1e-5 relative).
+# training through the NCCL twin with [dist] bootstrap left at auto, its id carried by the TCP
+# rendezvous (plain srun), by the PMI2 KVS (--mpi=pmi2) and over MPI (--mpi=pmix), as rank 0's
+# log says, ends with the parameters of the 1-rank CPU run (1e-5 relative).
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_ddptrain
@@ -42,20 +43,26 @@ log_every = 10
 INI
 "$DDPTRAIN" "$CASE_DIR/j.ini" --set data.batch_size=48 --set job.output="$CASE_DIR/cpu" \
     >/dev/null || fail "CPU run"
-for mpi in none pmi2; do
+declare -A way=([none]=tcp [pmi2]=pmi2 [pmix]=mpi)
+for mpi in none pmi2 pmix; do
     flag=()
-    want=tcp
-    if [[ $mpi == pmi2 ]]; then
-        sr srun --mpi=list 2>&1 | grep -qw pmi2 || { echo "no pmi2 plugin: skipped"; continue; }
-        flag=(--mpi=pmi2)
-        want=pmi2
+    want=${way[$mpi]}
+    if [[ $mpi != none ]]; then
+        sr srun --mpi=list 2>&1 | grep -qw "$mpi" || { echo "no $mpi plugin: skipped"; continue; }
+        flag=(--mpi="$mpi")
     fi
-    echo "# srun -N 2 -n 8 --gres=gpu:4 ${flag[*]} ddptrain-twin j.ini (bootstrap $want)"
+    if [[ $mpi == pmix ]] && ! "$TWIN" --version | grep -q 'comm backends:.* mpi ('; then
+        echo "ddptrain-twin has no MPI: --mpi=pmix skipped"
+        continue
+    fi
+    echo "# srun -N 2 -n 8 --gres=gpu:4 ${flag[*]} ddptrain-twin j.ini (bootstrap auto: $want)"
     SR_TIMEOUT=150 sr srun -N 2 -n 8 --ntasks-per-node=4 --gres=gpu:4 "${flag[@]}" "$TWIN" \
         "$CASE_DIR/j.ini" --set data.batch_size=6 --set job.output="$CASE_DIR/$mpi" \
-        --set dist.bootstrap="$want" > "$CASE_DIR/$mpi.log" 2>&1 ||
-        { cat "$CASE_DIR/$mpi.log"; fail "$mpi: run failed"; }
-    untime <"$CASE_DIR/$mpi.log" | grep '^ddptrain' || true
+        > "$CASE_DIR/$mpi.log" 2>&1 || { cat "$CASE_DIR/$mpi.log"; fail "$mpi: run failed"; }
+    untime <"$CASE_DIR/$mpi.log" | grep '^\(ddptrain\|bootstrap\)' || true
+    grep -q "bootstrap: the NCCL id through $want (auto: " "$CASE_DIR/$mpi.log" ||
+        fail "$mpi: rank 0 does not log the NCCL id through $want"
+    expect_eq "$(grep -c 'bootstrap: the NCCL id' "$CASE_DIR/$mpi.log")" 1 "$mpi: bootstrap lines"
     grep -q "8 ranks, launcher slurm, comm nccl, device cuda:0 (ddptrain GPU twin 0" \
         "$CASE_DIR/$mpi.log" || fail "$mpi: not 8 ranks on twin GPUs through NCCL"
     /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" "$CASE_DIR/$mpi/model.h5" \

@@ -1,0 +1,72 @@
+#!/bin/bash
+# mpirun.sh - the GPU path under mpirun with nothing but `[dist] backend = nccl` set (suite
+# twin): `mpirun -n 2 ddptrain-twin job.ini`, bootstrap left at auto and no MASTER_ADDR, takes
+# the NCCL id over MPI (rank 0's log says so and why), trains on twin GPUs 0 and 1 and ends
+# with the parameters of the 1-rank CPU run (1e-5 relative, tests/ddp's tolerance, as
+# train.sh); a CPU run of another seed differs (the comparison can fail). Exit 77 without mpirun or
+# without MPI in ddptrain-twin.
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+PY=/usr/bin/python3
+$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
+"$DDPTRAIN_TWIN" --version | grep -q 'comm backends:.* mpi (' ||
+    { echo "SKIP: ddptrain-twin built without MPI"; exit 77; }
+if [ "$(id -u)" = 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_mpi_yield_when_idle=1
+unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE DDP_BOOTSTRAP_TOKEN PMI_FD
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
+    >/dev/null || exit 1
+cat > job.ini <<INI
+[job]
+seed = 77
+[data]
+file = d.h5
+test =
+[model]
+layers = flatten, linear(32), relu, linear(16), relu, linear(10)
+[optim]
+name = sgd
+lr = 0.05
+momentum = 0.9
+[train]
+epochs = 1
+max_steps = 20
+log_every = 10
+[dist]
+backend = nccl
+INI
+fail=0
+"$DDPTRAIN" job.ini --set dist.backend=auto --set data.batch_size=48 --set job.output=cpu \
+    >/dev/null || { echo "FAIL: CPU run"; exit 1; }
+out=twin
+if ! timeout 300 mpirun -n 2 --oversubscribe "$DDPTRAIN_TWIN" job.ini --set data.batch_size=24 \
+        --set job.output=$out > $out.log 2>&1; then
+    echo "FAIL: mpirun -n 2 ddptrain-twin (backend = nccl, bootstrap auto):"
+    tail -5 $out.log
+    exit 1
+fi
+grep '^[^ ]* \(ddptrain\|bootstrap\)' $out.log | sed 's/^[^ ]* //'
+want="bootstrap: the NCCL id through mpi (auto: mpirun (OMPI_COMM_WORLD_SIZE is set) started"
+grep -qF "$want" $out.log || { echo "FAIL: no line '$want'"; fail=1; }
+want="2 ranks, launcher ompi, comm nccl, device cuda:0 (ddptrain GPU twin 0"
+grep -qF "$want" $out.log || { echo "FAIL: no line '$want'"; fail=1; }
+n=$(grep -c ' bootstrap: ' $out.log)
+[ "$n" = 1 ] || { echo "FAIL: $n bootstrap lines, expected 1 (rank 0's)"; fail=1; }
+if $PY "$DDP_SRC/tests/ddp/compare_h5.py" $out/model.h5 cpu/model.h5 1e-5 > cmp.txt; then
+    echo "ok   mpirun -n 2, 2 twin GPUs vs CPU: $(head -1 cmp.txt)"
+else
+    echo "FAIL: mpirun -n 2, 2 twin GPUs vs CPU:"; cat cmp.txt; fail=1
+fi
+# the comparison can fail: another seed does not agree
+"$DDPTRAIN" job.ini --set dist.backend=auto --set data.batch_size=48 --set job.seed=78 \
+    --set job.output=other >/dev/null || { echo "FAIL: CPU run, seed 78"; exit 1; }
+if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 cpu/model.h5 1e-5 >/dev/null; then
+    echo "FAIL: runs with different seeds compared equal"; fail=1
+fi
+exit $fail
