@@ -179,7 +179,10 @@ struct parse_state {
     void *base;
     int *key_line;
     FILE *f;
-    int line; /* line number of the line inih is handling */
+    int line;            /* line number of the line inih is handling */
+    const char *linebuf; /* the buffer inih parses that line in: values point into it */
+    int piece_key;       /* key index whose pieces are recorded, or -1 */
+    struct ddp_ini_pieces *pieces;
     int line_too_long;
     int cont; /* the current raw line starts with a blank: a continuation */
     char last_section[64], last_key[64];
@@ -214,6 +217,7 @@ static char *read_line(char *str, int num, void *stream)
     if (!fgets(buf, sizeof buf, ps->f))
         return NULL;
     ps->line++;
+    ps->linebuf = str;
     size_t n = strlen(buf);
     if (n == sizeof buf - 1 && buf[n - 1] != '\n') { /* drain an absurdly long line */
         int c;
@@ -271,6 +275,38 @@ static int fail_unknown(struct parse_state *ps, const char *section, const char 
     return fail_at(ps, section, name, NULL, why);
 }
 
+/* Record that the text of value (in inih's line buffer) is the piece of key k's value that
+ * starts at character off. */
+static void add_piece(struct parse_state *ps, int k, size_t off, const char *value)
+{
+    struct ddp_ini_pieces *p = ps->pieces;
+    if (!p || k != ps->piece_key)
+        return;
+    if (off == 0) {
+        p->n = 0;
+        p->known = 0;
+    }
+    if (p->n == DDP_INI_PIECES_MAX || p->known != off - (off > 0))
+        return; /* past the pieces kept: later characters stay unlocated */
+    long col = value - ps->linebuf;
+    p->off[p->n] = off;
+    p->line[p->n] = ps->line;
+    p->col[p->n++] = col >= 0 && col < 8192 ? (int)col + 1 : 1;
+    p->known = off + strlen(value);
+}
+
+int ddp_ini_locate(const struct ddp_ini_pieces *p, size_t off, int *line, int *col)
+{
+    if (!p || p->n == 0 || off >= p->known)
+        return -1;
+    int i = p->n - 1;
+    while (i > 0 && p->off[i] > off)
+        i--;
+    *line = p->line[i];
+    *col = p->col[i] + (int)(off - p->off[i]);
+    return 0;
+}
+
 static int on_value(void *user, const char *section, const char *name, const char *value)
 {
     struct parse_state *ps = user;
@@ -295,6 +331,7 @@ static int on_value(void *user, const char *section, const char *name, const cha
             return fail_at(ps, section, name, NULL, "value too long after continuation lines");
         field[have] = ' ';
         memcpy(field + have + 1, value, add + 1);
+        add_piece(ps, k, have + 1, value);
         return 1;
     }
     if (ps->key_line[k] > 0) {
@@ -304,6 +341,7 @@ static int on_value(void *user, const char *section, const char *name, const cha
     if (ddp_ini_assign(kd, ps->base, value, why, sizeof why) != 0)
         return fail_at(ps, section, name, NULL, why);
     ps->key_line[k] = ps->line;
+    add_piece(ps, k, 0, value);
     snprintf(ps->last_section, sizeof ps->last_section, "%s", section);
     snprintf(ps->last_key, sizeof ps->last_key, "%s", name);
     return 1;
@@ -368,7 +406,8 @@ static int check_bytes(const char *text, size_t len, const struct ddp_ini_schema
 
 /* Parse the text (len > 0 bytes) of path. */
 static int parse_text(const struct ddp_ini_schema *s, const char *path, char *text, size_t len,
-                      void *base, int *key_line, char *err, size_t errlen)
+                      void *base, int *key_line, int piece_key, struct ddp_ini_pieces *pieces,
+                      char *err, size_t errlen)
 {
     FILE *f = fmemopen(text, len, "r"); /* inih reads lines from a stream */
     if (!f)
@@ -378,6 +417,8 @@ static int parse_text(const struct ddp_ini_schema *s, const char *path, char *te
                              .base = base,
                              .key_line = key_line,
                              .f = f,
+                             .piece_key = piece_key,
+                             .pieces = pieces,
                              .err = err,
                              .errlen = errlen};
     int rc = ini_parse_stream(read_line, &ps, on_value, &ps);
@@ -400,6 +441,17 @@ static int parse_text(const struct ddp_ini_schema *s, const char *path, char *te
 int ddp_ini_load(const struct ddp_ini_schema *s, const char *path, void *base, int *key_line,
                  char **text_out, char *err, size_t errlen)
 {
+    return ddp_ini_load_pieces(s, path, base, key_line, text_out, -1, NULL, err, errlen);
+}
+
+int ddp_ini_load_pieces(const struct ddp_ini_schema *s, const char *path, void *base, int *key_line,
+                        char **text_out, int key, struct ddp_ini_pieces *pieces, char *err,
+                        size_t errlen)
+{
+    if (pieces) {
+        pieces->n = 0;
+        pieces->known = 0;
+    }
     const char *kind = NULL;
     int fd = ddp_open_regular(path, &kind);
     if (fd < 0 && kind && strcmp(kind, "file") != 0)
@@ -415,7 +467,7 @@ int ddp_ini_load(const struct ddp_ini_schema *s, const char *path, void *base, i
         return -1;
     rc = check_bytes(text, len, s, path, err, errlen);
     if (rc == 0 && len > 0) /* an empty file: every default */
-        rc = parse_text(s, path, text, len, base, key_line, err, errlen);
+        rc = parse_text(s, path, text, len, base, key_line, key, pieces, err, errlen);
     if (text_out)
         *text_out = text;
     else

@@ -47,12 +47,33 @@ struct ddp_ini_schema {
     int continuation; /* an indented line continues the previous STR value */
 };
 
+/* Where the pieces of a text value joined from continuation lines came from: piece i starts
+ * at character off[i] of the joined value (pieces are joined with one blank) and at line[i],
+ * column col[i] (1-based, in bytes) of the file. Values of more than DDP_INI_PIECES_MAX lines
+ * keep the first ones; known is the length of the value those cover. */
+#define DDP_INI_PIECES_MAX 256 /* lines of one value; layers of 4096 characters need fewer */
+struct ddp_ini_pieces {
+    int n;
+    size_t known;
+    size_t off[DDP_INI_PIECES_MAX];
+    int line[DDP_INI_PIECES_MAX], col[DDP_INI_PIECES_MAX];
+};
+
 /* Read path and set every key it gives in base. key_line (nkeys entries, zero or -1 for keys
  * set elsewhere) receives each key's line; a key whose entry is already > 0 is a duplicate.
  * text: NULL, or receives the file's bytes (NUL-terminated, caller frees). Returns 0, or -1
  * with one line in err. */
 int ddp_ini_load(const struct ddp_ini_schema *s, const char *path, void *base, int *key_line,
                  char **text, char *err, size_t errlen);
+
+/* ddp_ini_load, also recording in *pieces where the value of key index `key` came from
+ * (pieces->n stays 0 when the file does not give it). */
+int ddp_ini_load_pieces(const struct ddp_ini_schema *s, const char *path, void *base, int *key_line,
+                        char **text, int key, struct ddp_ini_pieces *pieces, char *err,
+                        size_t errlen);
+/* The file's line and column of character off of a value recorded in p. Returns 0, or -1 when
+ * p does not cover off. */
+int ddp_ini_locate(const struct ddp_ini_pieces *p, size_t off, int *line, int *col);
 
 /* Convert value for key k into base. Returns 0, or -1 with the reason (no location). */
 int ddp_ini_assign(const struct ddp_ini_key *k, void *base, const char *value, char *why,

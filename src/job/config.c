@@ -156,7 +156,8 @@ int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen
 {
     snprintf(job->path, sizeof job->path, "%s", path);
     char *text = NULL;
-    int rc = ddp_ini_load(job_schema(), path, job, job->key_line, &text, err, errlen);
+    int rc = ddp_ini_load_pieces(job_schema(), path, job, job->key_line, &text,
+                                 find_key("model", "layers"), &job->layers_at, err, errlen);
     if (text) {
         free(job->text);
         job->text = text; /* the bytes that were parsed, kept for checkpoints */
@@ -215,6 +216,17 @@ const char *ddp_job_where(const struct ddp_job *job, const char *section, const 
     else
         snprintf(buf, len, "[%s] %s (default)", section, key);
     return buf;
+}
+
+const char *ddp_job_where_layers(const struct ddp_job *job, int off, char *buf, size_t len)
+{
+    int k = find_key("model", "layers"), line, col;
+    if (off >= 0 && job->key_line[k] > 0 &&
+        ddp_ini_locate(&job->layers_at, (size_t)off, &line, &col) == 0) {
+        snprintf(buf, len, "%s:%d:%d: [model] layers", job->path, line, col);
+        return buf;
+    }
+    return ddp_job_where(job, "model", "layers", buf, len);
 }
 
 void ddp_job_write(const struct ddp_job *job, FILE *f)

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/ini.h"
+
 #define DDP_PATH_MAX 1024
 #define DDP_LAYERS_MAX 4096      /* characters of [model] layers, continuation lines joined */
 #define DDP_JOB_KEYS_MAX 80      /* schema rows; the table in config.c has fewer */
@@ -82,7 +84,8 @@ struct ddp_job {
     float norm_mean[DDP_NORM_CHANNELS_MAX], norm_std[DDP_NORM_CHANNELS_MAX];
     /* [model] */
     char layers[DDP_LAYERS_MAX];
-    char init[DDP_PATH_MAX]; /* "pytorch" or a path */
+    struct ddp_ini_pieces layers_at; /* where in the file each line of layers came from */
+    char init[DDP_PATH_MAX];         /* "pytorch" or a path */
     /* [optim] */
     int optim; /* enum ddp_optim_kind */
     double lr, momentum, weight_decay, beta1, beta2, eps, gamma, warmup_epochs;
@@ -127,6 +130,9 @@ void ddp_job_defaults(struct ddp_job *job);
 int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen);
 /* Apply one "section.key=value" override (from --set); blamed as "--set". */
 int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t errlen);
+/* ddp_job_where for [model] layers, naming the column of character off of the value
+ * ("FILE:LINE:COL: [model] layers") where the file gave it; off < 0: no column. */
+const char *ddp_job_where_layers(const struct ddp_job *job, int off, char *buf, size_t len);
 /* "FILE:LINE: [section] key" (or "--set section.key", or "[section] key (default)"), for
  * modules that find a value wrong later. Returns buf. */
 const char *ddp_job_where(const struct ddp_job *job, const char *section, const char *key,

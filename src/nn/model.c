@@ -661,7 +661,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
 {
     struct ddp_layer_spec specs[DDP_MODEL_LAYERS_MAX];
     memset(m, 0, sizeof *m);
-    int n = ddp_model_parse(layers, specs, DDP_MODEL_LAYERS_MAX, err, errlen);
+    int n = ddp_model_parse(layers, specs, DDP_MODEL_LAYERS_MAX, &m->err_at, err, errlen);
     if (n < 0)
         return -1;
     m->be = be;
@@ -683,13 +683,17 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     for (int i = 0; i < in_ndim; i++)
         b.fp = mix(b.fp, (uint64_t)m->ishape[i]);
     for (int i = 0; i < n; i++)
-        if (build_spec(&b, &specs[i], err, errlen) != 0)
+        if (build_spec(&b, &specs[i], err, errlen) != 0) {
+            m->err_at = specs[i].at;
             return -1;
+        }
     struct ddp_layer *last = &m->layers[m->nlayers - 1];
-    if (last->out_ndim != 1 || last->oshape[0] < 2)
+    if (last->out_ndim != 1 || last->oshape[0] < 2) {
+        m->err_at = specs[n - 1].at;
         return ddp_err(err, errlen,
                        "the last layer must produce class scores (a flat vector of at least 2); "
                        "end with linear(classes)");
+    }
     m->classes = last->oshape[0];
     m->fingerprint = b.fp;
     mark_accumulation(m);

@@ -61,6 +61,7 @@ struct ddp_layer_spec {
     int k, stride, pad; /* conv2d, pools: window */
     float p;            /* dropout */
     int nobias;         /* conv2d, linear: bias=false */
+    int at;             /* where the layer starts in the layers text (for messages) */
 };
 
 /* One named tensor of the model: a parameter (in params/grads) or a buffer (in buffers). */
@@ -111,6 +112,7 @@ struct ddp_model {
     float *col;                      /* conv scratch */
     float *gtmp; /* (max_batch, largest layer input) an input gradient before it is added */
     uint64_t fingerprint; /* hash of the architecture and input shape */
+    int err_at;           /* after ddp_model_create failed: the character of layers to blame */
 
     /* Sum of n doubles (backend memory) over all ranks, in place (SyncBatchNorm), ordered
      * before the backend's later work; NULL: local statistics. */
@@ -120,12 +122,14 @@ struct ddp_model {
 
 /* Parse a layer list into specs in pre-order: a residual block is a DDP_LAYER_RESIDUAL spec,
  * its body's specs, then a DDP_LAYER_RESIDUAL_END spec. Returns the number of specs, or -1
- * with a one-line reason (naming the item and its position, e.g. "layer 3.2") in err. */
-int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, char *err,
+ * with a one-line reason (naming the item and its position, e.g. "layer 3.2") in err and, in
+ * *err_at (may be NULL), the offset in text of the character to blame (-1: none). */
+int ddp_model_parse(const char *text, struct ddp_layer_spec *specs, int max, int *err_at, char *err,
                     size_t errlen);
 
 /* Build the model for input samples of in_dims (ndim 1: D, ndim 3: C,H,W) and batches of at
- * most max_batch. Fails (-1, err) when the layers do not fit the input shape. */
+ * most max_batch. Fails (-1, err) when the layers do not fit the input shape; then m->err_at
+ * is the offset in layers of the character to blame (-1: none). */
 int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const char *layers,
                      int in_ndim, const int64_t *in_dims, int max_batch, char *err, size_t errlen);
 void ddp_model_free(struct ddp_model *m);

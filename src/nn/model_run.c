@@ -288,8 +288,11 @@ void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
         const enum ddp_layer_kind k = l->spec.kind;
         const int d = block_depth(l);
         const char *sep = i ? ", " : "";
-        char out[48];
-        model_shape_str(l->out_ndim, l->oshape, out, sizeof out);
+        char out[48]; /* " -> 16x28x28": not "(16, 28, 28)", which reads as arguments */
+        if (l->out_ndim == 1)
+            snprintf(out, sizeof out, " -> %d", l->oshape[0]);
+        else
+            snprintf(out, sizeof out, " -> %dx%dx%d", l->oshape[0], l->oshape[1], l->oshape[2]);
         if (k == DDP_LAYER_RESIDUAL) { /* the join closes its block */
             append(buf, len, &used, ")", "", "");
             prev = d;

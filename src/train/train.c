@@ -121,8 +121,8 @@ static int build_model(struct trainer *t, char *err, size_t errlen)
                          sizeof why) != 0) {
         char shape[96];
         ddp_err(err, errlen, "%s: %s (samples of %s are %s)",
-                ddp_job_where(job, "model", "layers", where, sizeof where), why, job->data_file,
-                ddp_h5split_shape_text(t->train, shape, sizeof shape));
+                ddp_job_where_layers(job, t->model.err_at, where, sizeof where), why,
+                job->data_file, ddp_h5split_shape_text(t->train, shape, sizeof shape));
         return DDP_EXIT_USAGE;
     }
     int K = t->model.classes;

@@ -249,6 +249,9 @@ int trainer_resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_
     memset(pos, 0, sizeof *pos);
     int64_t found = 0;
     int code = 0;
+    /* check loads the checkpoint to vet it but resumes nothing */
+    const char *resuming =
+        t->args.mode == DDP_RUN_CHECK ? "a run would resume from" : "resuming from";
     if (t->world.rank == 0 && strcmp(job->resume, "never") != 0) {
         if (strcmp(job->resume, "auto") == 0) {
             char dir[DDP_PATH_MAX + 32], **list;
@@ -260,9 +263,9 @@ int trainer_resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_
                     break;
                 if (ddp_ckpt_load(list[i], &t->model, &t->optim, pos, err, errlen) == 0) {
                     found = 1;
-                    ddp_log("resuming from %s: epoch %lld, step %lld, %lld samples into the "
+                    ddp_log("%s %s: epoch %lld, step %lld, %lld samples into the "
                             "epoch (saved by %lld rank%s)",
-                            list[i], (long long)pos->epoch + 1, (long long)pos->step,
+                            resuming, list[i], (long long)pos->epoch + 1, (long long)pos->step,
                             (long long)pos->cursor, (long long)pos->world_size,
                             pos->world_size == 1 ? "" : "s");
                 } else {
@@ -274,7 +277,7 @@ int trainer_resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_
             /* refused: err says why */
         } else if (ddp_ckpt_load(job->resume, &t->model, &t->optim, pos, err, errlen) == 0) {
             found = 1;
-            ddp_log("resuming from %s: epoch %lld, step %lld", job->resume,
+            ddp_log("%s %s: epoch %lld, step %lld", resuming, job->resume,
                     (long long)pos->epoch + 1, (long long)pos->step);
         } else {
             char where[DDP_PATH_MAX + 64];

@@ -83,5 +83,20 @@ else
     echo "FAIL resume point: $(cat check-out.txt)"
     fail=$((fail + 1))
 fi
+# check loads that checkpoint to vet it but resumes nothing, and says so
+if grep -q "a run would resume from part/checkpoints/ckpt-0*5.h5: epoch 1, step 5" check-out.txt &&
+    ! grep -q "resuming from" check-out.txt; then
+    echo "ok   check says a run would resume"
+else
+    echo "FAIL check's resume line: $(grep resum check-out.txt | head -2)"
+    fail=$((fail + 1))
+fi
+# output shapes are not written as layer arguments: linear -> 10, not linear(10)
+if grep -q "^  model         flatten, linear -> 10$" check-out.txt; then
+    echo "ok   model line with output shapes"
+else
+    echo "FAIL model line: $(grep '^  model ' check-out.txt)"
+    fail=$((fail + 1))
+fi
 echo "check-agrees: $fail failed"
 [ $fail -eq 0 ]
