@@ -508,6 +508,31 @@ static void setup_loaders(struct trainer *t)
     }
 }
 
+/* Every rank: 1 when the checkpoint resumed ends the training this job asks for and rank 0
+ * finds the run's summary after its last start in metrics.jsonl. Such a re-run of a finished
+ * job writes nothing: no second summary, no report, job.ini untouched (rank 0 says so). */
+static int already_finished(struct trainer *t, const struct ddp_ckpt_pos *start)
+{
+    const struct ddp_job *job = &t->job;
+    int64_t total = t->steps_per_epoch * job->epochs, done = 0;
+    if (job->max_steps > 0 && job->max_steps < total)
+        total = job->max_steps;
+    int at_end = start->epoch >= job->epochs || start->step >= total ||
+                 (t->nval && ddp_valsel_stop(&t->valsel, job->early_stop));
+    if (t->world.rank == 0 && t->resumed && at_end) {
+        char path[DDP_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+        done = ddp_metrics_finished(path);
+        if (done)
+            ddp_log("already finished: %s holds this job's finished run (step %lld of %lld, "
+                    "its summary in metrics.jsonl); nothing written. Raise [train] epochs or "
+                    "max_steps to train on, or set [checkpoint] resume = never to start afresh",
+                    job->output, (long long)start->step, (long long)total);
+    }
+    ddp_comm_broadcast(t->comm, &done, sizeof done, 0);
+    return done != 0;
+}
+
 /* Optimiser, trainer_resume, sampler and loaders, the output directory committed; then the loop. */
 static int run_training(struct trainer *t, double t_setup)
 {
@@ -539,6 +564,8 @@ static int run_training(struct trainer *t, double t_setup)
     }
     if (t->args.mode == DDP_RUN_CHECK)
         return trainer_check_summary(t, &start, t_setup);
+    if (already_finished(t, &start))
+        return 0;
     rc = trainer_agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
     if (rc)
         return rc;
