@@ -171,6 +171,23 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
     return DDP_EXIT_USAGE;
 }
 
+/* Rank 0, starting afresh: warn when [job] output holds %j and another Slurm job's directory
+ * of the same pattern holds a checkpointed run of this job name; a resubmitted job gets a new
+ * id, so it cannot find its checkpoints (a requeued one keeps its id and does). */
+static void warn_other_jobs(const struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    char other[DDP_PATH_MAX], where[DDP_PATH_MAX + 64];
+    int n = ddp_outdir_other_jobs(t->output_pattern, job->name, job->output, other, sizeof other);
+    if (n > 0)
+        ddp_warn("warning: %s = %s: this job starts afresh in %s while %s%s holds checkpoints of "
+                 "job '%s'; %%j is a new id with every sbatch, so a resubmitted job never "
+                 "resumes: use a stable output (%%x or a fixed path) for jobs that are "
+                 "resubmitted or preempted (slurm/README.md)",
+                 ddp_job_where(job, "job", "output", where, sizeof where), t->output_pattern,
+                 job->output, other, n > 1 ? " (and others)" : "", job->name);
+}
+
 /* Rank 0, once the run is known to start: move an earlier run's files aside when starting
  * afresh, write job.ini, open metrics.jsonl (appended to when resuming). */
 static int commit_output(struct trainer *t, char *err, size_t errlen)
@@ -178,6 +195,7 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     const struct ddp_job *job = &t->job;
     char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN], moved[DDP_PATH_MAX + 64];
     if (!t->resumed) {
+        warn_other_jobs(t);
         int rc = ddp_outdir_move_aside(job->output, moved, sizeof moved, why, sizeof why);
         if (rc < 0) {
             ddp_err(err, errlen,
@@ -225,6 +243,7 @@ static int expand_output(struct trainer *t, char *err, size_t errlen)
         ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
         return ddp_err(err, errlen, "%s: %s",
                        ddp_job_where(job, "job", "output", where, sizeof where), why);
+    snprintf(t->output_pattern, sizeof t->output_pattern, "%s", job->output);
     if (!t->eval_only)
         snprintf(job->output, sizeof job->output, "%s", out);
     t->job_text = ddp_outdir_job_text(job);

@@ -82,6 +82,7 @@ struct trainer {
     char device[160];         /* "cpu" or "cuda:N (name)" */
     char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
+    char output_pattern[DDP_PATH_MAX]; /* [job] output as written, before its %-patterns */
     char *job_text;           /* the effective job: job.ini and every checkpoint's `job` */
     int resumed;              /* a checkpoint was loaded */
     float *dev_x;             /* (B, in_elems) batch in device memory; NULL on the CPU */

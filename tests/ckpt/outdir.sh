@@ -12,7 +12,10 @@
 #  4. a second run in a directory that a running run holds exits 2 naming the holder (host, pid,
 #     Slurm job), on 1 rank and on 2 MPI ranks, and the first run's metrics stay valid; a lock
 #     held by another program (flock) is refused too;
-#  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2.
+#  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2;
+#  6. a finished job run again exits 0 saying so and changes no file (no second summary);
+#  7. with %j in [job] output, a job that starts afresh while another job id's directory holds
+#     checkpoints of the same job name is warned (one line) that it will never resume them.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 PY=/usr/bin/python3
@@ -209,6 +212,36 @@ if [ $rc -eq 2 ] && one_line p.err "--set job.output" "unknown pattern %s" &&
 else
     bad "unknown pattern: exit $rc"; head -3 p.err
 fi
+
+# ---- 6. a finished job run again writes nothing ---------------------------------------------
+"$DDPTRAIN" j.ini --set job.output=again > again1.out 2>&1 || bad "again: the first run failed"
+before=$(sums again)
+"$DDPTRAIN" j.ini --set job.output=again > again2.out 2> again2.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q "already finished: again holds this job's finished run" again2.out &&
+    [ "$(sums again)" = "$before" ] && [ "$(grep -c '"kind":"summary"' again/metrics.jsonl)" = 1 ]; then
+    ok "a finished job run again: exit 0, 'already finished', every file unchanged"
+else
+    bad "a finished job run again: exit $rc, or files changed"; cat again2.err; tail -3 again2.out
+fi
+
+# ---- 7. %j in [job] output: a resubmission is warned that it starts afresh -------------------
+SLURM_JOB_ID=501 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j1.out \
+    2> j1.err || bad "%j: the first job failed"
+SLURM_JOB_ID=502 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j2.out 2> j2.err
+rc=$?
+if [ $rc -eq 0 ] && one_line j2.err "warning: --set job.output = jobs/%x-%j" \
+    "starts afresh in jobs/pre-502 while jobs/pre-501 holds checkpoints" "use a stable output" &&
+    [ ! -s j1.err ]; then
+    ok "%j: the second job id is warned: $(cat j2.err)"
+else
+    bad "%j: exit $rc, or no warning on the second job (or one on the first)"; cat j1.err j2.err
+fi
+SLURM_JOB_ID=503 SLURM_JOB_NAME=other "$DDPTRAIN" j.ini --set 'job.output=jobs/pre-%j' \
+    --set job.name=other > j3.out 2> j3.err
+[ $? -eq 0 ] && [ ! -s j3.err ] && ok "%j: no warning for another job name's directories" ||
+    bad "%j: a job of another name was warned: $(cat j3.err)"
+
 echo
 [ $fail -eq 0 ] && echo "outdir: all passed" || echo "outdir: failures"
 exit $fail
