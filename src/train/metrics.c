@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -133,8 +134,9 @@ void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *memb
     flush_line(mt);
 }
 
-int ddp_metrics_finished(const char *path)
+int ddp_metrics_finished(const char *path, int64_t *steps)
 {
+    *steps = -1;
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
@@ -144,8 +146,11 @@ int ddp_metrics_finished(const char *path)
     while (fgets(line, sizeof line, f)) {
         if (at_line_start && strncmp(line, start, sizeof start - 1) == 0)
             finished = 0;
-        else if (at_line_start && strncmp(line, summary, sizeof summary - 1) == 0)
+        else if (at_line_start && strncmp(line, summary, sizeof summary - 1) == 0) {
+            const char *s = strstr(line, "\"steps\":"); /* among the first members */
+            *steps = s ? strtoll(s + 8, NULL, 10) : -1;
             finished = 1;
+        }
         at_line_start = strchr(line, '\n') != NULL;
     }
     fclose(f);

@@ -527,27 +527,45 @@ static void setup_loaders(struct trainer *t)
     }
 }
 
-/* Every rank: 1 when the checkpoint resumed ends the training this job asks for and rank 0
- * finds the run's summary after its last start in metrics.jsonl. Such a re-run of a finished
- * job writes nothing: no second summary, no report, job.ini untouched (rank 0 says so). */
+/* 1 when dir/job.ini holds exactly text (the same effective job). */
+static int same_job_file(const char *dir, const char *text)
+{
+    char path[DDP_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t len = strlen(text);
+    char *buf = ddp_malloc(len + 1);
+    size_t got = fread(buf, 1, len + 1, f); /* one byte more: a longer file differs */
+    fclose(f);
+    int same = got == len && memcmp(buf, text, len) == 0;
+    free(buf);
+    return same;
+}
+
+/* Every rank: 1 when rank 0 finds the run's summary after its last start in metrics.jsonl
+ * and either the checkpoint resumed ends the training this job asks for, or the summary
+ * counts all its steps and job.ini is this very job (a run ended by max_steps has no
+ * checkpoint at its end). Such a re-run of a finished job writes nothing: no second summary,
+ * no report, job.ini untouched (rank 0 says so). */
 static int already_finished(struct trainer *t, const struct ddp_ckpt_pos *start)
 {
     const struct ddp_job *job = &t->job;
-    int64_t total = t->steps_per_epoch * job->epochs, done = 0;
+    int64_t total = t->steps_per_epoch * job->epochs, done = 0, steps;
     if (job->max_steps > 0 && job->max_steps < total)
         total = job->max_steps;
-    int at_end = start->epoch >= job->epochs || start->step >= total ||
-                 (t->nval && ddp_valsel_stop(&t->valsel, job->early_stop));
-    if (t->world.rank == 0 && t->resumed && at_end) {
-        char path[DDP_PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
-        done = ddp_metrics_finished(path);
-        if (done)
-            ddp_log("already finished: %s holds this job's finished run (step %lld of %lld, "
-                    "its summary in metrics.jsonl); nothing written. Raise [train] epochs or "
-                    "max_steps to train on, or set [checkpoint] resume = never to start afresh",
-                    job->output, (long long)start->step, (long long)total);
-    }
+    int at_end = t->resumed && (start->epoch >= job->epochs || start->step >= total ||
+                                (t->nval && ddp_valsel_stop(&t->valsel, job->early_stop)));
+    char path[DDP_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+    if (t->world.rank == 0 && ddp_metrics_finished(path, &steps))
+        done = at_end || (steps >= total && same_job_file(job->output, t->job_text));
+    if (done)
+        ddp_log("already finished: %s holds this job's finished run (%lld steps of %lld, its "
+                "summary in metrics.jsonl); nothing written. Raise [train] epochs or max_steps "
+                "to train on, or set [checkpoint] resume = never to start afresh",
+                job->output, (long long)(at_end ? start->step : steps), (long long)total);
     ddp_comm_broadcast(t->comm, &done, sizeof done, 0);
     return done != 0;
 }

@@ -13,7 +13,8 @@
 #     Slurm job), on 1 rank and on 2 MPI ranks, and the first run's metrics stay valid; a lock
 #     held by another program (flock) is refused too;
 #  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2;
-#  6. a finished job run again exits 0 saying so and changes no file (no second summary);
+#  6. a finished job run again (ended by its epochs or by max_steps) exits 0 saying so and
+#     changes no file (no second summary);
 #  7. with %j in [job] output, a job that starts afresh while another job id's directory holds
 #     checkpoints of the same job name is warned (one line) that it will never resume them.
 set -u
@@ -214,16 +215,25 @@ else
 fi
 
 # ---- 6. a finished job run again writes nothing ---------------------------------------------
-"$DDPTRAIN" j.ini --set job.output=again > again1.out 2>&1 || bad "again: the first run failed"
-before=$(sums again)
-"$DDPTRAIN" j.ini --set job.output=again > again2.out 2> again2.err
-rc=$?
-if [ $rc -eq 0 ] && grep -q "already finished: again holds this job's finished run" again2.out &&
-    [ "$(sums again)" = "$before" ] && [ "$(grep -c '"kind":"summary"' again/metrics.jsonl)" = 1 ]; then
-    ok "a finished job run again: exit 0, 'already finished', every file unchanged"
-else
-    bad "a finished job run again: exit $rc, or files changed"; cat again2.err; tail -3 again2.out
-fi
+# rerun DIR WHAT [ARGS...]: run the job twice into DIR; the second run must change nothing
+rerun() {
+    local d=$1 what=$2 rc
+    shift 2
+    "$DDPTRAIN" j.ini --set job.output="$d" "$@" > "$d.1.out" 2>&1 || bad "$d: first run failed"
+    before=$(sums "$d")
+    "$DDPTRAIN" j.ini --set job.output="$d" "$@" > "$d.2.out" 2> "$d.2.err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "already finished: $d holds this job's finished run" "$d.2.out" &&
+        [ "$(sums "$d")" = "$before" ] &&
+        [ "$(grep -c '"kind":"summary"' "$d/metrics.jsonl")" = 1 ]; then
+        ok "a finished job ($what) run again: exit 0, 'already finished', every file unchanged"
+    else
+        bad "a finished job ($what) run again: exit $rc, or files changed"
+        cat "$d.2.err"; tail -3 "$d.2.out"
+    fi
+}
+rerun again "all epochs, a checkpoint at the end"
+rerun again_max "max_steps mid-epoch, no checkpoint at the end" --set train.max_steps=5
 
 # ---- 7. %j in [job] output: a resubmission is warned that it starts afresh -------------------
 SLURM_JOB_ID=501 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j1.out \
