@@ -82,7 +82,6 @@ struct trainer {
     char device[160];         /* "cpu" or "cuda:N (name)" */
     char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
-    char output_pattern[DDP_PATH_MAX]; /* [job] output as written, before its %-patterns */
     char *job_text;           /* the effective job: job.ini and every checkpoint's `job` */
     int resumed;              /* a checkpoint was loaded */
     float *dev_x;             /* (B, in_elems) batch in device memory; NULL on the CPU */
@@ -106,6 +105,7 @@ struct trainer {
     struct ddp_mem_info mem_start;      /* device memory once the backend was made (mem_info) */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
+    char output_pattern[DDP_PATH_MAX];  /* [job] output as written, before its %-patterns */
 };
 
 /* train_loop.c's, for the setup: `check`'s summary after setup, evaluation of a loader, one

@@ -687,8 +687,8 @@ static void finish_training(struct trainer *t, struct loop *lp)
              "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
              "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%s,\"test_loss\":%s,"
              "\"test_acc\":%s",
-             (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s,
-             rate, l, a);
+             (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s, rate,
+             l, a);
     if (t->val_loader) {
         size_t used = strlen(members);
         char b[32] = "null";
