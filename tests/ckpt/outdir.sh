@@ -238,7 +238,8 @@ rerun again_max "max_steps mid-epoch, no checkpoint at the end" --set train.max_
 # ---- 7. %j in [job] output: a resubmission is warned that it starts afresh -------------------
 SLURM_JOB_ID=501 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j1.out \
     2> j1.err || bad "%j: the first job failed"
-SLURM_JOB_ID=502 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j2.out 2> j2.err
+SLURM_JOB_ID=502 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j2.out \
+    2> j2.err
 rc=$?
 if [ $rc -eq 0 ] && one_line j2.err "warning: --set job.output = jobs/%x-%j" \
     "starts afresh in jobs/pre-502 while jobs/pre-501 holds checkpoints" "use a stable output" &&

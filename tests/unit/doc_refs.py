@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """doc_refs.py SRC - the project's documentation (README.md and every text file under docs/,
 slurm/, configs/ and bench/) names only source files that exist and speaks of the software as it
-is: every path of a source file must exist: one that starts with src/ (a file, or a directory
-such as src/train/) from the root or the document's directory, a shorter one (dist/binding.h,
-cuda/dlopen.cu, tests/unit/check.c) as the end of a path in the tree; DESIGN.md (not part of the repository) and issue numbers ("Issue 17",
+is: every path of a source file must exist: one that starts with src/ (a file, or a
+directory such as src/train/) from the root or the document's directory, a shorter one
+(dist/binding.h, cuda/dlopen.cu, tests/unit/check.c) as the end of a path in the tree; DESIGN.md (not part of the repository) and issue numbers ("Issue 17",
 "issue 16's") must not appear. Prints each offence as FILE:LINE: WHAT and exits 1."""
 import os
 import re
