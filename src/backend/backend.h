@@ -19,6 +19,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* [train] precision: the GEMMs' arithmetic on the GPU (fp32, TF32 tensor cores, or bf16 operands
+ * with fp32 accumulation); the CPU computes in fp32 whatever it says. The job schema
+ * (job/config.c) names the choices in this order. */
+enum ddp_precision {
+    DDP_PRECISION_FP32,
+    DDP_PRECISION_TF32,
+    DDP_PRECISION_BF16,
+    DDP_PRECISION_COUNT
+};
+
 /* CUDA graphs a backend keeps (graph_capture_end's slot): 2 device input sets x 3 roles of
  * a micro-batch in an optimiser step (train/graph.h). */
 #define DDP_GRAPH_SLOTS 6

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* The CUDA backend on CUDA device ordinal `device` (after CUDA_VISIBLE_DEVICES), its GEMMs in
- * `precision` (enum ddp_precision of core/config.h: fp32, tf32, bf16). Makes `device` current
+ * `precision` (enum ddp_precision of backend/backend.h: fp32, tf32, bf16). Makes `device` current
  * for the calling thread, creates the compute stream and the cuBLAS handle. One backend per
  * process: a second call with the same device returns the same table (now in `precision`);
  * with another device it fails. Returns NULL with one line in err when there is no driver, no

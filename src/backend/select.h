@@ -24,7 +24,7 @@ struct ddp_device_choice {
 /* Choose for local rank local_rank of local_size: want (enum ddp_device); need_gpu: the job
  * asked for a GPU-only collective (NCCL), which makes auto take a GPU even where the driver
  * reports none (so that the error names the missing device); precision: [train] precision
- * (enum ddp_precision of core/config.h: fp32, tf32 or bf16 GEMMs on the GPU; the CPU computes in
+ * (enum ddp_precision of backend/backend.h: fp32, tf32 or bf16 GEMMs on the GPU; the CPU computes in
  * fp32 whatever it says, and the trainer refuses bf16 training there).
  * Returns 0, or -1 with one line in err (the caller exits DDP_EXIT_LAUNCH). */
 int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, int local_size,

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "data/augment.h"
 #include "data/h5data.h"
 #include "nn/weights.h"

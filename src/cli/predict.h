@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/model.h"
 
 /* Returns an exit code: 0, DDP_EXIT_DATA (X.h5 unreadable or of another sample shape),

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/model.h"
 #include "train/train.h" /* struct ddp_run_args, the modes */
 

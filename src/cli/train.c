@@ -9,8 +9,9 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
-#include "core/config.h"
 #include "core/util.h"
+#include "job/config.h"
+#include "job/recipe.h"
 #include "train/train.h"
 
 #define MAX_SETS 256 /* --set options per command line; more is a runaway script */

@@ -1,6 +1,6 @@
 /*
  * cli/version.c - `ddptrain --version` (what was built in, and the libraries' versions) and
- * `ddptrain --job-reference` (the job schema as Markdown, core/config.h).
+ * `ddptrain --job-reference` (the job schema as Markdown, job/config.h).
  */
 #include <cblas.h>
 #include <hdf5.h>
@@ -9,7 +9,7 @@
 
 #include "ddp_build.h"
 #include "cli/cli.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "core/util.h"
 #if HAVE_MPI
 #include <mpi.h>

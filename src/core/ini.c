@@ -188,6 +188,23 @@ struct parse_state {
     int failed;
 };
 
+static int fail_unknown(struct parse_state *ps, const char *section, const char *name);
+
+/* A [section] header the schema does not know is an error on its own line, even when no key
+ * follows it (inih reports sections only with their keys). */
+static void check_section_line(struct parse_state *ps, const char *line)
+{
+    while (*line == ' ' || *line == '\t')
+        line++;
+    const char *end = line[0] == '[' ? strchr(line, ']') : NULL;
+    if (!end || ps->failed)
+        return;
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(end - line - 1), line + 1);
+    if (!ddp_ini_section_known(ps->s, name))
+        fail_unknown(ps, name, NULL);
+}
+
 /* ini_reader: hands inih one line at a time, counting lines; a line that would not fit
  * inih's buffer is flagged (inih would otherwise split it silently). */
 static char *read_line(char *str, int num, void *stream)
@@ -204,6 +221,7 @@ static char *read_line(char *str, int num, void *stream)
             ;
     }
     ps->cont = (buf[0] == ' ' || buf[0] == '\t');
+    check_section_line(ps, buf);
     if (n >= (size_t)num - 1 && !(n == (size_t)num - 1 && buf[n - 1] == '\n')) {
         if (!ps->line_too_long)
             ps->line_too_long = ps->line;

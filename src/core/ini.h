@@ -1,6 +1,6 @@
 /*
  * ini.h - the one INI reader of ddptrain (inih underneath), driven by a table of keys: the job
- * schema (core/config.c), validate's settings and its expectation files (validate/) all read
+ * schema (job/config.c), validate's settings and its expectation files (validate/) all read
  * their files through it, so every file gets the same checks and the same kind of message:
  *
  *   - the file must be a regular file of plain text, at most 1 MiB (a directory, FIFO or

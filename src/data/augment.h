@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "core/config.h"
+#include "job/config.h"
 
 struct ddp_augment {
     int crop_pad; /* 0: no random crop */

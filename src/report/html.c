@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/weights.h"
 #include "report/json.h"
 #include "core/fileio.h"

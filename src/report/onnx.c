@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "ddp_build.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/weights.h"
 #include "report/pb.h"
 #include "core/fileio.h"

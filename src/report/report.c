@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/weights.h"
 #include "report/html.h"
 #include "report/json.h"

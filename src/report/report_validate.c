@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "report/html.h"
 #include "report/json.h"
 #include "core/util.h"

@@ -8,7 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "report/pb.h"
 #include "core/util.h"
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "train/step.h"
 
 struct ddp_graph {

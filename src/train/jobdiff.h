@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "job/config.h"
 
 /* 1 when text is an effective job (starts like job.ini), 0 for the bare job-file text that
  * older ddptrain versions stored (which lacks --set overrides: cannot be compared). */

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/config.h"
+#include "job/config.h"
 
 struct ddp_optim {
     const struct ddp_backend *be;

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "job/config.h"
 
 #define DDP_OUTDIR_LOCK ".ddptrain.lock"
 

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "job/config.h"
 
 /* Catch the default preemption signals (USR1, TERM) from the first moment of main, so one
  * that arrives while the job is still starting is not lost: it stops the run at its first step

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "train/ckpt.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "dist/world.h"
 #include "nn/model.h"
 

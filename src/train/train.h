@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/model.h"
 
 enum ddp_run_mode { DDP_RUN_TRAIN, DDP_RUN_EVAL, DDP_RUN_CHECK, DDP_RUN_EXPORT, DDP_RUN_PREDICT };

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "core/config.h"
+#include "job/config.h"
 
 void ddp_valsel_init(struct ddp_valsel *v, int keep_best)
 {

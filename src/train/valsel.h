@@ -19,7 +19,7 @@ struct ddp_valsel {
     int64_t since;      /* evaluations since best without improvement */
 };
 
-/* keep_best: enum ddp_keep_best (core/config.h). */
+/* keep_best: enum ddp_keep_best (job/config.h). */
 void ddp_valsel_init(struct ddp_valsel *v, int keep_best);
 /* One evaluation after epoch (1-based): returns 1 when it improved on the best. */
 int ddp_valsel_update(struct ddp_valsel *v, int64_t epoch, double loss, double acc);

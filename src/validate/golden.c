@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "job/config.h"
 #include "data/synth.h"
 #include "train/grad_sync.h"
 #include "nn/model.h"

@@ -28,7 +28,7 @@
 #include "backend/select.h"
 #include "comm/comm.h"
 #include "comm/liveness.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "core/ini.h"
 #include "dist/world.h"
 #include "core/fileio.h"

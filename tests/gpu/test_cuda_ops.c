@@ -26,10 +26,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
-#include "core/config.h"
 #include "core/util.h"
 #include "data/augment.h"
 #include "data/h5data.h"
+#include "job/config.h"
 #ifdef DDP_TEST_EMU_UNUSED
 #undef HAVE_CUDA
 #define HAVE_CUDA 1

@@ -1,6 +1,6 @@
 #!/bin/bash
 # job_reference.sh - docs/job-file.md is what `ddptrain --job-reference` prints from the job
-# schema (src/core/config_keys.inc): a key added or changed there must be regenerated here with
+# schema (src/job/config_keys.inc): a key added or changed there must be regenerated here with
 #   build/ddptrain --job-reference > docs/job-file.md
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}

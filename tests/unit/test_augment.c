@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/config.h"
 #include "data/augment.h"
 #include "data/h5data.h"
 #include "data/sampler.h"
+#include "job/config.h"
 
 enum { C = 2, H = 5, W = 7, P = 2, E = C * H * W };
 

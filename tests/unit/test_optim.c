@@ -13,7 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
 #include "check.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "train/optim.h"
 
 static const double P0[4] = {1.0, -2.0, 0.5, 0.0};

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "train/jobdiff.h"
 #include "train/outdir.h"
 #include "core/util.h"

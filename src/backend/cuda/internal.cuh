@@ -61,7 +61,6 @@
 #include "backend/cuda.h"
 
 extern "C" {
-#include "core/config.h" /* enum ddp_precision */
 #include "core/util.h"
 }
 
@@ -223,7 +222,7 @@ struct graph_vals {
 struct cuda_state {
     /* device and compute stream (table.cu sets them once) */
     int device = -1;   /* -1 until ddp_backend_cuda succeeds */
-    int precision = 0; /* [train] precision: enum ddp_precision (core/config.h) */
+    int precision = 0; /* [train] precision: enum ddp_precision (backend.h) */
     cudaStream_t stream;
     cublasHandle_t blas;
     char devname[320]; /* "NAME (sm_XY, N GiB)", ddp_cuda_device_string */

@@ -200,7 +200,7 @@ static int64_t cuda_copies_done(void)
 
 /* ---- uint8 input (backend.h u8_to_float) ------------------------------------------------- */
 
-/* Most channels [data] normalize takes (core/config.h DDP_NORM_CHANNELS_MAX). */
+/* Most channels [data] normalize takes (job/config.h DDP_NORM_CHANNELS_MAX). */
 #define U8_NORM_MAX 16
 
 /* The normalisation, passed by value with the launch: no copy, nothing to keep alive. */

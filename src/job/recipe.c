@@ -1,8 +1,8 @@
 /*
- * recipe.c - parsing of [data] augment, [data] normalize, [optim] milestones and the recipe
- * keys' cross checks. See recipe.h.
+ * recipe.c - the job's cross-key checks (ddp_job_validate), parsing of [data] augment,
+ * [data] normalize, [optim] milestones and the recipe keys' cross checks. See recipe.h.
  */
-#include "core/recipe.h"
+#include "job/recipe.h"
 
 #include <float.h>
 #include <math.h>
@@ -219,12 +219,38 @@ static int check_combinations(const struct ddp_job *job, char *err, size_t errle
     return 0;
 }
 
-int ddp_recipe_parse(struct ddp_job *job, char *err, size_t errlen)
+/* Parse augment, normalize and milestones into job; check the recipe keys together. */
+static int recipe_parse(struct ddp_job *job, char *err, size_t errlen)
 {
     if (parse_augment(job, err, errlen) != 0 || parse_normalize(job, err, errlen) != 0 ||
         parse_milestones(job, err, errlen) != 0)
         return -1;
     return check_combinations(job, err, errlen);
+}
+
+int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen)
+{
+    char where[DDP_PATH_MAX + 64];
+    if (job->nesterov && job->momentum <= 0)
+        return ddp_err(err, errlen,
+                       "%s: Nesterov momentum needs momentum > 0; set [optim] "
+                       "momentum or nesterov = false",
+                       ddp_job_where(job, "optim", "nesterov", where, sizeof where));
+    if (job->optim != DDP_OPTIM_SGD && job->momentum != 0)
+        return ddp_err(err, errlen,
+                       "%s: momentum applies to sgd only; for adam/adamw use "
+                       "beta1",
+                       ddp_job_where(job, "optim", "momentum", where, sizeof where));
+    if (job->output[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected a directory for the run's files",
+                       ddp_job_where(job, "job", "output", where, sizeof where));
+    if (job->data_file[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected an HDF5 dataset path",
+                       ddp_job_where(job, "data", "file", where, sizeof where));
+    if (job->data_train[0] == '\0')
+        return ddp_err(err, errlen, "%s: empty; expected a group such as /train",
+                       ddp_job_where(job, "data", "train", where, sizeof where));
+    return recipe_parse(job, err, errlen);
 }
 
 int ddp_recipe_check_data(const struct ddp_job *job, int nd, int channels, char *err, size_t errlen)

@@ -22,8 +22,8 @@
 #define DDP_NORM_CHANNELS_MAX 16 /* [data] normalize: channels */
 
 /* The job's own choices; each has its name table in config.c, in this order. The choices of
- * [train] device, [dist] backend and [dist] bootstrap belong to their modules
- * (backend/select.h, comm/comm.h, dist/bootstrap.h), whose name tables the schema uses. */
+ * [train] device and precision, [dist] backend and [dist] bootstrap belong to their modules
+ * (backend/select.h, backend/backend.h, comm/comm.h, dist/bootstrap.h); the schema names them. */
 enum ddp_optim_kind { DDP_OPTIM_SGD, DDP_OPTIM_ADAM, DDP_OPTIM_ADAMW, DDP_OPTIM_COUNT };
 enum ddp_schedule {
     DDP_SCHEDULE_CONSTANT,
@@ -38,12 +38,6 @@ enum ddp_lr_scaling {
     DDP_LR_SCALING_LINEAR,
     DDP_LR_SCALING_SQRT,
     DDP_LR_SCALING_COUNT
-};
-enum ddp_precision {
-    DDP_PRECISION_FP32,
-    DDP_PRECISION_TF32,
-    DDP_PRECISION_BF16,
-    DDP_PRECISION_COUNT
 };
 /* [train] cuda_graph: capture the steady-state step as a CUDA graph (train/graph.h) */
 enum ddp_cuda_graph {
@@ -80,8 +74,8 @@ struct ddp_job {
     int64_t cache_mb;    /* keep a split in memory when its images need at most this */
     char data_val[256];  /* validation group, or "" */
     double val_fraction; /* share of the training split held out for validation (0: none) */
-    char augment[256];   /* text; parsed into crop_pad, hflip by ddp_job_validate */
-    char normalize[512]; /* text; parsed into norm_* by ddp_job_validate */
+    char augment[256];   /* text; parsed into crop_pad, hflip (job/recipe.h) */
+    char normalize[512]; /* text; parsed into norm_* (job/recipe.h) */
     int crop_pad;        /* random_crop(pad=P): P; 0 without random_crop (the same) */
     int hflip;           /* random horizontal flip, p = 0.5 */
     int norm_channels;   /* 0: no normalisation */
@@ -103,7 +97,7 @@ struct ddp_job {
     double pct_start, div_factor, final_div_factor; /* onecycle */
     /* [train] */
     int64_t epochs, log_every, eval_every, threads /* 0 = auto */, max_steps /* 0 = all */;
-    int precision;          /* enum ddp_precision */
+    int precision;          /* enum ddp_precision (backend/backend.h) */
     int device;             /* enum ddp_device (backend/select.h): auto, cpu, cuda */
     int conv;               /* enum ddp_conv (backend/select.h): auto, im2col */
     int deterministic;      /* GPU convolutions: deterministic cuDNN algorithms only */
@@ -133,8 +127,6 @@ void ddp_job_defaults(struct ddp_job *job);
 int ddp_job_load(struct ddp_job *job, const char *path, char *err, size_t errlen);
 /* Apply one "section.key=value" override (from --set); blamed as "--set". */
 int ddp_job_set(struct ddp_job *job, const char *assignment, char *err, size_t errlen);
-/* Cross-key checks after all overrides (e.g. nesterov needs momentum). */
-int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen);
 /* "FILE:LINE: [section] key" (or "--set section.key", or "[section] key (default)"), for
  * modules that find a value wrong later. Returns buf. */
 const char *ddp_job_where(const struct ddp_job *job, const char *section, const char *key,

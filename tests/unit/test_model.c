@@ -1,0 +1,160 @@
+/*
+ * test_model.c - building models (nn/model.h) on the CPU backend: output shapes, parameter
+ * counts and tensor names as PyTorch's nn.Sequential has them, PyTorch's default
+ * initialisation bounds, the architecture fingerprint, the memory estimate, and layer lists
+ * that do not fit their input refused with the layer named.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "check.h"
+#include "nn/model.h"
+
+static int build(struct ddp_model *m, const char *layers, int ndim, int64_t c, int64_t h, int64_t w,
+                 char *err, size_t errlen)
+{
+    const int64_t dims[3] = {c, h, w};
+    memset(m, 0, sizeof *m);
+    return ddp_model_create(m, ddp_backend_cpu(), layers, ndim, dims, 8, err, errlen);
+}
+
+static const struct ddp_tensor_info *tensor(const struct ddp_model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}
+
+static void test_cnn(void)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    int rc = build(&m,
+                   "conv2d(8, 3, pad=1), relu, maxpool(2), conv2d(4, 3, stride=2, bias=false),"
+                   " flatten, linear(10)",
+                   3, 1, 28, 28, err, sizeof err);
+    CHECK(rc == 0, "cnn: %s", err);
+    if (rc)
+        return;
+    /* 28 -pad 1-> 28 -pool-> 14 -k3 s2-> 6: 8*9+8 + 4*8*9 + 4*6*6*10+10 */
+    CHECK(m.nparams == 80 + 288 + 1450, "nparams %zu, want 1818", m.nparams);
+    CHECK(m.classes == 10 && m.in_elems == 784, "classes %d in %zu", m.classes, m.in_elems);
+    const struct ddp_layer *c2 = &m.layers[3];
+    CHECK(c2->oshape[0] == 4 && c2->oshape[1] == 6 && c2->oshape[2] == 6, "conv out %dx%dx%d",
+          c2->oshape[0], c2->oshape[1], c2->oshape[2]);
+    CHECK(m.layers[2].oshape[1] == 14, "pool out %d", m.layers[2].oshape[1]);
+    const struct ddp_tensor_info *w0 = tensor(&m, "0.weight"), *b3 = tensor(&m, "3.bias");
+    const struct ddp_tensor_info *w5 = tensor(&m, "5.weight");
+    CHECK(w0 && w0->ndim == 4 && w0->dims[0] == 8 && w0->dims[1] == 1 && w0->dims[2] == 3,
+          "0.weight shape");
+    CHECK(!b3, "a bias=false convolution has a bias tensor");
+    CHECK(w5 && w5->ndim == 2 && w5->dims[0] == 10 && w5->dims[1] == 144, "5.weight shape");
+
+    /* kaiming-uniform(a=sqrt(5)): |w| <= 1/sqrt(fan_in), and the largest of 1440 draws close */
+    ddp_model_init(&m, 42);
+    double bound = 1 / sqrt(144.0), top = 0;
+    for (size_t i = 0; w5 && i < w5->n; i++)
+        top = fmax(top, fabs(m.params[w5->off + i]));
+    CHECK(top <= bound && top > 0.98 * bound, "linear init max %g, bound %g", top, bound);
+    float *first = malloc(m.nparams * sizeof(float));
+    memcpy(first, m.params, m.nparams * sizeof(float));
+    ddp_model_init(&m, 42);
+    CHECK(!memcmp(first, m.params, m.nparams * sizeof(float)), "same seed, other weights");
+    ddp_model_init(&m, 43);
+    CHECK(memcmp(first, m.params, m.nparams * sizeof(float)), "other seed, same weights");
+    free(first);
+
+    struct ddp_model_mem mem8, mem1;
+    ddp_model_memory(&m, 8, &mem8);
+    ddp_model_memory(&m, 1, &mem1);
+    CHECK(mem8.params == mem1.params && mem8.activations > mem1.activations,
+          "memory: params %g/%g activations %g/%g", mem8.params, mem1.params, mem8.activations,
+          mem1.activations);
+    CHECK(mem8.params >= 4.0 * (double)m.nparams * 4, "params bytes %g", mem8.params);
+    char desc[1024];
+    ddp_model_describe(&m, desc, sizeof desc);
+    CHECK(strstr(desc, "conv2d") && strstr(desc, "linear"), "describe: %s", desc);
+    ddp_model_free(&m);
+}
+
+static void test_batchnorm_residual(void)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    int rc = build(&m,
+                   "conv2d(16, 3, pad=1, bias=false), batchnorm, relu,"
+                   " residual(conv2d(32, 3, stride=2, pad=1, bias=false), batchnorm, relu,"
+                   " conv2d(32, 3, pad=1, bias=false), batchnorm), relu,"
+                   " globalavgpool, flatten, linear(10)",
+                   3, 1, 28, 28, err, sizeof err);
+    CHECK(rc == 0, "resnet: %s", err);
+    if (rc)
+        return;
+    /* stem 144 + bn 32; body 4608 + 64 + 9216 + 64; projection 512 + 64; linear 330 */
+    CHECK(m.nparams == 144 + 32 + 4608 + 64 + 9216 + 64 + 512 + 64 + 330, "nparams %zu", m.nparams);
+    CHECK(tensor(&m, "3.body.0.weight") && tensor(&m, "3.shortcut.0.weight") &&
+              tensor(&m, "3.shortcut.1.running_var"),
+          "residual tensor names");
+    const struct ddp_tensor_info *sc = tensor(&m, "3.shortcut.0.weight");
+    CHECK(sc && sc->dims[0] == 32 && sc->dims[1] == 16 && sc->dims[2] == 1, "projection shape");
+    ddp_model_init(&m, 1);
+    const struct ddp_tensor_info *bw = tensor(&m, "1.weight"), *rv = tensor(&m, "1.running_var");
+    CHECK(bw && rv && m.params[bw->off] == 1.0f && m.buffers[rv->off] == 1.0f,
+          "batchnorm init: weight 1, running_var 1");
+    ddp_model_free(&m);
+}
+
+static void test_fingerprint(void)
+{
+    struct ddp_model a, b, c;
+    char err[512];
+    const char *mlp = "flatten, linear(32), relu, linear(10)";
+    build(&a, mlp, 3, 1, 8, 8, err, sizeof err);
+    build(&b, mlp, 3, 1, 8, 8, err, sizeof err);
+    build(&c, mlp, 3, 2, 8, 4, err, sizeof err); /* 64 inputs too, another shape */
+    CHECK(a.fingerprint == b.fingerprint, "same model, other fingerprint");
+    CHECK(a.fingerprint != c.fingerprint, "another input shape, same fingerprint");
+    CHECK(a.nparams == c.nparams, "same parameter count expected");
+    ddp_model_free(&c);
+    build(&c, "flatten, linear(32), relu, dropout(0.5), linear(10)", 3, 1, 8, 8, err, sizeof err);
+    CHECK(a.fingerprint != c.fingerprint, "another layer list, same fingerprint");
+    ddp_model_free(&a);
+    ddp_model_free(&b);
+    ddp_model_free(&c);
+}
+
+/* layers must be refused for this input with a one-line message holding frag. */
+static void refused(const char *layers, int64_t c, int64_t h, int64_t w, const char *frag)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    int rc = build(&m, layers, 3, c, h, w, err, sizeof err);
+    CHECK(rc == -1, "accepted: %s", layers);
+    if (rc == 0)
+        ddp_model_free(&m);
+    CHECK(strstr(err, frag) && !strchr(err, '\n'), "%s: message '%s' lacks '%s'", layers, err,
+          frag);
+}
+
+static void test_refusals(void)
+{
+    refused("conv2d(8, 30), flatten, linear(10)", 1, 28, 28, "1");
+    refused("flatten, maxpool(2), linear(10)", 1, 28, 28, "2");
+    refused("conv2d(8, 3), flatten, linear(10), maxpool(2)", 1, 28, 28, "4");
+    refused("residual(conv2d(8, 3)), flatten, linear(10)", 3, 8, 8, "1");
+    refused("conv2d(4, 3, stride=16), conv2d(4, 3, stride=16), flatten, linear(2)", 1, 28, 28, "2");
+    refused("", 1, 28, 28, "");
+    refused("flatten, linear(0)", 1, 28, 28, "linear");
+}
+
+int main(void)
+{
+    test_cnn();
+    test_batchnorm_residual();
+    test_fingerprint();
+    test_refusals();
+    return check_report("test_model");
+}
