@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* `info` prints a per-class histogram up to this many classes, a summary beyond. */
 #define INFO_MAX_HIST_CLASSES 1000
@@ -21,9 +22,10 @@
 #define INFO_HIST_PER_LINE 10
 
 static const char usage_text[] =
-    "usage: ddptrain data idx --dir DIR -o OUT.h5 [--classes K] [--source TEXT]\n"
+    "usage: ddptrain data idx --dir DIR -o OUT.h5 [--classes K] [--source TEXT] [--force]\n"
     "       ddptrain data idx --train-images F --train-labels F --test-images F\n"
     "                         --test-labels F -o OUT.h5 [--classes K] [--source TEXT]\n"
+    "                         [--force]\n"
     "       ddptrain data synth -o OUT.h5 [--shape 1,28,28 | --shape 784] [--classes 10]\n"
     "                         [--train 60000] [--test 10000] [--seed 0]\n"
     "                         [--dtype uint8|float32] [--noise 0.3]\n"
@@ -33,7 +35,8 @@ static const char usage_text[] =
     "         /train and /test with images (N,1,H,W) uint8 and labels (N,) uint8;\n"
     "         --dir finds train-images-idx3-ubyte, train-labels-idx1-ubyte,\n"
     "         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (each raw or .gz);\n"
-    "         --classes defaults to the largest label + 1\n"
+    "         --classes defaults to the largest label + 1; an existing OUT is\n"
+    "         refused (exit 2) unless --force replaces it\n"
     "  synth  write a learnable synthetic set (prototypes + noise, deterministic for a\n"
     "         seed, generated in chunks so N may exceed memory)\n"
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
@@ -100,10 +103,21 @@ static void command_text(int argc, char **argv, char *buf, size_t len)
         o += (size_t)snprintf(buf + o, len - o, " %s", argv[i]);
 }
 
+/* idx: refuse to replace an existing OUT without --force (usage error naming it). */
+static int refuse_existing(const char *out, int force)
+{
+    struct stat st;
+    if (force || stat(out, &st) != 0)
+        return 0;
+    return usage_error("idx: %s already exists; add --force to replace it, or give another -o",
+                       out);
+}
+
 static int cmd_idx(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *source = NULL, *classes_s = NULL;
     const char *f[4] = {NULL, NULL, NULL, NULL};
+    int force = 0;
     static const char *const fname[4] = {"--train-images", "--train-labels", "--test-images",
                                          "--test-labels"};
     for (int i = 1; i < argc; i++) {
@@ -111,6 +125,10 @@ static int cmd_idx(int argc, char **argv)
         if (is_help(argv[i])) {
             fputs(usage_text, stdout);
             return DDP_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--force")) {
+            force = 1;
+            continue;
         }
         if ((m = ddp_opt_value(argc, argv, &i, "--dir", &dir)) ||
             (m = ddp_opt_value(argc, argv, &i, "-o", &out)) ||
@@ -146,6 +164,8 @@ static int cmd_idx(int argc, char **argv)
     if (classes_s &&
         parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
+    if (refuse_existing(out, force))
+        return DDP_EXIT_USAGE;
 
     ddp_idx_files files;
     if (dir) {

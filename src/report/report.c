@@ -371,7 +371,32 @@ static const struct ddp_json *last_of(const struct run *r, const char *kind)
     return NULL;
 }
 
-/* Every member of an object as a row of name and value (arrays as comma lists). */
+/* The run's summary: the last one that ended more training than the one before it. A re-run
+ * of a finished job (an older ddptrain appended a second summary, with no samples/s and the
+ * re-run's world size) repeats an earlier summary's step count and is ignored. NULL: none. */
+static const struct ddp_json *final_summary(const struct run *r)
+{
+    const struct ddp_json *best = NULL;
+    for (int i = 0; i < r->n; i++)
+        if (is_kind(r->rec[i], "summary") &&
+            (!best || ddp_json_num(r->rec[i], "steps") != ddp_json_num(best, "steps")))
+            best = r->rec[i];
+    return best;
+}
+
+/* Seconds since the epoch as ISO 8601 UTC (2026-12-05T20:49:16Z) into buf; "?" when t is not
+ * a time. */
+static const char *iso_time(double t, char *buf, size_t len)
+{
+    time_t s = (time_t)t;
+    struct tm tm;
+    if (!isfinite(t) || !gmtime_r(&s, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "?");
+    return buf;
+}
+
+/* Every member of an object as a row of name and value (arrays as comma lists; "time" as
+ * ISO 8601 UTC). */
 static void member_rows(FILE *f, const struct ddp_json *v)
 {
     for (int i = 0; v && i < v->n; i++) {
@@ -381,7 +406,11 @@ static void member_rows(FILE *f, const struct ddp_json *v)
         fputs("<tr><th>", f);
         ddp_html_text(f, v->keys[i]);
         fputs("</th><td>", f);
-        ddp_html_value(f, m);
+        char when[32];
+        if (strcmp(v->keys[i], "time") == 0 && m->type == DDP_JSON_NUM)
+            fputs(iso_time(m->num, when, sizeof when), f);
+        else
+            ddp_html_value(f, m);
         fputs("</td></tr>\n", f);
     }
 }
@@ -397,11 +426,8 @@ static void timeline(FILE *f, const struct run *r)
         int start = is_kind(v, "start");
         if (!start && !is_kind(v, "stop"))
             continue;
-        time_t t = (time_t)ddp_json_num(v, "time");
-        char when[32] = "?";
-        struct tm tm;
-        if (isfinite(ddp_json_num(v, "time")) && gmtime_r(&t, &tm))
-            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        char when[32];
+        iso_time(ddp_json_num(v, "time"), when, sizeof when);
         fprintf(f, "<tr><td>%s</td><td>%s</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>",
                 start ? (ddp_json_num(v, "resumed") == 1 ? "resumed" : "started") : "preempted",
                 when, ddp_json_num(v, "epoch"), ddp_json_num(v, "step"),
@@ -417,7 +443,7 @@ static void run_tables(FILE *f, const struct run *r, int idx)
     fprintf(f, "<h2><span class=\"swatch\" style=\"background:%s\"></span>", g_colors[idx % 8]);
     ddp_html_text(f, r->dir);
     fputs("</h2>\n<div class=\"cols\"><div><h3>final numbers</h3><table>\n", f);
-    const struct ddp_json *sum = last_of(r, "summary"), *tr = last_of(r, "train");
+    const struct ddp_json *sum = final_summary(r), *tr = last_of(r, "train");
     if (!sum)
         fputs("<tr><td colspan=\"2\">no summary: the run has not finished</td></tr>\n", f);
     member_rows(f, sum);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -131,4 +132,27 @@ void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *memb
         return;
     fprintf(mt->f, "{\"kind\":\"%s\",%s}\n", kind, members);
     flush_line(mt);
+}
+
+int ddp_metrics_finished(const char *path, int64_t *steps)
+{
+    *steps = -1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    static const char start[] = "{\"kind\":\"start\"", summary[] = "{\"kind\":\"summary\"";
+    char line[256]; /* only a line's beginning matters; the rest is read past below */
+    int finished = 0, at_line_start = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (at_line_start && strncmp(line, start, sizeof start - 1) == 0)
+            finished = 0;
+        else if (at_line_start && strncmp(line, summary, sizeof summary - 1) == 0) {
+            const char *s = strstr(line, "\"steps\":"); /* among the first members */
+            *steps = s ? strtoll(s + 8, NULL, 10) : -1;
+            finished = 1;
+        }
+        at_line_start = strchr(line, '\n') != NULL;
+    }
+    fclose(f);
+    return finished;
 }

@@ -54,4 +54,9 @@ void ddp_metrics_val(struct ddp_metrics *mt, int64_t epoch, int64_t step, double
 void ddp_metrics_line(struct ddp_metrics *mt, const char *kind, const char *members);
 #define ddp_metrics_summary(mt, members) ddp_metrics_line((mt), "summary", (members))
 
+/* 1 when the metrics file at path records a finished run: a "summary" line after its last
+ * "start" line; steps gets that summary's step count (-1 if it has none). 0 otherwise: no
+ * file, a run still going, stopped or preempted. Reads only. */
+int ddp_metrics_finished(const char *path, int64_t *steps);
+
 #endif

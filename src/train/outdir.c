@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,94 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
     }
     out[n] = '\0';
     return 0;
+}
+
+/* The glob(3) pattern of a [job] output pattern with %j as any job id into out: the pattern
+ * with each %j (of any width) marked, expanded as usual, glob's special characters escaped and
+ * the marks made "[0-9]*". 1 when the pattern holds %j, 0 when not, -1 when it cannot expand. */
+static int glob_of_pattern(const char *pattern, const char *job_name, char *out, size_t len)
+{
+    char marked[DDP_PATH_MAX], expanded[DDP_PATH_MAX], why[DDP_ERR_LEN];
+    size_t n = 0;
+    int has_j = 0;
+    for (const char *p = pattern; *p && n + 2 < sizeof marked; p++) {
+        const char *q = p + (*p == '%');
+        while (*p == '%' && *q >= '0' && *q <= '9')
+            q++;
+        if (*p == '%' && *q == 'j') { /* \001: a byte no path pattern holds */
+            marked[n++] = '\001';
+            has_j = 1;
+            p = q;
+        } else {
+            marked[n++] = *p;
+            if (*p == '%' && *q == '%') /* keep %% whole: its second % starts nothing */
+                marked[n++] = *p++;
+        }
+    }
+    marked[n] = '\0';
+    if (ddp_outdir_expand(marked, job_name, expanded, sizeof expanded, why, sizeof why) != 0)
+        return -1;
+    n = 0;
+    for (const char *c = expanded; *c; c++) {
+        if (n + 8 >= len)
+            return -1;
+        if (*c == '\001') {
+            memcpy(out + n, "[0-9]*", 6);
+            n += 6;
+            continue;
+        }
+        if (strchr("*?[\\", *c))
+            out[n++] = '\\';
+        out[n++] = *c;
+    }
+    out[n] = '\0';
+    return has_j;
+}
+
+/* 1 when dir holds checkpoints/ and a job.ini whose [job] name is job_name. */
+static int holds_run_of(const char *dir, const char *job_name)
+{
+    char path[DDP_PATH_MAX + 32], line[DDP_PATH_MAX + 16], want[DDP_PATH_MAX + 16];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/checkpoints", dir);
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    snprintf(want, sizeof want, "name = %s\n", job_name);
+    int found = 0, in_job = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (line[0] == '[')
+            in_job = strncmp(line, "[job]", 5) == 0;
+        else
+            found = in_job && strcmp(line, want) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+int ddp_outdir_other_jobs(const char *pattern, const char *job_name, const char *mine, char *other,
+                          size_t len)
+{
+    char g[2 * DDP_PATH_MAX];
+    const char *job = env_either("SLURM_JOB_ID", "SLURM_JOBID");
+    if (!job || !*job || glob_of_pattern(pattern, job_name, g, sizeof g) != 1)
+        return 0;
+    glob_t gl;
+    int count = 0;
+    if (glob(g, GLOB_ONLYDIR, NULL, &gl) != 0)
+        return 0;
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+        const char *d = gl.gl_pathv[i];
+        if (strcmp(d, mine) != 0 && holds_run_of(d, job_name)) {
+            snprintf(other, len, "%s", d);
+            count++;
+        }
+    }
+    globfree(&gl);
+    return count;
 }
 
 /* One line naming this process: host, pid, Slurm job (array task), start time. */

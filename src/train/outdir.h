@@ -29,6 +29,14 @@
 int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size_t len, char *why,
                       size_t whylen);
 
+/* Under Slurm, when pattern holds %j: how many directories the pattern gives for other job ids
+ * (%j as any digits, the other patterns as for this job) that hold a run of the job named
+ * job_name with checkpoints/, other than mine; the last of them by name goes to other. Such a
+ * run cannot be resumed by this job: %j changes with every sbatch. 0 outside Slurm, without
+ * %j, or when the pattern cannot be expanded. */
+int ddp_outdir_other_jobs(const char *pattern, const char *job_name, const char *mine, char *other,
+                          size_t len);
+
 /* Create dir (mkdir -p) and take its lock. Returns the lock's descriptor (>= 0), -1 when dir
  * cannot be created or the lock file opened (why says so), or -2 when another process holds
  * the lock (why names it, from its record). */

@@ -171,6 +171,23 @@ static int prepare_output(struct trainer *t, char *err, size_t errlen)
     return DDP_EXIT_USAGE;
 }
 
+/* Rank 0, starting afresh: warn when [job] output holds %j and another Slurm job's directory
+ * of the same pattern holds a checkpointed run of this job name; a resubmitted job gets a new
+ * id, so it cannot find its checkpoints (a requeued one keeps its id and does). */
+static void warn_other_jobs(const struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    char other[DDP_PATH_MAX], where[DDP_PATH_MAX + 64];
+    int n = ddp_outdir_other_jobs(t->output_pattern, job->name, job->output, other, sizeof other);
+    if (n > 0)
+        ddp_warn("warning: %s = %s: this job starts afresh in %s while %s%s holds checkpoints of "
+                 "job '%s'; %%j is a new id with every sbatch, so a resubmitted job never "
+                 "resumes: use a stable output (%%x or a fixed path) for jobs that are "
+                 "resubmitted or preempted (slurm/README.md)",
+                 ddp_job_where(job, "job", "output", where, sizeof where), t->output_pattern,
+                 job->output, other, n > 1 ? " (and others)" : "", job->name);
+}
+
 /* Rank 0, once the run is known to start: move an earlier run's files aside when starting
  * afresh, write job.ini, open metrics.jsonl (appended to when resuming). */
 static int commit_output(struct trainer *t, char *err, size_t errlen)
@@ -178,6 +195,7 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     const struct ddp_job *job = &t->job;
     char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN], moved[DDP_PATH_MAX + 64];
     if (!t->resumed) {
+        warn_other_jobs(t);
         int rc = ddp_outdir_move_aside(job->output, moved, sizeof moved, why, sizeof why);
         if (rc < 0) {
             ddp_err(err, errlen,
@@ -225,6 +243,7 @@ static int expand_output(struct trainer *t, char *err, size_t errlen)
         ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
         return ddp_err(err, errlen, "%s: %s",
                        ddp_job_where(job, "job", "output", where, sizeof where), why);
+    snprintf(t->output_pattern, sizeof t->output_pattern, "%s", job->output);
     if (!t->eval_only)
         snprintf(job->output, sizeof job->output, "%s", out);
     t->job_text = ddp_outdir_job_text(job);
@@ -538,6 +557,49 @@ static void setup_loaders(struct trainer *t)
     }
 }
 
+/* 1 when dir/job.ini holds exactly text (the same effective job). */
+static int same_job_file(const char *dir, const char *text)
+{
+    char path[DDP_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/job.ini", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t len = strlen(text);
+    char *buf = ddp_malloc(len + 1);
+    size_t got = fread(buf, 1, len + 1, f); /* one byte more: a longer file differs */
+    fclose(f);
+    int same = got == len && memcmp(buf, text, len) == 0;
+    free(buf);
+    return same;
+}
+
+/* Every rank: 1 when rank 0 finds the run's summary after its last start in metrics.jsonl
+ * and either the checkpoint resumed ends the training this job asks for, or the summary
+ * counts all its steps and job.ini is this very job (a run ended by max_steps has no
+ * checkpoint at its end). Such a re-run of a finished job writes nothing: no second summary,
+ * no report, job.ini untouched (rank 0 says so). */
+static int already_finished(struct trainer *t, const struct ddp_ckpt_pos *start)
+{
+    const struct ddp_job *job = &t->job;
+    int64_t total = t->steps_per_epoch * job->epochs, done = 0, steps;
+    if (job->max_steps > 0 && job->max_steps < total)
+        total = job->max_steps;
+    int at_end = t->resumed && (start->epoch >= job->epochs || start->step >= total ||
+                                (t->nval && ddp_valsel_stop(&t->valsel, job->early_stop)));
+    char path[DDP_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
+    if (t->world.rank == 0 && ddp_metrics_finished(path, &steps))
+        done = at_end || (steps >= total && same_job_file(job->output, t->job_text));
+    if (done)
+        ddp_log("already finished: %s holds this job's finished run (%lld steps of %lld, its "
+                "summary in metrics.jsonl); nothing written. Raise [train] epochs or max_steps "
+                "to train on, or set [checkpoint] resume = never to start afresh",
+                job->output, (long long)(at_end ? start->step : steps), (long long)total);
+    ddp_comm_broadcast(t->comm, &done, sizeof done, 0);
+    return done != 0;
+}
+
 /* Optimiser, trainer_resume, sampler and loaders, the output directory committed; then the loop. */
 static int run_training(struct trainer *t, double t_setup)
 {
@@ -569,6 +631,8 @@ static int run_training(struct trainer *t, double t_setup)
     }
     if (t->args.mode == DDP_RUN_CHECK)
         return trainer_check_summary(t, &start, t_setup);
+    if (already_finished(t, &start))
+        return 0;
     rc = trainer_agree(t, w->rank == 0 ? commit_output(t, err, sizeof err) : 0, err);
     if (rc)
         return rc;

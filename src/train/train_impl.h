@@ -110,6 +110,7 @@ struct trainer {
     struct ddp_mem_info mem_start;      /* device memory once the backend was made (mem_info) */
     const struct ddp_test_hooks *hooks; /* read once at start */
     struct loop *lp;                    /* the training loop's position, while it runs */
+    char output_pattern[DDP_PATH_MAX];  /* [job] output as written, before its %-patterns */
 };
 
 /* train_loop.c's, for the setup: `check`'s summary after setup, evaluation of a loader, one

@@ -678,17 +678,20 @@ static void finish_training(struct trainer *t, struct loop *lp)
             ddp_die("%s", err);
         ddp_log("final weights: %s", path);
     }
-    char members[1024], l[32] = "null", a[32] = "null";
+    char members[1024], l[32] = "null", a[32] = "null", rate[32] = "null";
+    if (lp->step > lp->first_step) /* null when this start trained nothing (a finished run) */
+        snprintf(rate, sizeof rate, "%.1f",
+                 (double)(lp->step - lp->first_step) * (double)G / start_s);
     if (isfinite(lp->last_loss))
         snprintf(l, sizeof l, "%.6g", lp->last_loss);
     if (isfinite(lp->last_acc))
         snprintf(a, sizeof a, "%.6g", lp->last_acc);
     snprintf(members, sizeof members,
              "\"epochs\":%lld,\"steps\":%lld,\"world_size\":%d,\"global_batch\":%lld,"
-             "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"test_loss\":%s,"
+             "\"params\":%zu,\"train_s\":%.3f,\"samples_per_s\":%s,\"test_loss\":%s,"
              "\"test_acc\":%s",
-             (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s,
-             (double)(lp->step - lp->first_step) * (double)G / start_s, l, a);
+             (long long)lp->epoch, (long long)lp->step, W, (long long)G, m->nparams, train_s, rate,
+             l, a);
     if (t->val_loader) {
         size_t used = strlen(members);
         char b[32] = "null";

@@ -12,7 +12,11 @@
 #  4. a second run in a directory that a running run holds exits 2 naming the holder (host, pid,
 #     Slurm job), on 1 rank and on 2 MPI ranks, and the first run's metrics stay valid; a lock
 #     held by another program (flock) is refused too;
-#  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2.
+#  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2;
+#  6. a finished job run again (ended by its epochs or by max_steps) exits 0 saying so and
+#     changes no file (no second summary);
+#  7. with %j in [job] output, a job that starts afresh while another job id's directory holds
+#     checkpoints of the same job name is warned (one line) that it will never resume them.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 PY=/usr/bin/python3
@@ -209,6 +213,46 @@ if [ $rc -eq 2 ] && one_line p.err "--set job.output" "unknown pattern %s" &&
 else
     bad "unknown pattern: exit $rc"; head -3 p.err
 fi
+
+# ---- 6. a finished job run again writes nothing ---------------------------------------------
+# rerun DIR WHAT [ARGS...]: run the job twice into DIR; the second run must change nothing
+rerun() {
+    local d=$1 what=$2 rc
+    shift 2
+    "$DDPTRAIN" j.ini --set job.output="$d" "$@" > "$d.1.out" 2>&1 || bad "$d: first run failed"
+    before=$(sums "$d")
+    "$DDPTRAIN" j.ini --set job.output="$d" "$@" > "$d.2.out" 2> "$d.2.err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "already finished: $d holds this job's finished run" "$d.2.out" &&
+        [ "$(sums "$d")" = "$before" ] &&
+        [ "$(grep -c '"kind":"summary"' "$d/metrics.jsonl")" = 1 ]; then
+        ok "a finished job ($what) run again: exit 0, 'already finished', every file unchanged"
+    else
+        bad "a finished job ($what) run again: exit $rc, or files changed"
+        cat "$d.2.err"; tail -3 "$d.2.out"
+    fi
+}
+rerun again "all epochs, a checkpoint at the end"
+rerun again_max "max_steps mid-epoch, no checkpoint at the end" --set train.max_steps=5
+
+# ---- 7. %j in [job] output: a resubmission is warned that it starts afresh -------------------
+SLURM_JOB_ID=501 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j1.out \
+    2> j1.err || bad "%j: the first job failed"
+SLURM_JOB_ID=502 SLURM_JOB_NAME=pre "$DDPTRAIN" j.ini --set 'job.output=jobs/%x-%j' > j2.out \
+    2> j2.err
+rc=$?
+if [ $rc -eq 0 ] && one_line j2.err "warning: --set job.output = jobs/%x-%j" \
+    "starts afresh in jobs/pre-502 while jobs/pre-501 holds checkpoints" "use a stable output" &&
+    [ ! -s j1.err ]; then
+    ok "%j: the second job id is warned: $(cat j2.err)"
+else
+    bad "%j: exit $rc, or no warning on the second job (or one on the first)"; cat j1.err j2.err
+fi
+SLURM_JOB_ID=503 SLURM_JOB_NAME=other "$DDPTRAIN" j.ini --set 'job.output=jobs/pre-%j' \
+    --set job.name=other > j3.out 2> j3.err
+[ $? -eq 0 ] && [ ! -s j3.err ] && ok "%j: no warning for another job name's directories" ||
+    bad "%j: a job of another name was warned: $(cat j3.err)"
+
 echo
 [ $fail -eq 0 ] && echo "outdir: all passed" || echo "outdir: failures"
 exit $fail

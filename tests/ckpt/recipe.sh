@@ -163,9 +163,10 @@ fi
 "$DDPTRAIN" j.ini --set optim.lr=0 --set optim.schedule=constant --set train.epochs=10 \
     --set train.early_stop=2 --set data.val_fraction=0 --set data.val=/test \
     --set job.output=es > es2.log 2>&1
-if [ $? -eq 0 ] && grep -q "nothing to train: the checkpoint's run stopped early" es2.log &&
-    [ "$(grep -c '"kind":"val"' es/metrics.jsonl)" = 3 ]; then
-    ok "a rerun of the early-stopped run trains no more"
+if [ $? -eq 0 ] && grep -q "already finished: es holds this job's finished run" es2.log &&
+    [ "$(grep -c '"kind":"val"' es/metrics.jsonl)" = 3 ] &&
+    [ "$(grep -c '"kind":"summary"' es/metrics.jsonl)" = 1 ]; then
+    ok "a rerun of the early-stopped run trains no more and writes no second summary"
 else
     bad "rerun of the early-stopped run"; tail -3 es2.log
 fi

@@ -125,8 +125,8 @@ if command -v h5dump >/dev/null; then
         fail "same seed, different /train/images"
 fi
 
-# a good IDX set: four tiny files written here, two raw and two gzip; OUT replaces a
-# stale file of the same name
+# a good IDX set: four tiny files written here, two raw and two gzip; an existing OUT is
+# refused (exit 2, naming it, left as it was) and replaced only with --force
 echo stale >"$T/imported.h5"
 G=$T/goodidx
 mkdir -p "$G"
@@ -134,7 +134,10 @@ printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x03\x01\x02
 printf '\x00\x00\x08\x01\x00\x00\x00\x02\x04\x01' >"$G/train-labels-idx1-ubyte"
 printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x10\x20\x30\x40\x50' | gzip >"$G/t10k-images-idx3-ubyte.gz"
 printf '\x00\x00\x08\x01\x00\x00\x00\x01\x02' | gzip >"$G/t10k-labels-idx1-ubyte.gz"
-expect 0 "" - -- idx --dir "$G" -o "$T/imported.h5"
+expect 2 "imported.h5 already exists; add --force to replace it" - -- idx --dir "$G" -o "$T/imported.h5"
+[ "$(cat "$T/imported.h5")" = stale ] || fail "a refused idx changed the existing $T/imported.h5"
+[ ! -e "$T/imported.h5.tmp" ] || fail "a refused idx left $T/imported.h5.tmp"
+expect 0 "" - -- idx --dir "$G" -o "$T/imported.h5" --force
 grep -q "/train 2 x 1x2x3 uint8 (labels 1..4), /test 1 x 1x2x3 uint8 (labels 2..2), classes 5" "$T/stdout" ||
     fail "idx summary: $(cat "$T/stdout")"
 expect 0 "" - -- info "$T/imported.h5"

@@ -50,7 +50,7 @@ fashion_h5() {
     [[ -d $src ]] || skip "no Fashion-MNIST in $src (DDP_FASHION_DIR)" >&2   # called in $(...)
     (
         flock 8
-        [[ -s $dst ]] || "$DDPTRAIN" data idx --dir "$src" -o "$dst" >&2
+        [[ -s $dst ]] || "$DDPTRAIN" data idx --dir "$src" -o "$dst" --force >&2
     ) 8>"$dst.lock" || fail "could not import Fashion-MNIST from $src"
     echo "$dst"
 }

@@ -145,6 +145,54 @@ static int diff_of(struct ddp_job *a, int64_t ga, struct ddp_job *b, int64_t gb,
     return n;
 }
 
+/* dir/sub as a run of job name with checkpoints/ (ckpt 1) or without (ckpt 0). */
+static void fake_run(const char *dir, const char *sub, const char *name, int ckpt)
+{
+    char p[DDP_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, sub);
+    mkdir(p, 0755);
+    FILE *f = fopen(strcat(p, "/job.ini"), "w");
+    if (f) {
+        fprintf(f, "[job]\nname = %s\n[optim]\nname = sgd\n", name);
+        fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/%s/checkpoints", dir, sub);
+    if (ckpt)
+        mkdir(p, 0755);
+}
+
+/* Other job ids' directories of a %j pattern: counted only under Slurm, only with %j, only
+ * with checkpoints of the same job name, never this job's own; glob characters in the
+ * pattern's literal text are literal. */
+static void test_other_jobs(const char *dir)
+{
+    char base[DDP_PATH_MAX], pat[DDP_PATH_MAX + 32], mine[DDP_PATH_MAX + 32], other[DDP_PATH_MAX];
+    snprintf(base, sizeof base, "%s/jobs[1]", dir);
+    mkdir(base, 0755);
+    fake_run(base, "r-101", "train", 1);
+    fake_run(base, "r-102", "train", 1);
+    fake_run(base, "r-103", "train", 0);  /* no checkpoints: nothing to resume */
+    fake_run(base, "r-104", "sweep", 1);  /* another job name */
+    fake_run(base, "r-x105", "train", 1); /* not a job id */
+    clear_slurm();
+    snprintf(pat, sizeof pat, "%s/r-%%j", base);
+    snprintf(mine, sizeof mine, "%s/r-102", base);
+    other[0] = '\0';
+    CHECK(ddp_outdir_other_jobs(pat, "train", mine, other, sizeof other) == 0,
+          "outside Slurm: other jobs counted");
+    setenv("SLURM_JOB_ID", "102", 1);
+    int n = ddp_outdir_other_jobs(pat, "train", mine, other, sizeof other);
+    snprintf(mine, sizeof mine, "%s/r-101", base);
+    CHECK(n == 1 && strcmp(other, mine) == 0, "%%j: %d other job(s), last '%s', want 1, '%s'", n,
+          other, mine);
+    CHECK(ddp_outdir_other_jobs(pat, "sweep", mine, other, sizeof other) == 1,
+          "%%j: job name sweep: want 1 (r-104)");
+    snprintf(pat, sizeof pat, "%s/r-%%x", base);
+    CHECK(ddp_outdir_other_jobs(pat, "train", mine, other, sizeof other) == 0,
+          "without %%j: other jobs counted");
+    clear_slurm();
+}
+
 static void set(struct ddp_job *j, const char *kv)
 {
     char err[DDP_ERR_LEN];
@@ -241,6 +289,7 @@ int main(void)
     test_patterns();
     test_lock(dir);
     test_move_aside(dir);
+    test_other_jobs(dir);
     test_jobdiff();
     test_jobdiff_recipe();
     return check_report_dir("test_outdir", dir);
