@@ -56,6 +56,9 @@ else
     no "installed validate --quick did not pass against $ref:"
     grep -E "golden|PASS|WARN|FAIL|reference" <<< "$out" | head -8
 fi
+out=$("${hide[@]}" "$BIN" --version 2>&1)
+grep -qxF "data: $S/ddptrain (installed)" <<< "$out" && ok "--version: data: $S/ddptrain" ||
+    no "installed --version does not name $S/ddptrain as its data: $(grep data: <<< "$out")"
 out=$("${hide[@]}" "$BIN" validate --quick --expect cpu-2core-test 2>&1)
 grep -q "^validate: PASS\|^validate: .*retest" <<< "$out" &&
     ! grep -q "expect.*cannot open" <<< "$out" && ok "validate --expect cpu-2core-test" ||
