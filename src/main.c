@@ -59,8 +59,9 @@ static void print_help(FILE *f)
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (COMMANDS[i].usage)
             fprintf(f, "  ddptrain %-39s %s\n", COMMANDS[i].usage, COMMANDS[i].summary);
-    fprintf(f, "\nRun several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: README.md, "
-               "docs/.\n");
+    fprintf(f,
+            "\nRun several ranks with srun (CPU: srun --mpi=pmix) or mpirun. Docs: man ddptrain, "
+            "README.md, docs/.\n");
 }
 
 static int cmd_help(int argc, char **argv)

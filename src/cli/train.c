@@ -16,17 +16,51 @@
 
 #define MAX_SETS 256 /* --set options per command line; more is a runaway script */
 
-static void usage(FILE *f)
+/* Each mode's own usage, by the subcommand's name (argv[0]; the program's name is train). */
+static const struct {
+    const char *name, *text;
+} g_usage[] = {
+    {"train",
+     "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
+     "Train the job's model on its data (docs/training.md), on as many ranks as the\n"
+     "launcher starts (srun, mpirun, ddptrain launch).\n"
+     "  JOB.ini           job file (docs/job-file.md, man ddptrain-job)\n"
+     "  --set, -s S.K=V   override key K of section [S] after the file (repeatable)\n"
+     "Exit 0 done, 1 runtime failure, 2 bad job or usage, 3 bad data or checkpoint, 4 launch,\n"
+     "5 a peer failed, 75 stopped by a signal after a checkpoint (requeue).\n"},
+    {"eval", "usage: ddptrain eval JOB.ini --checkpoint PATH [--set SECTION.KEY=VALUE ...]\n"
+             "Test loss and accuracy of a checkpoint's weights on the job's test split, on any\n"
+             "number of ranks.\n"
+             "  --checkpoint PATH a checkpoint or model.h5: its /model weights\n"
+             "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"},
+    {"check", "usage: ddptrain check JOB.ini [--set SECTION.KEY=VALUE ...]\n"
+              "Everything before the first step: read and check the job, the data and the\n"
+              "model, plan the memory, and print what a run would do; trains nothing.\n"
+              "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"},
+    {"export", "usage: ddptrain export JOB.ini --checkpoint PATH --onnx OUT.onnx [--set ...]\n"
+               "Write the job's model with a checkpoint's weights as ONNX (docs/report.md).\n"
+               "  --checkpoint PATH a checkpoint or model.h5: its /model weights\n"
+               "  --onnx OUT.onnx   the file to write (never one of the inputs)\n"
+               "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"},
+    {"predict", "usage: ddptrain predict JOB.ini --checkpoint PATH --input X.h5 --output Y.h5\n"
+                "                        [--group G] [--set ...]\n"
+                "Run a checkpoint's model over the samples of X.h5 and write their logits and\n"
+                "predicted classes into Y.h5.\n"
+                "  --checkpoint PATH a checkpoint or model.h5: its /model weights\n"
+                "  --input X.h5      the samples (the group G's images; default the test split)\n"
+                "  --output Y.h5     the file to write (never one of the inputs)\n"
+                "  --group G         the group of X.h5 to read\n"
+                "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"},
+};
+
+static void usage(FILE *f, const char *subcommand)
 {
-    fprintf(f, "usage: ddptrain [train] JOB.ini [--set SECTION.KEY=VALUE ...]\n"
-               "       ddptrain eval JOB.ini --checkpoint PATH [--set ...]\n"
-               "       ddptrain check JOB.ini [--set ...]\n"
-               "       ddptrain export JOB.ini --checkpoint PATH --onnx OUT.onnx [--set ...]\n"
-               "       ddptrain predict JOB.ini --checkpoint PATH --input X.h5 --output Y.h5 "
-               "[--group G]\n"
-               "  JOB.ini  job file (docs/job-file.md); --set overrides any key\n"
-               "  PATH     a checkpoint or model.h5: its /model weights are evaluated on the\n"
-               "           job's test split, on any number of ranks\n");
+    for (size_t i = 1; i < sizeof g_usage / sizeof g_usage[0]; i++)
+        if (strcmp(subcommand, g_usage[i].name) == 0) {
+            fputs(g_usage[i].text, f);
+            return;
+        }
+    fputs(g_usage[0].text, f);
 }
 
 struct train_args {
@@ -54,11 +88,11 @@ static int parse(int argc, char **argv, struct train_args *a)
                 return DDP_EXIT_USAGE;
             continue;
         } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
+            usage(stdout, argv[0]);
             return 0;
         } else if (arg[0] == '-') {
             ddp_warn("unknown option '%s'", arg);
-            usage(stderr);
+            usage(stderr, argv[0]);
             return DDP_EXIT_USAGE;
         } else {
             if (a->job_path) {
@@ -75,12 +109,12 @@ static int parse(int argc, char **argv, struct train_args *a)
         a->sets[a->nsets++] = arg;
     }
     if (ddp_run_args_check(&a->run, argv[0]) != 0) {
-        usage(stderr);
+        usage(stderr, argv[0]);
         return DDP_EXIT_USAGE;
     }
     if (!a->job_path) {
         fprintf(stderr, "ddptrain: no job file given\n");
-        usage(stderr);
+        usage(stderr, argv[0]);
         return DDP_EXIT_USAGE;
     }
     return -1;

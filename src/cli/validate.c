@@ -1,10 +1,13 @@
 /*
  * cli/validate.c - the arguments of `ddptrain validate` (validate/validate.h runs it).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "core/paths.h"
 #include "core/util.h"
 #include "validate/validate.h"
 
@@ -27,13 +30,15 @@ static void usage(FILE *f)
            "  --quick          the same as --level quick\n"
            "  --json FILE      write the report as JSON (rank 0)\n"
            "  --config FILE    settings (configs/validate.ini lists every key)\n"
-           "  --expect FILE    absolute floors for this node type (configs/expect-*.ini)\n"
+           "  --expect FILE    absolute floors for this node type (configs/expect-*.ini); a\n"
+           "                   name such as h100-sxm picks the shipped expect-NAME.ini\n"
            "  --record-expect FILE  measure this (trusted, idle) node several times and write\n"
            "                   floors: the worst rate less --margin (default 0.2)\n"
            "  --record FILE    write the golden run's trajectory as a reference (on a trusted\n"
            "                   node; a directory gets <backend>-w<ranks>.ref)\n"
            "  --reference FILE check the golden run against FILE (or DIR/<backend>-w<ranks>.ref)\n"
-           "                   instead of the shipped configs/validate-ref/\n"
+           "                   instead of the shipped configs/validate-ref/ (installed:\n"
+           "                   PREFIX/share/ddptrain/configs/validate-ref/)\n"
            "  --slurm-health   Slurm HealthCheckProgram or prolog: one process for the node, the\n"
            "                   quick level within --budget-s (default 20), exit 0 or 1 (a retest\n"
            "                   and a spent budget exit 0)\n"
@@ -83,6 +88,24 @@ static int flag(struct ddp_validate_args *a, const char *arg)
     else
         return 0;
     return 1;
+}
+
+/* --expect NAME (no '/', not a file here): the shipped configs/expect-NAME.ini, NAME.ini or
+ * NAME of the data directory (core/paths.h), the first that exists; else the name as given,
+ * for validate to report. */
+static const char *shipped_expect(const char *given, char *buf, size_t len)
+{
+    struct stat st;
+    if (!given || strchr(given, '/') || stat(given, &st) == 0)
+        return given;
+    static const char *const forms[] = {"configs/expect-%s.ini", "configs/%s.ini", "configs/%s"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, forms[i], given);
+        if (ddp_paths_find(rel, buf, len))
+            return buf;
+    }
+    return given;
 }
 
 int ddp_cmd_validate(int argc, char **argv)
@@ -136,5 +159,7 @@ int ddp_cmd_validate(int argc, char **argv)
     }
     if (a.slurm_health)
         a.level = DDP_VALIDATE_QUICK;
+    char expect[PATH_MAX];
+    a.expect = shipped_expect(a.expect, expect, sizeof expect);
     return ddp_validate_run(&a);
 }

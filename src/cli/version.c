@@ -1,15 +1,18 @@
 /*
- * cli/version.c - `ddptrain --version` (what was built in, and the libraries' versions) and
+ * cli/version.c - `ddptrain --version` (what was built in, the libraries' versions, and the
+ * data directory with the shipped configs and references, core/paths.h) and
  * `ddptrain --job-reference` (the job schema as Markdown, job/config.h).
  */
 #include <cblas.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ddp_build.h"
 #include "cli/cli.h"
 #include "job/config.h"
+#include "core/paths.h"
 #include "core/util.h"
 #if HAVE_MPI
 #include <mpi.h>
@@ -51,6 +54,10 @@ int ddp_cmd_version(int argc, char **argv)
 #endif
     printf("\nbootstrap: %s%stcp\n", HAVE_PMI2 ? "pmi2, " : "", HAVE_MPI ? "mpi, " : "");
     printf("hdf5: %u.%u.%u\n", maj, min, rel);
+    char data[PATH_MAX * 2 + 8];
+    const char *origin = "none";
+    int found = ddp_paths_data_dir(data, sizeof data, &origin);
+    printf("data: %s%s (%s)\n", found ? "" : "not found in ", data, origin);
     return 0;
 }
 

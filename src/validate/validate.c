@@ -32,6 +32,7 @@
 #include "core/ini.h"
 #include "dist/world.h"
 #include "core/fileio.h"
+#include "core/paths.h"
 #include "core/testhooks.h"
 #include "core/util.h"
 #include "validate/validate.h"
@@ -1302,8 +1303,8 @@ static int is_file(const char *p)
 }
 
 /* The reference for backend and W: an explicit FILE or DIR, else the shipped directory
- * next to the executable (build tree or install) or under the working directory. Returns 1
- * with path filled, 0 with the places looked at in why. */
+ * (core/paths.h: the install's or the build tree's) or the one under the working directory.
+ * Returns 1 with path filled, 0 with the places looked at in why. */
 static int find_reference(const char *given, const char *backend, int W, char *path, size_t len,
                           char *why, size_t whylen)
 {
@@ -1319,36 +1320,18 @@ static int find_reference(const char *given, const char *backend, int W, char *p
         ddp_err(why, whylen, "%s does not exist", path);
         return 0;
     }
-    char exe[DDP_PATH_MAX] = "", dir[DDP_PATH_MAX] = ".";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(dir, sizeof dir, "%s", exe);
-        }
-    }
-    const char *rel[] = {"/../configs/validate-ref", "/../share/ddptrain/validate-ref",
-                         "/../../configs/validate-ref", "/../../../configs/validate-ref"};
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-        snprintf(path, len, "%s%s/%s", dir, rel[i], name);
-        if (is_file(path)) {
-            char *real = realpath(path, NULL);
-            if (real) {
-                snprintf(path, len, "%s", real);
-                free(real);
-            }
-            return 1;
-        }
-    }
+    char rel[128], shipped[DDP_PATH_MAX];
+    snprintf(rel, sizeof rel, "configs/validate-ref/%s", name);
+    if (ddp_paths_find(rel, path, len)) /* the install's, or the source tree's */
+        return 1;
+    snprintf(shipped, sizeof shipped, "%s", path);
     snprintf(path, len, "configs/validate-ref/%s", name);
     if (is_file(path))
         return 1;
     ddp_err(why, whylen,
-            "none for the %s backend on %d rank%s (%s not found next to %s/../configs/ nor in "
-            "./configs/validate-ref/); record one on a trusted node with --record",
-            backend, W, W == 1 ? "" : "s", name, dir);
+            "none for the %s backend on %d rank%s (%s not found, nor in ./configs/validate-ref/); "
+            "record one on a trusted node with --record",
+            backend, W, W == 1 ? "" : "s", shipped);
     return 0;
 }
 
