@@ -55,8 +55,8 @@ static void test_config(void)
         {"[golden]\nsteps = 0\n", ":2: [golden] steps"},
         {"[gemm]\nrep = 3\n", ":2: [gemm] rep: unknown key; did you mean 'reps'? [gemm] takes n,"},
         {"[gemm]\nn_quik = 300\n", ":2: [gemm] n_quik: unknown key; did you mean 'n_quick'?"},
-        {"[nope]\nn = 3\n", ":2: [nope]: unknown section; expected one of [validate] [gemm]"},
-        {"[golde]\nsteps = 3\n", ":2: [golde]: unknown section; did you mean [golden]?"},
+        {"[nope]\nn = 3\n", ":1: [nope]: unknown section; expected one of [validate] [gemm]"},
+        {"[golde]\nsteps = 3\n", ":1: [golde]: unknown section; did you mean [golden]?"},
         {"n = 3\n", ":1: [] n: key outside any section"},
         {"[allreduce]\nmin_bytes = 64\nmax_bytes = 32\n", "must be at least min_bytes"},
         /* what the job file's reader checked and validate's own reader did not (issue 14) */
@@ -122,7 +122,7 @@ static void test_expect(void)
         {"[gpu]\ncount = many\n", ":2: [gpu] count: 'many' is not an integer"},
         {"[allreduce]\nmin_busbw_gbs = 1M\n", ":2: [allreduce] min_busbw_gbs: '1M'; expected"},
         {"[allreduce]\nmin_busbw_gbs = 2G:3\n", ":2: [allreduce] min_busbw_gbs: '2G:3'"},
-        {"[nodes]\ntype = x\n", ":2: [nodes]: unknown section; did you mean [node]?"},
+        {"[nodes]\ntype = x\n", ":1: [nodes]: unknown section; did you mean [node]?"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *p = write_tmp("bad-e.ini", bad[i].text);
