@@ -169,17 +169,16 @@ static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int st
     free(tails);
 }
 
-int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
-                            const struct ddp_validate_faults *faults, struct ddp_validate_golden *g,
-                            char *err, size_t errlen)
+int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps, unsigned faults,
+                            struct ddp_validate_golden *g, char *err, size_t errlen)
 {
     const int W = ddp_comm_size(c), rank = ddp_comm_rank(c);
     memset(g, 0, sizeof *g);
     if (steps < 1 || steps > DDP_VALIDATE_MAX_STEPS)
         return ddp_err(err, errlen, "golden run: %d steps; expected 1 to %d", steps,
                        DDP_VALIDATE_MAX_STEPS);
-    const int flip = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_FLIP_PARAM, rank);
-    const int badg = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_BAD_GRAD, rank);
+    const int flip = (faults & DDP_VALIDATE_GOLDEN_FLIP_PARAM) != 0;
+    const int badg = (faults & DDP_VALIDATE_GOLDEN_BAD_GRAD) != 0;
 
     ddp_synth *gen = golden_data(steps, W, err, errlen);
     if (!gen)
