@@ -93,6 +93,8 @@ static void rates_round(struct vrun *v, int turns, int my_turn, int *triad_bad)
             v->c);
         *triad_bad |= mine->triad < 0;
         load_add(v, &m0);
+        if (ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_LOADED, v->me))
+            mine->wait_share = 1; /* as if other processes held its CPUs all the time */
     }
     mine->triad_bad = *triad_bad;
     ddp_comm_allgather(v->c, mine, v->all, sizeof *mine);
@@ -222,7 +224,7 @@ int vrun_checks(struct vrun *v)
     ddp_validate_budget_phase(1);
     vrun_rates(v);
     ddp_validate_budget_phase(2);
-    if (!health) {
+    if (!health && v->W > 1) {
         vrun_sweep(v);
     } else {
         v->rows = ddp_calloc(DDP_VALIDATE_MAX_SIZES, sizeof *v->rows);

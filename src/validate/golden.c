@@ -23,6 +23,7 @@
 #include "train/optim.h"
 #include "train/step.h"
 #include "core/fileio.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "validate/validate.h"
 
@@ -44,22 +45,10 @@
 #define REF_LINE_MAX (1 << 20)
 #define REF_MAX_WORLD 4096
 
-/* FNV-1a over bytes. */
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 static uint64_t hash_params(const struct ddp_model *m, float *host)
 {
     m->be->download(host, m->params, sizeof(float) * m->nparams);
-    return hash_bytes(host, sizeof(float) * m->nparams);
+    return ddp_fnv1a64(DDP_FNV1A64_INIT, host, sizeof(float) * m->nparams);
 }
 
 /* The backward hook: adds the layer's local gradient to the norm (and, as a fault, scales it)

@@ -80,9 +80,10 @@ static void json_allreduce(FILE *f, const struct report *rep, const struct run_f
         ar_bad |= !strcmp(rep->fail[i].check, "allreduce");
     fprintf(f,
             "\n  ],\n  \"allreduce\": {\"op\": \"sum\", \"dtype\": \"float32\", "
-            "\"in_place\": true, \"ranks\": %d, \"busbw_factor\": %.6g, \"verdict\": \"%s\", "
-            "\"rows\": [",
-            W, ddp_comm_busbw_factor(W), ar_bad ? "FAIL" : "PASS");
+            "\"in_place\": true, \"ranks\": %d, \"measured\": %s, \"busbw_factor\": %.6g, "
+            "\"verdict\": \"%s\", \"rows\": [",
+            W, rf->ar_measured ? "true" : "false", ddp_comm_busbw_factor(W),
+            ar_bad ? "FAIL" : "PASS");
     for (int s = 0; s < rf->nsizes; s++) {
         int64_t wrong = 0;
         for (int r = 0; r < W; r++)
@@ -116,7 +117,7 @@ int write_json(const char *path, const struct report *rep, const struct run_fact
             "\"%s\",\n",
             verdict_of(rep, -2),
             rep->nhard     ? 1
-            : rep->nretest ? DDP_EXIT_RETEST
+            : rep->nretest ? rf->retest_exit
                            : 0,
             strcmp(rf->level, "quick") ? "false" : "true", rf->level);
     fprintf(f,

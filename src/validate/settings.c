@@ -114,7 +114,7 @@ int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, ch
 /* ---- fault hooks ------------------------------------------------------------------------- */
 
 static const char *const g_fault_names[DDP_VALIDATE_FAULT_KINDS] = {
-    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param", "bad_grad", "bad_burn"};
+    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param", "bad_grad", "bad_burn", "loaded"};
 
 int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
                               size_t errlen)

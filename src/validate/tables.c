@@ -44,6 +44,32 @@ int group_hosts(const struct rank_info *ri, int W, int *host_of, int *first_rank
     return n;
 }
 
+/* The all-reduce table: its rows with everybody's wrong elements; one line when the sweep did
+ * not run (one rank: nothing moves, its figures would mean nothing). */
+static void print_allreduce(const struct run_facts *rf, const struct ddp_validate_ar_row *ar, int W)
+{
+    if (!rf->ar_measured) {
+        printf("\nall-reduce: not measured (one rank)\n");
+        return;
+    }
+    printf("\nall-reduce: in-place sum of float32 over %d rank%s through comm %s; time = median "
+           "of timed blocks of the slowest rank; busbw = algbw x 2(n-1)/n\n",
+           W, W == 1 ? "" : "s", rf->comm);
+    printf("%12s %11s %11s %9s %9s %6s %10s\n", "size", "count", "time", "algbw", "busbw", "iters",
+           "wrong");
+    printf("%12s %11s %11s %9s %9s %6s %10s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "",
+           "(elements)");
+    for (int s = 0; s < rf->nsizes; s++) {
+        int64_t wrong = 0;
+        for (int r = 0; r < W; r++)
+            wrong += ar[(size_t)r * rf->nsizes + s].bad_elems;
+        const struct ddp_validate_ar_row *x = &ar[s];
+        printf("%12lld %11lld %11.2f %9.3f %9.3f %6d %10lld\n", (long long)x->bytes,
+               (long long)x->count, x->time_s * 1e6, x->algbw, x->busbw, x->iters,
+               (long long)wrong);
+    }
+}
+
 void print_report(const struct report *rep, const struct run_facts *rf,
                   const struct ddp_validate_ar_row *ar, const struct golden_verdict *gv,
                   const struct ddp_validate_golden *g, const int *host_of, const int *first_rank,
@@ -73,22 +99,7 @@ void print_report(const struct report *rep, const struct run_facts *rf,
            "the median of the others fails; wait: for CPUs other processes held)\n",
            "", "median", "", "", "", "", "", rf->med_gemm, "", rf->med_triad, "", "", frac);
 
-    printf("\nall-reduce: in-place sum of float32 over %d rank%s through comm %s; time = median "
-           "of timed blocks of the slowest rank; busbw = algbw x 2(n-1)/n\n",
-           W, W == 1 ? "" : "s", rf->comm);
-    printf("%12s %11s %11s %9s %9s %6s %10s\n", "size", "count", "time", "algbw", "busbw", "iters",
-           "wrong");
-    printf("%12s %11s %11s %9s %9s %6s %10s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "",
-           "(elements)");
-    for (int s = 0; s < rf->nsizes; s++) {
-        int64_t wrong = 0;
-        for (int r = 0; r < W; r++)
-            wrong += ar[(size_t)r * rf->nsizes + s].bad_elems;
-        const struct ddp_validate_ar_row *x = &ar[s];
-        printf("%12lld %11lld %11.2f %9.3f %9.3f %6d %10lld\n", (long long)x->bytes,
-               (long long)x->count, x->time_s * 1e6, x->algbw, x->busbw, x->iters,
-               (long long)wrong);
-    }
+    print_allreduce(rf, ar, W);
 
     printf("\ngolden run: %d steps on %d rank%s (%s)\n", g->steps, W, W == 1 ? "" : "s",
            DDP_VALIDATE_GOLDEN_SPEC);
@@ -131,8 +142,9 @@ void print_report(const struct report *rep, const struct run_facts *rf,
         printf("validate: FAIL on %d check%s:\n", rep->nhard, rep->nhard == 1 ? "" : "s");
     } else {
         printf("validate: RETEST: %d check%s fell short while other processes loaded the node; "
-               "no fault found, run again when it is idle (exit %d)\n",
-               rep->nretest, rep->nretest == 1 ? "" : "s", DDP_EXIT_RETEST);
+               "no fault found, run again when it is idle (exit %d%s)\n",
+               rep->nretest, rep->nretest == 1 ? "" : "s", rf->retest_exit,
+               rf->retest_exit ? "" : ": --slurm-health never fails a node for its load");
     }
     for (int i = 0; i < rep->nfail; i++)
         printf("%s %s: %s\n", rep->fail[i].retest ? "RETEST" : "FAIL", rep->fail[i].check,

@@ -359,9 +359,13 @@ static int vrun_judge(struct vrun *v)
                            med_triad,
                            0,
                            0,
-                           NULL};
+                           NULL,
+                           0,
+                           0};
     rf.nnodes = group_hosts(v->all, W, host_of, first_rank);
     rf.expect = v->have_expect ? v->expect.path : NULL;
+    rf.ar_measured = v->nsizes > 0;
+    rf.retest_exit = v->a->slurm_health ? 0 : DDP_EXIT_RETEST;
     if (record && !strcmp(gv.verdict, "PASS")) {
         if (ddp_validate_ref_write(&v->g, v->be->name, v->rec_path, err, sizeof err) != 0)
             add_failure(&rep, 0, "record", "rank 0 on %s: %s", v->all[0].host, err);

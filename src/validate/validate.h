@@ -52,6 +52,8 @@
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
  *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
  *   bad_burn:R       rank R changes one element of the first result its burn reads back
+ *   loaded:R         rank R reports that other processes held its CPUs all the time it
+ *                    measured (a shortfall of its rates is then a retest)
  *
  *  burn        (level long) sustained GEMMs, every result compared with the first.
  *
@@ -177,6 +179,7 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_FLIP_PARAM,
     DDP_VALIDATE_FAULT_BAD_GRAD,
     DDP_VALIDATE_FAULT_BAD_BURN,
+    DDP_VALIDATE_FAULT_LOADED,
     DDP_VALIDATE_FAULT_KINDS
 };
 

@@ -134,6 +134,8 @@ struct run_facts {
     double med_gemm, med_triad, elapsed;
     int nnodes;
     const char *expect; /* --expect FILE, or NULL */
+    int ar_measured;    /* the all-reduce sweep ran (not on one rank) */
+    int retest_exit;    /* the exit code of a retest: 6, or 0 under --slurm-health */
 };
 
 /* inventory.c */
