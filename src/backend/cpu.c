@@ -39,6 +39,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
+#include "core/hash.h"
 #include "core/util.h"
 
 /* Loops here are simple enough to vectorise; -O2's very cheap cost model skips any loop whose
@@ -55,11 +56,7 @@ void openblas_set_num_threads(int num_threads);
 
 double ddp_cpu_uniform(uint64_t seed, uint64_t i)
 {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    return ddp_uniform01(seed, i);
 }
 
 /* ---- the thread pool ---------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "launch/launcher.h"
 #include "dist/world.h"
 #include "core/testhooks.h"
+#include "core/hash.h"
 #include "core/util.h"
 #if HAVE_CUDA
 #include "backend/cuda.h"
@@ -171,15 +172,6 @@ int ddp_cmd_env(int argc, char **argv)
     return DDP_EXIT_OK;
 }
 
-/* FNV-1a, 64 bits: a short fingerprint of the received blob for tests to compare. */
-static uint64_t fnv1a64(const unsigned char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
-}
-
 int ddp_cmd_bootstrap_test(int argc, char **argv)
 {
     enum ddp_bootstrap_kind kind = DDP_BOOTSTRAP_AUTO;
@@ -253,7 +245,7 @@ int ddp_cmd_bootstrap_test(int argc, char **argv)
     printf("rank=%d world_size=%d host=%s master=%s:%d via=%s len=%" PRId64 " hash=%016" PRIx64
            " ms=%.1f\n",
            w.rank, w.world_size, w.host, w.master_addr, w.master_port, ddp_bootstrap_name(used),
-           len, fnv1a64(blob, (size_t)len), ms);
+           len, ddp_fnv1a64(DDP_FNV1A64_INIT, blob, (size_t)len), ms);
     free(blob);
     int rc = fflush(stdout) != 0 ? DDP_EXIT_RUNTIME : DDP_EXIT_OK;
     ddp_comm_destroy(comm);

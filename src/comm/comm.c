@@ -559,6 +559,22 @@ void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes)
     ddp_comm_wait(c, r);
 }
 
+int ddp_comm_agree(ddp_comm *c, int code, int *first_rank)
+{
+    int W = ddp_comm_size(c);
+    int64_t mine = code, *all = ddp_malloc(sizeof(int64_t) * (size_t)W);
+    ddp_comm_allgather(c, &mine, all, sizeof mine);
+    int first = -1;
+    for (int r = 0; r < W && first < 0; r++)
+        if (all[r] != 0)
+            first = r;
+    int rc = first < 0 ? 0 : (int)all[first];
+    free(all);
+    if (first_rank)
+        *first_rank = first;
+    return rc;
+}
+
 void ddp_comm_abort(ddp_comm *c, int code)
 {
     /* Never come back here through ddp_die. */

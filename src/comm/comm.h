@@ -101,6 +101,10 @@ void ddp_comm_broadcast(ddp_comm *c, void *buf, size_t bytes, int root);
 void ddp_comm_barrier(ddp_comm *c);
 /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
 void ddp_comm_allgather(ddp_comm *c, const void *send, void *recv, size_t bytes);
+/* Every rank learns whether all succeeded (code 0 each): returns 0, or the code of the lowest
+ * rank whose code is not 0, the same on every rank. *first_rank (may be NULL): that rank, or
+ * -1. Collective. */
+int ddp_comm_agree(ddp_comm *c, int code, int *first_rank);
 
 /* Optional: a probe that names the peers that are gone (e.g. liveness.h), consulted when a
  * collective fails or times out so the message says which rank died. */

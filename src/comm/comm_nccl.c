@@ -15,7 +15,7 @@
 #if HAVE_NCCL
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
+#include <stddef.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +29,7 @@
 #include "comm/comm_nccl.h"
 #include "dist/bootstrap.h"
 #include "dist/world.h"
+#include "core/dl.h"
 #include "core/util.h"
 
 /* ---- NCCL, opened when first needed -----------------------------------------------------
@@ -53,6 +54,10 @@ static struct {
 #define NCCL_STR2(x) #x
 #define NCCL_STR(x) NCCL_STR2(x)
 #define NCCL_SONAME "libnccl.so." NCCL_STR(NCCL_MAJOR)
+#define NCCL_FIX                                                               \
+    "install NCCL " NCCL_STR(                                                  \
+        NCCL_MAJOR) " (libnccl2) or add the directory that holds " NCCL_SONAME \
+                    " to LD_LIBRARY_PATH"
 
 /* 0 when the table is filled (once per process); -1 with one line in err. */
 static int nccl_open(char *err, size_t errlen)
@@ -66,27 +71,14 @@ static int nccl_open(char *err, size_t errlen)
 #undef X
         state = 1;
 #else
-        void *h = dlopen(NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
-        state = h ? 1 : -1;
-        if (!h) {
-            const char *d = dlerror();
-            snprintf(why, sizeof why,
-                     "cannot load NCCL (%s): %s; install NCCL %d (libnccl2) or add the directory "
-                     "that holds %s to LD_LIBRARY_PATH",
-                     NCCL_SONAME, d ? d : "not found", NCCL_MAJOR, NCCL_SONAME);
-        }
-#define X(f)                                                                                 \
-    if (state > 0) {                                                                         \
-        void *sym = dlsym(h, #f);                                                            \
-        if (!sym) {                                                                          \
-            snprintf(why, sizeof why, "%s has no %s: an NCCL older than this build expects", \
-                     NCCL_SONAME, #f);                                                       \
-            state = -1;                                                                      \
-        }                                                                                    \
-        memcpy(&N.f, &sym, sizeof sym);                                                      \
-    }
-        NCCL_FUNCS(X)
+#define X(f) {#f, offsetof(__typeof__(N), f)},
+        static const struct ddp_dl_sym syms[] = {NCCL_FUNCS(X)};
 #undef X
+        static const char *const sonames[] = {NCCL_SONAME, NULL};
+        const struct ddp_dl_lib lib = {"NCCL",   sonames,
+                                       NCCL_FIX, NCCL_STR(NCCL_MAJOR) ".x",
+                                       syms,     sizeof syms / sizeof syms[0]};
+        state = ddp_dl_open(&lib, &N, why, sizeof why) == 0 ? 1 : -1;
 #endif
     }
     if (state < 0)

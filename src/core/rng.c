@@ -2,13 +2,7 @@
  * Vigna, written from their description). See rng.h. */
 #include "core/rng.h"
 
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+#include "core/hash.h"
 
 static uint64_t rotl(uint64_t x, int k)
 {
@@ -19,7 +13,7 @@ void ddp_rng_seed(struct ddp_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix(&x);
+        r->s[i] = ddp_splitmix64(&x);
 }
 
 uint64_t ddp_rng_next(struct ddp_rng *r)

@@ -5,6 +5,8 @@
  */
 #include "data/augment.h"
 
+#include "core/hash.h"
+
 #include <stddef.h>
 #include <string.h>
 
@@ -32,14 +34,6 @@ int ddp_augment_active(const struct ddp_augment *a)
     return a->crop_pad > 0 || a->hflip || a->nchan > 0;
 }
 
-/* splitmix64's finaliser: a well-mixed 64-bit word from a key. */
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* The random crop (top, left of the zero-padded image) and flip of sample idx in epoch; returns
  * 0 when they leave the sample as it is. */
 static int choose(const struct ddp_augment *a, int64_t idx, int64_t epoch, int *top, int *left,
@@ -47,8 +41,8 @@ static int choose(const struct ddp_augment *a, int64_t idx, int64_t epoch, int *
 {
     if (a->crop_pad <= 0 && !a->hflip)
         return 0;
-    uint64_t r = mix(mix(a->seed ^ 0x6a09e667f3bcc909ULL) ^ mix((uint64_t)epoch + 1) ^
-                     (uint64_t)idx * 0x9e3779b97f4a7c15ULL);
+    uint64_t r = ddp_mix64(ddp_mix64(a->seed ^ 0x6a09e667f3bcc909ULL) ^
+                           ddp_mix64((uint64_t)epoch + 1) ^ (uint64_t)idx * DDP_SPLITMIX64_GAMMA);
     const uint64_t span = (uint64_t)(2 * a->crop_pad + 1);
     *top = a->crop_pad ? (int)((r & 0xffffff) % span) : 0;
     *left = a->crop_pad ? (int)(((r >> 24) & 0xffffff) % span) : 0;

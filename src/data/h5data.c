@@ -12,6 +12,7 @@
 #include "data/h5data.h"
 
 #include "core/fileio.h"
+#include "core/h5attr.h"
 #include "core/util.h"
 #include "data/h5_impl.h"
 
@@ -28,8 +29,6 @@
 
 /* Labels are converted in pieces of this many values (bounded temporary memory). */
 #define H5_LABEL_CHUNK ((int64_t)1 << 20)
-/* Longest `source` attribute read back; the rest is cut (it is a description). */
-#define H5_MAX_SOURCE_LEN 4096
 
 /* ------------------------------------------------------------------------------------ */
 /* HDF5 error handling                                                                   */
@@ -245,20 +244,11 @@ static void find_fast_path(ddp_h5split *s, hid_t itype)
 static int read_classes_attr(ddp_h5split *s, hid_t g, int *classes, char *err, size_t errlen)
 {
     *classes = 0;
-    if (H5Aexists(g, "classes") <= 0)
+    int64_t v = 0;
+    const int got = ddp_h5attr_read_int(g, "classes", &v);
+    if (got > 0)
         return 0;
-    hid_t a = H5Aopen(g, "classes", H5P_DEFAULT);
-    if (a < 0)
-        return 0;
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    long long v = 0;
-    int ok = t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER &&
-             H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0;
-    if (t >= 0)
-        H5Tclose(t);
-    if (sp >= 0)
-        H5Sclose(sp);
-    H5Aclose(a);
+    const int ok = got == 0;
     if (!ok)
         return ddp_err(err, errlen,
                        "%s: %s attribute `classes` is not one integer; expected the "
@@ -268,7 +258,7 @@ static int read_classes_attr(ddp_h5split *s, hid_t g, int *classes, char *err, s
         return ddp_err(err, errlen,
                        "%s: %s attribute `classes` is %lld; expected the number of "
                        "classes, 1 to %d (fix it, or delete the attribute)",
-                       s->path, s->group, v, DDP_H5_MAX_CLASSES);
+                       s->path, s->group, (long long)v, DDP_H5_MAX_CLASSES);
     *classes = (int)v;
     return 0;
 }
@@ -784,59 +774,20 @@ int ddp_h5data_source(const char *path, char *buf, size_t len, char *err, size_t
     h5_quiet q;
     h5_quiet_on(&q);
     int rc = -1;
-    hid_t a = H5I_INVALID_HID, t = H5I_INVALID_HID, mt = H5I_INVALID_HID;
     buf[0] = '\0';
     hid_t f = open_readonly(path, err, errlen);
-    if (f < 0)
-        goto fail;
-    if (H5Aexists(f, "source") <= 0) {
-        rc = 0;
-        goto fail;
-    }
-    a = H5Aopen(f, "source", H5P_DEFAULT);
-    t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
-    if (t < 0 || H5Tget_class(t) != H5T_STRING) {
-        ddp_err(err, errlen, "%s: attribute `source` is not a string; write it as text", path);
-        goto fail;
-    }
-    mt = H5Tcopy(H5T_C_S1);
-    H5Tset_cset(mt, H5Tget_cset(t)); /* HDF5 will not convert between ASCII and UTF-8 */
-    if (H5Tis_variable_str(t) > 0) {
-        char *v = NULL;
-        H5Tset_size(mt, H5T_VARIABLE);
-        if (H5Aread(a, mt, &v) < 0)
-            goto h5fail;
-        snprintf(buf, len, "%s", v ? v : "");
-        H5free_memory(v);
-    } else {
-        size_t sz = H5Tget_size(t);
-        if (sz > H5_MAX_SOURCE_LEN)
-            sz = H5_MAX_SOURCE_LEN;
-        char *v = ddp_calloc(1, sz + 1);
-        H5Tset_size(mt, sz + 1);
-        if (H5Aread(a, mt, v) < 0) {
-            free(v);
-            goto h5fail;
-        }
-        snprintf(buf, len, "%s", v);
-        free(v);
-    }
-    rc = 0;
-    goto fail;
-h5fail : {
-    char why[256];
-    ddp_err(err, errlen, "%s: attribute `source`: read failed (%s)", path,
-            h5_reason(why, sizeof why));
-}
-fail:
-    if (mt >= 0)
-        H5Tclose(mt);
-    if (t >= 0)
-        H5Tclose(t);
-    if (a >= 0)
-        H5Aclose(a);
-    if (f >= 0)
+    if (f >= 0) {
+        char why[256];
+        const int got = ddp_h5attr_read_str(f, "source", buf, len);
+        if (got == -2)
+            ddp_err(err, errlen, "%s: attribute `source` is not a string; write it as text", path);
+        else if (got == -1)
+            ddp_err(err, errlen, "%s: attribute `source`: read failed (%s)", path,
+                    h5_reason(why, sizeof why));
+        else
+            rc = 0;
         H5Fclose(f);
+    }
     h5_quiet_off(&q);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include "data/h5data.h"
 
 #include "core/fileio.h"
+#include "core/h5attr.h"
 #include "core/util.h"
 #include "data/h5_impl.h"
 
@@ -34,35 +35,6 @@ struct ddp_h5writer {
     void *lbuf; /* label conversion scratch (uint8 when classes <= 256) */
     int64_t lcap;
 };
-
-/* Write a scalar int attribute. */
-static herr_t write_int_attr(hid_t loc, const char *name, int v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(loc, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    herr_t r = a >= 0 ? H5Awrite(a, H5T_NATIVE_INT, &v) : -1;
-    if (a >= 0)
-        H5Aclose(a);
-    if (sp >= 0)
-        H5Sclose(sp);
-    return r;
-}
-
-/* Write a variable-length UTF-8 string attribute (h5py reads it as str). */
-static herr_t write_str_attr(hid_t loc, const char *name, const char *v)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a >= 0 ? H5Awrite(a, t, &v) : -1;
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return r;
-}
 
 /* Close the current group's handles (if any). */
 static void close_group(ddp_h5writer *w)
@@ -101,7 +73,7 @@ ddp_h5writer *ddp_h5writer_create(const char *path, const char *source, char *er
     H5Pclose(fapl);
     if (w->file < 0)
         goto fail;
-    if (write_str_attr(w->file, "source", source ? source : "") < 0) {
+    if (ddp_h5attr_write_vstr(w->file, "source", source ? source : "") != 0) {
         char why[256];
         ddp_err(err, errlen, "%s: cannot write attribute `source` (%s)", w->tmp,
                 h5_reason(why, sizeof why));
@@ -166,7 +138,7 @@ int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int ra
     w->row_bytes = (size_t)w->elems * (dtype == DDP_H5DTYPE_UINT8 ? 1 : sizeof(float));
 
     w->g = H5Gcreate2(w->file, gp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (w->g < 0 || write_int_attr(w->g, "classes", classes) < 0)
+    if (w->g < 0 || ddp_h5attr_write(w->g, "classes", H5T_STD_I32LE, H5T_NATIVE_INT, &classes) != 0)
         goto h5fail;
     /* Contiguous, no fill pass: every row is written exactly once by append. */
     dcpl = H5Pcreate(H5P_DATASET_CREATE);

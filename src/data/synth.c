@@ -10,6 +10,7 @@
  */
 #include "data/synth.h"
 
+#include "core/hash.h"
 #include "core/util.h"
 
 #include <math.h>
@@ -37,25 +38,16 @@ struct ddp_synth {
     float amp_a, amp_q;
 };
 
-/* splitmix64 finaliser: a bijective 64-bit mix. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Key of (seed, stream, index): independent streams for every sample and prototype. */
 static uint64_t key3(uint64_t seed, uint64_t stream, uint64_t index)
 {
-    return mix64(mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index);
+    return ddp_mix64(ddp_mix64(ddp_mix64(seed + DDP_SPLITMIX64_GAMMA) ^ stream) + index);
 }
 
 /* Next value of a splitmix64 sequence. */
 static uint64_t next64(uint64_t *state)
 {
-    *state += 0x9e3779b97f4a7c15ULL;
-    return mix64(*state);
+    return ddp_splitmix64(state);
 }
 
 /* Uniform double in [0, 1). */

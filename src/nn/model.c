@@ -17,6 +17,7 @@
 
 #include "core/rng.h"
 #include "core/suggest.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "nn/model_impl.h"
 
@@ -46,8 +47,8 @@ void model_shape_str(int ndim, const int *d, char *buf, size_t len)
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0x100000001b3ULL;
+    h ^= v + DDP_SPLITMIX64_GAMMA + (h << 6) + (h >> 2);
+    return h * DDP_FNV1A64_PRIME;
 }
 
 static void add_tensor(struct ddp_model *m, const char *layer, const char *what, int is_buffer,
@@ -679,7 +680,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
         return ddp_err(err, errlen, "samples of more than %zu (2^28) values are not supported",
                        SAMPLE_ELEMS_MAX);
     struct builder b = {.m = m, .max_batch = max_batch, .cur = -1};
-    b.fp = mix(0xcbf29ce484222325ULL, (uint64_t)in_ndim);
+    b.fp = mix(DDP_FNV1A64_INIT, (uint64_t)in_ndim);
     for (int i = 0; i < in_ndim; i++)
         b.fp = mix(b.fp, (uint64_t)m->ishape[i]);
     for (int i = 0; i < n; i++)

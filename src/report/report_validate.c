@@ -65,7 +65,12 @@ static void validate_page(FILE *f, const struct ddp_json *v, const char *src)
     fputs("<h2>ranks</h2>\n", f);
     table(f, ddp_json_get(v, "ranks"), rank_cols, 10);
     fputs("<h2>all-reduce</h2>\n", f);
-    table(f, ddp_json_get(ddp_json_get(v, "allreduce"), "rows"), ar_cols, 5);
+    const struct ddp_json *ar = ddp_json_get(v, "allreduce"),
+                          *measured = ddp_json_get(ar, "measured");
+    if (measured && measured->type == DDP_JSON_BOOL && !measured->num)
+        fputs("<p>not measured (one rank)</p>\n", f);
+    else
+        table(f, ddp_json_get(ar, "rows"), ar_cols, 5);
     ddp_html_tail(f);
 }
 

@@ -13,104 +13,32 @@
 
 #include "nn/weights.h"
 #include "core/fileio.h"
+#include "core/h5attr.h"
 #include "core/util.h"
 
 #define CKPT_FORMAT "ddptrain-checkpoint"
 #define CKPT_JOB_MAX (1 << 20)
 
-/* A scalar attribute of file type ftype from the memory value v of type mtype. */
-static int attr_scalar(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Awrite(a, mtype, v);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    return st < 0 ? -1 : 0;
-}
-
-static int attr_i64(hid_t loc, const char *name, int64_t v)
-{
-    return attr_scalar(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
-}
-
 /* Model selection's state (valsel.h): best (NaN before any evaluation), best_epoch,
  * since_best. */
 static int attr_best(hid_t f, const struct ddp_ckpt_pos *pos)
 {
-    return attr_scalar(f, "best", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &pos->best) != 0 ||
-                   attr_i64(f, "best_epoch", pos->best_epoch) != 0 ||
-                   attr_i64(f, "since_best", pos->since_best) != 0
+    return ddp_h5attr_write(f, "best", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &pos->best) != 0 ||
+                   ddp_h5attr_write_i64(f, "best_epoch", pos->best_epoch) != 0 ||
+                   ddp_h5attr_write_i64(f, "since_best", pos->since_best) != 0
                ? -1
                : 0;
-}
-
-static int attr_str(hid_t loc, const char *name, const char *v)
-{
-    hid_t ty = H5Tcopy(H5T_C_S1);
-    H5Tset_size(ty, strlen(v) + 1);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(loc, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Awrite(a, ty, v);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(ty);
-    return st < 0 ? -1 : 0;
-}
-
-static int read_attr_i64(hid_t loc, const char *name, int64_t *v)
-{
-    if (H5Aexists(loc, name) <= 0)
-        return -1;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, v);
-    if (a >= 0)
-        H5Aclose(a);
-    return st < 0 ? -1 : 0;
 }
 
 /* The model-selection attributes, or "no evaluation yet" (an older ddptrain wrote none). */
 static void read_best(hid_t f, struct ddp_ckpt_pos *pos)
 {
-    pos->best = NAN;
-    hid_t a = H5Aexists(f, "best") > 0 ? H5Aopen(f, "best", H5P_DEFAULT) : -1;
-    if (a >= 0) {
-        if (H5Aread(a, H5T_NATIVE_DOUBLE, &pos->best) < 0)
-            pos->best = NAN;
-        H5Aclose(a);
-    }
-    if (read_attr_i64(f, "best_epoch", &pos->best_epoch) != 0 || pos->best_epoch < 0)
+    if (ddp_h5attr_read_f64(f, "best", &pos->best) != 0)
+        pos->best = NAN;
+    if (ddp_h5attr_read_int(f, "best_epoch", &pos->best_epoch) != 0 || pos->best_epoch < 0)
         pos->best_epoch = 0;
-    if (read_attr_i64(f, "since_best", &pos->since_best) != 0 || pos->since_best < 0)
+    if (ddp_h5attr_read_int(f, "since_best", &pos->since_best) != 0 || pos->since_best < 0)
         pos->since_best = 0;
-}
-
-static int read_attr_str(hid_t loc, const char *name, char *buf, size_t len)
-{
-    if (H5Aexists(loc, name) <= 0)
-        return -1;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a < 0)
-        return -1;
-    hid_t ty = H5Aget_type(a);
-    int rc = -1;
-    if (H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty)) {
-        size_t n = H5Tget_size(ty);
-        if (n < len) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, n);
-            if (H5Aread(a, mt, buf) >= 0) {
-                buf[n] = '\0';
-                rc = 0;
-            }
-            H5Tclose(mt);
-        }
-    }
-    H5Tclose(ty);
-    H5Aclose(a);
-    return rc;
 }
 
 static int write_f32(hid_t loc, const char *name, const float *v, size_t n)
@@ -230,15 +158,19 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
     if (g >= 0)
         H5Gclose(g);
     uint32_t crc = checksum(hp, m->nparams, hb, m->nbuffers, s1, s2, o->n, pos, o->t);
-    ok = ok && attr_str(f, "format", CKPT_FORMAT) == 0 &&
-         attr_i64(f, "version", DDP_CKPT_VERSION) == 0 && attr_i64(f, "epoch", pos->epoch) == 0 &&
-         attr_i64(f, "step", pos->step) == 0 && attr_i64(f, "cursor", pos->cursor) == 0 &&
-         attr_i64(f, "optim_t", o->t) == 0 && attr_str(f, "optimizer", optim_names[o->kind]) == 0 &&
-         attr_i64(f, "world_size", pos->world_size) == 0 &&
-         attr_i64(f, "global_batch", pos->global_batch) == 0 &&
-         attr_i64(f, "seed", pos->seed) == 0 && attr_i64(f, "train_ms", pos->train_ms) == 0 &&
-         attr_str(f, "job", job_text ? job_text : "") == 0 && attr_i64(f, "checksum", crc) == 0 &&
-         attr_best(f, pos) == 0;
+    ok = ok && ddp_h5attr_write_str(f, "format", CKPT_FORMAT) == 0 &&
+         ddp_h5attr_write_i64(f, "version", DDP_CKPT_VERSION) == 0 &&
+         ddp_h5attr_write_i64(f, "epoch", pos->epoch) == 0 &&
+         ddp_h5attr_write_i64(f, "step", pos->step) == 0 &&
+         ddp_h5attr_write_i64(f, "cursor", pos->cursor) == 0 &&
+         ddp_h5attr_write_i64(f, "optim_t", o->t) == 0 &&
+         ddp_h5attr_write_str(f, "optimizer", optim_names[o->kind]) == 0 &&
+         ddp_h5attr_write_i64(f, "world_size", pos->world_size) == 0 &&
+         ddp_h5attr_write_i64(f, "global_batch", pos->global_batch) == 0 &&
+         ddp_h5attr_write_i64(f, "seed", pos->seed) == 0 &&
+         ddp_h5attr_write_i64(f, "train_ms", pos->train_ms) == 0 &&
+         ddp_h5attr_write_str(f, "job", job_text ? job_text : "") == 0 &&
+         ddp_h5attr_write_i64(f, "checksum", crc) == 0 && attr_best(f, pos) == 0;
     char why[256] = "";
     if (ok && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) /* surfaces a full disk with its reason */
         ok = 0;
@@ -303,16 +235,17 @@ static int read_header(hid_t f, const char *path, struct ddp_ckpt_pos *pos, int6
 {
     char fmt[64];
     int64_t version = 0;
-    if (read_attr_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0)
+    if (ddp_h5attr_read_str(f, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, CKPT_FORMAT) != 0)
         return ddp_err(err, errlen, "%s: format attribute is not %s: not a ddptrain checkpoint",
                        path, CKPT_FORMAT);
-    if (read_attr_i64(f, "version", &version) != 0 || version != DDP_CKPT_VERSION)
+    if (ddp_h5attr_read_int(f, "version", &version) != 0 || version != DDP_CKPT_VERSION)
         return ddp_err(err, errlen,
                        "%s: checkpoint format version %lld; this ddptrain reads version %d", path,
                        (long long)version, DDP_CKPT_VERSION);
-    if (read_attr_i64(f, "epoch", &pos->epoch) || read_attr_i64(f, "step", &pos->step) ||
-        read_attr_i64(f, "cursor", &pos->cursor) || read_attr_i64(f, "optim_t", t) ||
-        read_attr_i64(f, "checksum", crc_file))
+    if (ddp_h5attr_read_int(f, "epoch", &pos->epoch) ||
+        ddp_h5attr_read_int(f, "step", &pos->step) ||
+        ddp_h5attr_read_int(f, "cursor", &pos->cursor) || ddp_h5attr_read_int(f, "optim_t", t) ||
+        ddp_h5attr_read_int(f, "checksum", crc_file))
         return ddp_err(err, errlen, "%s: training position attributes missing: damaged checkpoint",
                        path);
     if (pos->epoch < 0 || pos->step < 0 || pos->cursor < 0 || *t < 0)
@@ -359,14 +292,14 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
     memset(pos, 0, sizeof *pos);
     if (read_header(f, path, pos, &t, &crc_file, err, errlen) != 0)
         goto out;
-    if (read_attr_str(f, "optimizer", oname, sizeof oname)) {
+    if (ddp_h5attr_read_str(f, "optimizer", oname, sizeof oname)) {
         ddp_err(err, errlen, "%s: optimizer attribute missing: damaged checkpoint", path);
         goto out;
     }
-    read_attr_i64(f, "world_size", &pos->world_size);
-    read_attr_i64(f, "global_batch", &pos->global_batch);
-    read_attr_i64(f, "seed", &pos->seed);
-    if (read_attr_i64(f, "train_ms", &pos->train_ms) != 0 || pos->train_ms < 0)
+    ddp_h5attr_read_int(f, "world_size", &pos->world_size);
+    ddp_h5attr_read_int(f, "global_batch", &pos->global_batch);
+    ddp_h5attr_read_int(f, "seed", &pos->seed);
+    if (ddp_h5attr_read_int(f, "train_ms", &pos->train_ms) != 0 || pos->train_ms < 0)
         pos->train_ms = 0; /* written by an older ddptrain */
     read_best(f, pos);
     static const char *optim_names[] = {"sgd", "adam", "adamw"};
@@ -425,28 +358,21 @@ int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, 
     if (f < 0)
         return -1;
     int rc = -1;
-    hid_t a = H5Aexists(f, "job") > 0 ? H5Aopen(f, "job", H5P_DEFAULT) : -1;
-    hid_t ty = a >= 0 ? H5Aget_type(a) : -1;
-    size_t n =
-        ty >= 0 && H5Tget_class(ty) == H5T_STRING && !H5Tis_variable_str(ty) ? H5Tget_size(ty) : 0;
+    size_t n = ddp_h5attr_str_size(f, "job");
     if (n == 0 || n > CKPT_JOB_MAX) {
         ddp_err(err, errlen, "%s: no readable job attribute", path);
         goto out;
     }
     char *buf = ddp_malloc(n + 1);
-    if (read_attr_str(f, "job", buf, n + 1) != 0) {
+    if (ddp_h5attr_read_str(f, "job", buf, n + 1) != 0) {
         free(buf);
         ddp_err(err, errlen, "%s: job attribute unreadable", path);
         goto out;
     }
-    read_attr_i64(f, "global_batch", global_batch);
+    ddp_h5attr_read_int(f, "global_batch", global_batch);
     *job_text = buf;
     rc = 0;
 out:
-    if (ty >= 0)
-        H5Tclose(ty);
-    if (a >= 0)
-        H5Aclose(a);
     H5Fclose(f);
     return rc;
 }

@@ -41,15 +41,8 @@ static int choose_threads(const struct ddp_job *job, const struct ddp_world *w)
  * returns the exit code of the lowest failing rank. */
 int trainer_agree(struct trainer *t, int code, const char *msg)
 {
-    int W = ddp_comm_size(t->comm);
-    int64_t mine = code, *all = ddp_malloc(sizeof(int64_t) * (size_t)W);
-    ddp_comm_allgather(t->comm, &mine, all, sizeof mine);
-    int first = -1;
-    for (int r = 0; r < W && first < 0; r++)
-        if (all[r] != 0)
-            first = r;
-    int rc = first < 0 ? 0 : (int)all[first];
-    free(all);
+    int first;
+    int rc = ddp_comm_agree(t->comm, code, &first);
     if (code != 0)
         ddp_warn("%s", msg);
     else if (first >= 0 && t->world.rank == 0)

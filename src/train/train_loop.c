@@ -7,6 +7,8 @@
  */
 #include "train/train_impl.h"
 
+#include "core/hash.h"
+
 /* SyncBatchNorm hook: sums over all ranks, in backend memory; on a GPU the compute stream
  * waits for the all-reduce, not the host. */
 void trainer_sync_sums(void *ctx, double *buf, size_t n)
@@ -503,7 +505,7 @@ static int after_step(struct trainer *t, struct loop *lp)
 /* The dropout seed of micro-batch j of the coming step (j = 0 without accumulation). */
 static uint64_t step_noise(const struct trainer *t, const struct loop *lp, int64_t j)
 {
-    return (uint64_t)t->job.seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)lp->step << 20) ^
+    return (uint64_t)t->job.seed * DDP_SPLITMIX64_GAMMA ^ ((uint64_t)lp->step << 20) ^
            (uint64_t)t->world.rank ^ ((uint64_t)j << 48);
 }
 

@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/fileio.h"
 #include "core/ini.h"
 #include "core/util.h"
 #include "dist/world.h"
-#include "validate/validate.h"
+#include "validate/validate_impl.h"
 
 #define F(field) \
     offsetof(struct ddp_validate_expect, field), sizeof(((struct ddp_validate_expect *)0)->field)
@@ -107,4 +109,45 @@ int ddp_validate_expect_load(struct ddp_validate_expect *e, const char *path, ch
                        path, key_line[k_triad]);
     return parse_busbw(e, key_line[ddp_ini_find(&schema, "allreduce", "min_busbw_gbs")], err,
                        errlen);
+}
+
+/* --record-expect: floors from the worst rates of every round and rank, less the margin; the
+ * bus bandwidth at 1 MiB and the largest size on runs of 2+ ranks. Rank 0. */
+int write_expect(const struct vrun *v, const struct ddp_validate_ar_row *ar, char *err,
+                 size_t errlen)
+{
+    const char *path = v->a->record_expect;
+    const double keep = 1 - v->a->margin;
+    const struct rank_info *x = &v->all[0];
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime(&now));
+    struct ddp_atomic_file af;
+    FILE *f = ddp_atomic_open(&af, path);
+    if (!f)
+        return ddp_err(err, errlen, "--record-expect %s.tmp: cannot write: %s", path,
+                       strerror(errno));
+    fprintf(f,
+            "; expectations of ddptrain validate --expect (docs/validate.md): floors are the worst "
+            "of %d rounds on %d rank%s x %d thread%s, less %.0f%%\n[node]\ntype = %s\n"
+            "source = measured on %s, %s, level %s, %s backend, margin %g\n\n[gpu]\ncount = %d\n",
+            v->rec_rounds, v->W, v->W == 1 ? "" : "s", v->threads, v->threads == 1 ? "" : "s",
+            100 * v->a->margin, x->device >= 0 ? x->gpu_name : x->cpu_model, x->host, when,
+            v->L.name, v->be->name, v->a->margin, x->gpu_count);
+    if (x->device >= 0)
+        fprintf(f, "model = %s\n", x->gpu_name);
+    fprintf(f, "\n[gemm]\nn = %d\nmin_gflops = %.1f\n\n[triad]\nmib = %lld\nmin_gbs = %.1f\n",
+            v->L.gemm_n, v->rec_gemm * keep, (long long)v->L.triad_mib, v->rec_triad * keep);
+    if (v->W >= 2 && v->nsizes > 0) {
+        fprintf(f, "\n[allreduce]\nranks = %d\nmin_busbw_gbs = ", v->W);
+        for (int s = 0; s < v->nsizes; s++)
+            if (ar[s].bytes == (1 << 20) && s != v->nsizes - 1)
+                fprintf(f, "%lld:%.3f, ", (long long)ar[s].bytes, ar[s].busbw * keep);
+        fprintf(f, "%lld:%.3f\n", (long long)ar[v->nsizes - 1].bytes,
+                ar[v->nsizes - 1].busbw * keep);
+    }
+    char why[DDP_ERR_LEN];
+    if (ddp_atomic_close(&af, why, sizeof why) != 0)
+        return ddp_err(err, errlen, "--record-expect %s", why);
+    return 0;
 }

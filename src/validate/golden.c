@@ -23,6 +23,7 @@
 #include "train/optim.h"
 #include "train/step.h"
 #include "core/fileio.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "validate/validate.h"
 
@@ -44,22 +45,10 @@
 #define REF_LINE_MAX (1 << 20)
 #define REF_MAX_WORLD 4096
 
-/* FNV-1a over bytes. */
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 static uint64_t hash_params(const struct ddp_model *m, float *host)
 {
     m->be->download(host, m->params, sizeof(float) * m->nparams);
-    return hash_bytes(host, sizeof(float) * m->nparams);
+    return ddp_fnv1a64(DDP_FNV1A64_INIT, host, sizeof(float) * m->nparams);
 }
 
 /* The backward hook: adds the layer's local gradient to the norm (and, as a fault, scales it)
@@ -169,17 +158,16 @@ static void gather_trajectory(ddp_comm *c, struct ddp_validate_golden *g, int st
     free(tails);
 }
 
-int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
-                            const struct ddp_validate_faults *faults, struct ddp_validate_golden *g,
-                            char *err, size_t errlen)
+int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps, unsigned faults,
+                            struct ddp_validate_golden *g, char *err, size_t errlen)
 {
     const int W = ddp_comm_size(c), rank = ddp_comm_rank(c);
     memset(g, 0, sizeof *g);
     if (steps < 1 || steps > DDP_VALIDATE_MAX_STEPS)
         return ddp_err(err, errlen, "golden run: %d steps; expected 1 to %d", steps,
                        DDP_VALIDATE_MAX_STEPS);
-    const int flip = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_FLIP_PARAM, rank);
-    const int badg = ddp_validate_fault_here(faults, DDP_VALIDATE_FAULT_BAD_GRAD, rank);
+    const int flip = (faults & DDP_VALIDATE_GOLDEN_FLIP_PARAM) != 0;
+    const int badg = (faults & DDP_VALIDATE_GOLDEN_BAD_GRAD) != 0;
 
     ddp_synth *gen = golden_data(steps, W, err, errlen);
     if (!gen)

@@ -52,6 +52,8 @@
  *   flip_param:R     rank R flips one parameter bit at rest half way through the golden run
  *   bad_grad:R       rank R scales its local gradients by 1.01 at one step of the golden run
  *   bad_burn:R       rank R changes one element of the first result its burn reads back
+ *   loaded:R         rank R reports that other processes held its CPUs all the time it
+ *                    measured (a shortfall of its rates is then a retest)
  *
  *  burn        (level long) sustained GEMMs, every result compared with the first.
  *
@@ -177,6 +179,7 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_FLIP_PARAM,
     DDP_VALIDATE_FAULT_BAD_GRAD,
     DDP_VALIDATE_FAULT_BAD_BURN,
+    DDP_VALIDATE_FAULT_LOADED,
     DDP_VALIDATE_FAULT_KINDS
 };
 
@@ -264,11 +267,14 @@ struct ddp_validate_golden {
     uint64_t *final_hash; /* (W) */
 };
 
-/* Run it (collective; the backend's threads are the caller's to set). faults: flip_param and
- * bad_grad apply on their ranks. Returns 0 or -1 with err (a setup failure). */
-int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps,
-                            const struct ddp_validate_faults *faults, struct ddp_validate_golden *g,
-                            char *err, size_t errlen);
+/* The faults a golden run injects on this rank (the caller asks ddp_validate_fault_here). */
+#define DDP_VALIDATE_GOLDEN_FLIP_PARAM 1u /* a parameter flipped at rest mid-run */
+#define DDP_VALIDATE_GOLDEN_BAD_GRAD 2u   /* a wrong local gradient */
+
+/* Run it (collective; the backend's threads are the caller's to set). faults: this rank's
+ * DDP_VALIDATE_GOLDEN_* bits, 0 for none. Returns 0 or -1 with err (a setup failure). */
+int ddp_validate_golden_run(ddp_comm *c, const struct ddp_backend *be, int steps, unsigned faults,
+                            struct ddp_validate_golden *g, char *err, size_t errlen);
 void ddp_validate_golden_free(struct ddp_validate_golden *g); /* accepts a zeroed struct */
 
 /* A recorded trajectory (configs/validate-ref/<backend>-w<W>.ref). */

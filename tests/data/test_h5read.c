@@ -7,6 +7,7 @@
  * `ddptrain data info`).
  */
 #include "data/h5data.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "check.h"
 
@@ -19,11 +20,7 @@
 static uint64_t rng_state = 42;
 static uint64_t rnd(void)
 {
-    rng_state += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return ddp_splitmix64(&rng_state);
 }
 
 /* Write dataset `name` in loc: file type ft, memory type mt, shape d[0..rank), optional

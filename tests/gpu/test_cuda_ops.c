@@ -26,6 +26,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ref.h"
+#include "core/hash.h"
+#include "job/config.h"
 #include "core/util.h"
 #include "data/augment.h"
 #include "data/h5data.h"
@@ -56,12 +58,7 @@ static uint64_t g_rng = 0x243f6a8885a308d3ULL;
 
 static double urand(void) /* [0, 1) */
 {
-    g_rng += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = g_rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(ddp_splitmix64(&g_rng) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static float *rnd(size_t n, float scale)

@@ -244,15 +244,13 @@ static void test_sweep(ddp_comm *c)
 static void test_golden(ddp_comm *c)
 {
     const struct ddp_backend *be = ddp_backend_cpu();
-    struct ddp_validate_faults none, flip, grad;
+    const unsigned none = 0, flip = DDP_VALIDATE_GOLDEN_FLIP_PARAM,
+                   grad = DDP_VALIDATE_GOLDEN_BAD_GRAD;
     char err[DDP_ERR_LEN];
-    ddp_validate_faults_parse(&none, "", err, sizeof err);
-    ddp_validate_faults_parse(&flip, "flip_param:0", err, sizeof err);
-    ddp_validate_faults_parse(&grad, "bad_grad:0", err, sizeof err);
     const int S = 12;
     struct ddp_validate_golden a, b, f, gr;
-    CHECK(ddp_validate_golden_run(c, be, S, &none, &a, err, sizeof err) == 0, "run: %s", err);
-    CHECK(ddp_validate_golden_run(c, be, S, &none, &b, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, S, none, &a, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, S, none, &b, err, sizeof err) == 0, "run: %s", err);
     CHECK(a.steps == S && a.world_size == 1 && a.at_rest[0] == -1, "clean run");
     CHECK(a.final_hash[0] == b.final_hash[0] && !memcmp(a.loss, b.loss, sizeof(double) * S),
           "the golden run is deterministic");
@@ -260,12 +258,12 @@ static void test_golden(ddp_comm *c)
           a.loss[0]);
     CHECK(fabs(a.loss[0] - a.local[0]) < 1e-12, "one rank: global loss = local loss");
 
-    CHECK(ddp_validate_golden_run(c, be, S, &flip, &f, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, S, flip, &f, err, sizeof err) == 0, "run: %s", err);
     CHECK(f.at_rest[0] == S / 2 + 1, "flip found at rest before step %d, got %d", S / 2 + 1,
           f.at_rest[0]);
     CHECK(f.final_hash[0] != a.final_hash[0], "flip changes the parameters");
 
-    CHECK(ddp_validate_golden_run(c, be, S, &grad, &gr, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, S, grad, &gr, err, sizeof err) == 0, "run: %s", err);
     const int s3 = S / 3;
     CHECK(gr.at_rest[0] == -1, "bad_grad is no corruption at rest");
     CHECK(gr.local[2 * (s3 - 1) + 1] == a.local[2 * (s3 - 1) + 1] &&
@@ -294,7 +292,7 @@ static void test_golden(ddp_comm *c)
           first);
     /* a shorter run compares its prefix */
     struct ddp_validate_golden q;
-    CHECK(ddp_validate_golden_run(c, be, 5, &none, &q, err, sizeof err) == 0, "run: %s", err);
+    CHECK(ddp_validate_golden_run(c, be, 5, none, &q, err, sizeof err) == 0, "run: %s", err);
     ddp_validate_ref_compare(&q, &r, 1e-6, &first, ranks);
     CHECK(first == -1, "prefix of the reference matches");
     ddp_validate_ref_free(&r);

@@ -7,8 +7,8 @@
  * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
  * backend is made, and every call goes through g_cuda.blas_fn. cuDNN (the legacy convolution
  * API of cuDNN 9) is opened the same way by dnn_open() when the trainer chooses the
- * convolution path (conv.cu, ddp_cuda_conv_path), into g_cuda.dnn_fn. One loader, dl_table,
- * fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
+ * convolution path (conv.cu, ddp_cuda_conv_path), into g_cuda.dnn_fn. One loader,
+ * core/dl.h (also NCCL's), fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
  * (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN missing there.
  *
  * It leaves the handles (table.cu, conv_dnn.cu) and every call (blas.cu, conv_dnn.cu) to
@@ -16,18 +16,21 @@
  */
 #include "backend/cuda/internal.cuh"
 
-#ifndef DDP_CUDA_TWIN
-#include <dlfcn.h>
-#endif
-
 #define BLAS_STR2(x) #x
 #define BLAS_STR(x) BLAS_STR2(x)
 #define BLAS_SONAME "libcublas.so." BLAS_STR(CUBLAS_VER_MAJOR)
+#define BLAS_FIX                                                                                  \
+    "install the CUDA toolkit's cuBLAS " BLAS_STR(CUBLAS_VER_MAJOR) " or add the directory that " \
+                                                                    "holds " BLAS_SONAME          \
+                                                                    " to LD_LIBRARY_PATH"
 
 #ifdef DDP_DNN
 #define DNN_STR2(x) #x
 #define DNN_STR(x) DNN_STR2(x)
 #define DNN_SONAME "libcudnn.so." DNN_STR(CUDNN_MAJOR)
+#define DNN_FIX                                                                          \
+    "install cuDNN " DNN_STR(CUDNN_MAJOR) " or add the directory that holds " DNN_SONAME \
+                                          " to LD_LIBRARY_PATH"
 #endif
 
 #ifdef DDP_CUDA_TWIN
@@ -85,44 +88,27 @@ int dnn_open(char *err, size_t errlen)
 }
 #else
 
-/* One entry of a library table: the symbol and where its address goes in the table. */
-struct dl_sym {
-    const char *sym;
-    size_t off;
-};
-
 /* A library opened once per process: 0 not tried, 1 open, -1 failed (why says so). */
 struct dl_once {
     int state;
     char why[512];
 };
 
-/* dlopen soname and copy the address of each of the n symbols into table at its offset.
- * 0; -1 when the library does not load (*detail: dlerror's text, or NULL); -2 when a symbol
- * is missing (*detail: its name). The library stays open. */
-static int dl_table(const char *soname, const struct dl_sym *syms, size_t n, void *table,
-                    const char **detail)
+/* Open lib into table once per process (core/dl.h); 0, or -1 with the first try's line. */
+static int dl_once_open(struct dl_once *once, const struct ddp_dl_lib *lib, void *table, char *err,
+                        size_t errlen)
 {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        *detail = dlerror();
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        void *f = dlsym(h, syms[i].sym);
-        if (!f) {
-            *detail = syms[i].sym;
-            return -2;
-        }
-        memcpy((char *)table + syms[i].off, &f, sizeof f);
-    }
+    if (once->state == 0)
+        once->state = ddp_dl_open(lib, table, once->why, sizeof once->why) == 0 ? 1 : -1;
+    if (once->state < 0)
+        return ddp_err(err, errlen, "%s", once->why);
     return 0;
 }
 
 int blas_open(char *err, size_t errlen)
 {
-    static struct dl_once lib;
-    static const struct dl_sym syms[] = {
+    static struct dl_once once;
+    static const struct ddp_dl_sym syms[] = {
         {"cublasCreate_v2", offsetof(blas_api, create)},
         {"cublasDestroy_v2", offsetof(blas_api, destroy)},
         {"cublasSetStream_v2", offsetof(blas_api, set_stream)},
@@ -135,35 +121,22 @@ int blas_open(char *err, size_t errlen)
         {"cublasGemmEx", offsetof(blas_api, gemm_ex)},
         {"cublasGemmStridedBatchedEx", offsetof(blas_api, gemm_strided_batched_ex)},
     };
-    if (lib.state == 0) {
-        const char *d = NULL;
-        const int rc =
-            dl_table(BLAS_SONAME, syms, sizeof syms / sizeof syms[0], &g_cuda.blas_fn, &d);
-        lib.state = rc == 0 ? 1 : -1;
-        if (rc == -1)
-            snprintf(lib.why, sizeof lib.why,
-                     "cannot load cuBLAS (%s): %s; install the CUDA toolkit's cuBLAS %d or add "
-                     "the directory that holds %s to LD_LIBRARY_PATH",
-                     BLAS_SONAME, d ? d : "not found", CUBLAS_VER_MAJOR, BLAS_SONAME);
-        else if (rc == -2)
-            snprintf(lib.why, sizeof lib.why,
-                     "%s has no %s: a cuBLAS other than the %d.x this build expects", BLAS_SONAME,
-                     d, CUBLAS_VER_MAJOR);
-    }
-    if (lib.state < 0)
-        return ddp_err(err, errlen, "%s", lib.why);
-    return 0;
+    static const char *const sonames[] = {BLAS_SONAME, NULL};
+    static const struct ddp_dl_lib lib = {"cuBLAS", sonames,
+                                          BLAS_FIX, BLAS_STR(CUBLAS_VER_MAJOR) ".x",
+                                          syms,     sizeof syms / sizeof syms[0]};
+    return dl_once_open(&once, &lib, &g_cuda.blas_fn, err, errlen);
 }
 
 #ifdef DDP_DNN
 int dnn_open(char *err, size_t errlen)
 {
-    static struct dl_once lib;
+    static struct dl_once once;
 #define DNN_SYM(f, field)            \
     {                                \
 #f, offsetof(dnn_api, field) \
     }
-    static const struct dl_sym syms[] = {
+    static const struct ddp_dl_sym syms[] = {
         DNN_SYM(cudnnGetVersion, get_version),
         DNN_SYM(cudnnGetErrorString, error_string),
         DNN_SYM(cudnnCreate, create),
@@ -189,21 +162,10 @@ int dnn_open(char *err, size_t errlen)
         DNN_SYM(cudnnFindConvolutionBackwardFilterAlgorithmEx, find_bwd_filter),
     };
 #undef DNN_SYM
-    if (lib.state == 0) {
-        const char *d = NULL;
-        const int rc = dl_table(DNN_SONAME, syms, sizeof syms / sizeof syms[0], &g_cuda.dnn_fn, &d);
-        lib.state = rc == 0 ? 1 : -1;
-        if (rc == -1)
-            snprintf(lib.why, sizeof lib.why, "%s", d ? d : DNN_SONAME ": not found");
-        else if (rc == -2)
-            snprintf(lib.why, sizeof lib.why,
-                     "%s has no %s: a cuDNN other than the %d.x this build "
-                     "expects",
-                     DNN_SONAME, d, CUDNN_MAJOR);
-    }
-    if (lib.state < 0)
-        return ddp_err(err, errlen, "%s", lib.why);
-    return 0;
+    static const char *const sonames[] = {DNN_SONAME, NULL};
+    static const struct ddp_dl_lib lib = {
+        "cuDNN", sonames, DNN_FIX, DNN_STR(CUDNN_MAJOR) ".x", syms, sizeof syms / sizeof syms[0]};
+    return dl_once_open(&once, &lib, &g_cuda.dnn_fn, err, errlen);
 }
 #endif
 #endif

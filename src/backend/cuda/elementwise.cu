@@ -34,7 +34,7 @@ __global__ void k_dropout_fwd(float *out, float *mask, const float *inp, size_t 
 {
     GRID_STRIDE(i, n)
     {
-        const float m = dev_uniform(seed, i) >= p ? keep : 0.0f;
+        const float m = ddp_uniform01(seed, i) >= p ? keep : 0.0f;
         mask[i] = m;
         out[i] = inp[i] * m;
     }
@@ -76,7 +76,7 @@ __global__ void k_dropout_graph(float *out, float *mask, const float *inp, size_
     const uint64_t seed = sc->noise ^ salt;
     GRID_STRIDE(i, n)
     {
-        const float m = dev_uniform(seed, i) >= p ? keep : 0.0f;
+        const float m = ddp_uniform01(seed, i) >= p ? keep : 0.0f;
         mask[i] = m;
         out[i] = inp[i] * m;
     }

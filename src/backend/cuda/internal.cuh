@@ -61,6 +61,8 @@
 #include "backend/cuda.h"
 
 extern "C" {
+#include "core/dl.h"
+#include "core/hash.h" /* ddp_uniform01: the dropout masks, as cpu.c draws them */
 #include "core/util.h"
 }
 
@@ -356,16 +358,6 @@ template <typename T> __device__ T block_sum(T v)
     if (wid == 0)
         v = warp_sum(v);
     return v;
-}
-
-/* ddp_cpu_uniform (cpu.c), bit for bit: dropout masks match the CPU backend's. */
-static __device__ __forceinline__ double dev_uniform(uint64_t seed, uint64_t i)
-{
-    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* ---- what one part offers the others ---------------------------------------------------------- */
