@@ -26,10 +26,11 @@ int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *
     if (want != DDP_DEVICE_AUTO || driver_version <= 0 || ndev > 0 || !cvd)
         return 0;
     ddp_err(err, errlen,
-            "[train] device = auto on a node with the CUDA driver, but CUDA_VISIBLE_DEVICES=\"%.100s\" "
-            "leaves no GPU visible (it hides them all or names none that exists), so this rank "
-            "would train on the CPU; unset CUDA_VISIBLE_DEVICES or name GPUs that exist "
-            "(nvidia-smi -L), or set [train] device = cpu to train on the CPU",
+            "[train] device = auto on a node with the CUDA driver, but "
+            "CUDA_VISIBLE_DEVICES=\"%.100s\" leaves no GPU visible (it hides them all or names "
+            "none that exists), so this rank would train on the CPU; unset CUDA_VISIBLE_DEVICES "
+            "or name GPUs that exist (nvidia-smi -L), or set [train] device = cpu to train on "
+            "the CPU",
             cvd);
     return -2;
 }

@@ -78,8 +78,10 @@ static int augment_item(struct ddp_job *job, const char *it, char *why, size_t w
         char *v = arg + strspn(arg, " \t"), *eq = strchr(v, '=');
         const size_t kl = strcspn(v, "= \t");
         if (eq && (kl != 3 || strncmp(v, "pad", 3) != 0))
-            return ddp_err(why, whylen, "'%s': unknown argument '%.*s'; did you mean "
-                           "random_crop(pad=%s)?", it, (int)kl, v, eq + 1 + strspn(eq + 1, " \t"));
+            return ddp_err(why, whylen,
+                           "'%s': unknown argument '%.*s'; did you mean "
+                           "random_crop(pad=%s)?",
+                           it, (int)kl, v, eq + 1 + strspn(eq + 1, " \t"));
         v = eq ? eq + 1 : v;
         if (ddp_parse_i64(v, &pad) != 0 || pad < 1 || pad > DDP_CROP_PAD_MAX)
             return ddp_err(why, whylen, "'%s': pad must be a whole number from 1 to %d", it,

@@ -206,11 +206,11 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
 static int check_resumed_output(const struct trainer *t, char *err, size_t errlen)
 {
     char why[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
-    if (!t->resumed || ddp_outdir_check_resume(t->job.output, t->job.tensorboard, why,
-                                               sizeof why) == 0)
+    if (!t->resumed ||
+        ddp_outdir_check_resume(t->job.output, t->job.tensorboard, why, sizeof why) == 0)
         return 0;
-    ddp_err(err, errlen, "%s: %s",
-            ddp_job_where(&t->job, "job", "output", where, sizeof where), why);
+    ddp_err(err, errlen, "%s: %s", ddp_job_where(&t->job, "job", "output", where, sizeof where),
+            why);
     return DDP_EXIT_USAGE;
 }
 

@@ -33,6 +33,11 @@ INI
 }
 
 pass=0 fail=0
+# no_source_path FILE: FILE names no source file ("(../src/train/train.c:615)"), which means
+# nothing to a user; debug builds (DDP_DEBUG_BUILD=1) add them on purpose
+no_source_path() {
+    [ "${DDP_DEBUG_BUILD:-0}" = 1 ] || ! grep -q '[a-z_]\.\(c\|cu\|cc\|h\):[0-9][0-9]*' "$1"
+}
 # avail_free FILE: FILE with the free memory it names ("has 23.0 GiB available") blanked
 avail_free() { sed 's/has [0-9.]* \([KMGTP]iB\|bytes\) available/has N available/' "$1"; }
 
@@ -57,6 +62,7 @@ case_() {
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
     [ -z "$stray" ] || { ok=0; why="$why; wrote outside out/: $stray"; }
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
+    no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
     # options that check does not take)
     if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
@@ -531,7 +537,7 @@ case_ "output is /dev/null" 2 \
     good.ini --set job.output=/dev/null
 long=$(printf 'n%.0s' $(seq 300))
 case_ "output name over 255 bytes" 2 \
-    "cannot create directory nnn.*: its name 'nnn.*' has 300 bytes, more than the 255 a name may have" \
+    "cannot create directory runs/nnn.*: its name 'nnn.*' has 300 bytes, more than the 255 a name may have" \
     good.ini --set "job.output=runs/$long"
 # resuming appends to tb/ and metrics.jsonl: a file tb/ fails check as it fails the run
 "$DDPTRAIN" good.ini --set job.output=bad-tbrun >/dev/null 2>&1
@@ -574,6 +580,7 @@ enospc() {
     [ "$rc" -eq "$code" ] || { ok=0; why="exit $rc, want $code"; }
     [ "$(grep -c . stderr.txt)" -eq 1 ] || { ok=0; why="$why; stderr has several lines"; }
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
+    no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     if [ $ok -eq 1 ]; then
         pass=$((pass + 1))
         printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"
