@@ -91,7 +91,7 @@ case_() {
 # ---- job files ---------------------------------------------------------------------------
 base_job > good.ini
 printf '[jobs]\nname = x\n' > bad-section.ini
-case_ "unknown section" 2 "bad-section.ini:2: \[jobs\]" bad-section.ini
+case_ "unknown section" 2 "bad-section.ini:1: \[jobs\]" bad-section.ini
 { base_job; printf '[optim]\nlearning_rate = 0.1\n'; } > bad-key.ini
 case_ "unknown key" 2 "bad-key.ini:11: \[optim\] learning_rate: unknown key" bad-key.ini
 { base_job; printf '[optim]\nlr = fast\n'; } > bad-type.ini

@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
-#include "core/config.h"
+#include "job/config.h"
 #include "nn/model.h"
 #include "train/ckpt.h"
 #include "train/optim.h"
