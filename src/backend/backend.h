@@ -148,6 +148,11 @@ struct ddp_backend {
      * every batch size up to B (the model sizes col as the most over its conv layers). Where it
      * is NULL, conv_col_elems sizes col. Host work only: never in the steady step. */
     size_t (*conv_plan)(int B, const struct ddp_conv_geom *g);
+    /* Optional: the most values one convolution's input or output (B*C*H*W) may have on the
+     * path that runs, and that path's name for messages in *path ("cuDNN": 2^31 - 1, beyond
+     * which its descriptors are refused); 0 where the path has no such limit. The model checks
+     * it at build, before conv_plan sees a batch size past it. */
+    size_t (*conv_tensor_max)(const char **path);
 
     /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
     void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,

@@ -67,6 +67,10 @@ int ddp_cuda_conv_report(char *out, size_t len);
  * there is no usable driver: the driver_count of ddp_binding_compute. Needs no device. */
 int ddp_cuda_device_count(void);
 
+/* The CUDA driver's version (cudaDriverGetVersion, e.g. 13000), 0 where no driver is
+ * installed. Reported whatever CUDA_VISIBLE_DEVICES hides; needs no device. */
+int ddp_cuda_driver_version(void);
+
 /* "CUDA runtime 13.0, cuBLAS 13.1.0, cuDNN 9.19.0, driver 13.0" ("cuDNN not found", "driver
  * none" without them). Static
  * storage; needs no device. For `ddptrain --version`. */

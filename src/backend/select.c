@@ -4,6 +4,7 @@
 #include "backend/select.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ddp_build.h"
 #include "core/util.h"
@@ -19,6 +20,21 @@ const char *const ddp_conv_names[DDP_CONV_COUNT] = {"auto", "im2col"};
 _Static_assert(sizeof ddp_conv_names / sizeof *ddp_conv_names == DDP_CONV_COUNT,
                "one name per convolution path");
 
+int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *cvd, char *err,
+                            size_t errlen)
+{
+    if (want != DDP_DEVICE_AUTO || driver_version <= 0 || ndev > 0 || !cvd)
+        return 0;
+    ddp_err(err, errlen,
+            "[train] device = auto on a node with the CUDA driver, but "
+            "CUDA_VISIBLE_DEVICES=\"%.100s\" leaves no GPU visible (it hides them all or names "
+            "none that exists), so this rank would train on the CPU; unset CUDA_VISIBLE_DEVICES "
+            "or name GPUs that exist (nvidia-smi -L), or set [train] device = cpu to train on "
+            "the CPU",
+            cvd);
+    return -2;
+}
+
 int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, int local_size,
                        struct ddp_device_choice *out, char *err, size_t errlen)
 {
@@ -27,6 +43,9 @@ int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, in
     snprintf(out->name, sizeof out->name, "cpu");
 #if HAVE_CUDA
     int ndev = ddp_cuda_device_count();
+    if (ddp_backend_hidden_gpus(want, ndev > 0 ? 0 : ddp_cuda_driver_version(), ndev,
+                                getenv("CUDA_VISIBLE_DEVICES"), err, errlen) != 0)
+        return -2;
     if (want == DDP_DEVICE_CUDA || (want == DDP_DEVICE_AUTO && (ndev > 0 || need_gpu))) {
         struct ddp_binding bind = {.device = -1};
         if (ddp_binding_compute(local_rank, local_size, ndev, 1, NULL, NULL, &bind, err, errlen) !=

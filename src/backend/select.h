@@ -26,9 +26,20 @@ struct ddp_device_choice {
  * reports none (so that the error names the missing device); precision: [train] precision
  * (enum ddp_precision of backend/backend.h: fp32, tf32 or bf16 GEMMs on the GPU; the CPU computes in
  * fp32 whatever it says, and the trainer refuses bf16 training there).
- * Returns 0, or -1 with one line in err (the caller exits DDP_EXIT_LAUNCH). */
+ * Returns 0, or -1 with one line in err (the caller exits DDP_EXIT_LAUNCH), or -2 with one line
+ * when auto finds the GPUs hidden by CUDA_VISIBLE_DEVICES (ddp_backend_hidden_gpus; the
+ * caller exits DDP_EXIT_USAGE). */
 int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, int local_size,
                        struct ddp_device_choice *out, char *err, size_t errlen);
+
+/* The decision that keeps [train] device = auto from training on the CPU by accident: with a
+ * CUDA driver installed (driver_version > 0, ddp_cuda_driver_version) and
+ * CUDA_VISIBLE_DEVICES set (cvd; NULL when unset) yet no device visible (ndev <= 0,
+ * ddp_cuda_device_count), the variable hides every GPU or names none that exists. Returns 0
+ * when auto may go on, or -2 with one line in err naming the variable and its value (the
+ * caller exits DDP_EXIT_USAGE). ddp_backend_select applies it; pure, for tests. */
+int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *cvd, char *err,
+                            size_t errlen);
 
 /* [train] conv: auto (cuDNN where it loads, else im2col + cuBLAS) or im2col (never cuDNN). */
 enum ddp_conv { DDP_CONV_AUTO, DDP_CONV_IM2COL, DDP_CONV_COUNT };

@@ -75,19 +75,23 @@ static int parse_range(const char *name, const char *s, int64_t lo, int64_t hi, 
     return 0;
 }
 
-/* "1,28,28", "1x28x28" or "784" into rank/dims. */
+/* "1,28,28", "1x28x28" or "784" into rank/dims; every field a number (",1" and "1,,28,28"
+ * are refused, not read as "1" and "1,28,28"). */
 static int parse_shape(const char *s, int *rank, int64_t dims[3])
 {
     char buf[128];
     if (strlen(s) >= sizeof buf)
         return -1;
-    snprintf(buf, sizeof buf, "%s", s);
     int r = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",x", &save); t; t = strtok_r(NULL, ",x", &save)) {
-        if (r == 3 || ddp_parse_i64(t, &dims[r]) != 0 || dims[r] <= 0)
+    for (const char *t = s;; t++) {
+        const size_t n = strcspn(t, ",x");
+        snprintf(buf, sizeof buf, "%.*s", (int)n, t);
+        if (r == 3 || ddp_parse_i64(buf, &dims[r]) != 0 || dims[r] <= 0)
             return -1;
         r++;
+        t += n;
+        if (!*t)
+            break;
     }
     if (r != 1 && r != 3)
         return -1;

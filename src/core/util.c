@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ddp_build.h"
+
 static char g_host[256] = "";
 static int g_rank = 0;
 static int g_world_size = 1;
@@ -155,8 +157,12 @@ void ddp_set_abort_hook(void (*hook)(int code))
 void ddp_die_at(const char *file, int line, int code, const char *fmt, ...)
 {
     va_list ap;
-    char where[300];
+    char where[300] = "";
+#if DDP_DEBUG_LOCATIONS /* source paths mean nothing to a user: debug builds only */
     snprintf(where, sizeof where, " (%s:%d)", file, line);
+#else
+    (void)file, (void)line;
+#endif
     va_start(ap, fmt);
     emit(stderr, 1, where, fmt, ap);
     va_end(ap);

@@ -43,7 +43,8 @@ void ddp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Hook run by ddp_die before exiting (the trainer points it at comm abort). */
 void ddp_set_abort_hook(void (*hook)(int code));
-/* Fatal runtime error: message with file:line, abort hook, exit(code). */
+/* Fatal runtime error: the message (with file:line in debug builds only), abort hook,
+ * exit(code). */
 void ddp_die_at(const char *file, int line, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define ddp_die(...) ddp_die_at(__FILE__, __LINE__, DDP_EXIT_RUNTIME, __VA_ARGS__)

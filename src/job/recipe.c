@@ -66,6 +66,8 @@ static int augment_item(struct ddp_job *job, const char *it, char *why, size_t w
         job->hflip = 1;
         return 0;
     }
+    if (strcmp(name, "hflip") == 0)
+        return ddp_err(why, whylen, "'%s': hflip takes no arguments; write hflip", it);
     if (strcmp(name, "random_crop") == 0) {
         const char *a = strchr(it, '('), *z = strrchr(it, ')');
         char arg[ITEM_LEN];
@@ -73,9 +75,14 @@ static int augment_item(struct ddp_job *job, const char *it, char *why, size_t w
         if (!a || !z || z < a || z[1] != '\0')
             return ddp_err(why, whylen, "'%s': expected random_crop(pad=P)", it);
         snprintf(arg, sizeof arg, "%.*s", (int)(z - a - 1), a + 1);
-        char *v = arg + strspn(arg, " \t");
-        if (strncmp(v, "pad", 3) == 0 && strchr(v, '='))
-            v = strchr(v, '=') + 1;
+        char *v = arg + strspn(arg, " \t"), *eq = strchr(v, '=');
+        const size_t kl = strcspn(v, "= \t");
+        if (eq && (kl != 3 || strncmp(v, "pad", 3) != 0))
+            return ddp_err(why, whylen,
+                           "'%s': unknown argument '%.*s'; did you mean "
+                           "random_crop(pad=%s)?",
+                           it, (int)kl, v, eq + 1 + strspn(eq + 1, " \t"));
+        v = eq ? eq + 1 : v;
         if (ddp_parse_i64(v, &pad) != 0 || pad < 1 || pad > DDP_CROP_PAD_MAX)
             return ddp_err(why, whylen, "'%s': pad must be a whole number from 1 to %d", it,
                            DDP_CROP_PAD_MAX);

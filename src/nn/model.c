@@ -117,36 +117,93 @@ static size_t gtmp_elems(const struct ddp_model *m, int max_batch)
     return most * (size_t)max_batch;
 }
 
+/* The memory the model may take on its backend into *avail: what this process can have of the
+ * host's on the CPU, the device's free memory where the backend has a device (mem_info); 0
+ * where it reports neither. The words for the message in *where and *which. */
+static int memory_available(const struct ddp_backend *be, size_t *avail, const char **where,
+                            const char **which)
+{
+    if (be->name && strcmp(be->name, "cpu") == 0) {
+        *avail = ddp_mem_available(which);
+        *where = "this machine";
+        return 1;
+    }
+    if (!be->mem_info)
+        return 0;
+    struct ddp_mem_info mi;
+    be->mem_info(&mi);
+    *avail = mi.dev_free;
+    *where = "the GPU";
+    *which = "its free memory now";
+    return 1;
+}
+
 /* Before allocating anything that the layers size: the whole model (parameters, gradients and
  * up to two optimiser states, activations of a batch, conv scratch) must fit the memory this
- * process can have. Only for host memory (the CPU backend). Names the largest layer. */
+ * process can have, host memory on the CPU, the device's free memory on a GPU. Names the
+ * largest layer and the batch size that would fit. */
 static int check_memory(const struct ddp_model *m, int max_batch, char *err, size_t errlen)
 {
-    if (!m->be->name || strcmp(m->be->name, "cpu") != 0)
+    const char *which = NULL, *where = NULL;
+    size_t avail;
+    if (!memory_available(m->be, &avail, &where, &which))
         return 0;
     struct ddp_model_mem mm;
     int worst = ddp_model_memory(m, max_batch, &mm);
     double params = mm.params, total = mm.total, big = mm.largest_layer;
-    const char *which = NULL;
-    size_t avail = ddp_mem_available(&which);
     if (total <= (double)avail)
         return 0;
-    char need[32], have[32], all[32], what[64];
+    char need[32], have[32], all[32], what[64], fit[96] = "";
     ddp_fmt_bytes((double)avail, have, sizeof have);
     ddp_fmt_bytes(total, all, sizeof all);
     if (params >= big)
         return ddp_err(err, errlen,
                        "the model's %zu parameters need %s with their gradients "
-                       "and optimiser state (%s in all) but this machine has %s available (%s); "
+                       "and optimiser state (%s in all) but %s has %s available (%s); "
                        "make the layers narrower",
-                       m->nparams, ddp_fmt_bytes(params, need, sizeof need), all, have, which);
+                       m->nparams, ddp_fmt_bytes(params, need, sizeof need), all, where, have,
+                       which);
+    /* activations grow with the batch; parameters and the bounded conv scratch do not */
+    const double per_sample = (total - params - mm.scratch) / max_batch;
+    const double room = (double)avail - params - mm.scratch;
+    if (per_sample > 0 && room >= per_sample)
+        snprintf(fit, sizeof fit, " (at most about %.0f fits)", floor(room / per_sample));
     model_layer_str(&m->layers[worst].spec, what, sizeof what);
     return ddp_err(err, errlen,
                    "layer %s %s: its outputs for a batch of %d need %s (the model "
-                   "%s in all) but this machine has %s available (%s); lower [data] batch_size "
+                   "%s in all) but %s has %s available (%s); lower [data] batch_size%s "
                    "or the layer's size",
                    m->layers[worst].pos, what, max_batch, ddp_fmt_bytes(big, need, sizeof need),
-                   all, have, which);
+                   all, where, have, which, fit);
+}
+
+/* Before conv_plan sees the batch size: each convolution's input and output for batches of
+ * max_batch within the backend's limit on one tensor (cuDNN's 2^31 - 1 values). Names the
+ * first layer past it and the largest batch size within it. */
+static int check_tensor_limit(const struct ddp_model *m, int max_batch, char *err, size_t errlen)
+{
+    const char *path = "";
+    const size_t lim = m->be->conv_tensor_max ? m->be->conv_tensor_max(&path) : 0;
+    if (!lim)
+        return 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        if (l->spec.kind != DDP_LAYER_CONV2D)
+            continue;
+        const int out = l->out_elems >= l->in_elems;
+        const size_t per = out ? l->out_elems : l->in_elems; /* at most 2^28 */
+        if (per * (size_t)max_batch <= lim)
+            continue;
+        char what[64];
+        model_layer_str(&l->spec, what, sizeof what);
+        return ddp_err(err, errlen,
+                       "layer %s %s: its %s for a batch of %d has %zu values (%zu per sample), "
+                       "more than %s's limit of %zu (2^31 - 1) per tensor; lower [data] "
+                       "batch_size to at most %zu (or set [train] conv = im2col)",
+                       l->pos, what, out ? "output" : "input", max_batch, per * (size_t)max_batch,
+                       per, path, lim, lim / per);
+    }
+    return 0;
 }
 
 /* The shape of conv layer l. */
@@ -701,7 +758,8 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
 
     if (layout_params(m, err, errlen) != 0)
         return -1;
-    if (check_memory(m, max_batch, err, errlen) != 0)
+    if (check_tensor_limit(m, max_batch, err, errlen) != 0 ||
+        check_memory(m, max_batch, err, errlen) != 0)
         return -1;
 
     alloc_buffers(m, max_batch);

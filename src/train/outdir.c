@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,8 +292,74 @@ static int in_use(const char *dir, char *rec, char *why, size_t whylen)
     return -2;
 }
 
+/* What a file of mode m is, for messages. */
+static const char *kind_of(mode_t m)
+{
+    return S_ISREG(m)    ? "a regular file"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISDIR(m)  ? "a directory"
+                         : "not a regular file";
+}
+
+/* What mkdir -p of dir would fail on, found without creating anything: a name longer than
+ * the file system allows (NAME_MAX, from the nearest part that exists), a part that exists and
+ * is not a directory. 0, or -1 with why. */
+static int check_path(const char *dir, char *why, size_t whylen)
+{
+    char path[DDP_PATH_MAX + 32];
+    struct stat st;
+    long name_max = NAME_MAX;
+    size_t end = 0;
+    const size_t len = strlen(dir);
+    while (end < len) {
+        size_t start = end + strspn(dir + end, "/");
+        end = start + strcspn(dir + start, "/");
+        if (end - start > (size_t)name_max)
+            return ddp_err(why, whylen,
+                           "cannot create directory %.60s...: its name '%.20s...' has %zu bytes, "
+                           "more than the %ld a name may have there; use a shorter [job] output",
+                           dir, dir + start, end - start, name_max);
+        snprintf(path, sizeof path, "%.*s", (int)end, dir);
+        if (stat(path, &st) != 0)
+            continue; /* nothing there yet: mkdir makes it */
+        if (!S_ISDIR(st.st_mode))
+            return ddp_err(why, whylen,
+                           "cannot create directory %s: %s exists and is %s, not a directory; "
+                           "use another [job] output",
+                           dir, path, kind_of(st.st_mode));
+        long nm = pathconf(path, _PC_NAME_MAX);
+        if (nm > 0)
+            name_max = nm;
+    }
+    return 0;
+}
+
+int ddp_outdir_check_resume(const char *dir, int tensorboard, char *why, size_t whylen)
+{
+    char path[DDP_PATH_MAX + 32];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ddp_err(why, whylen,
+                       "%s is %s, not a regular file, and a resumed run appends its metrics "
+                       "there; move it away, or start afresh with [checkpoint] resume = never",
+                       path, kind_of(st.st_mode));
+    snprintf(path, sizeof path, "%s/tb", dir);
+    if (tensorboard && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        return ddp_err(why, whylen,
+                       "%s is %s, not a directory, and TensorBoard's events ([job] tensorboard) "
+                       "go there; move it away, or set [job] tensorboard = false",
+                       path, kind_of(st.st_mode));
+    return 0;
+}
+
 int ddp_outdir_probe(const char *dir, char *why, size_t whylen)
 {
+    if (check_path(dir, why, whylen) != 0)
+        return -1;
     char path[DDP_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s", dir);
     while (access(path, F_OK) != 0) { /* the nearest directory that exists must be writable */
@@ -323,6 +390,8 @@ int ddp_outdir_probe(const char *dir, char *why, size_t whylen)
 int ddp_outdir_lock(const char *dir, char *why, size_t whylen)
 {
     char path[DDP_PATH_MAX + 32];
+    if (check_path(dir, why, whylen) != 0)
+        return -1;
     if (ddp_mkdir_p(dir) != 0)
         return ddp_err(why, whylen, "cannot create directory %s: %s", dir, strerror(errno));
     snprintf(path, sizeof path, "%s/%s", dir, DDP_OUTDIR_LOCK);

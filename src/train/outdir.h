@@ -37,13 +37,18 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
 int ddp_outdir_other_jobs(const char *pattern, const char *job_name, const char *mine, char *other,
                           size_t len);
 
-/* Create dir (mkdir -p) and take its lock. Returns the lock's descriptor (>= 0), -1 when dir
+/* Create dir (mkdir -p) and take its lock (after the checks that ddp_outdir_probe makes too:
+ * each name in dir within the file system's limit, each part that exists a directory). Returns the lock's descriptor (>= 0), -1 when dir
  * cannot be created or the lock file opened (why says so), or -2 when another process holds
  * the lock (why names it, from its record). */
 int ddp_outdir_lock(const char *dir, char *why, size_t whylen);
 /* What ddp_outdir_lock would say, without creating or locking anything (`ddptrain check`):
  * 0 when the lock could be taken, -1 when dir could not be created, -2 when held (why). */
 int ddp_outdir_probe(const char *dir, char *why, size_t whylen);
+/* A resumed run appends to dir's metrics.jsonl and (tensorboard) adds events to dir/tb: each
+ * must be absent or of the right kind (a file, a directory). 0, or -1 with why naming the
+ * path and the fix. Touches nothing: `check` and the run both ask. */
+int ddp_outdir_check_resume(const char *dir, int tensorboard, char *why, size_t whylen);
 /* Empty the holder record and release the lock; accepts -1. */
 void ddp_outdir_unlock(int fd);
 

@@ -212,6 +212,19 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Rank 0, resuming: the files a resumed run appends to are of the right kind, as `check` and
+ * the run both ask before anything is written. */
+static int check_resumed_output(const struct trainer *t, char *err, size_t errlen)
+{
+    char why[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
+    if (!t->resumed ||
+        ddp_outdir_check_resume(t->job.output, t->job.tensorboard, why, sizeof why) == 0)
+        return 0;
+    ddp_err(err, errlen, "%s: %s", ddp_job_where(&t->job, "job", "output", where, sizeof where),
+            why);
+    return DDP_EXIT_USAGE;
+}
+
 /* Rank 0, after training ended with rc: report.html ([job] report), a warning if it fails. */
 static void write_report(struct trainer *t, int rc)
 {
@@ -314,10 +327,11 @@ static int start_comm(struct trainer *t)
     const struct ddp_world *w = &t->world;
     char err[DDP_ERR_LEN * 2];
     struct ddp_device_choice dev;
-    if (ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL, job->precision,
-                           w->local_rank, w->local_size, &dev, err, sizeof err) != 0) {
+    int sel = ddp_backend_select(job->device, job->backend == DDP_COMM_NCCL, job->precision,
+                                 w->local_rank, w->local_size, &dev, err, sizeof err);
+    if (sel != 0) {
         ddp_warn("%s", err);
-        return DDP_EXIT_LAUNCH;
+        return sel == -2 ? DDP_EXIT_USAGE : DDP_EXIT_LAUNCH;
     }
     t->be = dev.be;
     if (t->be->mem_info)
@@ -593,6 +607,23 @@ static int already_finished(struct trainer *t, const struct ddp_ckpt_pos *start)
     return done != 0;
 }
 
+/* Rank 0: the training samples (those [data] val_fraction leaves) give no whole batch. */
+static void warn_no_batch(const struct trainer *t)
+{
+    const struct ddp_job *job = &t->job;
+    char held[DDP_PATH_MAX + 128] = "", fix[64] = "";
+    if (job->val_fraction > 0) {
+        snprintf(held, sizeof held, " (of %lld in %s, [data] val_fraction = %g holds out %lld)",
+                 (long long)ddp_h5split_count(t->train), job->data_train, job->val_fraction,
+                 (long long)t->nval);
+        snprintf(fix, sizeof fix, ", lower [data] val_fraction");
+    }
+    ddp_warn("%s: %lld training samples%s give no whole batch of %lld per rank on %d rank%s with "
+             "drop_last; lower [data] batch_size%s or set drop_last = false",
+             job->data_file, (long long)t->ntrain, held, (long long)job->batch_size,
+             t->world.world_size, t->world.world_size > 1 ? "s" : "", fix);
+}
+
 /* Optimiser, trainer_resume, sampler and loaders, the output directory committed; then the loop. */
 static int run_training(struct trainer *t, double t_setup)
 {
@@ -604,6 +635,9 @@ static int run_training(struct trainer *t, double t_setup)
     int rc = trainer_resume(t, &start, err, sizeof err);
     if (rc)
         return rc;
+    rc = trainer_agree(t, w->rank == 0 ? check_resumed_output(t, err, sizeof err) : 0, err);
+    if (rc)
+        return rc;
     setup_samplers(t);
     t->steps_per_epoch =
         (ddp_sampler_steps(&t->train_sampler, job->batch_size) + job->accumulate - 1) /
@@ -611,10 +645,7 @@ static int run_training(struct trainer *t, double t_setup)
     t->optim.steps_per_epoch = t->steps_per_epoch;
     if (t->steps_per_epoch < 1) {
         if (w->rank == 0)
-            ddp_warn("%s: %lld training samples give no whole batch of %lld per rank on %d ranks "
-                     "with drop_last; lower [data] batch_size or set drop_last = false",
-                     job->data_file, (long long)ddp_h5split_count(t->train),
-                     (long long)job->batch_size, w->world_size);
+            warn_no_batch(t);
         return DDP_EXIT_USAGE;
     }
     if (ddp_optim_check_schedule(job, t->steps_per_epoch, err, sizeof err) != 0) {

@@ -58,6 +58,10 @@ expect 2 "-o OUT.h5 is required" - -- synth --train 10
 expect 2 "--shape .1,2." "$O" -- synth -o "$O" --shape 1,2
 expect 2 "--shape .a,b,c." "$O" -- synth -o "$O" --shape a,b,c
 expect 2 "--shape .0." "$O" -- synth -o "$O" --shape 0
+# an empty field is refused, not skipped (",1" is not "1", "1,,28,28" not "1,28,28")
+expect 2 "--shape .,1." "$O" -- synth -o "$O" --shape ,1
+expect 2 "--shape .1,,28,28." "$O" -- synth -o "$O" --shape 1,,28,28
+expect 2 "--shape .1,28,28,." "$O" -- synth -o "$O" --shape 1,28,28,
 expect 2 "--classes .1." "$O" -- synth -o "$O" --classes 1
 expect 2 "--train .0." "$O" -- synth -o "$O" --train 0
 expect 2 "--test .-3." "$O" -- synth -o "$O" --test -3

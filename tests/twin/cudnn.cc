@@ -4,7 +4,8 @@
  * (im2col and cblas) and queued on the handle's stream like a kernel (counted as a launch).
  * Operands are device addresses, translated and checked to lie inside one live allocation
  * each; a host or out-of-range operand, or a workspace smaller than the algorithm needs, is a
- * GPU fault with one line naming it.
+ * GPU fault with one line naming it. A tensor descriptor of more than 2^31 - 1 values is
+ * refused with CUDNN_STATUS_NOT_SUPPORTED, as cuDNN's is.
  *
  * Algorithms the twin reports (ddptrain must pick a deterministic one):
  *   forward         IMPLICIT_PRECOMP_GEMM (workspace: one sample's im2col matrix),
@@ -229,6 +230,8 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
     if (!d || f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT || n <= 0 || c <= 0 || h <= 0 ||
         w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
+    if ((int64_t)n * c * h * w > INT32_MAX) /* cuDNN's 2^31 - 1 values per tensor */
+        return CUDNN_STATUS_NOT_SUPPORTED;
     *d = cudnnTensorStruct{n, c, h, w};
     return CUDNN_STATUS_SUCCESS;
 }

@@ -33,6 +33,11 @@ INI
 }
 
 pass=0 fail=0
+# no_source_path FILE: FILE names no source file ("(../src/train/train.c:615)"), which means
+# nothing to a user; debug builds (DDP_DEBUG_BUILD=1) add them on purpose
+no_source_path() {
+    [ "${DDP_DEBUG_BUILD:-0}" = 1 ] || ! grep -q '[a-z_]\.\(c\|cu\|cc\|h\):[0-9][0-9]*' "$1"
+}
 # avail_free FILE: FILE with the free memory it names ("has 23.0 GiB available") blanked
 avail_free() { sed 's/has [0-9.]* \([KMGTP]iB\|bytes\) available/has N available/' "$1"; }
 
@@ -57,6 +62,7 @@ case_() {
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
     [ -z "$stray" ] || { ok=0; why="$why; wrote outside out/: $stray"; }
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
+    no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
     # options that check does not take)
     if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
@@ -221,6 +227,12 @@ case_ "augment: given twice" 2 "\-\-set data.augment: hflip given twice" \
     good.ini --set "data.augment=hflip, hflip"
 case_ "augment on flat samples" 2 "\-\-set data.augment: random_crop and hflip need images" \
     good.ini --set data.augment=hflip --set data.file=flat.h5
+case_ "augment: unknown argument" 2 \
+    "\-\-set data.augment: 'random_crop(padding=2)': unknown argument 'padding'; did you mean random_crop(pad=2)?" \
+    good.ini --set "data.augment=random_crop(padding=2)"
+case_ "augment: hflip with an argument" 2 \
+    "\-\-set data.augment: 'hflip(p=0.5)': hflip takes no arguments" \
+    good.ini --set "data.augment=hflip(p=0.5)"
 case_ "normalize: odd count" 2 "\-\-set data.normalize: 3 numbers; expected as many means" \
     good.ini --set "data.normalize=0.5, 0.2, 0.1"
 case_ "normalize: std 0" 2 "\-\-set data.normalize: standard deviation 0 of channel 0" \
@@ -244,6 +256,10 @@ case_ "val_fraction out of range" 2 "\-\-set data.val_fraction: 1.5 is out of ra
     good.ini --set data.val_fraction=1.5
 case_ "val and val_fraction" 2 "\-\-set data.val_fraction: set together with \[data\] val" \
     good.ini --set data.val=/test --set data.val_fraction=0.1
+# the training part that val_fraction leaves (7 of 64) is what gives no batch, and is counted
+case_ "val_fraction leaves no batch" 2 \
+    "good.h5: 7 training samples (of 64 in /train, \[data\] val_fraction = 0.9 holds out 57) give no whole batch of 8 per rank on 1 rank with drop_last.*lower \[data\] val_fraction" \
+    good.ini --set data.val_fraction=0.9 --set data.drop_last=true
 case_ "val group missing" 3 "no group /validation.* (from --set data.val)" good.ini \
     --set data.val=/validation
 case_ "keep_best without val" 2 "\-\-set checkpoint.keep_best: needs a validation split" \
@@ -543,6 +559,42 @@ else
 fi
 rm -rf run1
 
+# ---- output paths that mkdir cannot make: check finds them too, creating nothing -------------
+touch bad-outfile
+case_ "output is a file" 2 \
+    "\-\-set job.output: cannot create directory bad-outfile: bad-outfile exists and is a regular file, not a directory" \
+    good.ini --set job.output=bad-outfile
+case_ "output under a file" 2 \
+    "cannot create directory bad-outfile/run: bad-outfile exists and is a regular file" \
+    good.ini --set job.output=bad-outfile/run
+case_ "output is /dev/null" 2 \
+    "cannot create directory /dev/null: /dev/null exists and is a character device, not a directory" \
+    good.ini --set job.output=/dev/null
+long=$(printf 'n%.0s' $(seq 300))
+case_ "output name over 255 bytes" 2 \
+    "cannot create directory runs/nnn.*: its name 'nnn.*' has 300 bytes, more than the 255 a name may have" \
+    good.ini --set "job.output=runs/$long"
+# resuming appends to tb/ and metrics.jsonl: a file tb/ fails check as it fails the run
+"$DDPTRAIN" good.ini --set job.output=bad-tbrun >/dev/null 2>&1
+touch bad-tbrun/tb
+for m in check train; do
+    c=""; [ $m = check ] && c=check
+    timeout -k 5 60 "$DDPTRAIN" $c good.ini --set job.output=bad-tbrun --set train.epochs=2 \
+        --set job.tensorboard=true >stdout.txt 2>"tb-$m.txt"
+    eval "rc_$m=$?"
+done
+if [ "$rc_check" -eq 2 ] && [ "$rc_train" -eq 2 ] && cmp -s tb-check.txt tb-train.txt &&
+    [ "$(grep -c . tb-train.txt)" -eq 1 ] &&
+    grep -q "bad-tbrun/tb is a regular file, not a directory.*\[job\] tensorboard" tb-train.txt; then
+    pass=$((pass + 1))
+    printf 'ok   %-34s %s\n' "resumed run: tb/ is a file" "$(head -c 160 tb-train.txt)"
+else
+    fail=$((fail + 1))
+    printf 'FAIL %-34s check %s, run %s: %s | %s\n' "resumed run: tb/ is a file" "$rc_check" \
+        "$rc_train" "$(head -c 200 tb-check.txt)" "$(head -c 200 tb-train.txt)"
+fi
+rm -rf bad-tbrun
+
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
 # space: the lock file takes one, job.ini the next, metrics.jsonl the next, so FREE chooses the
@@ -563,6 +615,7 @@ enospc() {
     [ "$rc" -eq "$code" ] || { ok=0; why="exit $rc, want $code"; }
     [ "$(grep -c . stderr.txt)" -eq 1 ] || { ok=0; why="$why; stderr has several lines"; }
     grep -q -- "$pattern" stderr.txt || { ok=0; why="$why; stderr lacks '$pattern'"; }
+    no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     if [ $ok -eq 1 ]; then
         pass=$((pass + 1))
         printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"

@@ -249,6 +249,20 @@ static int dnn_active(void)
 }
 #endif
 
+/* conv_tensor_max of the table: cuDNN's limit where cuDNN runs; im2col + cuBLAS cuts the batch
+ * into chunks and indexes with size_t, so it has none. */
+static size_t conv_tensor_max_any(const char **path)
+{
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        *path = "cuDNN";
+        return DNN_TENSOR_MAX;
+    }
+#endif
+    *path = "im2col + cuBLAS";
+    return 0;
+}
+
 /* The table's conv entries: cuDNN when it runs, else im2col + cuBLAS. */
 static size_t conv2d_plan_any(int B, const struct ddp_conv_geom *g)
 {
@@ -353,6 +367,7 @@ void cuda_table_conv(struct ddp_backend *t)
 {
     t->conv_col_elems = cuda_conv_col_elems;
     t->conv_plan = conv2d_plan_any;
+    t->conv_tensor_max = conv_tensor_max_any;
     t->conv2d_fwd = conv2d_fwd_any;
     t->conv2d_relu_fwd = conv2d_relu_fwd_any;
     t->conv2d_bwd = conv2d_bwd_any;

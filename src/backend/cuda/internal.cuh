@@ -401,6 +401,9 @@ void cuda_table_conv(struct ddp_backend *t);
 void dnn_version(char *out, size_t len); /* "9.x.y", "not found" or "not built in" */
 int dnn_start(char *err, size_t errlen); /* 0; -1 not found, -2 does not start (why in err) */
 #ifdef DDP_DNN
+/* Values one cuDNN tensor may hold: its descriptors take int sizes and strides, and
+ * cudnnSetTensor4dDescriptor answers CUDNN_STATUS_NOT_SUPPORTED beyond 2^31 - 1. */
+#define DNN_TENSOR_MAX ((size_t)INT32_MAX)
 size_t dnn_plan_shape(const struct conv_geom *q, int B); /* conv_plan: floats of col */
 void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
                     const struct conv_geom *q, int relu);

@@ -174,6 +174,16 @@ extern "C" int ddp_cuda_device_count(void)
     return count;
 }
 
+extern "C" int ddp_cuda_driver_version(void)
+{
+    int v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return v;
+}
+
 extern "C" const char *ddp_cuda_version_string(void)
 {
     static char buf[200];
