@@ -159,20 +159,19 @@ static int onnx_input_of(const struct ddp_run_args *a, const struct ddp_job *job
                        job->data_file, job->data_train);
     struct ddp_augment norm;
     ddp_augment_init(&norm, job, nd, dims, 0);
-    const char *nm = norm.nchan ? "and normalised by [data] normalize " : "";
+    const char *nm = norm.nchan ? " and normalised by [data] normalize" : "";
     if (in->uint8) {
         in->nchan = norm.nchan;
         memcpy(in->mean, norm.mean, sizeof in->mean);
         memcpy(in->std, norm.std, sizeof in->std);
-        ddp_log("ONNX input: uint8 pixels as %s stores them; the graph divides them by 255 %sas "
-                "the trainer does (--onnx-input float for float32 samples)",
+        ddp_log("ONNX input: uint8 pixels as %s stores them, divided by 255%s inside the "
+                "graph as the trainer does (--onnx-input float for float32 samples)",
                 job->data_file, nm);
     } else if (!stored_u8) {
-        ddp_log("ONNX input: float32, as %s stores its images; feed them %sas the trainer "
-                "reads them",
-                job->data_file, norm.nchan ? "normalised by [data] normalize " : "");
+        ddp_log("ONNX input: float32, as %s stores its images; feed them as stored%s",
+                job->data_file, norm.nchan ? ", normalised by [data] normalize" : "");
     } else {
-        ddp_log("ONNX input: float32 samples already divided by 255 %s(--onnx-input float)", nm);
+        ddp_log("ONNX input: float32 samples, already divided by 255%s (--onnx-input float)", nm);
     }
     return 0;
 }
