@@ -25,6 +25,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdint.h>
@@ -43,6 +44,8 @@
 #include "data/synth.h"
 #include "nn/model.h"
 #include "train/optim.h"
+#include "dist/world.h"
+#include "train/ckpt.h"
 #include "train/summary.h"
 
 #define INPUT_MAX (64 << 10) /* bytes of one mutant; the shipped configs are ~3 KiB */
@@ -251,6 +254,7 @@ static struct trainee queue[TRAIN_QUEUE_MAX];
 static int nqueue;
 static struct stats st;
 static uint64_t rng_state;
+static int summarize; /* print check's summary (while stdout goes to /dev/null) */
 
 /* splitmix64: the one source of randomness, seeded by --seed. */
 static uint64_t rnd(void)
@@ -339,7 +343,7 @@ static void replace_number(struct buf *b)
     insert_bytes(b, at, num, strlen(num));
 }
 
-static void splice(struct buf *b)
+static void splice_seed(struct buf *b)
 {
     const struct buf *o = &seeds[below((size_t)nseeds)];
     size_t cut = below(b->n + 1), from = below(o->n + 1);
@@ -394,7 +398,7 @@ static void mutate_once(struct buf *b)
         replace_number(b);
         break;
     case 6:
-        splice(b);
+        splice_seed(b);
         break;
     case 7:
         line_op(b, 1);
@@ -472,6 +476,22 @@ static void check_message(const char *what, const char *err, const struct opts *
                 err[0] ? "a multi-line" : "an empty", err);
 }
 
+/* check's summary of the job and model m (on stdout, which the fuzzer sends to /dev/null
+ * while it checks), for a world of 1 to 4096 ranks. */
+static void print_summary(const struct ddp_job *job, const struct ddp_model *m, int64_t steps)
+{
+    static const int sizes[] = {1, 2, 8, 4096};
+    struct ddp_world w;
+    memset(&w, 0, sizeof w);
+    w.world_size = sizes[below(4)];
+    w.num_nodes = 1;
+    struct ddp_ckpt_pos start;
+    memset(&start, 0, sizeof start);
+    struct ddp_check_facts f = {job,     &w,      "cpu", "self", 1, 1,   m,
+                                SAMPLES, SAMPLES, steps, &start, 0, 0.0, 0};
+    ddp_check_print(&f);
+}
+
 /* The model of job for samples of shape s, as check builds it; 0 when it builds. Sets
  * *trainable when it is small enough for a tiny training. */
 static int check_model(const struct ddp_job *job, const struct shape *s, int *trainable,
@@ -503,6 +523,8 @@ static int check_model(const struct ddp_job *job, const struct shape *s, int *tr
     if (rc)
         check_message("the schedule", err, o);
     *trainable = !rc && mm.total < TRAIN_MEM_MAX && flops < TRAIN_FLOPS_MAX;
+    if (!rc && summarize)
+        print_summary(job, &m, steps);
     ddp_model_free(&m);
     return rc;
 }
@@ -546,6 +568,25 @@ static int check_job(const char *path, const char *const *sets, int nsets, int *
     return trainable;
 }
 
+/* One time in four, a --set from a line of b with a section in front ("model." + "layers =
+ * ..."); returns the number of sets (0 or 1). */
+static int random_set(const struct buf *b, char *set, size_t len)
+{
+    static const char *const sections[] = {"job.",   "data.",       "model.", "optim.",
+                                           "train.", "checkpoint.", "dist.",  ""};
+    if (b->n == 0 || rnd() % 4)
+        return 0;
+    size_t s, e;
+    line_of(b, below(b->n), &s, &e);
+    const char *sec = sections[below(8)];
+    size_t n = e - s < len - 64 ? e - s : len - 64;
+    snprintf(set, len, "%s%.*s", sec, (int)n, b->b + s);
+    for (char *p = set; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return 1;
+}
+
 /* One fuzz iteration: returns 1 when check accepted the mutant for some shape. */
 static int fuzz_one(struct buf *b, const char *current, const struct opts *o)
 {
@@ -555,7 +596,10 @@ static int fuzz_one(struct buf *b, const char *current, const struct opts *o)
         exit(1);
     }
     int built;
-    int trainable = check_job(current, NULL, 0, &built, o);
+    char set[512];
+    const char *sets[1] = {set};
+    int nsets = random_set(b, set, sizeof set);
+    int trainable = check_job(current, sets, nsets, &built, o);
     st.iterations++;
     if (!built) {
         st.rejected++;
@@ -993,10 +1037,22 @@ int main(int argc, char **argv)
             "fuzz_job: %d seeds; each input is in %s while it is checked (after a crash "
             "it is the culprit)\n",
             nseeds, current);
+    fflush(stdout);
+    int saved = dup(1), null = open("/dev/null", O_WRONLY);
+    if (saved < 0 || null < 0 || dup2(null, 1) < 0) {
+        perror("fuzz_job: /dev/null");
+        return 1;
+    }
+    close(null);
+    summarize = 1;
     double t0 = ddp_now();
     while ((o.iterations < 0 || st.iterations < o.iterations) && ddp_now() - t0 < o.seconds)
         fuzz_one(&cur, current, &o);
     double secs = ddp_now() - t0;
+    fflush(stdout);
+    summarize = 0;
+    dup2(saved, 1);
+    close(saved);
     unlink(current);
     t0 = ddp_now();
     if (o.train)
