@@ -56,6 +56,7 @@
 #define TRAIN_FLOPS_MAX 2e8  /* forward FLOPs per sample a training may cost */
 #define JOBS_MAX 16          /* concurrent training processes */
 #define SAMPLES 16           /* per split of the synthetic datasets */
+#define REFILL_MAX 100000    /* iterations spent looking for one more trainable mutant */
 #define NSHAPES 3
 
 struct shape {
@@ -227,7 +228,7 @@ struct buf {
 struct trainee {
     char *text;
     size_t n;
-    int shape;
+    int shape, batch;
 };
 
 struct opts {
@@ -254,7 +255,9 @@ static struct trainee queue[TRAIN_QUEUE_MAX];
 static int nqueue;
 static struct stats st;
 static uint64_t rng_state;
-static int summarize; /* print check's summary (while stdout goes to /dev/null) */
+static struct buf cur;                  /* the input under test */
+static char current[DDP_PATH_MAX + 16]; /* its file: WORKDIR/current.ini */
+static int summarize;                   /* print check's summary (while stdout goes to /dev/null) */
 
 /* splitmix64: the one source of randomness, seeded by --seed. */
 static uint64_t rnd(void)
@@ -588,18 +591,18 @@ static int random_set(const struct buf *b, char *set, size_t len)
 }
 
 /* One fuzz iteration: returns 1 when check accepted the mutant for some shape. */
-static int fuzz_one(struct buf *b, const char *current, const struct opts *o)
+static int fuzz_one(struct buf *b, const char *path, const struct opts *o)
 {
     next_input(b);
-    if (write_file(current, b->b, b->n) != 0) {
-        fprintf(stderr, "fuzz_job: cannot write %s: %s\n", current, strerror(errno));
+    if (write_file(path, b->b, b->n) != 0) {
+        fprintf(stderr, "fuzz_job: cannot write %s: %s\n", path, strerror(errno));
         exit(1);
     }
     int built;
     char set[512];
     const char *sets[1] = {set};
     int nsets = random_set(b, set, sizeof set);
-    int trainable = check_job(current, sets, nsets, &built, o);
+    int trainable = check_job(path, sets, nsets, &built, o);
     st.iterations++;
     if (!built) {
         st.rejected++;
@@ -619,6 +622,8 @@ static int fuzz_one(struct buf *b, const char *current, const struct opts *o)
         memcpy(t->text, b->b, b->n);
         t->n = b->n;
         t->shape = pick;
+        static const int batches[] = {1, 2, 3, 4, 5, 8, 16};
+        t->batch = batches[below(7)];
     }
     return 1;
 }
@@ -632,34 +637,37 @@ struct slot {
     enum phase phase;
     double start;
     long k; /* the training's number */
-    int shape;
+    int shape, batch;
     char ini[DDP_PATH_MAX], log[DDP_PATH_MAX], out[DDP_PATH_MAX];
 };
 
 /* The overrides that make any accepted job a tiny training on the synthetic set of shape s
- * (s < 0: without [data] file, for the in-process check). out: the output directory. */
-#define NSETS 10
-static void train_sets(const struct opts *o, int s, const char *out, char sets[NSETS][512])
+ * (s < 0: without [data] file, for the in-process check), batches of batch (1 to 16), into
+ * the output directory out. */
+#define NSETS 11
+static void train_sets(const struct opts *o, int s, int batch, const char *out,
+                       char sets[NSETS][512])
 {
     snprintf(sets[0], 512, "job.output=%s", out);
     snprintf(sets[1], 512, "train.max_steps=1");
     snprintf(sets[2], 512, "train.epochs=1");
     snprintf(sets[3], 512, "train.threads=1");
-    snprintf(sets[4], 512, "data.batch_size=4");
+    snprintf(sets[4], 512, "data.batch_size=%d", batch);
     snprintf(sets[5], 512, "data.train=train");
     snprintf(sets[6], 512, "data.test=test");
     snprintf(sets[7], 512, "model.init=pytorch");
     snprintf(sets[8], 512, "checkpoint.resume=never");
+    snprintf(sets[9], 512, "train.device=cpu");
     if (s >= 0)
-        snprintf(sets[9], 512, "data.file=%s/%s", o->workdir, shapes[s].file);
+        snprintf(sets[10], 512, "data.file=%s/%s", o->workdir, shapes[s].file);
     else
-        snprintf(sets[9], 512, "train.device=cpu");
+        snprintf(sets[10], 512, "data.file=%s", shapes[0].file);
 }
 
 static void spawn(struct slot *sl, const struct opts *o, const char *mode)
 {
     char sets[NSETS][512];
-    train_sets(o, sl->shape, sl->out, sets);
+    train_sets(o, sl->shape, sl->batch, sl->out, sets);
     char *argv[3 + 2 * NSETS + 1];
     int a = 0;
     argv[a++] = (char *)o->ddptrain;
@@ -775,9 +783,11 @@ static void finished(struct slot *sl, int ws, int timed_out, const struct opts *
 }
 
 /* Start the next queued mutant that the in-process check accepts with the overrides in a
- * free slot; 0 when the queue is empty. */
+ * free slot, fuzzing on when the queue is empty; 0 when no mutant was found. */
 static int start_next(struct slot *sl, long *next, const struct opts *o)
 {
+    for (long tries = 0; *next >= nqueue && tries < REFILL_MAX; tries++)
+        fuzz_one(&cur, current, o); /* the queue ran dry: more mutants */
     while (*next < nqueue) {
         struct trainee *t = &queue[(*next)++];
         sl->k = *next - 1;
@@ -788,7 +798,7 @@ static int start_next(struct slot *sl, long *next, const struct opts *o)
             continue;
         char sets[NSETS][512];
         const char *p[NSETS];
-        train_sets(o, -1, sl->out, sets);
+        train_sets(o, -1, t->batch, sl->out, sets);
         for (int i = 0; i < NSETS; i++)
             p[i] = sets[i];
         int built, ok = check_job(sl->ini, p, NSETS, &built, o);
@@ -798,6 +808,7 @@ static int start_next(struct slot *sl, long *next, const struct opts *o)
             continue;
         }
         sl->shape = t->shape;
+        sl->batch = t->batch;
         spawn(sl, o, "check");
         return 1;
     }
@@ -975,11 +986,12 @@ static void parse(int argc, char **argv, struct opts *o)
     }
 }
 
-static void report(const struct opts *o, double secs, double train_secs)
+static void report(const struct opts *o, long phase1, double secs, double train_secs)
 {
-    printf("fuzz_job: %ld job files through check in %.1f s (%.0f/s), seed %llu: "
-           "%ld accepted, %ld refused, %ld models built, %ld refusals not one line\n",
-           st.iterations, secs, st.iterations / (secs > 0 ? secs : 1), (unsigned long long)o->seed,
+    printf("fuzz_job: %ld job files through check (%ld in %.1f s, %.0f/s, before any "
+           "training), seed %llu: %ld accepted, %ld refused, %ld models built, %ld refusals "
+           "not one line\n",
+           st.iterations, phase1, secs, phase1 / (secs > 0 ? secs : 1), (unsigned long long)o->seed,
            st.accepted, st.rejected, st.models, st.bad_messages);
     if (o->train) {
         printf("fuzz_job: %ld trainings in %.1f s (%d at a time), %ld refused by `ddptrain "
@@ -987,7 +999,7 @@ static void report(const struct opts *o, double secs, double train_secs)
                st.trainings, train_secs, o->jobs, st.check_refused, st.train_skipped);
         for (int c = 0; c < 256; c++)
             if (st.exit_codes[c])
-                printf(" %s%d x%ld", c == 255 ? "signal/" : "", c, st.exit_codes[c]);
+                printf(" %s%d x%ld", c == 255 ? "signal-or-timeout/" : "", c, st.exit_codes[c]);
         printf("\n");
     }
     printf("fuzz_job: %ld crashes, %ld sanitizer reports, %ld hangs, %ld check/train "
@@ -1030,8 +1042,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < POOL_MAX; i++)
         pool[i].b = xmalloc(INPUT_MAX);
-    struct buf cur = {0, xmalloc(INPUT_MAX)};
-    char current[DDP_PATH_MAX + 16];
+    cur.b = xmalloc(INPUT_MAX);
     snprintf(current, sizeof current, "%s/current.ini", o.workdir);
     fprintf(stderr,
             "fuzz_job: %d seeds; each input is in %s while it is checked (after a crash "
@@ -1049,15 +1060,16 @@ int main(int argc, char **argv)
     while ((o.iterations < 0 || st.iterations < o.iterations) && ddp_now() - t0 < o.seconds)
         fuzz_one(&cur, current, &o);
     double secs = ddp_now() - t0;
+    long phase1 = st.iterations;
     fflush(stdout);
     summarize = 0;
     dup2(saved, 1);
     close(saved);
-    unlink(current);
     t0 = ddp_now();
     if (o.train)
         run_trainings(&o);
-    report(&o, secs, ddp_now() - t0);
+    unlink(current);
+    report(&o, phase1, secs, ddp_now() - t0);
     int bad =
         st.crashes || st.sanitizer || st.hangs || (o.strict && (st.disagree || st.bad_messages));
     if (own_dir && !bad)
