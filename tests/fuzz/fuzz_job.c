@@ -41,11 +41,13 @@
 #include "core/config.h"
 #include "core/recipe.h"
 #include "core/util.h"
+#include "data/augment.h"
 #include "data/synth.h"
 #include "nn/model.h"
 #include "train/optim.h"
 #include "dist/world.h"
 #include "train/ckpt.h"
+#include "train/outdir.h"
 #include "train/summary.h"
 
 #define INPUT_MAX (64 << 10) /* bytes of one mutant; the shipped configs are ~3 KiB */
@@ -505,6 +507,9 @@ static int check_model(const struct ddp_job *job, const struct shape *s, int *tr
         check_message("the recipe", err, o);
         return -1;
     }
+    struct ddp_augment aug;
+    ddp_augment_init(&aug, job, s->nd, s->dims, 1);
+    ddp_augment_init(&aug, job, s->nd, s->dims, 0);
     struct ddp_model m;
     err[0] = 0;
     if (ddp_model_create(&m, &stub_be, job->layers, s->nd, s->dims, (int)job->batch_size, err,
@@ -530,6 +535,43 @@ static int check_model(const struct ddp_job *job, const struct shape *s, int *tr
         print_summary(job, &m, steps);
     ddp_model_free(&m);
     return rc;
+}
+
+/* Slurm's variables as a job might see them, set or unset at random, some malformed. */
+static void random_slurm_env(void)
+{
+    static const char *const nodes[] = {NULL,   "node[01-04]",   "gpu[1-2],cpu[3-5]",
+                                        "n[1-", "a[3-1]",        "",
+                                        "[]",   "x[0-99999999]", "h[1-2]x[3-4]"};
+    static const char *const ids[] = {NULL, "123", "12a", "99999999999999999999999", ""};
+    static const char *const names[] = {NULL, "%u%u%u", "job", "a/b", "\x1b[31m"};
+    const char *v;
+    if ((v = nodes[below(9)]))
+        setenv("SLURM_JOB_NODELIST", v, 1);
+    else
+        unsetenv("SLURM_JOB_NODELIST");
+    if ((v = ids[below(5)]))
+        setenv("SLURM_JOB_ID", v, 1);
+    else
+        unsetenv("SLURM_JOB_ID");
+    if ((v = ids[below(5)]))
+        setenv("SLURM_ARRAY_TASK_ID", v, 1);
+    else
+        unsetenv("SLURM_ARRAY_TASK_ID");
+    if ((v = names[below(5)]))
+        setenv("SLURM_JOB_NAME", v, 1);
+    else
+        unsetenv("SLURM_JOB_NAME");
+}
+
+/* [job] output's patterns expanded as check does, and the effective job's text. */
+static void expand_output(const struct ddp_job *job, const struct opts *o)
+{
+    char out[DDP_PATH_MAX], why[DDP_ERR_LEN] = "";
+    random_slurm_env();
+    if (ddp_outdir_expand(job->output, job->name, out, sizeof out, why, sizeof why) != 0)
+        check_message("[job] output", why, o);
+    free(ddp_outdir_job_text(job));
 }
 
 /* Load, validate and build the job in path; returns the shapes (bit mask) whose model builds
@@ -558,6 +600,7 @@ static int check_job(const char *path, const char *const *sets, int nsets, int *
         fclose(null);
     }
     ddp_job_log_lines(&job, no_line);
+    expand_output(&job, o);
     char where[DDP_PATH_MAX + 64];
     ddp_job_where(&job, "model", "layers", where, sizeof where);
     for (int i = 0; i < NSHAPES; i++) {
@@ -686,6 +729,11 @@ static void spawn(struct slot *sl, const struct opts *o, const char *mode)
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* not under Slurm: the in-process check sets these at random */
+        unsetenv("SLURM_JOB_NODELIST");
+        unsetenv("SLURM_JOB_ID");
+        unsetenv("SLURM_ARRAY_TASK_ID");
+        unsetenv("SLURM_JOB_NAME");
         FILE *f = freopen(sl->log, strcmp(mode, "check") ? "a" : "w", stdout);
         if (!f || dup2(fileno(stdout), 2) < 0)
             _exit(127);
