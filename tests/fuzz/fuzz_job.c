@@ -38,8 +38,8 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "core/config.h"
-#include "core/recipe.h"
+#include "job/config.h"
+#include "job/recipe.h"
 #include "core/util.h"
 #include "data/augment.h"
 #include "data/synth.h"
