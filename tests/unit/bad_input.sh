@@ -559,6 +559,13 @@ else
 fi
 rm -rf run1
 
+# ---- an empty path where a path or a word is expected: a job error naming the key ------------
+case_ "empty model.init" 2 "\-\-set model.init: empty; expected pytorch (the default) or the path" \
+    good.ini --set model.init=
+case_ "empty checkpoint.resume" 2 \
+    "\-\-set checkpoint.resume: empty; expected auto (the default), never, or a checkpoint" \
+    good.ini --set checkpoint.resume=
+
 # ---- output paths that mkdir cannot make: check finds them too, creating nothing -------------
 touch bad-outfile
 case_ "output is a file" 2 \
