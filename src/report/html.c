@@ -65,7 +65,11 @@ static void as_size(char *buf, size_t len, double x)
     double a = fabs(x);
     while (a >= 1024 && u < 6)
         a /= 1024, u++;
-    snprintf(buf, len, "%s%.*f %s", x < 0 ? "-" : "", u ? (a < 9.995 ? 2 : a < 99.95 ? 1 : 0) : 0,
+    snprintf(buf, len, "%s%.*f %s", x < 0 ? "-" : "",
+             u ? (a < 9.995   ? 2
+                  : a < 99.95 ? 1
+                              : 0)
+               : 0,
              a, unit[u]);
     /* 1.00 MiB reads as 1 MiB: drop zeros after the point */
     char *dot = strchr(buf, '.'), *sp = strchr(buf, ' ');

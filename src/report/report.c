@@ -23,7 +23,7 @@
 /* all of metrics.jsonl: a train record is < 1 KiB, one per log_every steps, so 256 MiB is
  * some 25 million steps at the default log_every; more would not fit in memory as parsed */
 #define METRICS_MAX_BYTES (256 << 20)
-#define RUNS_MAX 64 /* directories overlaid in one page */
+#define RUNS_MAX 64       /* directories overlaid in one page */
 #define NAME_MAX_CHARS 32 /* a run's name in a legend; longer ones lose their middle */
 
 struct run {
@@ -235,7 +235,7 @@ static const char *const g_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd
  * diverged or damaged value (a loss of -1e308), the span of two of them overflows a double
  * and turns every coordinate into inf or NaN, and the other points would be one flat line. */
 #define PLOT_MAX_EXP10 15
-#define PLOT_MAX 1e15 /* 10^PLOT_MAX_EXP10 */
+#define PLOT_MAX 1e15  /* 10^PLOT_MAX_EXP10 */
 #define TICK_FONT_PX 6 /* width of one character of a tick or marker label (10px font) */
 
 struct frame {
@@ -285,8 +285,8 @@ static int plot_point(const struct ddp_json *v, const struct series_def *sd, dou
 /* An axis over [lo, hi] from tick to tick: of the round steps (1, 2 or 5 times a power of
  * ten, at least min_step) that give 2 to max_ticks intervals, the one that wastes least room
  * (then the longer step). One value gets an axis from 0 to twice it. */
-static void nice_axis(double lo, double hi, double min_step, int max_ticks, double *a0,
-                      double *a1, double *step)
+static void nice_axis(double lo, double hi, double min_step, int max_ticks, double *a0, double *a1,
+                      double *step)
 {
     static const double mult[] = {1, 2, 5, 10, 20, 50, 100};
     if (hi <= lo) {
