@@ -27,6 +27,12 @@ def fail(msg):
     print("FAIL", msg)
 
 
+def ok(msg, before):
+    """Print ok for a part of the test that added no failure to the `before` ones."""
+    if len(errors) == before:
+        print("ok  ", msg)
+
+
 def run_dir(path, records, raw_lines=()):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
@@ -199,6 +205,7 @@ def check_page(path, where, expect_legend=None):
 
 def main():
     tmp = tempfile.mkdtemp()
+    n = 0
     recs = records()
     a = run_dir(os.path.join(tmp, "a"), recs)
     report(["a"], tmp)
@@ -215,7 +222,8 @@ def main():
                  "<td>1,230,000</td>", "<td>123,457</td>"):
         if want not in html:
             fail(f"report.html lacks {want}")
-    print(f"ok   one run: {len(p.charts)} charts checked")
+    ok(f"one run: {len(p.charts)} charts checked", n)
+    n = len(errors)
 
     # hostile values: not drawn, counted, the first one's line named
     bad = records()
@@ -238,7 +246,8 @@ def main():
         fail(f"hostile: the loss note does not name line 6: {notes.get('loss')!r}")
     if len(p.charts) != 4:
         fail(f"hostile: {len(p.charts)} charts drawn, want 4")
-    print(f"ok   hostile values: notes {sorted(notes)}")
+    ok(f"hostile values: notes {sorted(notes)}", n)
+    n = len(errors)
 
     # an overlay of a sweep: runs named by what differs, briefly
     for name, lr in (("lr0.1", 0.1), ("lr0.01", 0.01)):
@@ -255,7 +264,8 @@ def main():
     legend = re.findall(r'</svg> ([^<]*)</span>', open(os.path.join(tmp, "t.html")).read())
     if "x/seed1: train" not in legend or "y/seed1: train" not in legend:
         fail(f"two runs named seed1: legend {legend[:4]}")
-    print("ok   overlays named briefly")
+    ok("overlays named briefly", n)
+    n = len(errors)
 
     # small and large scales: ticks stay round and short
     for name, kw in (("tiny", {"lr0": 3e-5, "samples": 12.5}),
@@ -263,7 +273,8 @@ def main():
         d = run_dir(os.path.join(tmp, name), records(**kw))
         report([name], tmp)
         check_page(os.path.join(d, "report.html"), name)
-    print("ok   tiny and huge scales")
+    ok("tiny and huge scales", n)
+    n = len(errors)
 
     # a line over 1 MiB: refused with its own line number
     d = os.path.join(tmp, "long-line")
@@ -271,7 +282,8 @@ def main():
     out = report(["long-line"], tmp, want_rc=3)
     if "long-line/metrics.jsonl:4: line longer than 1 MiB" not in out:
         fail(f"a 2 MiB line 4: {out.strip()[:200]}")
-    print("ok   a line over 1 MiB is refused at line 4")
+    ok("a line over 1 MiB is refused at line 4", n)
+    n = len(errors)
 
     # the validate page: sizes in KiB/MiB, counts with separators
     v = {"format": "ddptrain-validate-1", "verdict": "PASS", "world_size": 2, "nodes_count": 1,
@@ -293,7 +305,8 @@ def main():
             fail(f"v.html lacks {want}")
     if re.search(r"[0-9]e\+", html):
         fail("v.html has a number with an exponent")
-    print("ok   validate page numbers")
+    ok("validate page numbers", n)
+    n = len(errors)
 
     print(f"report-numbers: {len(errors)} failures")
     return 1 if errors else 0
