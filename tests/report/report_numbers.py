@@ -5,7 +5,7 @@ millions), the learning rate's axis does not go below zero, no number is written
 or 1.04858e+06 (dates are ISO dates, sizes KiB/MiB, large counts have thousands separators),
 every SVG coordinate is a finite number inside the chart's viewBox, text stays inside it, a
 legend names only the series that have points, and overlaid runs are named by the short part
-of their directories. A loss of -1e308, 1e308, 1e999 (inf) or null is not drawn: the chart
+of their directories. A loss of -1e308, 1e308, 1e999 (inf), NaN or null is not drawn: the chart
 says how many values it left out and names the first one's line. A line over 1 MiB is refused
 with its own line number."""
 import json
@@ -231,13 +231,15 @@ def main():
                    "lr": 0.1, "samples_per_s": 1e308})
     bad.insert(9, {"kind": "train", "epoch": 1, "step": 150, "loss": 1e308, "acc": None,
                    "lr": None, "samples_per_s": 1000})
+    bad.insert(12, {"kind": "train", "epoch": 1, "step": 230, "loss": float("nan"), "acc": 0.5,
+                    "lr": 0.1, "samples_per_s": 1000})  # NaN, as Python's json writes it
     b = run_dir(os.path.join(tmp, "b"), bad,
                 ['{"kind":"train","epoch":3,"step":1201,"loss":1e999,"acc":0.5,"lr":0,'
                  '"samples_per_s":1000}'])
     report(["b"], tmp)
     html, p = check_page(os.path.join(b, "report.html"), "hostile report.html")
     notes = {cap: text for cap, text in p.notes}
-    want = {"loss": "3 values not drawn", "accuracy": "1 value not drawn",
+    want = {"loss": "4 values not drawn", "accuracy": "1 value not drawn",
             "learning rate": "1 value not drawn", "samples/s (all ranks)": "1 value not drawn"}
     for cap, w in want.items():
         if w not in notes.get(cap, ""):
@@ -275,6 +277,14 @@ def main():
         check_page(os.path.join(d, "report.html"), name)
     ok("tiny and huge scales", n)
     n = len(errors)
+
+    # strtod's -nan is not JSON: refused with its line
+    n = len(errors)
+    run_dir(os.path.join(tmp, "minus-nan"), recs[:2], ['{"kind":"train","step":50,"loss":-nan}'])
+    out = report(["minus-nan"], tmp, want_rc=3)
+    if "minus-nan/metrics.jsonl:3: not a metrics record" not in out:
+        fail(f"-nan on line 3: {out.strip()[:200]}")
+    ok("-nan (not JSON) refused at its line", n)
 
     # a line over 1 MiB: refused with its own line number
     d = os.path.join(tmp, "long-line")
