@@ -217,7 +217,7 @@ case_ "precision bf16 on a CPU" 2 \
 { base_job | sed 's/^layers = .*/layers = flatten, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4)/'; } > bad-long.ini
 case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 
-# ---- recipe keys (issue 17) ------------------------------------------------------------------
+# ---- recipe keys -------------------------------------------------------------------------------
 case_ "augment: unknown, did you mean" 2 \
     "\-\-set data.augment: 'hflp': unknown augmentation; did you mean 'hflip'?" \
     good.ini --set data.augment=hflp
@@ -361,7 +361,7 @@ else
     fail=$((fail + 1))
 fi
 
-# ---- hostile inputs (issue 13) ------------------------------------------------------------
+# ---- hostile inputs --------------------------------------------------------------------
 mkfifo fifo.in || { echo "cannot make a FIFO"; exit 1; }
 DEADLINE=10 case_ "job file is a directory" 2 "is a directory, not a job file" "$work"
 DEADLINE=10 case_ "job file is a FIFO" 2 "fifo.in: is a FIFO, not a job file" fifo.in
