@@ -53,10 +53,10 @@ static void test_load_and_set(void)
     ddp_job_where(&job, "train", "log_every", where, sizeof where);
     CHECK(strstr(where, "default"), "default where: %s", where);
 
-    /* the third piece of layers starts on line 12, column 10 */
+    /* the third piece of layers starts on line 11, column 10 */
     int off = (int)(strstr(job.layers, "linear(10)") - job.layers);
     ddp_job_where_layers(&job, off, where, sizeof where);
-    CHECK(strstr(where, "a.ini:12:10"), "layers where: %s", where);
+    CHECK(strstr(where, "a.ini:11:10"), "layers where: %s", where);
 
     CHECK(ddp_job_set(&job, "data.batch_size=64", err, sizeof err) == 0, "set: %s", err);
     CHECK(job.batch_size == 64, "set batch %lld", (long long)job.batch_size);
