@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/ddp-launch-mpi-XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-# Keep oversubscribed ranks from spinning on each other's cores (as tests/mpi/mpirun.sh).
+# Keep oversubscribed ranks from spinning on each other's cores (as tests/comm/mpirun.sh).
 export OMPI_MCA_mpi_yield_when_idle=1
 # CPU ranks (the mpirun default) also in a GPU build on a GPU machine
 export DDP_TEST_FAKE_GPUS=0

@@ -37,8 +37,8 @@ need_ddptrain() {
     [[ -n ${DDPTRAIN:-} && -x $DDPTRAIN ]] || skip "no ddptrain binary (DDPTRAIN=${DDPTRAIN:-unset})"
 }
 
-# compare_h5 A.h5 B.h5 TOL: tests/ddp/compare_h5.py with the system python3 (it has h5py).
-compare_h5() { /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
+# compare_h5 A.h5 B.h5 TOL: tests/compare_h5.py with the system python3 (it has h5py).
+compare_h5() { /usr/bin/python3 "$DDP_SRC/tests/compare_h5.py" "$@"; }
 need_h5py() { /usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null || skip "/usr/bin/python3 has no h5py"; }
 
 # fashion_h5: print the path of Fashion-MNIST in ddptrain's HDF5 layout, imported once per suite

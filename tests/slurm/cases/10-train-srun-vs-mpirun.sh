@@ -3,7 +3,7 @@
 # batch 64 per rank, no test split) under `srun -N 2 -n 4 --ntasks-per-node=2 --mpi=pmix`
 # (two ranks on each node, talking across the namespace network) and under
 # `mpirun -n 4 --oversubscribe` on this machine end with the same parameters, within 1e-5
-# relative (tests/ddp/compare_h5.py). A run with another seed must not compare equal.
+# relative (tests/compare_h5.py). A run with another seed must not compare equal.
 # shellcheck source=tests/slurm/lib.sh
 . "$(dirname "$0")/../lib.sh"
 

@@ -65,6 +65,6 @@ for mpi in none pmi2 pmix; do
     expect_eq "$(grep -c 'bootstrap: the NCCL id' "$CASE_DIR/$mpi.log")" 1 "$mpi: bootstrap lines"
     grep -q "8 ranks, launcher slurm, comm nccl, device cuda:0 (ddptrain GPU twin 0" \
         "$CASE_DIR/$mpi.log" || fail "$mpi: not 8 ranks on twin GPUs through NCCL"
-    /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" "$CASE_DIR/$mpi/model.h5" \
+    /usr/bin/python3 "$DDP_SRC/tests/compare_h5.py" "$CASE_DIR/$mpi/model.h5" \
         "$CASE_DIR/cpu/model.h5" 1e-5 || fail "$mpi: 8 twin GPUs differ from the CPU run"
 done

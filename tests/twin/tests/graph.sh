@@ -58,7 +58,7 @@ sed 's/^weight_decay = .*/&\nclip_grad_norm = 0.05/' mlp.ini > clip.ini
 # stay inside the first epoch (no short batch): K = 4 uses 4 of the 6 slots, K = 3 all 6
 sed 's/^max_steps = .*/max_steps = 10\naccumulate = 4/' mlp.ini > acc.ini
 sed 's/^max_steps = .*/max_steps = 10\naccumulate = 3/' cnn.ini > cnnacc.ini
-cmp_h5() { $PY "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
+cmp_h5() { $PY "$DDP_SRC/tests/compare_h5.py" "$@"; }
 fail=0
 # run NAME JOB W MODE [--set ...]: W twin GPUs, batch 24 per rank, counters in stats-NAME.*
 run() {

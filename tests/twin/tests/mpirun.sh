@@ -2,7 +2,7 @@
 # mpirun.sh - the GPU path under mpirun with nothing but `[dist] backend = nccl` set (suite
 # twin): `mpirun -n 2 ddptrain-twin job.ini`, bootstrap left at auto and no MASTER_ADDR, takes
 # the NCCL id over MPI (rank 0's log says so and why), trains on twin GPUs 0 and 1 and ends
-# with the parameters of the 1-rank CPU run (1e-5 relative, tests/ddp's tolerance, as
+# with the parameters of the 1-rank CPU run (1e-5 relative, tests/train/equivalence.sh's tolerance, as
 # train.sh); a CPU run of another seed differs (the comparison can fail). Exit 77 without mpirun or
 # without MPI in ddptrain-twin.
 set -u
@@ -58,7 +58,7 @@ want="2 ranks, launcher ompi, comm nccl, device cuda:0 (ddptrain GPU twin 0"
 grep -qF "$want" $out.log || { echo "FAIL: no line '$want'"; fail=1; }
 n=$(grep -c ' bootstrap: ' $out.log)
 [ "$n" = 1 ] || { echo "FAIL: $n bootstrap lines, expected 1 (rank 0's)"; fail=1; }
-if $PY "$DDP_SRC/tests/ddp/compare_h5.py" $out/model.h5 cpu/model.h5 1e-5 > cmp.txt; then
+if $PY "$DDP_SRC/tests/compare_h5.py" $out/model.h5 cpu/model.h5 1e-5 > cmp.txt; then
     echo "ok   mpirun -n 2, 2 twin GPUs vs CPU: $(head -1 cmp.txt)"
 else
     echo "FAIL: mpirun -n 2, 2 twin GPUs vs CPU:"; cat cmp.txt; fail=1
@@ -66,7 +66,7 @@ fi
 # the comparison can fail: another seed does not agree
 "$DDPTRAIN" job.ini --set dist.backend=auto --set data.batch_size=48 --set job.seed=78 \
     --set job.output=other >/dev/null || { echo "FAIL: CPU run, seed 78"; exit 1; }
-if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 cpu/model.h5 1e-5 >/dev/null; then
+if $PY "$DDP_SRC/tests/compare_h5.py" other/model.h5 cpu/model.h5 1e-5 >/dev/null; then
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 exit $fail

@@ -33,7 +33,7 @@ momentum = 0.9
 epochs = 1
 log_every = 1
 INI
-cmp_h5() { $PY "$DDP_SRC/tests/ddp/compare_h5.py" "$@"; }
+cmp_h5() { $PY "$DDP_SRC/tests/compare_h5.py" "$@"; }
 
 timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 4 j.ini --set job.output=full4 \
     > full4.log 2>&1 || { echo "FAIL: uninterrupted 4-GPU run"; tail -5 full4.log; exit 1; }

@@ -2,7 +2,7 @@
 # train.sh - training on the NCCL path of the GPU twin equals the 1-rank CPU run (suite twin):
 # W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
 # id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
-# CPU run within 1e-5 relative (tests/ddp's tolerance), plain layers, SyncBatchNorm, and
+# CPU run within 1e-5 relative (tests/train/equivalence.sh's tolerance), plain layers, SyncBatchNorm, and
 # residual blocks with SyncBatchNorm inside (W = 2, 4; their convolutions through the twin's
 # cuDNN, and at W = 2 once more with cuDNN missing: im2col + cuBLAS, the log line saying
 # so). Then the per-step counters
@@ -100,7 +100,7 @@ for model in plain syncbn resnet recipe aug plainf32; do
             echo "FAIL $model W=$W: not on the twin GPU / NCCL:"; grep '^ddptrain' $model-w$W.log
             fail=1; continue
         fi
-        if $PY "$DDP_SRC/tests/ddp/compare_h5.py" $model-w$W/model.h5 $model-cpu/model.h5 1e-5 \
+        if $PY "$DDP_SRC/tests/compare_h5.py" $model-w$W/model.h5 $model-cpu/model.h5 1e-5 \
                 > cmp.txt; then
             echo "ok   $model W=$W twin GPUs vs CPU: $(head -1 cmp.txt)"
         else
@@ -110,7 +110,7 @@ for model in plain syncbn resnet recipe aug plainf32; do
 done
 # the comparison can fail: another seed does not agree
 "$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
-if $PY "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5 >/dev/null; then
+if $PY "$DDP_SRC/tests/compare_h5.py" other/model.h5 plain-cpu/model.h5 1e-5 >/dev/null; then
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 

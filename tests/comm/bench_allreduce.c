@@ -1,7 +1,7 @@
 /*
  * bench_allreduce.c - time of one f32 sum all-reduce through src/comm (blocking, and
  * start + wait) next to a plain MPI_Allreduce loop. A measurement, not a test: run it by hand,
- *   mpirun -n 2 build/tests/mpi/bench_allreduce [iters]
+ *   mpirun -n 2 build/tests/comm/bench_allreduce [iters]
  * Rank 0 prints a table (units row, median of 9 blocks of iters calls) and one JSON line per
  * size and call.
  * busbw = algbw * 2 (n - 1) / n, as nccl-tests reports it.

@@ -61,7 +61,7 @@ for model in plain syncbn resnet recipe; do
                 --set job.output=$model-w$W --set train.threads=1 > $model-w$W.log 2>&1; then
             echo "FAIL $model W=$W: run failed"; tail -5 $model-w$W.log; fail=1; continue
         fi
-        if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" $model-w$W/model.h5 \
+        if /usr/bin/python3 "$DDP_SRC/tests/compare_h5.py" $model-w$W/model.h5 \
                 $model-w1/model.h5 1e-5 > cmp.txt; then
             echo "ok   $model W=$W vs W=1: $(head -1 cmp.txt)"
         else
@@ -71,12 +71,12 @@ for model in plain syncbn resnet recipe; do
 done
 # the check can fail: a different seed must not agree
 "$DDPTRAIN" plain.ini --set data.batch_size=$G --set job.seed=78 --set job.output=other >/dev/null
-if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" other/model.h5 plain-w1/model.h5 1e-5 >/dev/null; then
+if /usr/bin/python3 "$DDP_SRC/tests/compare_h5.py" other/model.h5 plain-w1/model.h5 1e-5 >/dev/null; then
     echo "FAIL: runs with different seeds compared equal"; fail=1
 fi
 # the recipe check can fail: the same run without augmentation must not agree
 "$DDPTRAIN" recipe.ini --set data.batch_size=$G --set data.augment= --set job.output=noaug >/dev/null
-if /usr/bin/python3 "$DDP_SRC/tests/ddp/compare_h5.py" noaug/model.h5 recipe-w1/model.h5 1e-5 >/dev/null; then
+if /usr/bin/python3 "$DDP_SRC/tests/compare_h5.py" noaug/model.h5 recipe-w1/model.h5 1e-5 >/dev/null; then
     echo "FAIL: the recipe run without augmentation compared equal"; fail=1
 fi
 exit $fail
