@@ -7,8 +7,10 @@
 # without MPI in ddptrain-twin.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+# shellcheck source=tests/lib.sh
+. "$DDP_SRC/tests/lib.sh"
 PY=/usr/bin/python3
-$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
+need_h5py
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
 "$DDPTRAIN_TWIN" --version | grep -q 'comm backends:.* mpi (' ||
     { echo "SKIP: ddptrain-twin built without MPI"; exit 77; }
@@ -17,30 +19,11 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export OMPI_MCA_mpi_yield_when_idle=1
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE DDP_BOOTSTRAP_TOKEN PMI_FD
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
-    >/dev/null || exit 1
-cat > job.ini <<INI
-[job]
-seed = 77
-[data]
-file = d.h5
-test =
-[model]
-layers = flatten, linear(32), relu, linear(16), relu, linear(10)
-[optim]
-name = sgd
-lr = 0.05
-momentum = 0.9
-[train]
-epochs = 1
-max_steps = 20
-log_every = 10
-[dist]
-backend = nccl
-INI
+enter_workdir
+synth_small d.h5
+mlp_job job.ini
+sed -i '/^weight_decay/d; s/^max_steps = .*/max_steps = 20/' job.ini
+printf '[dist]\nbackend = nccl\n' >> job.ini
 fail=0
 "$DDPTRAIN" job.ini --set dist.backend=auto --set data.batch_size=48 --set job.output=cpu \
     >/dev/null || { echo "FAIL: CPU run"; exit 1; }

@@ -1,57 +1,20 @@
 #!/bin/bash
-# train.sh - training on the NCCL path of the GPU twin equals the 1-rank CPU run (suite twin):
-# W = 1, 2, 4 twin GPUs under `ddptrain-twin launch` (one rank per GPU, NCCL twin over TCP,
-# id through the TCP rendezvous), per-rank batch G/W, 30 steps; final parameters agree with the
-# CPU run within 1e-5 relative (tests/train/equivalence.sh's tolerance), plain layers, SyncBatchNorm, and
-# residual blocks with SyncBatchNorm inside (W = 2, 4; their convolutions through the twin's
-# cuDNN, and at W = 2 once more with cuDNN missing: im2col + cuBLAS, the log line saying
-# so). Then the per-step counters
-# (DDP_EMU_STATS) of 2-rank runs, MLP and CNN with SyncBatchNorm (cuDNN, and im2col): no
-# allocation after step 1
-# and no free at all (a free synchronises the device, collectives in flight included); the host
-# out of the steady step: every step after the first that is not a log step has 0 host
-# synchronisations (on any stream) and 0 pageable copies, and its batch goes up from
-# page-locked memory on a stream other than the compute stream; the same with [train]
-# precision = bf16; the counts per step are printed (docs/gpu.md has them). A recipe run (augmentation, accumulation, label smoothing,
-# clip_grad_norm: the GPU's xent and sum-of-squares kernels) is compared with the CPU the same
-# way, and its counters show one all-reduce per optimiser step, not one per micro-batch.
-# uint8 input: the data are uint8, so a batch goes up as bytes and the device converts and
-# normalises it (backend.h u8_to_float): on one twin GPU the final parameters agree with the CPU
-# run's, also with augmentation and normalisation (aug); float32 data (plainf32) keep the float
-# upload (the conversion itself is checked bit for bit by the ops test); the counters show the
-# bytes per steady step: B*D + 4B for uint8 (B*4D + 4B for float32), plus the step values of a
-# replayed CUDA graph. Last, the all-reduce share is timed on the device: a 2 s stall of rank
-# 1 shows in rank 0's share, with no busbw (not measured on GPUs).
+# train.sh - the NCCL path on 1, 2, 4 twin GPUs (`ddptrain-twin launch`) ends within 1e-5 of the
+# 1-rank CPU run: MLP, SyncBatchNorm, residual blocks (cuDNN, and without it), a recipe, uint8 and
+# float32 data. DDP_EMU_STATS counters of 2-rank runs: no allocation after step 1, no free, no
+# host sync or pageable copy in steady steps, one all-reduce per optimiser step, the bytes per
+# batch. A 2 s stall of rank 1 shows in rank 0's all-reduce share (docs/gpu.md).
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+# shellcheck source=tests/lib.sh
+. "$DDP_SRC/tests/lib.sh"
 PY=/usr/bin/python3
-$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-"$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
-    >/dev/null || exit 1
-"$DDPTRAIN" data synth -o f.h5 --shape 1,8,8 --classes 10 --train 2003 --test 101 --seed 5 \
-    --dtype float32 >/dev/null || exit 1
+need_h5py
+enter_workdir
+synth_small d.h5
+synth_small f.h5 --dtype float32
 G=48
-cat > plain.ini <<INI
-[job]
-seed = 77
-[data]
-file = d.h5
-test =
-[model]
-layers = flatten, linear(32), relu, linear(16), relu, linear(10)
-[optim]
-name = sgd
-lr = 0.05
-momentum = 0.9
-weight_decay = 0.0001
-[train]
-epochs = 1
-max_steps = 30
-log_every = 10
-INI
+mlp_job plain.ini
 cnn="conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2), flatten, linear(16), batchnorm, relu"
 sed "s/^layers = .*/layers = $cnn, linear(10)/" plain.ini > syncbn.ini
 printf '[dist]\nsync_bn = true\n' >> syncbn.ini
