@@ -1,10 +1,8 @@
 #!/bin/bash
-# mpirun.sh - the GPU path under mpirun with nothing but `[dist] backend = nccl` set (suite
-# twin): `mpirun -n 2 ddptrain-twin job.ini`, bootstrap left at auto and no MASTER_ADDR, takes
-# the NCCL id over MPI (rank 0's log says so and why), trains on twin GPUs 0 and 1 and ends
-# with the parameters of the 1-rank CPU run (1e-5 relative, tests/train/equivalence.sh's tolerance, as
-# train.sh); a CPU run of another seed differs (the comparison can fail). Exit 77 without mpirun or
-# without MPI in ddptrain-twin.
+# mpirun.sh - `mpirun -n 2 ddptrain-twin job.ini` with only `[dist] backend = nccl` set
+# (bootstrap auto, no MASTER_ADDR): the NCCL id goes over MPI (rank 0's log says so and why),
+# and the final parameters are within 1e-5 relative of the 1-rank CPU run, as in train.sh; a
+# CPU run of another seed differs. Exit 77 without mpirun or without MPI in ddptrain-twin.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 # shellcheck source=tests/lib.sh
