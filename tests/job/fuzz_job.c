@@ -1,27 +1,9 @@
 /*
- * fuzz_job.c - a deterministic fuzzer for the job file and the `[model] layers` grammar.
- *
- * Seeds: job files (default: the *.ini of $DDP_SRC/configs). Each iteration takes a seed or an
- * earlier mutant that check accepted, stacks 1-4 mutations (bit flips, bytes of the grammar,
- * inserted tokens such as `residual(` or `stride=65536`, huge numbers, deletions, splices of
- * two seeds, duplicated or dropped lines) and feeds the result in-process through what
- * `ddptrain check` does before it needs a dataset or peers: ddp_job_load, ddp_job_validate,
- * the job's effective text and banner, then for each of three sample shapes the recipe's data
- * checks, ddp_model_create (on a backend whose allocations are token-sized, so no training
- * buffer is ever made and any write into one is caught by ASan), the memory plan, the
- * summary's FLOPs and the schedule check. A crash aborts the process: the input under test is
- * always in WORKDIR/current.ini first, so it names the culprit.
- *
- * --train N then runs up to N mutants that check accepted as real, tiny trainings of
- * build/ddptrain (a 16-sample synthetic dataset of the shape they fit, one step, one
- * thread), each as `ddptrain check` and then `ddptrain train` with the same overrides,
- * under a timeout: it counts crashes (signals), hangs (timeouts), sanitizer reports, and
- * jobs that check accepted but training refused. Failing inputs and their logs are kept in
- * WORKDIR/failures.
- *
- * Exit: 0 when nothing crashed, hung or drew a sanitizer report (and, with --strict, check
- * and training agreed and every refusal was one line); 1 otherwise; 2 for usage errors.
- * The same --seed gives the same inputs. docs/testing.md says how to run it longer.
+ * fuzz_job.c - a deterministic fuzzer for the job file and the `[model] layers` grammar: mutants
+ * of configs/*.ini through what `ddptrain check` does, in-process (the input under test is
+ * always in WORKDIR/current.ini first); with --train N, tiny trainings of accepted ones. Exit 0
+ * when nothing crashed, hung or drew a sanitizer report, 1 otherwise, 2 for usage errors.
+ * docs/testing.md describes the mutations, the options and how to run it longer.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -1,46 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch parity: ddptrain must take the steps PyTorch 1.13 takes. Both start from the same
-weights ([model] init) and see the same batches in order (shuffle off, one rank, one thread);
-ddptrain keeps a checkpoint after every step, and PyTorch replays its run in float64:
-
-  lr       every step's logged lr equals the lr of torch's scheduler (MultiStepLR stepped per
-           epoch, OneCycleLR per step) to 1e-6 relative;
-  first    the first E2E_STEPS steps end to end from the common start (few enough that
-           float32 rounding, which batchnorm amplifies about tenfold every three steps,
-           cannot have set the trajectories apart);
-  per step every step from ddptrain's own checkpointed state (weights, batchnorm buffers,
-           momentum or Adam moments, step count): PyTorch float64 takes that step on the same
-           micro-batches and must land on ddptrain's next state, optimiser state included;
-           the step's loss must match ddptrain's logged loss;
-  shape    model.h5 holds the state_dict's names and shapes, the last checkpoint's values, and
-           `ddptrain check` counts the parameters and FLOPs of the PyTorch model.
-
-Tolerances come from float32 noise measured on the same span, not from fixed bounds: PyTorch
-float32 replays the span taking float64's branches, twice (each batch in order and reversed:
-two summation orders), and an element of a tensor passes when
-|ddptrain - float64| <= K_NOISE x max |float32 - float64| over the tensor + R_FLOOR x the
-tensor's largest update over the span + ULPS x eps32 x |value| + the element's tie allowance.
-Ties: a ReLU input closer to 0, or a max-pool window whose two largest values are closer, than
-K_TIE x the RMS float32 noise of that layer's input (where a gradient comes back) may be
-decided either way by float32 arithmetic in another summation order, as another CPU's BLAS
-kernels sum; float64 replays the span once with each such decision flipped, and an element's
-allowance is the sum of what the flips moved it. A wrong formula moves every update by a
-fraction of itself (1e-2 or more), hundreds of times the tolerance or more.
-
-Cases (CASES): MLP, CNN, conv+batchnorm and a small ResNet (identity and projection shortcuts,
-a nested block, bias=false, globalavgpool) under SGD momentum; an MLP with batchnorm at batch 4
-(running_var's n / (n - 1) = 4/3); SGD nesterov + weight decay; Adam and AdamW (weight decay
-0.01; eps 1e-4 and torch's default 1e-8); recipes over a small split for several epochs:
-clip_grad_norm (torch.nn.utils.clip_grad_norm_), accumulate (K micro-batches, each loss / K,
-one step), label_smoothing, multistep, onecycle (momentum cycled), Adam under all of them, and
-the ResNet under clipping, accumulation and label smoothing.
-
-Environment: DDPTRAIN (binary; default DDP_BUILD/ddptrain or DDP_SRC/build/ddptrain),
-DDP_SRC (source root), DDP_DATASET (Fashion-MNIST HDF5; default DDP_SRC/datasets/
-fashion-mnist.h5; imported with `ddptrain data idx` into a temporary directory when missing),
-DDP_PARITY_CASES (comma-separated case names to run a subset), DDP_PARITY_KEEP=1 (keep the
-temporary directory), DDP_PARITY_VERBOSE=1 (a line per step). Exit 0 pass, 1 mismatch or
-failure, 77 when /usr/bin/python3 cannot import torch or h5py.
+"""PyTorch parity: ddptrain takes the steps PyTorch 1.13 takes from the same weights and batches
+(lr per step, the first E2E_STEPS steps end to end, every step from ddptrain's checkpointed state,
+model.h5's names and shapes), within tolerances measured from float32 noise (docs/testing.md).
+Environment: DDPTRAIN, DDP_SRC, DDP_DATASET, DDP_PARITY_CASES (a subset), DDP_PARITY_KEEP=1,
+DDP_PARITY_VERBOSE=1. Exit 0 pass, 1 mismatch, 77 without torch or h5py in /usr/bin/python3.
 """
 import collections
 import copy

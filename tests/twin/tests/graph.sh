@@ -1,24 +1,10 @@
 #!/bin/bash
-# graph.sh - [train] cuda_graph on the GPU twin (suite twin; docs/gpu.md, CUDA Graphs):
-#  - cuda_graph = on and off give bit-identical final weights on 1 and 2 twin GPUs, for an MLP
-#    with dropout and AdamW under a warmup + cosine schedule, and for a CNN with SyncBatchNorm
-#    and dropout under SGD with Nesterov momentum and onecycle (lr, momentum, t and the seed
-#    change every step: a value frozen into the graph shows as different weights);
-#  - the counters of the 2-rank runs with graphs: every step after the captures (steps 1-3)
-#    is one graph launch with 0 kernel launches from the host and 0 allocations; off log
-#    steps 0 host synchronisations, 0 pageable copies, its batch and step values up on the
-#    copy stream;
-#  - a run that died at step 17 resumes from its step-10 checkpoint with graphs, bitwise equal
-#    to the uninterrupted run;
-#  - rank 1 of 2 dies after step 12: rank 0, whose replayed step 13 waits in NCCL for it, exits
-#    5 naming rank 1 within [dist] timeout_s;
-#  - clip_grad_norm (clip): its factor stays on the device, so the step is captured; on = off
-#    bitwise, the same counters, and the weights differ from the unclipped MLP's;
-#  - accumulation (acc: MLP, K = 4; cnnacc: CNN, K = 3): one graph per micro-batch role and
-#    input set; on = off bitwise, K graph launches per step and no kernel launch from the host
-#    after the captures; over two whole epochs with a short batch and a short step too;
-#  - refusal: cuda_graph = on with the CPU backend stops at start with one line naming the key,
-#    the reason and the fix (exit 2); auto there runs with no note.
+# graph.sh - [train] cuda_graph on the GPU twin (docs/gpu.md, CUDA Graphs): on and off give
+# bit-identical weights on 1 and 2 twin GPUs (MLP with AdamW and warmup + cosine, CNN with
+# SyncBatchNorm under Nesterov and onecycle, clipping, accumulation over whole epochs); one graph
+# launch per steady step, no host launch, allocation or sync; resume from a checkpoint is bitwise;
+# a dead peer during a replay ends rank 0 with exit 5 within timeout_s; on the CPU backend
+# cuda_graph = on stops with one line (exit 2), auto runs.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3

@@ -1,35 +1,8 @@
 /*
  * test_twin_faults.c - bugs planted in GPU code, which the GPU twin must expose (suite twin,
- * driven by faults.sh). `test_twin_faults CASE plant|clean`: with plant the bug is in, and the
- * twin must report it (a fault line and a signal or exit 1, or wrong data this program
- * detects, exit 3); with clean the same code without the bug must pass (exit 0).
- *   host-read     the host dereferences a device pointer (the twin's device memory is
- *                 PROT_NONE to the host): killed by SIGSEGV with the twin's report
- *   kernel-host   a kernel is given a host pointer: sticky cudaErrorIllegalAddress, reported
- *                 by the backend's next CUDA call (exit 1)
- *   missing-wait  gradients written on a second ("communication") stream, the optimiser run
- *                 on the compute stream without cudaStreamWaitEvent: stale gradients (exit 3)
- *   slot-reuse    a page-locked loader slot refilled before its asynchronous upload ran: the
- *                 twin keeps the slot read-only while the copy is queued, so the refill is
- *                 killed by SIGSEGV with the twin's report (on a GPU the kernel would silently
- *                 see the next batch)
- *   cudnn-workspace  a convolution (forward and backward) through cuDNN given a col buffer
- *                 half of what conv_plan asked for: the twin's cuDNN faults on the workspace
- *                 (exit 1)
- *   cudnn-host    a host array as a cuDNN convolution's input: a GPU fault naming operand x
- *   capture-sync  a host synchronisation inside a captured CUDA graph step (the backend's sync
- *                 between the step's ops): the twin names the call and invalidates the
- *                 capture, the backend's CUDA check stops with the error (exit 1)
- *   capture-freed a buffer of a captured graph freed before the graph is launched: the
- *                 replayed kernel faults as with a freed pointer (exit 1)
- *   capture-fork  a second stream forked into the capture and never joined back:
- *                 cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined (exit 1)
- *   capture-rules each call CUDA forbids during a global-mode capture, planted in a capture of
- *                 its own: the call fails with CUDA's error and the capture ends with
- *                 cudaErrorStreamCaptureInvalidated; one "exposed" line per call (exit 1
- *                 when every one was exposed); clean: the same captures without the calls
- *                 end with a graph (exit 0)
- * Run under DDP_EMU_LATE=1 (faults.sh does) the two ordering bugs show every time.
+ * driven by faults.sh). `test_twin_faults CASE plant|clean`: with plant the twin must report the
+ * bug (a fault line and a signal or exit 1, or wrong data this program detects, exit 3); with
+ * clean the same code without the bug passes (exit 0). docs/testing.md lists the cases.
  */
 #include <stdio.h>
 #include <stdlib.h>
