@@ -8,6 +8,7 @@
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "data/synth.h"
+#include "core/fileio.h"
 #include "core/util.h"
 
 #include <stdarg.h>
@@ -168,6 +169,8 @@ static int cmd_idx(int argc, char **argv)
     if (classes_s &&
         parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
+    if (ddp_file_check_output("-o", out, msg, sizeof msg) != 0)
+        return usage_error("idx: %s", msg);
     if (refuse_existing(out, force))
         return DDP_EXIT_USAGE;
 
@@ -269,12 +272,14 @@ static int cmd_synth(int argc, char **argv)
     }
     if (!out)
         return usage_error("synth: -o OUT.h5 is required");
+    if (ddp_file_check_output("-o", out, msg, sizeof msg) != 0)
+        return usage_error("synth: %s", msg);
     if (ddp_synth_check(&spec, err, sizeof err) != 0)
         return usage_error("synth: %s", err);
     double t0 = ddp_now();
     if (ddp_synth_write(&spec, out, err, sizeof err) != 0) {
-        ddp_warn("%s", err);
-        return DDP_EXIT_DATA;
+        ddp_warn("%s", err); /* only writes: the output failed (a full disk), a runtime failure */
+        return DDP_EXIT_RUNTIME;
     }
     printf("wrote %s: /train %lld, /test %lld samples of %s, %d classes, seed %llu, %.1f s\n", out,
            (long long)spec.n_train, (long long)spec.n_test, ddp_h5dtype_name(spec.dtype),

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fileio.h"
 #include "job/config.h"
 #include "report/html.h"
 #include "report/json.h"
@@ -133,6 +134,9 @@ int ddp_cmd_report(int argc, char **argv)
     struct stat st;
     if (n == 0) {
         usage(stderr);
+        rc = DDP_EXIT_USAGE;
+    } else if (out && ddp_file_check_output("-o", out, err, sizeof err) != 0) {
+        ddp_warn("report: %s", err);
         rc = DDP_EXIT_USAGE;
     } else if (n == 1 && stat(dirs[0], &st) == 0 && S_ISREG(st.st_mode)) {
         size_t len = strlen(dirs[0]);
