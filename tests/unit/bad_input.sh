@@ -64,9 +64,9 @@ case_() {
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
     no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
-    # options that check does not take)
+    # options that check does not take; data is no job)
     if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
-        [ "$job" != report ]; then
+        [ "$job" != report ] && [ "$job" != data ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -147,6 +147,20 @@ case_ "text after a residual block" 2 \
 bad_layers bad-res-inner.ini 'residual(relu, conv2d(0, 3)), flatten, linear(4)'
 case_ "bad layer inside residual" 2 "layer 1.2 'conv2d(0, 3)': argument 1 must be" \
     bad-res-inner.ini
+# each argument once: twice by name, or by position and by name, is refused
+bad_layers bad-kw-twice.ini 'flatten, linear(4, bias=false, bias=true)'
+case_ "argument given twice" 2 \
+    "layer 2 'linear(4, bias=false, bias=true)': bias= given twice; give each argument once" \
+    bad-kw-twice.ini
+bad_layers bad-stride-twice.ini 'conv2d(2, 3, stride=1, Stride=2), flatten, linear(4)'
+case_ "stride given twice" 2 "layer 1 'conv2d(2, 3, stride=1, Stride=2)': stride= given twice" \
+    bad-stride-twice.ini
+bad_layers bad-stride-pos.ini 'conv2d(2, 3, 1, stride=2), flatten, linear(4)'
+case_ "stride by position and by name" 2 \
+    "stride given twice: as argument 3 and as stride=; give it once" bad-stride-pos.ini
+bad_layers bad-trailing.ini 'flatten, linear(4, bias=false x)'
+case_ "text after an argument" 2 "layer 2 'linear(4, bias=false x)': missing comma before 'x'" \
+    bad-trailing.ini
 bad_layers bad-gap.ini 'flatten, globalavgpool, linear(4)'
 case_ "globalavgpool on flat input" 2 "layer 2 globalavgpool: input (64) is not (C, H, W)" \
     bad-gap.ini
@@ -558,6 +572,28 @@ else
     echo "FAIL cannot make a model to predict with"; fail=$((fail + 1))
 fi
 rm -rf run1
+
+# ---- an empty output path is refused by every command, before any work, writing nothing ----
+case_ "data synth -o ''" 2 "data: synth: -o '': an empty path; give a file name" \
+    data synth -o "" --shape 1,8,8 --train 8 --test 8
+case_ "report -o ''" 2 "report: -o '': an empty path" report . -o ""
+mkdir -p bad-outdir
+case_ "data synth -o a directory" 2 "synth: -o bad-outdir: is a directory" \
+    data synth -o bad-outdir --shape 1,8,8 --train 8 --test 8
+case_ "data synth -o in a missing directory" 2 "synth: -o nodir/x.h5: its directory nodir" \
+    data synth -o nodir/x.h5 --shape 1,8,8 --train 8 --test 8
+"$DDPTRAIN" good.ini --set job.output=run3 >/dev/null 2>&1
+if [ -f run3/model.h5 ]; then
+    case_ "predict --output ''" 2 "predict: --output '': an empty path" \
+        predict good.ini --checkpoint run3/model.h5 --input good.h5 --output ""
+    case_ "export --onnx ''" 2 "export: --onnx '': an empty path" \
+        export good.ini --checkpoint run3/model.h5 --onnx ""
+    case_ "export --onnx a directory" 2 "export: --onnx bad-outdir: is a directory" \
+        export good.ini --checkpoint run3/model.h5 --onnx bad-outdir
+else
+    echo "FAIL cannot make a model to export"; fail=$((fail + 1))
+fi
+rm -rf run3
 
 # ---- output paths that mkdir cannot make: check finds them too, creating nothing -------------
 touch bad-outfile
