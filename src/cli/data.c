@@ -43,7 +43,8 @@ static const char usage_text[] =
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
-    "Exit codes: 0 done, 2 usage error, 3 bad input file or OUT cannot be written.\n"
+    "Exit codes: 0 done, 1 OUT cannot be written (synth), 2 usage error or an unusable -o,\n"
+    "3 bad input file (or, idx, OUT cannot be written).\n"
     "Reference: docs/data.md\n";
 
 /* Usage error: one line on stderr and a pointer to --help; returns DDP_EXIT_USAGE. */

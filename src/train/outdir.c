@@ -362,6 +362,17 @@ int ddp_outdir_check_resume(const char *dir, int tensorboard, char *why, size_t 
                        "%s is %s, not a directory, and TensorBoard's events ([job] tensorboard) "
                        "go there; move it away, or set [job] tensorboard = false",
                        path, kind_of(st.st_mode));
+    /* the files a resumed run replaces (via NAME.tmp and a rename) at its start or end: a
+     * directory there would fail the run only after all its training */
+    static const char *const replaced[] = {"job.ini", "model.h5", "best.h5", "report.html"};
+    for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, replaced[i]);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return ddp_err(why, whylen,
+                           "%s is %s, not a regular file, and a resumed run replaces it; move "
+                           "it away, or start afresh with [checkpoint] resume = never",
+                           path, kind_of(st.st_mode));
+    }
     return 0;
 }
 

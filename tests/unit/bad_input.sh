@@ -630,6 +630,28 @@ else
         "$rc_train" "$(head -c 200 tb-check.txt)" "$(head -c 200 tb-train.txt)"
 fi
 rm -rf bad-tbrun
+# the final weights a resumed run replaces at its end: a directory there fails check, not the
+# run after all its training
+"$DDPTRAIN" good.ini --set job.output=bad-mrun >/dev/null 2>&1
+rm -f bad-mrun/model.h5 && mkdir -p bad-mrun/model.h5/x
+for m in check train; do
+    c=""; [ $m = check ] && c=check
+    timeout -k 5 60 "$DDPTRAIN" $c good.ini --set job.output=bad-mrun --set train.epochs=2 \
+        >stdout.txt 2>"m-$m.txt"
+    eval "rc_$m=$?"
+done
+if [ "$rc_check" -eq 2 ] && [ "$rc_train" -eq 2 ] && cmp -s m-check.txt m-train.txt &&
+    [ "$(grep -c . m-train.txt)" -eq 1 ] &&
+    grep -q "bad-mrun/model.h5 is a directory, not a regular file, and a resumed run replaces it" \
+        m-train.txt; then
+    pass=$((pass + 1))
+    printf 'ok   %-34s %s\n' "resumed run: model.h5 a directory" "$(head -c 160 m-train.txt)"
+else
+    fail=$((fail + 1))
+    printf 'FAIL %-34s check %s, run %s: %s | %s\n' "resumed run: model.h5 a directory" \
+        "$rc_check" "$rc_train" "$(head -c 200 m-check.txt)" "$(head -c 200 m-train.txt)"
+fi
+rm -rf bad-mrun
 
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
