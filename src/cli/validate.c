@@ -153,8 +153,9 @@ int ddp_cmd_validate(int argc, char **argv)
         return DDP_EXIT_USAGE;
     }
     if (margin && !a.record_expect) {
-        fprintf(stderr, "ddptrain: validate: --margin %s applies to --record-expect only (the "
-                        "floors it writes); drop it or add --record-expect FILE\n",
+        fprintf(stderr,
+                "ddptrain: validate: --margin %s applies to --record-expect only (the "
+                "floors it writes); drop it or add --record-expect FILE\n",
                 margin);
         return DDP_EXIT_USAGE;
     }

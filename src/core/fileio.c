@@ -81,14 +81,15 @@ int ddp_file_check_output(const char *opt, const char *path, char *err, size_t e
     const char *dir = dirname(copy);
     int rc = 0;
     if (stat(dir, &st) != 0)
-        rc = ddp_err(err, errlen, "%s %s: its directory %s: %s; create it first or give another path",
-                     opt, path, dir, strerror(errno));
+        rc = ddp_err(err, errlen,
+                     "%s %s: its directory %s: %s; create it first or give another path", opt, path,
+                     dir, strerror(errno));
     else if (!S_ISDIR(st.st_mode))
         rc = ddp_err(err, errlen, "%s %s: %s is a %s, not a directory; give another path", opt,
                      path, dir, kind_of(&st));
     else if (access(dir, W_OK | X_OK) != 0)
-        rc = ddp_err(err, errlen, "%s %s: cannot write in directory %s: %s; give another path",
-                     opt, path, dir, strerror(errno));
+        rc = ddp_err(err, errlen, "%s %s: cannot write in directory %s: %s; give another path", opt,
+                     path, dir, strerror(errno));
     free(copy);
     return rc;
 }

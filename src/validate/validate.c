@@ -80,11 +80,12 @@ static int find_reference(const char *given, const char *backend, int W, char *p
         if (stat(path, &st) != 0)
             ddp_err(why, whylen, "%s does not exist", path);
         else /* a FIFO would block the read for good: named for what it is */
-            ddp_err(why, whylen, "%s is a %s, not a reference file; give a file recorded with --record",
-                    path, S_ISFIFO(st.st_mode)   ? "FIFO"
-                          : S_ISCHR(st.st_mode)  ? "character device"
-                          : S_ISSOCK(st.st_mode) ? "socket"
-                                                 : "special file");
+            ddp_err(why, whylen,
+                    "%s is a %s, not a reference file; give a file recorded with --record", path,
+                    S_ISFIFO(st.st_mode)   ? "FIFO"
+                    : S_ISCHR(st.st_mode)  ? "character device"
+                    : S_ISSOCK(st.st_mode) ? "socket"
+                                           : "special file");
         return 0;
     }
     char rel[128], shipped[DDP_PATH_MAX];
