@@ -685,11 +685,43 @@ enospc() {
 }
 nospace="No space left on device"
 enospc "full disk: lock file" 2 "mnt/out/.ddptrain.lock: $nospace" 0
-enospc "full disk: job.ini" 2 "mnt/out/job.ini.*: $nospace" 1
+enospc "full disk: job.ini" 1 "mnt/out/job.ini.*: $nospace" 1
 enospc "full disk: metrics" 1 "metrics.jsonl: cannot write metrics: $nospace" 2
 enospc "full disk: checkpoint" 1 "ckpt-00000008.h5.tmp: cannot .*checkpoint: $nospace" 3
 enospc "full disk: final weights" 1 "model.h5.tmp: cannot .*: $nospace" 3 \
     --set checkpoint.every_epochs=0
+
+# full_out NAME PATTERN ARGS...: ddptrain ARGS writing its output (mnt/o) into a full tmpfs
+# must exit 1, as every subcommand does for an output it cannot write, with one line, and
+# leave no mnt/o.tmp behind
+full_out() {
+    local name=$1 pattern=$2
+    shift 2
+    local args="" a
+    for a in "$@"; do args="$args '$a'"; done
+    unshare -m sh -c "
+        mkdir -p mnt && mount -t tmpfs -o size=64k tmpfs mnt || exit 99
+        dd if=/dev/zero of=mnt/filler bs=4096 2>/dev/null
+        timeout -k 5 60 '$DDPTRAIN' $args; rc=\$?
+        ls mnt/o.tmp 2>/dev/null && exit 98
+        exit \$rc" >stdout.txt 2>stderr.txt
+    local rc=$? why=""
+    [ "$rc" -eq 1 ] || why="exit $rc, want 1 (98: mnt/o.tmp left behind)"
+    [ "$(grep -c . stderr.txt)" -eq 1 ] || why="$why; stderr has several lines"
+    grep -q -- "$pattern" stderr.txt || why="$why; stderr lacks '$pattern'"
+    if [ -z "$why" ]; then
+        pass=$((pass + 1)); printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"
+    else
+        fail=$((fail + 1)); printf 'FAIL %-34s %s\n' "$name" "$why"; sed 's/^/     | /' stderr.txt
+    fi
+}
+"$DDPTRAIN" good.ini --set job.output=run4 >/dev/null 2>&1
+full_out "full disk: data synth" "mnt/o" data synth -o mnt/o --shape 1,8,8 --train 64 --test 8
+full_out "full disk: report" "mnt/o" report run4 -o mnt/o
+full_out "full disk: export" "mnt/o" export good.ini --checkpoint run4/model.h5 --onnx mnt/o
+full_out "full disk: predict" "mnt/o" predict good.ini --checkpoint run4/model.h5 \
+    --input good.h5 --output mnt/o
+rm -rf run4
 
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]
