@@ -43,8 +43,8 @@ static const char usage_text[] =
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
-    "Exit codes: 0 done, 1 OUT cannot be written (synth), 2 usage error or an unusable -o,\n"
-    "3 bad input file (or, idx, OUT cannot be written).\n"
+    "Exit codes: 0 done, 1 OUT cannot be written (a full disk), 2 usage error or an unusable\n"
+    "-o, 3 bad input file.\n"
     "Reference: docs/data.md\n";
 
 /* Usage error: one line on stderr and a pointer to --help; returns DDP_EXIT_USAGE. */
@@ -197,9 +197,10 @@ static int cmd_idx(int argc, char **argv)
         command_text(argc, argv, src, sizeof src);
     ddp_idx_summary sum;
     double t0 = ddp_now();
-    if (ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err) != 0) {
+    int imp = ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err);
+    if (imp != 0) {
         ddp_warn("%s", err);
-        return DDP_EXIT_DATA;
+        return imp == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA; /* the output, or an input */
     }
     char shape[96];
     if (sum.rank == 1)

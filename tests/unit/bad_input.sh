@@ -722,6 +722,13 @@ full_out "full disk: export" "mnt/o" export good.ini --checkpoint run4/model.h5 
 full_out "full disk: predict" "mnt/o" predict good.ini --checkpoint run4/model.h5 \
     --input good.h5 --output mnt/o
 rm -rf run4
+mkdir -p idx # a tiny IDX set (as tests/data/test_cli.sh writes it)
+printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x03\x01\x02\x03\x04\x05\x06\xfa\xfb\xfc\xfd\xfe\xff' >idx/train-images-idx3-ubyte
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x04\x01' >idx/train-labels-idx1-ubyte
+printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x10\x20\x30\x40\x50' >idx/t10k-images-idx3-ubyte
+printf '\x00\x00\x08\x01\x00\x00\x00\x01\x02' >idx/t10k-labels-idx1-ubyte
+full_out "full disk: data idx" "mnt/o" data idx --dir idx -o mnt/o
+rm -rf idx
 
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]
