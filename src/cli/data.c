@@ -36,6 +36,8 @@ static const char usage_text[] =
     "                         [--test-images-key x_test] [--test-labels-key y_test]\n"
     "       ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test T.csv]\n"
     "                         [--classes K] [--force]\n"
+    "       ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
+    "                         [--channels 1|3] [--force]\n"
     "       ddptrain data info FILE.h5\n"
     "\n"
     "  idx    import an MNIST-style IDX set (raw or .gz) into the HDF5 layout:\n"
@@ -52,7 +54,9 @@ static const char usage_text[] =
     "         x_test, y_test unless named; /test when the archive holds the test key)\n"
     "  csv    import a CSV: numeric features as (N,D) float32, one integer label column;\n"
     "         a first line with a non-numeric cell is the header\n"
-    "         (npy, npz, csv: an existing OUT is refused (exit 2) unless --force)\n"
+    "  imagefolder  import class folders of PNG/JPEG images (DIR/train/<class>/..., or\n"
+    "         DIR/<class>/... with --test-fraction) as (N,C,H,W) uint8\n"
+    "         (npy, npz, csv, imagefolder: an existing OUT is refused (exit 2) unless --force)\n"
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
@@ -399,7 +403,8 @@ static int cmd_info(int argc, char **argv)
 int ddp_cmd_data(int argc, char **argv)
 {
     if (argc < 2)
-        return usage_error("a subcommand is required: idx, npy, npz, csv, synth or info");
+        return usage_error(
+            "a subcommand is required: idx, npy, npz, csv, imagefolder, synth or info");
     const char *sub = argv[1];
     if (is_help(sub)) {
         fputs(usage_text, stdout);
@@ -417,5 +422,8 @@ int ddp_cmd_data(int argc, char **argv)
         return ddp_data_cmd_npz(argc - 1, argv + 1);
     if (!strcmp(sub, "csv"))
         return ddp_data_cmd_csv(argc - 1, argv + 1);
-    return usage_error("unknown subcommand `%s`; expected idx, npy, npz, csv, synth or info", sub);
+    if (!strcmp(sub, "imagefolder"))
+        return ddp_data_cmd_imagefolder(argc - 1, argv + 1);
+    return usage_error(
+        "unknown subcommand `%s`; expected idx, npy, npz, csv, imagefolder, synth or info", sub);
 }

@@ -1,5 +1,5 @@
 /*
- * data_import.c - `ddptrain data npy|npz|csv` (data_import.h): options into the importers
+ * data_import.c - `ddptrain data npy|npz|csv|imagefolder` (data_import.h): options into the importers
  * of data/import.h, errors to exit codes, one summary line. Reference: docs/data.md.
  */
 #include "cli/data_import.h"
@@ -8,6 +8,7 @@
 #include "data/import.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -207,5 +208,48 @@ int ddp_data_cmd_csv(int argc, char **argv)
     ddp_import_summary s;
     double t0 = ddp_now();
     int rc = ddp_import_csv(a.positional, test, col, a.out, a.src, a.classes, &s, err, sizeof err);
+    return finish(&a, rc, &s, t0, err);
+}
+
+static const char imagefolder_help[] =
+    "usage: ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
+    "                         [--channels 1|3] [--source T] [--force]\n"
+    "  DIR/train/<class>/<image> (and DIR/test/<class>/...), or DIR/<class>/<image> with the\n"
+    "  last F of each class (in name order) as /test; PNG and JPEG; classes are the folder\n"
+    "  names sorted; images one size, or --resize HxW (bilinear); channels from the first\n"
+    "  image unless given. Reference: docs/data.md\n";
+
+int ddp_data_cmd_imagefolder(int argc, char **argv)
+{
+    import_args a = {.sub = "imagefolder", .takes_positional = 1};
+    const char *frac = NULL, *resize = NULL, *chan = NULL;
+    add_opt(&a, "--test-fraction", &frac);
+    add_opt(&a, "--resize", &resize);
+    add_opt(&a, "--channels", &chan);
+    int r = parse_args(&a, argc, argv, imagefolder_help);
+    if (r)
+        return r < 0 ? DDP_EXIT_OK : r;
+    if (!a.positional)
+        return import_usage(&a, "DIR is required");
+    if (a.classes_s)
+        return import_usage(&a, "--classes does not apply: the classes are the class folders");
+    ddp_imagefolder_spec spec = {.dir = a.positional};
+    if (frac && (ddp_parse_f64(frac, &spec.test_fraction) != 0 || !(spec.test_fraction >= 0) ||
+                 spec.test_fraction >= 1))
+        return import_usage(&a, "--test-fraction `%s`: expected a number in [0, 1)", frac);
+    if (chan && strcmp(chan, "1") && strcmp(chan, "3"))
+        return import_usage(&a, "--channels `%s`: expected 1 (grey) or 3 (RGB)", chan);
+    spec.channels = chan ? atoi(chan) : 0;
+    if (resize) {
+        char x = 0, tail = 0;
+        if (sscanf(resize, "%d%c%d%c", &spec.resize_h, &x, &spec.resize_w, &tail) != 3 ||
+            x != 'x' || spec.resize_h < 1 || spec.resize_w < 1 || spec.resize_h > 8192 ||
+            spec.resize_w > 8192)
+            return import_usage(&a, "--resize `%s`: expected HxW, e.g. 32x32 (1 to 8192)", resize);
+    }
+    char err[DDP_ERR_LEN];
+    ddp_import_summary s;
+    double t0 = ddp_now();
+    int rc = ddp_import_imagefolder(&spec, a.out, a.src, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }

@@ -10,5 +10,6 @@
 int ddp_data_cmd_npy(int argc, char **argv);
 int ddp_data_cmd_npz(int argc, char **argv);
 int ddp_data_cmd_csv(int argc, char **argv);
+int ddp_data_cmd_imagefolder(int argc, char **argv);
 
 #endif

@@ -2,8 +2,8 @@
  * import.h - the importers of `ddptrain data npy|npz|csv|imagefolder`: read a dataset in
  * another format, streaming, and write the HDF5 layout of h5data.h (docs/data.md).
  *
- * Every importer checks all its inputs' headers (shapes, types, sizes against the files'
- * lengths) before writing anything, holds the labels in memory (int32, 4 bytes a sample)
+ * Every importer checks its inputs' headers (shapes, types, sizes against the files'
+ * lengths; for images, the folder tree and the first image) before writing anything, holds the labels in memory (int32, 4 bytes a sample)
  * and streams the samples in pieces of DDP_IMPORT_CHUNK_BYTES through ddp_h5writer, so a
  * source larger than memory imports and OUT appears (renamed from OUT.tmp) only when
  * complete. Errors are one line in err naming the file (and line or member), what was
@@ -72,5 +72,17 @@ int ddp_import_npz(const char *path, const char *const keys[4], const char *out,
 int ddp_import_csv(const char *train, const char *test, const char *label_column, const char *out,
                    const char *source, int classes, ddp_import_summary *sum, char *err,
                    size_t errlen);
+
+/* ImageFolder: DIR/train/<class>/<image> (and DIR/test/<class>/... when present), or one
+ * tree DIR/<class>/<image> whose last test_fraction of each class's files (in name order)
+ * becomes /test. Classes are the folder names sorted bytewise, numbered from 0. */
+typedef struct {
+    const char *dir;
+    double test_fraction;   /* one tree only; 0: no /test */
+    int channels;           /* 1 or 3; 0: from the first image (greyscale file: 1, else 3) */
+    int resize_h, resize_w; /* 0: every image must have the first one's size */
+} ddp_imagefolder_spec;
+int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const char *out, const char *source,
+                           ddp_import_summary *sum, char *err, size_t errlen);
 
 #endif
