@@ -221,8 +221,10 @@ static int list_splits(const ddp_imagefolder_spec *spec, file_list l[2], char *e
         if (nc > 0 && stat(te, &st) == 0 && S_ISDIR(st.st_mode)) {
             int r = list_tree(te, cls, nc, 0, &l[1], &none, &tcls, err, errlen);
             free_names(tcls, r > 0 ? r : 0);
-            if (r < 0)
-                nc = -1;
+            if (r < 0) {
+                free_names(cls, nc);
+                return -1;
+            }
         }
     } else {
         nc = list_tree(spec->dir, NULL, 0, spec->test_fraction, &l[0], &l[1], &cls, err, errlen);
