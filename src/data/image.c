@@ -35,6 +35,7 @@ int ddp_image_have_jpeg(void)
     return HAVE_JPEG;
 }
 
+#if HAVE_PNG || HAVE_JPEG
 /* src (n pixels of sc channels, sc 1 or 3 or 4) into dst of dc channels (1 or 3). */
 static void convert(uint8_t *dst, int dc, const uint8_t *src, int sc, int64_t n)
 {
@@ -62,6 +63,8 @@ static int check_size(const char *path, int64_t h, int64_t w, char *err, size_t 
                        path, (long long)h, (long long)w, (long long)DDP_IMAGE_MAX_PIXELS);
     return 0;
 }
+
+#endif
 
 #if HAVE_PNG
 /* PNG via the simplified API: RGBA 8-bit, then converted. */
