@@ -180,7 +180,10 @@ int ddp_data_cmd_npz(int argc, char **argv)
     char err[DDP_ERR_LEN];
     ddp_import_summary s;
     double t0 = ddp_now();
-    int rc = ddp_import_npz(a.positional, keys, a.out, a.src, a.classes, &s, err, sizeof err);
+    /* Test keys named on the command line must be there; the default ones are optional. */
+    const int need_test = strcmp(keys[2], "x_test") != 0 || strcmp(keys[3], "y_test") != 0;
+    int rc =
+        ddp_import_npz(a.positional, keys, need_test, a.out, a.src, a.classes, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }
 

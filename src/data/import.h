@@ -62,9 +62,10 @@ int ddp_import_npy(const char *images, const char *labels, const char *test_imag
                    const char *test_labels, const char *out, const char *source, int classes,
                    ddp_import_summary *sum, char *err, size_t errlen);
 /* The same from an .npz: arrays keys[0], keys[1] (train) and keys[2], keys[3] (test, used
- * when the archive holds keys[2]). */
-int ddp_import_npz(const char *path, const char *const keys[4], const char *out, const char *source,
-                   int classes, ddp_import_summary *sum, char *err, size_t errlen);
+ * when the archive holds keys[2]; required when need_test). */
+int ddp_import_npz(const char *path, const char *const keys[4], int need_test, const char *out,
+                   const char *source, int classes, ddp_import_summary *sum, char *err,
+                   size_t errlen);
 
 /* CSV: one sample a line, numeric feature columns (float32) and one integer label column
  * (`label_column`: a header name, or a 0-based index). A first line with a cell that is

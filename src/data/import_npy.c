@@ -181,15 +181,16 @@ out:
     return rc;
 }
 
-int ddp_import_npz(const char *path, const char *const keys[4], const char *out, const char *source,
-                   int classes, ddp_import_summary *sum, char *err, size_t errlen)
+int ddp_import_npz(const char *path, const char *const keys[4], int need_test, const char *out,
+                   const char *source, int classes, ddp_import_summary *sum, char *err,
+                   size_t errlen)
 {
     ddp_npy *img[2] = {NULL, NULL}, *lab[2] = {NULL, NULL};
     int rc = -1;
     ddp_npz *z = ddp_npz_open(path, err, errlen);
     if (!z)
         return -1;
-    const int nsplits = ddp_npz_has(z, keys[2]) ? 2 : 1;
+    const int nsplits = need_test || ddp_npz_has(z, keys[2]) ? 2 : 1;
     for (int k = 0; k < nsplits; k++)
         if (!(img[k] = ddp_npz_member(z, keys[2 * k], err, errlen)) ||
             !(lab[k] = ddp_npz_member(z, keys[2 * k + 1], err, errlen)))

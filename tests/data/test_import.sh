@@ -139,6 +139,8 @@ expect 3 "crc.npz: member x_train.npy: CRC-32 mismatch" -- npz crc.npz
 expect 3 "trunc.npz: not a complete zip archive" -- npz trunc.npz
 expect 3 "notzip.npz: not a complete zip archive" -- npz notzip.npz
 expect 3 "deflated.npz: no array .x_train. (it holds: imgs, labs)" -- npz deflated.npz
+expect 3 "deflated.npz: no array .imgs_test. (it holds: imgs, labs)" -- npz deflated.npz \
+    --images-key imgs --labels-key labs --test-images-key imgs_test --test-labels-key labs
 # hostile CSV: the line is named
 expect 3 "cell.csv:4: column 1 .x7. is not a finite number" -- csv cell.csv --label-column label
 expect 3 "label.csv:3: label .1.5. (column 2) is not an integer" -- csv label.csv \
