@@ -131,7 +131,8 @@ static int finish(const import_args *a, int rc, const ddp_import_summary *s, dou
 
 static const char npy_help[] =
     "usage: ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
-    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--source T] [--force]\n"
+    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--source T]\n"
+    "                         [--force]\n"
     "  images uint8 or float32, (N,H,W) (stored (N,1,H,W)), (N,C,H,W) or (N,D);\n"
     "  labels integers (N,) or (N,1). Reference: docs/data.md\n";
 
@@ -158,8 +159,9 @@ int ddp_data_cmd_npy(int argc, char **argv)
 }
 
 static const char npz_help[] =
-    "usage: ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train] [--labels-key y_train]\n"
-    "                         [--test-images-key x_test] [--test-labels-key y_test]\n"
+    "usage: ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
+    "                         [--labels-key y_train] [--test-images-key x_test]\n"
+    "                         [--test-labels-key y_test]\n"
     "                         [--classes K] [--source T] [--force]\n"
     "  arrays as numpy.savez / savez_compressed write them; /test when the archive holds\n"
     "  the test images key. Reference: docs/data.md\n";
@@ -188,8 +190,8 @@ int ddp_data_cmd_npz(int argc, char **argv)
 }
 
 static const char csv_help[] =
-    "usage: ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test TEST.csv]\n"
-    "                         [--classes K] [--source T] [--force]\n"
+    "usage: ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5\n"
+    "                         [--test TEST.csv] [--classes K] [--source T] [--force]\n"
     "  one sample a line: numeric features (float32) and an integer label column (a header\n"
     "  name, or a 0-based index); a first line with a non-numeric cell is the header.\n"
     "  Reference: docs/data.md\n";
@@ -217,10 +219,10 @@ int ddp_data_cmd_csv(int argc, char **argv)
 static const char imagefolder_help[] =
     "usage: ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
     "                         [--channels 1|3] [--source T] [--force]\n"
-    "  DIR/train/<class>/<image> (and DIR/test/<class>/...), or DIR/<class>/<image> with the\n"
-    "  last F of each class (in name order) as /test; PNG and JPEG; classes are the folder\n"
-    "  names sorted; images one size, or --resize HxW (bilinear); channels from the first\n"
-    "  image unless given. Reference: docs/data.md\n";
+    "  DIR/train/<class>/<image> (and DIR/test/<class>/...), or DIR/<class>/<image>\n"
+    "  with the last F of each class (in name order) as /test; PNG and JPEG; classes\n"
+    "  are the folder names sorted; images one size, or --resize HxW (bilinear);\n"
+    "  channels from the first image unless given. Reference: docs/data.md\n";
 
 int ddp_data_cmd_imagefolder(int argc, char **argv)
 {
