@@ -94,7 +94,7 @@ static int run(struct ddp_model *m, ddp_h5split *s, const struct ddp_augment *no
 int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *input,
                 const char *group, const char *output, int batch, char *err, size_t errlen)
 {
-    ddp_h5split *s = ddp_h5split_open(input, group, err, errlen);
+    ddp_h5split *s = ddp_h5split_open_images(input, group, err, errlen);
     if (!s)
         return DDP_EXIT_DATA;
     int64_t dims[3], N = ddp_h5split_count(s);
@@ -118,7 +118,7 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
         rc = DDP_EXIT_DATA;
         goto done;
     }
-    const int32_t *labels = ddp_h5split_labels(s);
+    const int32_t *labels = ddp_h5split_labels(s); /* NULL: images only */
     int64_t right = 0;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + (size_t)i * (size_t)K;
@@ -127,14 +127,18 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
             if (row[k] > row[best])
                 best = k;
         pred[i] = best;
-        right += best == labels[i];
+        right += labels && best == labels[i];
     }
     if (save(output, logits, pred, N, K, err, errlen) != 0) {
         rc = DDP_EXIT_RUNTIME;
         goto done;
     }
-    ddp_log("predicted %lld samples of %s %s into %s (accuracy against its labels %.4f)",
-            (long long)N, input, group, output, (double)right / (double)N);
+    if (labels)
+        ddp_log("predicted %lld samples of %s %s into %s (accuracy against its labels %.4f)",
+                (long long)N, input, group, output, (double)right / (double)N);
+    else
+        ddp_log("predicted %lld samples of %s %s into %s (no labels there: no accuracy)",
+                (long long)N, input, group, output);
 done:
     free(logits);
     free(pred);

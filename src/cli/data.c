@@ -5,6 +5,7 @@
  * synth.c, and h5writer.c behind data/h5data.h).
  */
 #include "cli/cli.h"
+#include "cli/data_import.h"
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "data/synth.h"
@@ -30,6 +31,15 @@ static const char usage_text[] =
     "       ddptrain data synth -o OUT.h5 [--shape 1,28,28 | --shape 784] [--classes 10]\n"
     "                         [--train 60000] [--test 10000] [--seed 0]\n"
     "                         [--dtype uint8|float32] [--noise 0.3]\n"
+    "       ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
+    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--force]\n"
+    "       ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
+    "                         [--labels-key y_train] [--test-images-key x_test]\n"
+    "                         [--test-labels-key y_test] [--classes K] [--force]\n"
+    "       ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test T.csv]\n"
+    "                         [--classes K] [--force]\n"
+    "       ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
+    "                         [--channels 1|3] [--force]\n"
     "       ddptrain data info FILE.h5\n"
     "\n"
     "  idx    import an MNIST-style IDX set (raw or .gz) into the HDF5 layout:\n"
@@ -40,6 +50,16 @@ static const char usage_text[] =
     "         refused (exit 2) unless --force replaces it\n"
     "  synth  write a learnable synthetic set (prototypes + noise, deterministic for a\n"
     "         seed, generated in chunks so N may exceed memory)\n"
+    "  npy    import NumPy arrays: images uint8 or float32 (N,H,W), (N,C,H,W) or (N,D),\n"
+    "         labels integers (N,); /test when --test-images/--test-labels are given\n"
+    "  npz    the same from an .npz (stored or deflated members; keys x_train, y_train,\n"
+    "         x_test, y_test unless named; /test when the archive holds the test key)\n"
+    "  csv    import a CSV: numeric features as (N,D) float32, one integer label column;\n"
+    "         a first line with a non-numeric cell is the header\n"
+    "  imagefolder  import class folders of PNG/JPEG images (DIR/train/<class>/..., or\n"
+    "         DIR/<class>/... with --test-fraction) as (N,C,H,W) uint8\n"
+    "         (npy, npz, csv, imagefolder: an existing OUT is refused, exit 2,\n"
+    "         unless --force replaces it)\n"
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
@@ -392,7 +412,8 @@ static int cmd_info(int argc, char **argv)
 int ddp_cmd_data(int argc, char **argv)
 {
     if (argc < 2)
-        return usage_error("a subcommand is required: idx, synth or info");
+        return usage_error(
+            "a subcommand is required: idx, npy, npz, csv, imagefolder, synth or info");
     const char *sub = argv[1];
     if (is_help(sub)) {
         fputs(usage_text, stdout);
@@ -404,5 +425,14 @@ int ddp_cmd_data(int argc, char **argv)
         return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(sub, "info"))
         return cmd_info(argc - 1, argv + 1);
-    return usage_error("unknown subcommand `%s`; expected idx, synth or info", sub);
+    if (!strcmp(sub, "npy"))
+        return ddp_data_cmd_npy(argc - 1, argv + 1);
+    if (!strcmp(sub, "npz"))
+        return ddp_data_cmd_npz(argc - 1, argv + 1);
+    if (!strcmp(sub, "csv"))
+        return ddp_data_cmd_csv(argc - 1, argv + 1);
+    if (!strcmp(sub, "imagefolder"))
+        return ddp_data_cmd_imagefolder(argc - 1, argv + 1);
+    return usage_error(
+        "unknown subcommand `%s`; expected idx, npy, npz, csv, imagefolder, synth or info", sub);
 }

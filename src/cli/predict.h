@@ -1,8 +1,8 @@
 /*
  * predict.h - `ddptrain predict JOB.ini --checkpoint F --input X.h5 --output Y.h5`: batch
  * inference in eval mode (batchnorm running statistics, no dropout) on a group of X.h5 in the
- * dataset layout (docs/data.md: `images` and `labels`; the labels are only used to report
- * accuracy). Y.h5 holds
+ * dataset layout (docs/data.md: `images`, and `labels` when there are any: they are optional
+ * here and only used to report accuracy). Y.h5 holds
  *   /logits       (N, K) float32, the model's outputs, as `ddptrain eval` computes them
  *   /predictions  (N,)   int32, argmax of each row
  * written to Y.h5.tmp and renamed. Runs on the calling process only (rank 0 of the trainer).

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include "cli/predict.h"
+#include "data/augment.h"
+#include "data/h5data.h"
 #include "core/fileio.h"
 #include "dist/world.h"
 #include "report/onnx.h"
@@ -21,6 +23,7 @@ static const struct {
     {"--checkpoint", DDP_RUN_EXPORT, offsetof(struct ddp_run_args, checkpoint)},
     {"--checkpoint", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, checkpoint)},
     {"--onnx", DDP_RUN_EXPORT, offsetof(struct ddp_run_args, onnx)},
+    {"--onnx-input", DDP_RUN_EXPORT, offsetof(struct ddp_run_args, onnx_input)},
     {"--input", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, input)},
     {"--output", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, output)},
     {"--group", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, group)},
@@ -62,6 +65,13 @@ int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand)
         need = a->checkpoint ? NULL : "--checkpoint PATH";
     if (!need && a->mode == DDP_RUN_EXPORT && !a->onnx)
         need = "--onnx OUT.onnx";
+    if (!need && a->onnx_input && strcmp(a->onnx_input, "uint8") != 0 &&
+        strcmp(a->onnx_input, "float") != 0) {
+        ddp_warn("%s: --onnx-input %s: expected uint8 (raw pixels, scaled and normalised in the "
+                 "graph) or float (samples already scaled and normalised)",
+                 subcommand, a->onnx_input);
+        return -1;
+    }
     if (!need && a->mode == DDP_RUN_PREDICT && !a->input)
         need = "--input X.h5";
     if (!need && a->mode == DDP_RUN_PREDICT && !a->output)
@@ -132,6 +142,45 @@ int ddp_run_args_check_files(const struct ddp_run_args *a, const char *subcomman
     return rc;
 }
 
+/* The ONNX graph's input for export: --onnx-input, else by the dtype of the job's training
+ * images (uint8: raw pixels; float32: float as stored). Logs the choice; an exit code. */
+static int onnx_input_of(const struct ddp_run_args *a, const struct ddp_job *job,
+                         struct ddp_onnx_input *in, char *err, size_t errlen)
+{
+    ddp_h5split *s = ddp_h5split_open_images(job->data_file, job->data_train, err, errlen);
+    if (!s)
+        return DDP_EXIT_DATA;
+    int64_t dims[3];
+    int nd = ddp_h5split_shape(s, dims);
+    int stored_u8 = ddp_h5split_dtype(s) == DDP_H5DTYPE_UINT8;
+    ddp_h5split_close(s);
+    memset(in, 0, sizeof *in);
+    in->uint8 = a->onnx_input ? strcmp(a->onnx_input, "uint8") == 0 : stored_u8;
+    if (in->uint8 && !stored_u8)
+        return ddp_err(err, errlen,
+                       "export: --onnx-input uint8, but %s %s stores float32 images, which "
+                       "ddptrain reads as they are (no division by 255); give --onnx-input "
+                       "float or leave it out",
+                       job->data_file, job->data_train);
+    struct ddp_augment norm;
+    ddp_augment_init(&norm, job, nd, dims, 0);
+    const char *nm = norm.nchan ? " and normalised by [data] normalize" : "";
+    if (in->uint8) {
+        in->nchan = norm.nchan;
+        memcpy(in->mean, norm.mean, sizeof in->mean);
+        memcpy(in->std, norm.std, sizeof in->std);
+        ddp_log("ONNX input: uint8 pixels as %s stores them, divided by 255%s inside the "
+                "graph as the trainer does (--onnx-input float for float32 samples)",
+                job->data_file, nm);
+    } else if (!stored_u8) {
+        ddp_log("ONNX input: float32, as %s stores its images; feed them as stored%s",
+                job->data_file, norm.nchan ? ", normalised by [data] normalize" : "");
+    } else {
+        ddp_log("ONNX input: float32 samples, already divided by 255%s (--onnx-input float)", nm);
+    }
+    return 0;
+}
+
 int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,
                         const struct ddp_job *job, char *err, size_t errlen)
 {
@@ -139,9 +188,13 @@ int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,
         return 0;
     int rc = 0;
     if (a->mode == DDP_RUN_EXPORT) {
-        if (ddp_onnx_write(m, a->onnx, job->name, err, errlen) != 0)
+        struct ddp_onnx_input in;
+        rc = onnx_input_of(a, job, &in, err, errlen);
+        if (rc == -1)
+            rc = DDP_EXIT_USAGE;
+        if (!rc && ddp_onnx_write(m, a->onnx, job->name, &in, err, errlen) != 0)
             rc = DDP_EXIT_RUNTIME; /* the path was checked up front: the write failed */
-        else
+        else if (!rc)
             ddp_log("exported %s (%zu parameters) to %s", a->checkpoint, m->nparams, a->onnx);
     } else if (a->mode == DDP_RUN_PREDICT) {
         const char *group = a->group ? a->group : (job->data_test[0] ? job->data_test : "/test");

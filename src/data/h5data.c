@@ -572,7 +572,19 @@ done:
     return rc;
 }
 
-ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen)
+/* A group without `labels` (labels optional): the checks of open_labels that concern the
+ * images; s->labels stays NULL. */
+static int open_unlabelled(ddp_h5split *s, hid_t g, const char *path, char *err, size_t errlen)
+{
+    if (read_classes_attr(s, g, &s->classes, err, errlen) != 0 ||
+        check_storage(s, s->images, "images", s->row_bytes, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* Both opens; need_labels = 0 accepts a group without `labels`. */
+static ddp_h5split *open_split(const char *path, const char *group, int need_labels, char *err,
+                               size_t errlen)
 {
     h5_quiet q;
     h5_quiet_on(&q);
@@ -612,7 +624,10 @@ ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, si
         goto fail;
     }
 
-    if (open_images(s, g, path, err, errlen) != 0 || open_labels(s, g, path, err, errlen) != 0)
+    int labelled = need_labels || H5Lexists(g, "labels", H5P_DEFAULT) > 0;
+    if (open_images(s, g, path, err, errlen) != 0 ||
+        (labelled ? open_labels(s, g, path, err, errlen)
+                  : open_unlabelled(s, g, path, err, errlen)) != 0)
         goto fail;
     H5Gclose(g);
     h5_quiet_off(&q);
@@ -623,6 +638,16 @@ fail:
     ddp_h5split_close(s);
     h5_quiet_off(&q);
     return NULL;
+}
+
+ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen)
+{
+    return open_split(path, group, 1, err, errlen);
+}
+
+ddp_h5split *ddp_h5split_open_images(const char *path, const char *group, char *err, size_t errlen)
+{
+    return open_split(path, group, 0, err, errlen);
 }
 
 void ddp_h5split_close(ddp_h5split *s)

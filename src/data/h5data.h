@@ -66,6 +66,9 @@ typedef struct ddp_h5split ddp_h5split; /* one group: images + labels */
  * DDP_H5_MAX_SAMPLES, every label fits int32. Reads all labels into memory as int32.
  * Returns NULL with one line in err naming file, group/dataset and the expectation. */
 ddp_h5split *ddp_h5split_open(const char *path, const char *group, char *err, size_t errlen);
+/* The same for inference (`ddptrain predict`): the group may have no `labels` (then
+ * ddp_h5split_labels() is NULL); when it has them they are checked as above. */
+ddp_h5split *ddp_h5split_open_images(const char *path, const char *group, char *err, size_t errlen);
 void ddp_h5split_close(ddp_h5split *s); /* accepts NULL */
 
 int64_t ddp_h5split_count(const ddp_h5split *s); /* N */
@@ -79,7 +82,7 @@ enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s);
 int ddp_h5split_classes(const ddp_h5split *s);
 /* Name of the stored labels type ("uint8", "int64", ...), owned by s. */
 const char *ddp_h5split_labels_type(const ddp_h5split *s);
-const int32_t *ddp_h5split_labels(const ddp_h5split *s); /* N labels, owned by s */
+const int32_t *ddp_h5split_labels(const ddp_h5split *s); /* N labels owned by s, or NULL */
 
 /* Check every label is in [0, classes); on failure one line naming file, group, the first
  * bad index and value. */

@@ -257,6 +257,14 @@ int ddp_job_validate(struct ddp_job *job, char *err, size_t errlen)
     if (job->data_train[0] == '\0')
         return ddp_err(err, errlen, "%s: empty; expected a group such as /train",
                        ddp_job_where(job, "data", "train", where, sizeof where));
+    if (job->init[0] == '\0')
+        return ddp_err(err, errlen,
+                       "%s: empty; expected pytorch (the default) or the path of a weights file",
+                       ddp_job_where(job, "model", "init", where, sizeof where));
+    if (job->resume[0] == '\0')
+        return ddp_err(err, errlen,
+                       "%s: empty; expected auto (the default), never, or a checkpoint's path",
+                       ddp_job_where(job, "checkpoint", "resume", where, sizeof where));
     return recipe_parse(job, err, errlen);
 }
 

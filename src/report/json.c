@@ -28,6 +28,32 @@ static void blanks(struct parser *ps)
         ps->p++;
 }
 
+/* A number: JSON's grammar (strtod alone would take -nan, -inf and hex), or the NaN, Infinity
+ * and -Infinity that Python's json module writes for non-finite floats. */
+static int number(struct parser *ps, struct ddp_json *v)
+{
+    static const struct {
+        const char *word;
+        double num;
+    } special[] = {{"NaN", NAN}, {"Infinity", INFINITY}, {"-Infinity", -INFINITY}};
+    const char *p = ps->p;
+    v->type = DDP_JSON_NUM;
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        if (strncmp(p, special[i].word, strlen(special[i].word)) == 0) {
+            v->num = special[i].num;
+            ps->p += strlen(special[i].word);
+            return 0;
+        }
+    char *end;
+    v->num = strtod(p, &end);
+    const char *digit = p + (*p == '-');
+    if (end == p || *digit < '0' || *digit > '9' ||
+        strspn(p, "0123456789+-.eE") < (size_t)(end - p))
+        return fail(ps, "expected a value");
+    ps->p = end;
+    return 0;
+}
+
 /* A string after its opening quote; malloc'd. */
 static char *string(struct parser *ps)
 {
@@ -141,13 +167,7 @@ static int value(struct parser *ps, struct ddp_json *v, int depth)
             ps->p += strlen(words[i]);
             return 0;
         }
-    char *end;
-    v->num = strtod(p, &end);
-    if (end == p || !(*p == '-' || (*p >= '0' && *p <= '9')))
-        return fail(ps, "expected a value");
-    v->type = DDP_JSON_NUM;
-    ps->p = end;
-    return 0;
+    return number(ps, v);
 }
 
 /* Release what v holds (not v itself). */

@@ -1,7 +1,8 @@
 /*
  * json.h - a small JSON reader for the files ddptrain itself writes (metrics.jsonl lines,
  * `validate --json`), read back by `ddptrain report`. Input is treated as hostile: nesting
- * deeper than DDP_JSON_DEPTH_MAX and malformed text are errors, never crashes.
+ * deeper than DDP_JSON_DEPTH_MAX and malformed text are errors, never crashes. Numbers follow
+ * JSON's grammar, plus the NaN, Infinity and -Infinity that Python's json module writes.
  *
  * It does not write JSON (metrics.c, validate.c do) and keeps \u escapes below 0x80 only
  * (others become '?': the report shows names, not arbitrary Unicode).

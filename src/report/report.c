@@ -23,11 +23,14 @@
 /* all of metrics.jsonl: a train record is < 1 KiB, one per log_every steps, so 256 MiB is
  * some 25 million steps at the default log_every; more would not fit in memory as parsed */
 #define METRICS_MAX_BYTES (256 << 20)
-#define RUNS_MAX 64 /* directories overlaid in one page */
+#define RUNS_MAX 64       /* directories overlaid in one page */
+#define NAME_MAX_CHARS 32 /* a run's name in a legend; longer ones lose their middle */
 
 struct run {
     const char *dir;
+    char *name;            /* brief, unique among the page's runs: legends (owned) */
     struct ddp_json **rec; /* (n) metrics.jsonl lines, in file order */
+    int *line;             /* (n) line number of each record in metrics.jsonl */
     int n;
     char *job; /* job.ini, or NULL */
 };
@@ -96,8 +99,12 @@ static int add_record(struct run *r, int *cap, const char *line, long len, long 
         return ddp_err(err, errlen, "%s:%d: not a metrics record: %s", path, lineno,
                        v ? "not an object" : why);
     }
-    if (r->n == *cap)
-        r->rec = ddp_realloc(r->rec, sizeof *r->rec * (size_t)(*cap = *cap ? *cap * 2 : 256));
+    if (r->n == *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        r->rec = ddp_realloc(r->rec, sizeof *r->rec * (size_t)*cap);
+        r->line = ddp_realloc(r->line, sizeof *r->line * (size_t)*cap);
+    }
+    r->line[r->n] = lineno;
     r->rec[r->n++] = v;
     return 0;
 }
@@ -142,11 +149,53 @@ static int load_run(struct run *r, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
+/* The last `parts` components of dir, trailing slashes dropped (owned by the caller). */
+static char *tail_name(const char *dir, int parts)
+{
+    size_t end = strlen(dir);
+    while (end > 1 && dir[end - 1] == '/')
+        end--;
+    size_t start = end;
+    for (; start > 0; start--)
+        if (dir[start - 1] == '/' && --parts == 0)
+            break;
+    if (start == end) /* "/" */
+        start = 0;
+    size_t len = end - start, keep = len > NAME_MAX_CHARS ? NAME_MAX_CHARS / 2 : len;
+    char *name = ddp_malloc(len + 4);
+    if (keep < len) /* the middle left out: runs of a sweep differ at one end or the other */
+        snprintf(name, len + 4, "%.*s\xe2\x80\xa6%.*s", (int)keep, dir + start, (int)keep,
+                 dir + end - keep);
+    else
+        snprintf(name, len + 4, "%.*s", (int)len, dir + start);
+    return name;
+}
+
+/* Each run's name in legends: the last component of its directory, or as many more as make
+ * the names of the page's runs differ (runs/a/seed1 and runs/b/seed1: a/seed1, b/seed1). */
+static void name_runs(struct run *runs, int n)
+{
+    for (int parts = 1;; parts++) {
+        int same = 0;
+        for (int r = 0; r < n; r++) {
+            free(runs[r].name);
+            runs[r].name = tail_name(runs[r].dir, parts);
+        }
+        for (int r = 0; r < n && !same; r++)
+            for (int q = 0; q < r && !same; q++)
+                same = strcmp(runs[r].name, runs[q].name) == 0;
+        if (!same || parts >= 64)
+            return;
+    }
+}
+
 static void free_run(struct run *r)
 {
     for (int i = 0; i < r->n; i++)
         ddp_json_free(r->rec[i]);
     free(r->rec);
+    free(r->line);
+    free(r->name);
     free(r->job);
 }
 
@@ -182,9 +231,23 @@ static const struct chart_def g_charts[] = {
 static const char *const g_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                        "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
+/* Beyond this magnitude a value is not drawn but counted and named under its chart: it is a
+ * diverged or damaged value (a loss of -1e308), the span of two of them overflows a double
+ * and turns every coordinate into inf or NaN, and the other points would be one flat line. */
+#define PLOT_MAX_EXP10 15
+#define PLOT_MAX 1e15  /* 10^PLOT_MAX_EXP10 */
+#define TICK_FONT_PX 6 /* width of one character of a tick or marker label (10px font) */
+
 struct frame {
-    double x0, x1, y0, y1;           /* data */
+    double x0, x1, y0, y1;           /* data: the axes run from the first tick to the last */
+    double xstep, ystep;             /* data between two ticks: 1, 2 or 5 times a power of 10 */
     double left, right, top, bottom; /* pixels */
+};
+
+/* What one chart holds: the points drawn per run and series, and the ones that cannot be. */
+struct chart_scan {
+    int drawn[RUNS_MAX][3];
+    int skipped, skip_run, skip_line; /* values not drawn; the first one's run and line */
 };
 
 static double px(const struct frame *fr, double x)
@@ -196,75 +259,153 @@ static double py(const struct frame *fr, double y)
     return fr->bottom - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->bottom - fr->top);
 }
 
-/* The data range of a chart over every run; 0 when it has no point at all. */
-static int chart_range(const struct chart_def *c, const struct run *runs, int nruns,
-                       struct frame *fr)
+/* Member field of v: 1 with *out when it can be drawn, 0 when v has no such member, -1 when
+ * it has one that cannot be (null, not a number, not finite, beyond PLOT_MAX). */
+static int plot_value(const struct ddp_json *v, const char *field, double *out)
 {
-    int any = 0;
-    fr->x0 = fr->y0 = INFINITY;
-    fr->x1 = fr->y1 = -INFINITY;
+    const struct ddp_json *m = ddp_json_get(v, field);
+    if (!m)
+        return 0;
+    *out = m->type == DDP_JSON_NUM ? m->num : NAN;
+    return isfinite(*out) && fabs(*out) <= PLOT_MAX ? 1 : -1;
+}
+
+/* Record v as a point of series sd: 1 at (*x, *y), 0 when it is not one of the series, -1
+ * when it is but its step or its value cannot be drawn. */
+static int plot_point(const struct ddp_json *v, const struct series_def *sd, double *x, double *y)
+{
+    if (!is_kind(v, sd->kind))
+        return 0;
+    int val = plot_value(v, sd->field, y);
+    if (val == 0)
+        return 0;
+    return val > 0 && plot_value(v, "step", x) > 0 ? 1 : -1;
+}
+
+/* An axis over [lo, hi] from tick to tick: of the round steps (1, 2 or 5 times a power of
+ * ten, at least min_step) that give 2 to max_ticks intervals, the one that wastes least room
+ * (then the longer step). One value gets an axis from 0 to twice it. */
+static void nice_axis(double lo, double hi, double min_step, int max_ticks, double *a0, double *a1,
+                      double *step)
+{
+    static const double mult[] = {1, 2, 5, 10, 20, 50, 100};
+    if (hi <= lo) {
+        if (lo > 0)
+            lo = 0, hi *= 2;
+        else if (lo < 0)
+            hi = 0, lo *= 2;
+        else
+            hi = 1;
+    }
+    double mag = pow(10, floor(log10((hi - lo) / max_ticks))), best = INFINITY;
+    *step = fmax(min_step, mag);
+    *a0 = floor(lo / *step) * *step; /* no candidate: a span below two min_steps */
+    *a1 = fmax(ceil(hi / *step) * *step, *a0 + 2 * *step);
+    for (size_t i = 0; i < sizeof mult / sizeof mult[0]; i++) {
+        double st = fmax(min_step, mult[i] * mag), b0 = floor(lo / st + 1e-9) * st,
+               b1 = ceil(hi / st - 1e-9) * st, n = (b1 - b0) / st;
+        /* room wasted first, then how far from 5 intervals */
+        double score = (b1 - b0) / (hi - lo) + 1e-6 * fabs(n - 5);
+        if (n >= 2 - 1e-9 && n <= max_ticks + 1e-9 && score < best)
+            best = score, *a0 = b0, *a1 = b1, *step = st;
+    }
+}
+
+/* The axes of a chart over every run, and what it holds; 0 when no point can be drawn. */
+static int chart_range(const struct chart_def *c, const struct run *runs, int nruns,
+                       struct frame *fr, struct chart_scan *sc)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    memset(sc, 0, sizeof *sc);
     for (int r = 0; r < nruns; r++)
         for (int i = 0; i < runs[r].n; i++)
             for (int s = 0; s < 3 && c->s[s].kind; s++) {
-                const struct ddp_json *v = runs[r].rec[i];
-                double x = ddp_json_num(v, "step"), y = ddp_json_num(v, c->s[s].field);
-                if (!is_kind(v, c->s[s].kind) || !isfinite(x) || !isfinite(y))
+                double x, y;
+                int got = plot_point(runs[r].rec[i], &c->s[s], &x, &y);
+                if (got < 0 && sc->skipped++ == 0)
+                    sc->skip_run = r, sc->skip_line = runs[r].line[i];
+                if (got <= 0)
                     continue;
-                any = 1;
-                fr->x0 = fmin(fr->x0, x);
-                fr->x1 = fmax(fr->x1, x);
-                fr->y0 = fmin(fr->y0, y);
-                fr->y1 = fmax(fr->y1, y);
+                sc->drawn[r][s]++;
+                x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
             }
-    if (!any)
+    if (!(x0 <= x1))
         return 0;
-    if (fr->x1 <= fr->x0)
-        fr->x1 = fr->x0 + 1;
-    double pad = (fr->y1 - fr->y0) * 0.05;
-    if (pad <= 0)
-        pad = fabs(fr->y0) > 0 ? fabs(fr->y0) * 0.05 : 1;
-    fr->y0 -= pad;
-    fr->y1 += pad;
+    nice_axis(x0, x1, 1, 8, &fr->x0, &fr->x1, &fr->xstep);
+    nice_axis(y0, y1, 0, 6, &fr->y0, &fr->y1, &fr->ystep);
     return 1;
 }
 
-/* Axes with five ticks each, labelled. */
+/* Tick k of an axis with ticks step apart whose largest magnitude is amax: a round number,
+ * short, with k, M, G or T on an axis that reaches 10 thousand, a million, ... */
+static void tick_label(char *buf, size_t len, long long k, double step, double amax)
+{
+    static const double scale[] = {1, 1e3, 1e6, 1e9, 1e12};
+    static const char *const suffix[] = {"", "k", "M", "G", "T"};
+    int u = amax >= 1e12 ? 4 : amax >= 1e9 ? 3 : amax >= 1e6 ? 2 : amax >= 1e4 ? 1 : 0;
+    double v = (double)k * step, s = step / scale[u];
+    int decimals = s >= 1 ? 0 : (int)ceil(-log10(s) - 1e-9);
+    if (k == 0)
+        snprintf(buf, len, "0");
+    else if (decimals > 4)
+        snprintf(buf, len, "%.3g", v); /* a learning rate of 2e-05 */
+    else
+        snprintf(buf, len, "%.*f%s", decimals, v / scale[u], suffix[u]);
+}
+
+/* Axes with a tick at every round step, labelled. */
 static void axes(FILE *f, const struct frame *fr)
 {
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" class=\"plot\"/>\n",
             fr->left, fr->top, fr->right - fr->left, fr->bottom - fr->top);
-    for (int i = 0; i <= 4; i++) {
-        double x = fr->x0 + (fr->x1 - fr->x0) * i / 4, y = fr->y0 + (fr->y1 - fr->y0) * i / 4;
+    char lab[48];
+    double xmax = fmax(fabs(fr->x0), fabs(fr->x1)), ymax = fmax(fabs(fr->y0), fabs(fr->y1));
+    for (long long k = llround(fr->x0 / fr->xstep); k <= llround(fr->x1 / fr->xstep); k++) {
+        double x = px(fr, (double)k * fr->xstep);
+        tick_label(lab, sizeof lab, k, fr->xstep, xmax);
         fprintf(f,
                 "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"grid\"/>"
-                "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%.0f</text>\n",
-                px(fr, x), fr->top, px(fr, x), fr->bottom, px(fr, x), fr->bottom + 14, x);
+                "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%s</text>\n",
+                x, fr->top, x, fr->bottom, x, fr->bottom + 14, lab);
+    }
+    for (long long k = llround(fr->y0 / fr->ystep); k <= llround(fr->y1 / fr->ystep); k++) {
+        double y = py(fr, (double)k * fr->ystep);
+        tick_label(lab, sizeof lab, k, fr->ystep, ymax);
         fprintf(f,
                 "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"grid\"/>"
-                "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%.4g</text>\n",
-                fr->left, py(fr, y), fr->right, py(fr, y), fr->left - 4, py(fr, y) + 4, y);
+                "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%s</text>\n",
+                fr->left, y, fr->right, y, fr->left - 4, y + 4, lab);
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"xl\">step</text>\n", (fr->left + fr->right) / 2,
             fr->bottom + 30);
 }
 
-/* A vertical marker at step x with a label (epoch boundaries, resumes, preemptions). */
-static void marker(FILE *f, const struct frame *fr, double x, const char *cls, const char *label,
-                   int row)
+/* A vertical marker at step x (epoch boundaries, resumes, preemptions), with a label unless
+ * label is NULL; near the right edge the label ends at the line, so that it stays inside. Returns the marker's pixel column, or -1 when x is off the axis. */
+static double marker(FILE *f, const struct frame *fr, double x, const char *cls, const char *label,
+                     int row)
 {
-    if (x < fr->x0 || x > fr->x1)
-        return;
-    fprintf(f,
-            "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"%s\"/>"
-            "<text x=\"%.1f\" y=\"%.0f\" class=\"ml %s\">%s</text>\n",
-            px(fr, x), fr->top, px(fr, x), fr->bottom, cls, px(fr, x) + 2, fr->top + 10 + 10 * row,
-            cls, label);
+    if (!(x >= fr->x0 && x <= fr->x1))
+        return -1;
+    double at = px(fr, x);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"%s\"/>", at, fr->top,
+            at, fr->bottom, cls);
+    if (label) {
+        int right = at + 2 + (double)strlen(label) * TICK_FONT_PX > fr->right;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" class=\"ml %s%s\">", at + (right ? -2 : 2),
+                fr->top + 10 + 10 * row, cls, right ? " end" : "");
+        ddp_html_text(f, label);
+        fputs("</text>", f);
+    }
+    fputs("\n", f);
+    return at;
 }
 
-/* Epoch boundaries (of run 0), resumes and preemptions (of every run). */
+/* Epoch boundaries (of run 0), resumes and preemptions (of every run). An epoch's label is
+ * left out where it would run into the one before. */
 static void markers(FILE *f, const struct frame *fr, const struct run *runs, int nruns)
 {
-    double last_epoch = NAN;
+    double last_epoch = NAN, last_at = -1e9;
     int nep = 0;
     for (int i = 0; i < runs[0].n; i++)
         if (is_kind(runs[0].rec[i], "train"))
@@ -279,7 +420,10 @@ static void markers(FILE *f, const struct frame *fr, const struct run *runs, int
         if (isfinite(last_epoch)) {
             char lab[32];
             snprintf(lab, sizeof lab, "epoch %.0f", e);
-            marker(f, fr, s - 0.5, "epoch", lab, 0);
+            int room = px(fr, s - 0.5) - last_at >= (double)(strlen(lab) + 2) * TICK_FONT_PX;
+            double at = marker(f, fr, s - 0.5, "epoch", room ? lab : NULL, 0);
+            if (room && at >= 0)
+                last_at = at;
         }
         last_epoch = e;
     }
@@ -290,15 +434,16 @@ static void markers(FILE *f, const struct frame *fr, const struct run *runs, int
             if (is_kind(v, "start") && ddp_json_num(v, "resumed") == 1)
                 marker(f, fr, ddp_json_num(v, "step"), "resume", "resumed", 1);
             if (is_kind(v, "stop")) {
-                snprintf(lab, sizeof lab, "preempted (SIG%s)", ddp_json_text(v, "signal", "?"));
+                snprintf(lab, sizeof lab, "preempted (SIG%.16s)", ddp_json_text(v, "signal", "?"));
                 marker(f, fr, ddp_json_num(v, "step"), "stop", lab, 2);
             }
         }
 }
 
-/* One series of one run as a polyline (and dots, for sparse series such as evaluations). */
+/* One series of one run as a polyline (and dots, for sparse series such as evaluations);
+ * n is the number of its points that can be drawn (plot_point). */
 static void polyline(FILE *f, const struct frame *fr, const struct run *run, int r, int s,
-                     const struct series_def *sd)
+                     const struct series_def *sd, int n)
 {
     fprintf(f,
             "<polyline class=\"series%s\" data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\""
@@ -307,57 +452,80 @@ static void polyline(FILE *f, const struct frame *fr, const struct run *run, int
             : s    ? " second"
                    : "",
             r, sd->kind, sd->field, g_colors[r % 8]);
-    int n = 0;
-    for (int i = 0; i < run->n; i++) {
-        const struct ddp_json *v = run->rec[i];
-        double x = ddp_json_num(v, "step"), y = ddp_json_num(v, sd->field);
-        if (is_kind(v, sd->kind) && isfinite(x) && isfinite(y)) {
-            fprintf(f, "%s%.3f,%.3f", n ? " " : "", px(fr, x), py(fr, y));
-            n++;
-        }
-    }
+    double x, y;
+    for (int i = 0, k = 0; i < run->n; i++)
+        if (plot_point(run->rec[i], sd, &x, &y) > 0)
+            fprintf(f, "%s%.3f,%.3f", k++ ? " " : "", px(fr, x), py(fr, y));
     fputs("\"/>\n", f);
-    if (n > 0 && n <= 50)
-        for (int i = 0; i < run->n; i++) {
-            const struct ddp_json *v = run->rec[i];
-            double x = ddp_json_num(v, "step"), y = ddp_json_num(v, sd->field);
-            if (is_kind(v, sd->kind) && isfinite(x) && isfinite(y))
+    if (n <= 50)
+        for (int i = 0; i < run->n; i++)
+            if (plot_point(run->rec[i], sd, &x, &y) > 0)
                 fprintf(f, "<circle cx=\"%.3f\" cy=\"%.3f\" r=\"2.5\" fill=\"%s\"/>", px(fr, x),
                         py(fr, y), g_colors[r % 8]);
+}
+
+/* The legend: one entry per series that has a point, named by its run when there are several. */
+static void legend(FILE *f, const struct chart_def *c, const struct run *runs, int nruns,
+                   const struct chart_scan *sc)
+{
+    fputs("<div class=\"legend\">", f);
+    for (int r = 0; r < nruns; r++)
+        for (int s = 0; s < 3 && c->s[s].kind; s++) {
+            if (!sc->drawn[r][s])
+                continue;
+            fprintf(f,
+                    "<span data-run=\"%d\" data-kind=\"%s\" data-field=\"%s\"><svg width=\"24\" "
+                    "height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" y2=\"4\" stroke=\"%s\" "
+                    "class=\"%s\"/></svg> ",
+                    r, c->s[s].kind, c->s[s].field, g_colors[r % 8],
+                    s == 2 ? "third"
+                    : s    ? "second"
+                           : "first");
+            if (nruns > 1)
+                ddp_html_text(f, runs[r].name), fputs(": ", f);
+            fprintf(f, "%s</span>", c->s[s].label);
         }
+    fputs("</div>", f);
+}
+
+/* Under a chart: how many values could not be drawn and where the first one is. */
+static void skipped_note(FILE *f, const struct run *runs, int nruns, const struct chart_scan *sc)
+{
+    fprintf(f,
+            "<p class=\"note\">%d value%s not drawn: null, not finite or beyond "
+            "&#177;10<sup>%d</sup> (the first on line %d of ",
+            sc->skipped, sc->skipped == 1 ? "" : "s", PLOT_MAX_EXP10, sc->skip_line);
+    ddp_html_text(f, nruns > 1 ? runs[sc->skip_run].name : "");
+    fputs(nruns > 1 ? "/metrics.jsonl)</p>" : "metrics.jsonl)</p>", f);
 }
 
 static void chart(FILE *f, const struct chart_def *c, const struct run *runs, int nruns)
 {
     struct frame fr = {.left = 64, .right = 624, .top = 12, .bottom = 236};
-    if (!chart_range(c, runs, nruns, &fr))
+    struct chart_scan sc;
+    int any = chart_range(c, runs, nruns, &fr, &sc);
+    if (!any && !sc.skipped)
         return;
-    fprintf(f,
-            "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" width=\"640\" "
-            "height=\"276\" viewBox=\"0 0 640 276\" xmlns=\"http://www.w3.org/2000/svg\" "
-            "data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" data-y1=\"%.17g\" "
-            "data-left=\"%g\" data-right=\"%g\" data-top=\"%g\" data-bottom=\"%g\">\n",
-            c->title, fr.x0, fr.x1, fr.y0, fr.y1, fr.left, fr.right, fr.top, fr.bottom);
-    axes(f, &fr);
-    markers(f, &fr, runs, nruns);
-    for (int r = 0; r < nruns; r++)
-        for (int s = 0; s < 3 && c->s[s].kind; s++)
-            polyline(f, &fr, &runs[r], r, s, &c->s[s]);
-    fputs("</svg>\n<div class=\"legend\">", f);
-    for (int r = 0; r < nruns; r++)
-        for (int s = 0; s < 3 && c->s[s].kind; s++) {
-            fprintf(f,
-                    "<span><svg width=\"24\" height=\"8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
-                    "y2=\"4\" stroke=\"%s\" class=\"%s\"/></svg> ",
-                    g_colors[r % 8],
-                    s == 2 ? "third"
-                    : s    ? "second"
-                           : "first");
-            if (nruns > 1)
-                ddp_html_text(f, runs[r].dir), fputs(": ", f);
-            fprintf(f, "%s</span>", c->s[s].label);
-        }
-    fputs("</div></figure>\n", f);
+    fprintf(f, "<figure><figcaption>%s</figcaption>\n", c->title);
+    if (any) {
+        fprintf(f,
+                "<svg class=\"chart\" width=\"640\" height=\"276\" viewBox=\"0 0 640 276\" "
+                "xmlns=\"http://www.w3.org/2000/svg\" data-x0=\"%.17g\" data-x1=\"%.17g\" "
+                "data-y0=\"%.17g\" data-y1=\"%.17g\" data-left=\"%g\" data-right=\"%g\" "
+                "data-top=\"%g\" data-bottom=\"%g\">\n",
+                fr.x0, fr.x1, fr.y0, fr.y1, fr.left, fr.right, fr.top, fr.bottom);
+        axes(f, &fr);
+        markers(f, &fr, runs, nruns);
+        for (int r = 0; r < nruns; r++)
+            for (int s = 0; s < 3 && c->s[s].kind; s++)
+                if (sc.drawn[r][s])
+                    polyline(f, &fr, &runs[r], r, s, &c->s[s], sc.drawn[r][s]);
+        fputs("</svg>\n", f);
+        legend(f, c, runs, nruns, &sc);
+    }
+    if (sc.skipped)
+        skipped_note(f, runs, nruns, &sc);
+    fputs("</figure>\n", f);
 }
 
 /* ---- tables --------------------------------------------------------------------------- */
@@ -388,15 +556,14 @@ static const struct ddp_json *final_summary(const struct run *r)
  * a time. */
 static const char *iso_time(double t, char *buf, size_t len)
 {
-    time_t s = (time_t)t;
-    struct tm tm;
-    if (!isfinite(t) || !gmtime_r(&s, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+    ddp_html_fmt_num(buf, len, "time", t);
+    if (!strchr(buf, 'T'))
         snprintf(buf, len, "?");
     return buf;
 }
 
-/* Every member of an object as a row of name and value (arrays as comma lists; "time" as
- * ISO 8601 UTC). */
+/* Every member of an object as a row of name and value (arrays as comma lists; numbers as a
+ * person reads them: ddp_html_member). */
 static void member_rows(FILE *f, const struct ddp_json *v)
 {
     for (int i = 0; v && i < v->n; i++) {
@@ -406,11 +573,7 @@ static void member_rows(FILE *f, const struct ddp_json *v)
         fputs("<tr><th>", f);
         ddp_html_text(f, v->keys[i]);
         fputs("</th><td>", f);
-        char when[32];
-        if (strcmp(v->keys[i], "time") == 0 && m->type == DDP_JSON_NUM)
-            fputs(iso_time(m->num, when, sizeof when), f);
-        else
-            ddp_html_value(f, m);
+        ddp_html_member(f, v->keys[i], m);
         fputs("</td></tr>\n", f);
     }
 }
@@ -428,10 +591,12 @@ static void timeline(FILE *f, const struct run *r)
             continue;
         char when[32];
         iso_time(ddp_json_num(v, "time"), when, sizeof when);
-        fprintf(f, "<tr><td>%s</td><td>%s</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>",
+        char num[3][64];
+        fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>",
                 start ? (ddp_json_num(v, "resumed") == 1 ? "resumed" : "started") : "preempted",
-                when, ddp_json_num(v, "epoch"), ddp_json_num(v, "step"),
-                ddp_json_num(v, "world_size"));
+                when, ddp_html_fmt_num(num[0], 64, "epoch", ddp_json_num(v, "epoch")),
+                ddp_html_fmt_num(num[1], 64, "step", ddp_json_num(v, "step")),
+                ddp_html_fmt_num(num[2], 64, "world_size", ddp_json_num(v, "world_size")));
         ddp_html_text(f, ddp_json_text(v, "signal", ""));
         fputs("</td></tr>\n", f);
     }
@@ -447,11 +612,13 @@ static void run_tables(FILE *f, const struct run *r, int idx)
     if (!sum)
         fputs("<tr><td colspan=\"2\">no summary: the run has not finished</td></tr>\n", f);
     member_rows(f, sum);
+    char num[2][64];
     if (tr)
         fprintf(f,
-                "<tr><th>last train loss</th><td>%.6g</td></tr><tr><th>last train acc</th>"
-                "<td>%.6g</td></tr>\n",
-                ddp_json_num(tr, "loss"), ddp_json_num(tr, "acc"));
+                "<tr><th>last train loss</th><td>%s</td></tr><tr><th>last train acc</th>"
+                "<td>%s</td></tr>\n",
+                ddp_html_fmt_num(num[0], 64, "loss", ddp_json_num(tr, "loss")),
+                ddp_html_fmt_num(num[1], 64, "acc", ddp_json_num(tr, "acc")));
     fputs("</table></div><div><h3>machine and launcher (last start)</h3><table>\n", f);
     member_rows(f, last_of(r, "start"));
     fputs("</table></div></div>\n<h3>starts, resumes and preemptions</h3>\n", f);
@@ -492,8 +659,10 @@ int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *e
     else
         snprintf(path, sizeof path, "%s/report.html", dirs[0]);
     FILE *f = NULL;
-    if (!rc)
+    if (!rc) {
+        name_runs(runs, n);
         f = ddp_html_open(path, err, errlen);
+    }
     if (f) {
         page(f, runs, n);
         rc = ddp_html_close(f, path, err, errlen) != 0 ? -2 : 0;

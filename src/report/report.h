@@ -9,7 +9,10 @@
  *
  * Every curve is a <polyline class="series" data-run=I data-kind=K data-field=F> in an
  * <svg class="chart"> whose data-x0/x1/y0/y1 (data) and data-left/right/top/bottom (pixels)
- * give the linear mapping, so tests can read the values back.
+ * give the linear mapping, so tests can read the values back. Axes run between round ticks
+ * (1, 2 or 5 times a power of ten); a legend entry <span data-run data-kind data-field> exists
+ * only for a series with a point; a value that cannot be drawn (null, not finite, beyond
+ * +-1e15) is left out and counted in a <p class="note"> under its chart with its line number.
  *
  * Rank 0 calls ddp_report_write at the end of a run ([job] report). It reads only; failures
  * come back as -1 with one line in err (a file missing, a line that is not JSON: named with

@@ -36,7 +36,7 @@ static void table(FILE *f, const struct ddp_json *arr, const char *const *cols, 
             const struct ddp_json *v = ddp_json_get(row, cols[c]);
             fputs("<td>", f);
             if (v)
-                ddp_html_value(f, v);
+                ddp_html_member(f, cols[c], v);
             fputs("</td>", f);
         }
         fputs("</tr>\n", f);

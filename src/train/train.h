@@ -22,6 +22,7 @@ struct ddp_run_args {
     enum ddp_run_mode mode;
     const char *checkpoint; /* eval, export, predict: the weights (a checkpoint or model.h5) */
     const char *onnx;       /* export */
+    const char *onnx_input; /* export: "uint8", "float", or NULL (by the data's dtype) */
     const char *input, *output, *group; /* predict: X.h5, Y.h5, the group in X.h5 */
     int bad; /* an option was given without its value (already reported) */
     /* export, predict: the last act once setup has built the model with the weights; returns

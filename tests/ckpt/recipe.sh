@@ -1,5 +1,5 @@
 #!/bin/bash
-# recipe.sh - training recipes on real runs (issue 17), 1 rank and 3 OpenMPI ranks:
+# recipe.sh - training recipes on real runs, 1 rank and 3 OpenMPI ranks:
 #  1. bitwise resume with augmentation, normalisation, accumulation and a held-out validation
 #     share: a run stopped mid-epoch (max_steps with a checkpoint at that step) and resumed
 #     ends with the same parameter bytes, the same best.h5 bytes and the same validation

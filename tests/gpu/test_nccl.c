@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "comm/comm.h"
 #include "comm/comm_impl.h"
 #include "dist/world.h"
@@ -34,19 +35,6 @@ static int skip(const char *why)
 }
 
 #if HAVE_CUDA && HAVE_NCCL
-
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        g_checks++;                                                         \
-        if (!(cond)) {                                                      \
-            g_fail++;                                                       \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
 
 static const struct ddp_backend *G;
 
@@ -194,8 +182,7 @@ static int run(void)
     G->free(d2);
     free(h);
     free(back);
-    printf("test_nccl: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return check_report("test_nccl");
 }
 #endif
 

@@ -37,7 +37,9 @@
 static ddp_comm *g_c;
 static int g_rank, g_size;
 
-#define CHECK(cond, ...)                                                                    \
+/* REQUIRE: a failed condition stops the whole world at once (ddp_comm_abort), so no rank waits
+ * in a collective for a peer that has given up; the other unit tests count with check.h. */
+#define REQUIRE(cond, ...)                                                                  \
     do {                                                                                    \
         if (!(cond)) {                                                                      \
             fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
@@ -119,8 +121,8 @@ static void check_sum(const void *buf, enum ddp_dtype t, size_t n, const char *w
     for (size_t i = 0; i < n; i++) {
         const int64_t want = ranks * 1000 + (int64_t)g_size * (int64_t)i;
         const int64_t got = get(buf, t, i, g_size);
-        CHECK(got == want, "%s %s n=%zu element %zu: got %lld, want %lld", what, tname(t), n, i,
-              (long long)got, (long long)want);
+        REQUIRE(got == want, "%s %s n=%zu element %zu: got %lld, want %lld", what, tname(t), n, i,
+                (long long)got, (long long)want);
     }
 }
 
@@ -136,8 +138,8 @@ static void check_max(const void *buf, enum ddp_dtype t, size_t n)
     for (size_t i = 0; i < n; i++) {
         const int64_t want = (int64_t)(g_size - 1) * 1000 - (int64_t)i;
         const int64_t got = get(buf, t, i, 1);
-        CHECK(got == want, "allreduce_max %s n=%zu element %zu: got %lld, want %lld", tname(t), n,
-              i, (long long)got, (long long)want);
+        REQUIRE(got == want, "allreduce_max %s n=%zu element %zu: got %lld, want %lld", tname(t), n,
+                i, (long long)got, (long long)want);
     }
 }
 
@@ -197,7 +199,7 @@ static void outstanding_round(ddp_comm *c, int nout, const int *order, int progr
         if (progress)
             ddp_comm_progress(c);
     }
-    CHECK(c->active_head == NULL, "requests left outstanding");
+    REQUIRE(c->active_head == NULL, "requests left outstanding");
     for (int k = 0; k < nout; k++)
         free(bufs[k]);
 }
@@ -228,8 +230,8 @@ static void test_outstanding(ddp_comm *c)
         outstanding_round(c, NOUT_MAX, order, round & 1);
         ddp_comm_barrier(c);
     }
-    CHECK(c->nslabs == slabs, "request pool grew from %zu to %zu slabs in steady state", slabs,
-          c->nslabs);
+    REQUIRE(c->nslabs == slabs, "request pool grew from %zu to %zu slabs in steady state", slabs,
+            c->nslabs);
 }
 
 static void test_broadcast(ddp_comm *c)
@@ -244,8 +246,8 @@ static void test_broadcast(ddp_comm *c)
                 buf[i] = g_rank == root ? (unsigned char)(i * 7 + (size_t)root + 1) : 0xEE;
             ddp_comm_broadcast(c, buf, n, root);
             for (size_t i = 0; i < n; i++)
-                CHECK(buf[i] == (unsigned char)(i * 7 + (size_t)root + 1),
-                      "broadcast root %d n=%zu byte %zu: got %d", root, n, i, buf[i]);
+                REQUIRE(buf[i] == (unsigned char)(i * 7 + (size_t)root + 1),
+                        "broadcast root %d n=%zu byte %zu: got %d", root, n, i, buf[i]);
         }
     }
     free(buf);
@@ -265,9 +267,9 @@ static void test_allgather(ddp_comm *c)
             ddp_comm_allgather(c, mine, recv, n);
             for (int r = 0; r < g_size; r++)
                 for (size_t i = 0; i < n; i++)
-                    CHECK(recv[(size_t)r * n + i] == (unsigned char)((size_t)r * 31 + i),
-                          "allgather%s n=%zu from rank %d byte %zu: got %d",
-                          inplace ? " in place" : "", n, r, i, recv[(size_t)r * n + i]);
+                    REQUIRE(recv[(size_t)r * n + i] == (unsigned char)((size_t)r * 31 + i),
+                            "allgather%s n=%zu from rank %d byte %zu: got %d",
+                            inplace ? " in place" : "", n, r, i, recv[(size_t)r * n + i]);
         }
     }
     free(send);
@@ -283,7 +285,7 @@ static void test_barrier(ddp_comm *c)
         sleep_s(0.3);
     ddp_comm_barrier(c);
     const double waited = ddp_now() - t0;
-    CHECK(waited >= 0.25, "left the barrier after %.3f s, before rank 0 arrived", waited);
+    REQUIRE(waited >= 0.25, "left the barrier after %.3f s, before rank 0 arrived", waited);
 }
 
 static int run_collectives(void)
@@ -296,11 +298,11 @@ static int run_collectives(void)
     ddp_comm *c =
         ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_AUTO, 60, -1, DDP_BOOTSTRAP_AUTO, NULL},
                         &w, err, sizeof err);
-    CHECK(c, "create: %s", err);
+    REQUIRE(c, "create: %s", err);
     g_c = c;
-    CHECK(ddp_comm_rank(c) == w.rank && ddp_comm_size(c) == w.world_size, "rank/size");
-    CHECK(strcmp(ddp_comm_name(c), w.mpi_launched ? "mpi" : "self") == 0, "backend %s",
-          ddp_comm_name(c));
+    REQUIRE(ddp_comm_rank(c) == w.rank && ddp_comm_size(c) == w.world_size, "rank/size");
+    REQUIRE(strcmp(ddp_comm_name(c), w.mpi_launched ? "mpi" : "self") == 0, "backend %s",
+            ddp_comm_name(c));
     test_allreduce(c);
     test_outstanding(c);
     test_broadcast(c);
@@ -320,12 +322,12 @@ static int run_deadline(const char *what)
     g_rank = w.rank;
     g_size = w.world_size;
     ddp_log_set_identity(w.host, w.rank, w.world_size);
-    CHECK(g_size >= 2, "needs 2 ranks or more");
+    REQUIRE(g_size >= 2, "needs 2 ranks or more");
     char err[DDP_ERR_LEN] = "";
     ddp_comm *c =
         ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 2.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
                         &w, err, sizeof err);
-    CHECK(c, "create: %s", err);
+    REQUIRE(c, "create: %s", err);
     g_c = c;
     ddp_comm_barrier(c); /* everybody is up */
     if (g_rank == 1) {
@@ -369,7 +371,7 @@ static int run_die(void)
     ddp_comm *c =
         ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 60.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
                         &w, err, sizeof err);
-    CHECK(c, "create: %s", err);
+    REQUIRE(c, "create: %s", err);
     ddp_comm_barrier(c);
     if (g_rank == 0) {
         sleep_s(0.2);
@@ -386,19 +388,19 @@ static int run_mismatch(void)
     struct ddp_world w = mpirun_world();
     g_rank = w.rank;
     g_size = w.world_size;
-    CHECK(g_size == 2, "needs 2 ranks");
+    REQUIRE(g_size == 2, "needs 2 ranks");
     w.rank = 1 - w.rank; /* the launcher's environment disagrees with MPI */
     char err[DDP_ERR_LEN] = "";
     ddp_comm *c =
         ddp_comm_create(&(struct ddp_comm_opts){DDP_COMM_MPI, 10.0, -1, DDP_BOOTSTRAP_AUTO, NULL},
                         &w, err, sizeof err);
-    CHECK(!c, "a world that disagrees with MPI was accepted");
+    REQUIRE(!c, "a world that disagrees with MPI was accepted");
     char want[128];
     snprintf(want, sizeof want,
              "MPI says this is rank %d of 2, but the launcher's environment "
              "says rank %d of 2",
              g_rank, 1 - g_rank);
-    CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
+    REQUIRE(strstr(err, want), "message '%s' lacks '%s'", err, want);
     MPI_Finalize();
     if (g_rank == 0)
         printf("mismatch refused: %s\n", err);
@@ -427,9 +429,9 @@ static void expect_refused(const char *backend, struct ddp_world *w, double time
     ddp_comm *c = ddp_comm_create(
         &(struct ddp_comm_opts){backend_of(backend), timeout, -1, DDP_BOOTSTRAP_AUTO, NULL}, w, err,
         sizeof err);
-    CHECK(!c, "backend %s accepted world of %d (launched by MPI: %d)", backend, w->world_size,
-          w->mpi_launched);
-    CHECK(strstr(err, want), "backend %s: message '%s' lacks '%s'", backend, err, want);
+    REQUIRE(!c, "backend %s accepted world of %d (launched by MPI: %d)", backend, w->world_size,
+            w->mpi_launched);
+    REQUIRE(strstr(err, want), "backend %s: message '%s' lacks '%s'", backend, err, want);
     printf("refused %-5s size %d: %s\n", backend, w->world_size, err);
 }
 
@@ -472,7 +474,7 @@ static int run_refuse(void)
 #if HAVE_MPI
     int inited = 1;
     MPI_Initialized(&inited);
-    CHECK(!inited, "MPI_Init was called for a world MPI did not launch");
+    REQUIRE(!inited, "MPI_Init was called for a world MPI did not launch");
 #endif
 
     /* One process: self, whatever the backend says. */
@@ -489,10 +491,10 @@ static int run_refuse(void)
         ddp_comm *c = ddp_comm_create(
             &(struct ddp_comm_opts){backend_of(backends[b]), 5, -1, DDP_BOOTSTRAP_AUTO, NULL}, &w,
             err, sizeof err);
-        CHECK(c, "backend '%s' refused one process: %s", backends[b], err);
-        CHECK(strcmp(ddp_comm_name(c), "self") == 0, "backend '%s' gave %s", backends[b],
-              ddp_comm_name(c));
-        CHECK(ddp_comm_rank(c) == 0 && ddp_comm_size(c) == 1, "rank/size");
+        REQUIRE(c, "backend '%s' refused one process: %s", backends[b], err);
+        REQUIRE(strcmp(ddp_comm_name(c), "self") == 0, "backend '%s' gave %s", backends[b],
+                ddp_comm_name(c));
+        REQUIRE(ddp_comm_rank(c) == 0 && ddp_comm_size(c) == 1, "rank/size");
         g_c = c;
         test_allreduce(c);
         test_outstanding(c);
@@ -506,7 +508,7 @@ static int run_refuse(void)
     }
 #if HAVE_MPI
     MPI_Initialized(&inited);
-    CHECK(!inited, "MPI_Init was called by the self backend");
+    REQUIRE(!inited, "MPI_Init was called by the self backend");
 #endif
     ddp_comm_destroy(NULL);
     printf("refusals and self backend ok\n");

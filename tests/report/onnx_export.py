@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""`ddptrain export` writes ONNX that onnx.checker accepts and onnxruntime runs to the same
-logits as ddptrain: for the shipped MLP, CNN and ResNet jobs, a CNN with every other layer kind
-(batchnorm after conv and linear, dropout, avgpool, strided padded conv) and a ResNet with a
-nested block and layers without bias (Add, GlobalAveragePool, Conv and Gemm without bias,
-BatchNormalization inside blocks), each trained a few
-steps on the real Fashion-MNIST, `ddptrain predict` writes the test split's logits; they must
+"""`ddptrain export --onnx-input float` (the model alone, its input already scaled and
+normalised; onnx_pixels.py tests the default uint8 input) writes ONNX that onnx.checker accepts
+and onnxruntime runs to the same logits as ddptrain: for the shipped MLP, CNN and ResNet jobs,
+a CNN with every other layer kind (batchnorm after conv and linear, dropout, avgpool, strided
+padded conv) and a ResNet with a nested block and layers without bias (Add,
+GlobalAveragePool, Conv and Gemm without bias, BatchNormalization inside blocks), each trained
+a few steps on the real Fashion-MNIST, `ddptrain predict` writes the test split's logits; they must
 give `ddptrain eval`'s accuracy and loss exactly as it prints them, and onnxruntime's logits
 must equal them within 1e-5. onnx and onnxruntime come from tools/pyvenv.sh (skip 77 only
 when they cannot be installed)."""
@@ -63,7 +64,8 @@ def one(name, cfg, extra, data, tmp):
     seelib.run([job] + sets, tmp, timeout=600)
     model = f"{tmp}/{name}/model.h5"
     onnx_path = f"{tmp}/{name}.onnx"
-    seelib.run(["export", job, "--checkpoint", model, "--onnx", onnx_path] + sets, tmp)
+    seelib.run(["export", job, "--checkpoint", model, "--onnx", onnx_path, "--onnx-input",
+                "float"] + sets, tmp)
     m = onnx.load(onnx_path)
     onnx.checker.check_model(m, full_check=True)
     opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))

@@ -124,6 +124,7 @@ def main():
     else:
         errors.append(f"ddptrain validate --quick exited {v.returncode}")
 
+    for e in errors:
         print("FAIL:", e)
     print(f"report-svg: {checked} points checked against metrics.jsonl, {len(errors)} errors")
     return 1 if errors or checked < 100 else 0

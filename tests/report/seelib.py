@@ -1,4 +1,4 @@
-"""Helpers shared by the tests of issue 18 (report, TensorBoard, check, ONNX export)."""
+"""Helpers shared by the tests of the report, TensorBoard, check and ONNX export."""
 import json
 import os
 import shutil

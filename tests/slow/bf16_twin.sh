@@ -1,5 +1,5 @@
 #!/bin/bash
-# bf16_twin.sh - [train] precision = bf16 trains as well as fp32 (issue 16's acceptance): the
+# bf16_twin.sh - [train] precision = bf16 trains as well as fp32: the
 # shipped fashion-mlp and fashion-cnn configs on the real Fashion-MNIST, on the GPU twin
 # (build/ddptrain-twin, device = cuda, 2 twin GPUs under `launch`, batch 128 each: the configs'
 # global batch of 256), once in fp32 and once in bf16 with the same seeds; each trained model.h5

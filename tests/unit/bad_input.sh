@@ -231,7 +231,7 @@ case_ "precision bf16 on a CPU" 2 \
 { base_job | sed 's/^layers = .*/layers = flatten, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4)/'; } > bad-long.ini
 case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 
-# ---- recipe keys (issue 17) ------------------------------------------------------------------
+# ---- recipe keys -------------------------------------------------------------------------------
 case_ "augment: unknown, did you mean" 2 \
     "\-\-set data.augment: 'hflp': unknown augmentation; did you mean 'hflip'?" \
     good.ini --set data.augment=hflp
@@ -375,7 +375,7 @@ else
     fail=$((fail + 1))
 fi
 
-# ---- hostile inputs (issue 13) ------------------------------------------------------------
+# ---- hostile inputs --------------------------------------------------------------------
 mkfifo fifo.in || { echo "cannot make a FIFO"; exit 1; }
 DEADLINE=10 case_ "job file is a directory" 2 "is a directory, not a job file" "$work"
 DEADLINE=10 case_ "job file is a FIFO" 2 "fifo.in: is a FIFO, not a job file" fifo.in
@@ -573,6 +573,13 @@ else
 fi
 rm -rf run1
 
+# ---- an empty path where a path or a word is expected: a job error naming the key ------------
+case_ "empty model.init" 2 "\-\-set model.init: empty; expected pytorch (the default) or the path" \
+    good.ini --set model.init=
+case_ "empty checkpoint.resume" 2 \
+    "\-\-set checkpoint.resume: empty; expected auto (the default), never, or a checkpoint" \
+    good.ini --set checkpoint.resume=
+
 # ---- an empty output path is refused by every command, before any work, writing nothing ----
 case_ "data synth -o ''" 2 "data: synth: -o '': an empty path; give a file name" \
     data synth -o "" --shape 1,8,8 --train 8 --test 8
@@ -729,6 +736,10 @@ printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x10
 printf '\x00\x00\x08\x01\x00\x00\x00\x01\x02' >idx/t10k-labels-idx1-ubyte
 full_out "full disk: data idx" "mnt/o" data idx --dir idx -o mnt/o
 rm -rf idx
+printf 'a,b,y\n1,2,0\n3,4,1\n' > t.csv
+full_out "full disk: data csv" "mnt/o" data csv t.csv --label-column y -o mnt/o
+case_ "data csv -o ''" 2 "data: csv: -o '': an empty path" data csv t.csv --label-column y -o ""
+rm -f t.csv
 
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]

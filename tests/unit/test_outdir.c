@@ -263,7 +263,7 @@ static void test_jobdiff(void)
     free(text);
 }
 
-/* Issue 17's recipe keys change what is trained: each must match on resume; early_stop (when
+/* The recipe keys change what is trained: each must match on resume; early_stop (when
  * to stop, as epochs) and keep_best (a [checkpoint] key) may differ. */
 static void test_jobdiff_recipe(void)
 {

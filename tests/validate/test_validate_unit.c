@@ -59,7 +59,7 @@ static void test_config(void)
         {"[golde]\nsteps = 3\n", ":1: [golde]: unknown section; did you mean [golden]?"},
         {"n = 3\n", ":1: [] n: key outside any section"},
         {"[allreduce]\nmin_bytes = 64\nmax_bytes = 32\n", "must be at least min_bytes"},
-        /* what the job file's reader checked and validate's own reader did not (issue 14) */
+        /* what the job file's reader checked and validate's own reader did not */
         {"[gemm]\nn = 512\nreps = 3\nn = 1024\n", ":4: [gemm] n: given twice (first on line 2)"},
         {"[golden]\nreference = /x/"
          "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
