@@ -1,14 +1,16 @@
 # packages.sh - the Debian 12 packages ddptrain needs, and a function that installs the missing
 # ones. Sourced by tools/quickstart and tools/test.
 
-# to build and train (g++: the GPU twin, build/ddptrain-twin and suite twin)
+# to build and train (g++: the GPU twin, build/ddptrain-twin and suite twin; libpng-dev and
+# libjpeg62-turbo-dev: `ddptrain data imagefolder`, optional)
 DDP_PKGS_BUILD="gcc g++ pkg-config meson ninja-build libhdf5-dev libopenblas-dev libinih-dev
-zlib1g-dev libopenmpi-dev openmpi-bin libpmi2-0-dev dataset-fashion-mnist"
+zlib1g-dev libpng-dev libjpeg62-turbo-dev libopenmpi-dev openmpi-bin libpmi2-0-dev
+dataset-fashion-mnist"
 # to run every test suite: a real Slurm, PyTorch for parity, h5py for layout checks, PMIx headers
 # (slurm case 08 builds a PMIx program); mandoc, groff and Lmod check the installed prefix
 # (unit test install)
 DDP_PKGS_TEST="slurm-wlm slurmctld slurmd slurm-client munge iproute2 util-linux procps
-python3-torch python3-h5py python3-numpy hdf5-tools valgrind python3-venv clang-format libpmix-dev
+python3-torch python3-h5py python3-numpy python3-pil hdf5-tools valgrind python3-venv clang-format libpmix-dev
 mandoc groff-base lmod"
 
 # ddp_install_missing PKG... : apt-get install what dpkg does not have (root only).

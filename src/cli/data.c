@@ -5,9 +5,11 @@
  * synth.c, and h5writer.c behind data/h5data.h).
  */
 #include "cli/cli.h"
+#include "cli/data_import.h"
 #include "data/h5data.h"
 #include "data/idx.h"
 #include "data/synth.h"
+#include "core/fileio.h"
 #include "core/util.h"
 
 #include <stdarg.h>
@@ -29,6 +31,15 @@ static const char usage_text[] =
     "       ddptrain data synth -o OUT.h5 [--shape 1,28,28 | --shape 784] [--classes 10]\n"
     "                         [--train 60000] [--test 10000] [--seed 0]\n"
     "                         [--dtype uint8|float32] [--noise 0.3]\n"
+    "       ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
+    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--force]\n"
+    "       ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
+    "                         [--labels-key y_train] [--test-images-key x_test]\n"
+    "                         [--test-labels-key y_test] [--classes K] [--force]\n"
+    "       ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test T.csv]\n"
+    "                         [--classes K] [--force]\n"
+    "       ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
+    "                         [--channels 1|3] [--force]\n"
     "       ddptrain data info FILE.h5\n"
     "\n"
     "  idx    import an MNIST-style IDX set (raw or .gz) into the HDF5 layout:\n"
@@ -39,10 +50,21 @@ static const char usage_text[] =
     "         refused (exit 2) unless --force replaces it\n"
     "  synth  write a learnable synthetic set (prototypes + noise, deterministic for a\n"
     "         seed, generated in chunks so N may exceed memory)\n"
+    "  npy    import NumPy arrays: images uint8 or float32 (N,H,W), (N,C,H,W) or (N,D),\n"
+    "         labels integers (N,); /test when --test-images/--test-labels are given\n"
+    "  npz    the same from an .npz (stored or deflated members; keys x_train, y_train,\n"
+    "         x_test, y_test unless named; /test when the archive holds the test key)\n"
+    "  csv    import a CSV: numeric features as (N,D) float32, one integer label column;\n"
+    "         a first line with a non-numeric cell is the header\n"
+    "  imagefolder  import class folders of PNG/JPEG images (DIR/train/<class>/..., or\n"
+    "         DIR/<class>/... with --test-fraction) as (N,C,H,W) uint8\n"
+    "         (npy, npz, csv, imagefolder: an existing OUT is refused, exit 2,\n"
+    "         unless --force replaces it)\n"
     "  info   list groups, shapes, dtypes, classes and the class histogram\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
-    "Exit codes: 0 done, 2 usage error, 3 bad input file or OUT cannot be written.\n"
+    "Exit codes: 0 done, 1 OUT cannot be written (a full disk), 2 usage error or an unusable\n"
+    "-o, 3 bad input file.\n"
     "Reference: docs/data.md\n";
 
 /* Usage error: one line on stderr and a pointer to --help; returns DDP_EXIT_USAGE. */
@@ -168,6 +190,8 @@ static int cmd_idx(int argc, char **argv)
     if (classes_s &&
         parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
+    if (ddp_file_check_output("-o", out, msg, sizeof msg) != 0)
+        return usage_error("idx: %s", msg);
     if (refuse_existing(out, force))
         return DDP_EXIT_USAGE;
 
@@ -193,9 +217,10 @@ static int cmd_idx(int argc, char **argv)
         command_text(argc, argv, src, sizeof src);
     ddp_idx_summary sum;
     double t0 = ddp_now();
-    if (ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err) != 0) {
+    int imp = ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err);
+    if (imp != 0) {
         ddp_warn("%s", err);
-        return DDP_EXIT_DATA;
+        return imp == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA; /* the output, or an input */
     }
     char shape[96];
     if (sum.rank == 1)
@@ -269,12 +294,14 @@ static int cmd_synth(int argc, char **argv)
     }
     if (!out)
         return usage_error("synth: -o OUT.h5 is required");
+    if (ddp_file_check_output("-o", out, msg, sizeof msg) != 0)
+        return usage_error("synth: %s", msg);
     if (ddp_synth_check(&spec, err, sizeof err) != 0)
         return usage_error("synth: %s", err);
     double t0 = ddp_now();
     if (ddp_synth_write(&spec, out, err, sizeof err) != 0) {
-        ddp_warn("%s", err);
-        return DDP_EXIT_DATA;
+        ddp_warn("%s", err); /* only writes: the output failed (a full disk), a runtime failure */
+        return DDP_EXIT_RUNTIME;
     }
     printf("wrote %s: /train %lld, /test %lld samples of %s, %d classes, seed %llu, %.1f s\n", out,
            (long long)spec.n_train, (long long)spec.n_test, ddp_h5dtype_name(spec.dtype),
@@ -385,7 +412,8 @@ static int cmd_info(int argc, char **argv)
 int ddp_cmd_data(int argc, char **argv)
 {
     if (argc < 2)
-        return usage_error("a subcommand is required: idx, synth or info");
+        return usage_error(
+            "a subcommand is required: idx, npy, npz, csv, imagefolder, synth or info");
     const char *sub = argv[1];
     if (is_help(sub)) {
         fputs(usage_text, stdout);
@@ -397,5 +425,14 @@ int ddp_cmd_data(int argc, char **argv)
         return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(sub, "info"))
         return cmd_info(argc - 1, argv + 1);
-    return usage_error("unknown subcommand `%s`; expected idx, synth or info", sub);
+    if (!strcmp(sub, "npy"))
+        return ddp_data_cmd_npy(argc - 1, argv + 1);
+    if (!strcmp(sub, "npz"))
+        return ddp_data_cmd_npz(argc - 1, argv + 1);
+    if (!strcmp(sub, "csv"))
+        return ddp_data_cmd_csv(argc - 1, argv + 1);
+    if (!strcmp(sub, "imagefolder"))
+        return ddp_data_cmd_imagefolder(argc - 1, argv + 1);
+    return usage_error(
+        "unknown subcommand `%s`; expected idx, npy, npz, csv, imagefolder, synth or info", sub);
 }

@@ -134,6 +134,11 @@ int ddp_run_args_check_files(const struct ddp_run_args *a, const char *subcomman
                            subcommand, opt, out, tmp, hit->what, hit->path, subcommand, opt)
                  : 0;
     free(tmp);
+    if (rc == 0 && ddp_file_check_output(opt, out, err, errlen) != 0) {
+        char line[DDP_ERR_LEN + DDP_PATH_MAX];
+        snprintf(line, sizeof line, "%s: %s", subcommand, err);
+        rc = ddp_err(err, errlen, "%s", line);
+    }
     return rc;
 }
 
@@ -188,7 +193,7 @@ int ddp_run_args_finish(const struct ddp_run_args *a, struct ddp_model *m,
         if (rc == -1)
             rc = DDP_EXIT_USAGE;
         if (!rc && ddp_onnx_write(m, a->onnx, job->name, &in, err, errlen) != 0)
-            rc = DDP_EXIT_USAGE;
+            rc = DDP_EXIT_RUNTIME; /* the path was checked up front: the write failed */
         else if (!rc)
             ddp_log("exported %s (%zu parameters) to %s", a->checkpoint, m->nparams, a->onnx);
     } else if (a->mode == DDP_RUN_PREDICT) {

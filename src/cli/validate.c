@@ -152,6 +152,13 @@ int ddp_cmd_validate(int argc, char **argv)
                         "nothing; drop --level, --record and --record-expect\n");
         return DDP_EXIT_USAGE;
     }
+    if (margin && !a.record_expect) {
+        fprintf(stderr,
+                "ddptrain: validate: --margin %s applies to --record-expect only (the "
+                "floors it writes); drop it or add --record-expect FILE\n",
+                margin);
+        return DDP_EXIT_USAGE;
+    }
     if ((a.drain || budget) && !a.slurm_health) {
         fprintf(stderr, "ddptrain: validate: %s applies to --slurm-health only\n",
                 a.drain ? "--drain" : "--budget-s");

@@ -8,6 +8,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -40,13 +41,57 @@ int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen
         int e = errno;
         if (fd >= 0)
             close(fd);
+        unlink(tmp);
         return ddp_err(err, errlen, "%s: cannot sync: %s", tmp, strerror(e));
     }
     close(fd);
-    if (rename(tmp, final) != 0)
-        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return ddp_err(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(e));
+    }
     sync_dir_of(final);
     return 0;
+}
+
+/* What st is, for a message: "directory", "FIFO", ... */
+static const char *kind_of(const struct stat *st)
+{
+    return S_ISDIR(st->st_mode)    ? "directory"
+           : S_ISFIFO(st->st_mode) ? "FIFO"
+           : S_ISSOCK(st->st_mode) ? "socket"
+           : S_ISCHR(st->st_mode)  ? "character device"
+           : S_ISBLK(st->st_mode)  ? "block device"
+                                   : "special file";
+}
+
+int ddp_file_check_output(const char *opt, const char *path, char *err, size_t errlen)
+{
+    size_t n = strlen(path);
+    if (n == 0)
+        return ddp_err(err, errlen, "%s '': an empty path; give a file name", opt);
+    if (path[n - 1] == '/')
+        return ddp_err(err, errlen, "%s %s: names a directory; give a file name inside it", opt,
+                       path);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ddp_err(err, errlen, "%s %s: is a %s, not a file it could replace; give a file name",
+                       opt, path, kind_of(&st));
+    char *copy = ddp_strdup(path);
+    const char *dir = dirname(copy);
+    int rc = 0;
+    if (stat(dir, &st) != 0)
+        rc = ddp_err(err, errlen,
+                     "%s %s: its directory %s: %s; create it first or give another path", opt, path,
+                     dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = ddp_err(err, errlen, "%s %s: %s is a %s, not a directory; give another path", opt,
+                     path, dir, kind_of(&st));
+    else if (access(dir, W_OK | X_OK) != 0)
+        rc = ddp_err(err, errlen, "%s %s: cannot write in directory %s: %s; give another path", opt,
+                     path, dir, strerror(errno));
+    free(copy);
+    return rc;
 }
 
 FILE *ddp_atomic_open(struct ddp_atomic_file *a, const char *path)

@@ -18,8 +18,15 @@
 char *ddp_file_tmp_path(const char *path);
 
 /* Durable replace: fsync tmp's data, rename it to final, fsync final's directory. Returns 0,
- * or -1 with one line in err (tmp is left for the caller to remove). */
+ * or -1 with one line in err; then tmp is removed (a failed replace leaves nothing behind). */
 int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen);
+
+/* Before any work: can a command write PATH (given as option opt, e.g. "--json")? Refuses an
+ * empty path, one ending in '/', a directory or other non-regular file, and a directory that
+ * does not exist or cannot be written (where PATH.tmp would go). Returns 0, or -1 with one line
+ * in err: "OPT PATH: why; fix". Exit code 2 (usage) for the caller; a write that fails later
+ * (a full disk) is a runtime failure, exit 1. */
+int ddp_file_check_output(const char *opt, const char *path, char *err, size_t errlen);
 
 /* A text file being written as PATH.tmp. */
 struct ddp_atomic_file {

@@ -389,7 +389,8 @@ static int check_label_file(const ddp_idx *lab, const ddp_idx *img, char *err, s
     return 0;
 }
 
-/* Write one split: images streamed from img in chunks, labels from memory. */
+/* Write one split: images streamed from img in chunks, labels from memory. Returns 0, -1 when
+ * img cannot be read, -2 when the output cannot be written. */
 static int write_split(ddp_h5writer *w, const char *group, ddp_idx *img, const uint8_t *labels,
                        int rank, const int64_t dims[3], int classes, char *err, size_t errlen)
 {
@@ -401,19 +402,21 @@ static int write_split(ddp_h5writer *w, const char *group, ddp_idx *img, const u
         per = n;
     uint8_t *buf = ddp_malloc((size_t)(per * rb));
     int32_t *lab = ddp_malloc((size_t)per * sizeof *lab);
-    int rc = -1;
+    int rc = -2;
     if (ddp_h5writer_begin(w, group, n, rank, dims, DDP_H5DTYPE_UINT8, classes, err, errlen) != 0)
         goto fail;
     for (int64_t at = 0; at < n; at += per) {
         int64_t k = n - at < per ? n - at : per;
-        if (ddp_idx_read(img, buf, k, err, errlen) != 0)
+        if (ddp_idx_read(img, buf, k, err, errlen) != 0) {
+            rc = -1;
             goto fail;
+        }
         for (int64_t i = 0; i < k; i++)
             lab[i] = labels[at + i];
         if (ddp_h5writer_append(w, buf, lab, k, err, errlen) != 0)
             goto fail;
     }
-    rc = ddp_h5writer_end(w, err, errlen);
+    rc = ddp_h5writer_end(w, err, errlen) != 0 ? -2 : 0;
 fail:
     free(buf);
     free(lab);
@@ -495,10 +498,18 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
     s.rank = rank;
     memcpy(s.dims, dims, sizeof dims);
 
+    rc = -2; /* from here on, a failure is the output's unless write_split says otherwise */
     w = ddp_h5writer_create(out_path, source, err, errlen);
-    if (!w || write_split(w, "/train", ti, tlab, rank, dims, classes, err, errlen) != 0 ||
-        write_split(w, "/test", vi, vlab, rank, dims, classes, err, errlen) != 0 ||
-        ddp_h5writer_commit(w, err, errlen) != 0)
+    if (!w)
+        goto fail;
+    int ws = write_split(w, "/train", ti, tlab, rank, dims, classes, err, errlen);
+    if (!ws)
+        ws = write_split(w, "/test", vi, vlab, rank, dims, classes, err, errlen);
+    if (ws) {
+        rc = ws;
+        goto fail;
+    }
+    if (ddp_h5writer_commit(w, err, errlen) != 0)
         goto fail;
     if (sum)
         *sum = s;

@@ -82,7 +82,8 @@ typedef struct ddp_idx_summary {
  * file attribute `source`). Image files of 2, 3 or 4 dimensions map to (N, D),
  * (N, 1, H, W) and (N, C, H, W); train and test must agree on the sample shape; each
  * labels file must hold as many records as its images file. Returns 0 and fills sum (may
- * be NULL), or -1 with err; OUT is then untouched and no OUT.tmp is left. */
+ * be NULL), or -1 with err when an input is bad, -2 when OUT cannot be written (a full
+ * disk); OUT is then untouched and no OUT.tmp is left. */
 int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes,
                    const char *source, ddp_idx_summary *sum, char *err, size_t errlen);
 

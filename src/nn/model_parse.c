@@ -85,6 +85,7 @@ struct item {
     const char *pos;     /* "3" or "3.2" (inside a block), for messages */
     char orig[72];       /* the item as written, abbreviated past 60 characters */
     char *arg_at[4];     /* where each positional argument starts in buf */
+    unsigned kw_given;   /* name=value arguments seen: bit i for kwarg_names' names[i] */
     struct parse_out *o; /* the error's place and text */
     struct ddp_layer_spec *spec;
 };
@@ -234,9 +235,10 @@ static int parse_bias(const struct item *it, char *val)
     return 0;
 }
 
-/* One name=value argument (tok, trimmed, with its '=' at eq) into the spec. Names are matched
- * in any case. */
-static int parse_kwarg(const struct item *it, char *tok, char *eq)
+/* One name=value argument (tok, trimmed, with its '=' at eq) into the spec, after npos
+ * positional ones. Names are matched in any case; each may be given once, and not also as a
+ * positional argument (conv2d's 3rd is stride, its 4th pad). */
+static int parse_kwarg(struct item *it, char *tok, char *eq, int npos)
 {
     *eq = '\0';
     char *key = trim(tok), *val = trim(eq + 1), *next = second_word(key);
@@ -247,11 +249,18 @@ static int parse_kwarg(const struct item *it, char *tok, char *eq)
     for (char *p = key; *p; p++)
         *p = (char)tolower((unsigned char)*p);
     const char *names[3];
-    int n = kwarg_names(it->spec->kind, names), known = 0;
+    int n = kwarg_names(it->spec->kind, names), known = -1;
     for (int i = 0; i < n; i++)
-        known |= strcmp(key, names[i]) == 0;
-    if (!known)
+        if (strcmp(key, names[i]) == 0)
+            known = i;
+    if (known < 0)
         return unknown_kwarg(it, key, key);
+    if (it->kw_given & (1u << known))
+        return fail(it, key, "%s= given twice; give each argument once", key);
+    it->kw_given |= 1u << known;
+    if (it->spec->kind == DDP_LAYER_CONV2D && npos > 2 + known && known < 2)
+        return fail(it, key, "%s given twice: as argument %d and as %s=; give it once", key,
+                    3 + known, key);
     if (strcmp(key, "bias") == 0)
         return parse_bias(it, val);
     double v;
@@ -278,7 +287,7 @@ static int parse_args(struct item *it, char *args, double pos_args[4], int *npos
         char *eq = strchr(tok, '=');
         double v;
         if (eq) {
-            if (parse_kwarg(it, tok, eq) != 0)
+            if (parse_kwarg(it, tok, eq, *npos) != 0)
                 return -1;
             has_kw = 1;
             continue;

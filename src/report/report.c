@@ -665,9 +665,9 @@ int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *e
     }
     if (f) {
         page(f, runs, n);
-        rc = ddp_html_close(f, path, err, errlen);
+        rc = ddp_html_close(f, path, err, errlen) != 0 ? -2 : 0;
     } else {
-        rc = -1;
+        rc = rc ? -1 : -2; /* an input that failed, or the output that cannot be opened */
     }
     for (int i = 0; i < loaded; i++)
         free_run(&runs[i]);

@@ -23,11 +23,12 @@
 
 #include <stddef.h>
 
-/* Write the report of n run directories to out (NULL: dirs[0]/report.html). */
+/* Write the report of n run directories to out (NULL: dirs[0]/report.html). Returns 0, -1 when
+ * an input cannot be read, -2 when out cannot be written (no out.tmp is left); err says why. */
 int ddp_report_write_to(const char *const *dirs, int n, const char *out, char *err, size_t errlen);
 #define ddp_report_write(dirs, n, err, errlen) \
     ddp_report_write_to((dirs), (n), NULL, (err), (errlen))
-/* A `validate --json` file as an HTML node table into out. */
+/* A `validate --json` file as an HTML node table into out. Returns as ddp_report_write_to. */
 int ddp_report_validate(const char *json_path, const char *out, char *err, size_t errlen);
 /* `ddptrain report ...`; returns the exit code. */
 int ddp_cmd_report(int argc, char **argv);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fileio.h"
 #include "job/config.h"
 #include "report/html.h"
 #include "report/json.h"
@@ -92,13 +93,20 @@ int ddp_report_validate(const char *json_path, const char *out, char *err, size_
                        json_path, v ? "no format ddptrain-validate-1" : why);
     }
     FILE *f = ddp_html_open(out, err, errlen);
-    int rc = -1;
+    int rc = -2; /* the output failed */
     if (f) {
         validate_page(f, v, json_path);
-        rc = ddp_html_close(f, out, err, errlen);
+        rc = ddp_html_close(f, out, err, errlen) != 0 ? -2 : 0;
     }
     ddp_json_free(v);
     return rc;
+}
+
+/* A report function's result as the exit code: -1 an input (3), -2 the output that cannot be
+ * written (1, as in every subcommand). */
+static int exit_code(int rc)
+{
+    return rc == 0 ? 0 : rc == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA;
 }
 
 static void usage(FILE *f)
@@ -134,20 +142,23 @@ int ddp_cmd_report(int argc, char **argv)
     if (n == 0) {
         usage(stderr);
         rc = DDP_EXIT_USAGE;
+    } else if (out && ddp_file_check_output("-o", out, err, sizeof err) != 0) {
+        ddp_warn("report: %s", err);
+        rc = DDP_EXIT_USAGE;
     } else if (n == 1 && stat(dirs[0], &st) == 0 && S_ISREG(st.st_mode)) {
         size_t len = strlen(dirs[0]);
         snprintf(path, sizeof path, "%.*s.html",
                  (int)(len > 5 && !strcmp(dirs[0] + len - 5, ".json") ? len - 5 : len), dirs[0]);
-        rc = ddp_report_validate(dirs[0], out ? out : path, err, sizeof err) ? DDP_EXIT_DATA : 0;
+        rc = exit_code(ddp_report_validate(dirs[0], out ? out : path, err, sizeof err));
         if (!rc)
             ddp_log("wrote %s", out ? out : path);
     } else {
-        rc = ddp_report_write_to(dirs, n, out, err, sizeof err) ? DDP_EXIT_DATA : 0;
+        rc = exit_code(ddp_report_write_to(dirs, n, out, err, sizeof err));
         if (!rc)
             ddp_log("wrote %s",
                     out ? out : (snprintf(path, sizeof path, "%s/report.html", dirs[0]), path));
     }
-    if (rc == DDP_EXIT_DATA)
+    if (rc == DDP_EXIT_DATA || rc == DDP_EXIT_RUNTIME)
         ddp_warn("%s", err);
 done:
     free(dirs);

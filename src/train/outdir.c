@@ -76,9 +76,10 @@ static int first_node(char *out, size_t len, char *why, size_t whylen)
     if (nl && *nl) {
         char **hosts = NULL, sub[DDP_ERR_LEN];
         int n = 0;
-        if (ddp_hostlist_expand(nl, &hosts, &n, sub, sizeof sub) != 0 || n < 1) {
+        int rc = ddp_hostlist_expand(nl, &hosts, &n, sub, sizeof sub);
+        if (rc != 0 || n < 1) {
             ddp_hostlist_free(hosts, n);
-            return ddp_err(why, whylen, "SLURM_JOB_NODELIST for %%N: %s", n < 1 ? "empty" : sub);
+            return ddp_err(why, whylen, "SLURM_JOB_NODELIST for %%N: %s", rc != 0 ? sub : "empty");
         }
         snprintf(out, len, "%s", hosts[0]);
         ddp_hostlist_free(hosts, n);
@@ -127,9 +128,15 @@ static int pattern_value(char c, const char *job_name, char *v, size_t len, char
     }
 }
 
+/* Characters of a pattern quoted in a message: a longer one is cut ("...") so that the
+ * reason after it is never cut off. */
+#define QUOTE_MAX 48
+
 int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size_t len, char *why,
                       size_t whylen)
 {
+    const int qn = (int)(strlen(pattern) > QUOTE_MAX ? QUOTE_MAX : strlen(pattern));
+    const char *more = strlen(pattern) > QUOTE_MAX ? "..." : "";
     size_t n = 0;
     for (const char *p = pattern; *p; p++) {
         char v[DDP_PATH_MAX];
@@ -146,17 +153,17 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
             }
             if (!*p)
                 return ddp_err(why, whylen,
-                               "'%s' ends in a lone %%; write %%%% for a percent "
+                               "'%.*s%s' ends in a lone %%; write %%%% for a percent "
                                "sign",
-                               pattern);
+                               qn, pattern, more);
             int rc = pattern_value(*p, job_name, v, sizeof v, why, whylen);
             if (rc < 0)
                 return -1;
             if (rc > 0)
                 return ddp_err(why, whylen,
-                               "'%s': unknown pattern %.*s; expected %%j %%A %%a "
+                               "'%.*s%s': unknown pattern %.*s; expected %%j %%A %%a "
                                "%%x %%u %%N or %%%% (see docs/checkpoints.md)",
-                               pattern, (int)(p - start + 1), start);
+                               qn, pattern, more, (int)(p - start + 1), start);
             if (width > 0 && all_digits(v) && strlen(v) < (size_t)width) {
                 char padded[DDP_PATH_MAX];
                 snprintf(padded, sizeof padded, "%0*d%s", width - (int)strlen(v), 0, v);
@@ -165,8 +172,10 @@ int ddp_outdir_expand(const char *pattern, const char *job_name, char *out, size
         }
         size_t add = strlen(v);
         if (n + add >= len)
-            return ddp_err(why, whylen, "'%s' expands to more than %zu characters", pattern,
-                           len - 1);
+            return ddp_err(why, whylen,
+                           "'%.*s%s' (%zu characters) expands to more than %zu characters; "
+                           "shorten [job] output",
+                           qn, pattern, more, strlen(pattern), len - 1);
         memcpy(out + n, v, add + 1);
         n += add;
     }
@@ -353,6 +362,17 @@ int ddp_outdir_check_resume(const char *dir, int tensorboard, char *why, size_t 
                        "%s is %s, not a directory, and TensorBoard's events ([job] tensorboard) "
                        "go there; move it away, or set [job] tensorboard = false",
                        path, kind_of(st.st_mode));
+    /* the files a resumed run replaces (via NAME.tmp and a rename) at its start or end: a
+     * directory there would fail the run only after all its training */
+    static const char *const replaced[] = {"job.ini", "model.h5", "best.h5", "report.html"};
+    for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, replaced[i]);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return ddp_err(why, whylen,
+                           "%s is %s, not a regular file, and a resumed run replaces it; move "
+                           "it away, or start afresh with [checkpoint] resume = never",
+                           path, kind_of(st.st_mode));
+    }
     return 0;
 }
 

@@ -45,9 +45,10 @@ int ddp_outdir_lock(const char *dir, char *why, size_t whylen);
 /* What ddp_outdir_lock would say, without creating or locking anything (`ddptrain check`):
  * 0 when the lock could be taken, -1 when dir could not be created, -2 when held (why). */
 int ddp_outdir_probe(const char *dir, char *why, size_t whylen);
-/* A resumed run appends to dir's metrics.jsonl and (tensorboard) adds events to dir/tb: each
- * must be absent or of the right kind (a file, a directory). 0, or -1 with why naming the
- * path and the fix. Touches nothing: `check` and the run both ask. */
+/* A resumed run appends to dir's metrics.jsonl, (tensorboard) adds events to dir/tb and
+ * replaces job.ini, model.h5, best.h5 and report.html: each must be absent or of the right
+ * kind (a file, a directory). 0, or -1 with why naming the path and the fix. Touches nothing:
+ * `check` and the run both ask. */
 int ddp_outdir_check_resume(const char *dir, int tensorboard, char *why, size_t whylen);
 /* Empty the holder record and release the lock; accepts -1. */
 void ddp_outdir_unlock(int fd);

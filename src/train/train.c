@@ -201,14 +201,17 @@ static int commit_output(struct trainer *t, char *err, size_t errlen)
             ddp_log("starting afresh: the earlier run's files in %s were moved to %s", job->output,
                     moved);
     }
+    /* the directory is ours and its files of the right kind (prepare_output,
+     * check_resumed_output): a write that fails now (a full disk) is a runtime failure, exit 1
+     * as for every output of every subcommand */
     if (ddp_outdir_write_job(job->output, t->job_text, why, sizeof why) != 0) {
         ddp_err(err, errlen, "%s", why);
-        return DDP_EXIT_USAGE;
+        return DDP_EXIT_RUNTIME;
     }
     char path[DDP_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", job->output);
     if (ddp_metrics_open(&t->metrics, path, t->resumed, job->tensorboard, err, errlen) != 0)
-        return DDP_EXIT_USAGE;
+        return DDP_EXIT_RUNTIME;
     return 0;
 }
 

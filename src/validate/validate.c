@@ -76,7 +76,16 @@ static int find_reference(const char *given, const char *backend, int W, char *p
             snprintf(path, len, "%s", given);
         if (is_file(path))
             return 1;
-        ddp_err(why, whylen, "%s does not exist", path);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            ddp_err(why, whylen, "%s does not exist", path);
+        else /* a FIFO would block the read for good: named for what it is */
+            ddp_err(why, whylen,
+                    "%s is a %s, not a reference file; give a file recorded with --record", path,
+                    S_ISFIFO(st.st_mode)   ? "FIFO"
+                    : S_ISCHR(st.st_mode)  ? "character device"
+                    : S_ISSOCK(st.st_mode) ? "socket"
+                                           : "special file");
         return 0;
     }
     char rel[128], shipped[DDP_PATH_MAX];
@@ -170,6 +179,28 @@ static void level_of(const struct vrun *v, struct level *L)
         L->triad_mib = v->expect.triad_mib;
 }
 
+/* The triad's three buffers of L->triad_mib MiB fit in the memory this process may still
+ * allocate: a [triad] mib beyond it is a settings error now, not an out-of-memory death
+ * mid-run. Returns 0 or DDP_EXIT_USAGE (printed). */
+static int check_triad_memory(const struct vrun *v)
+{
+    const char *which = NULL;
+    const double need = 3.0 * (double)v->L.triad_mib * 1048576.0;
+    const size_t avail = ddp_mem_available(&which);
+    if (avail == SIZE_MAX || need <= (double)avail)
+        return 0;
+    const int from_expect = v->have_expect && v->expect.triad_mib;
+    const char *src = from_expect ? "--expect " : v->a->config ? "--config " : "";
+    const char *file = from_expect ? v->expect.path : v->a->config ? v->a->config : "settings";
+    char b1[32], b2[32];
+    ddp_warn("validate: %s%s: [triad] mib = %lld asks for 3 buffers of %lld MiB (%s) but this "
+             "process has %s available (%s); lower [triad] mib",
+             src, file, (long long)v->L.triad_mib, (long long)v->L.triad_mib,
+             ddp_fmt_bytes(need, b1, sizeof b1), ddp_fmt_bytes((double)avail, b2, sizeof b2),
+             which ? which : "MemAvailable");
+    return DDP_EXIT_USAGE;
+}
+
 /* --slurm-health: one process per node whatever a prolog's environment says (slurmd runs it
  * outside any job step): the launchers' variables are hidden from world detection. */
 static const char *env_single(void *ctx, const char *name)
@@ -217,7 +248,7 @@ static int vrun_settings(struct vrun *v)
     if (a->slurm_health && v->cfg.rounds > 2)
         v->cfg.rounds = 2; /* the budget is short: one retry */
     level_of(v, &v->L);
-    return 0;
+    return check_triad_memory(v);
 }
 
 /* Settings, faults, world and collectives (as training sets them up), the liveness watch and
@@ -254,6 +285,23 @@ static int vrun_start(struct vrun *v)
     v->threads = choose_threads(&v->cfg, w);
     if (v->be->set_threads)
         v->be->set_threads(v->threads);
+    return 0;
+}
+
+/* Rank 0, before any measurement: the files the run will write (--json, --record,
+ * --record-expect) can be written, so that a bad path is a usage error now, not a failed check
+ * after minutes of work. Returns 0 or DDP_EXIT_USAGE (printed). */
+static int check_outputs(struct vrun *v)
+{
+    const struct ddp_validate_args *a = v->a;
+    const char *opt[] = {"--json", "--record", "--record-expect"};
+    const char *path[] = {a->json, a->record ? v->rec_path : NULL, a->record_expect};
+    char err[DDP_ERR_LEN + DDP_PATH_MAX];
+    for (int i = 0; i < 3; i++)
+        if (path[i] && ddp_file_check_output(opt[i], path[i], err, sizeof err) != 0) {
+            ddp_warn("validate: %s", err);
+            return DDP_EXIT_USAGE;
+        }
     return 0;
 }
 
@@ -297,6 +345,8 @@ static int vrun_reference(struct vrun *v)
         else
             snprintf(v->rec_path, sizeof v->rec_path, "%s", record);
     }
+    if (v->me == 0 && !code)
+        code = check_outputs(v);
     return ddp_comm_agree(v->c, code, NULL);
 }
 

@@ -107,8 +107,10 @@ expect 3 "no-such-dir: cannot open" "$O" -- idx --dir "$T/no-such-dir" -o "$O"
 expect 3 "nope: cannot open" "$O" -- idx --train-images "$T/nope" --train-labels "$T/nope" \
     --test-images "$T/nope" --test-labels "$T/nope" -o "$O"
 
-# --- unwritable output: exit 3 ----------------------------------------------------------
-expect 3 "no/such/dir/x.h5.tmp: cannot create: No such file or directory" "$T/no/such/dir/x.h5" -- synth -o "$T/no/such/dir/x.h5" --train 10 --test 10
+# --- an output path that cannot work: refused before any work, exit 2 ----------------------
+expect 2 "synth: -o .*no/such/dir/x.h5: its directory .*no/such/dir: No such file or directory" "$T/no/such/dir/x.h5" -- synth -o "$T/no/such/dir/x.h5" --train 10 --test 10
+expect 2 "idx: -o .*no/such/dir/x.h5: its directory" "$T/no/such/dir/x.h5" -- idx --dir "$T/no-such-dir" -o "$T/no/such/dir/x.h5"
+expect 2 "synth: -o '': an empty path" "" -- synth -o "" --train 10 --test 10
 
 # --- things that work: exit 0 -----------------------------------------------------------
 expect 0 "" - -- --help

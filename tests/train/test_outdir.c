@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/fileio.h"
 #include "job/config.h"
 #include "train/jobdiff.h"
 #include "train/outdir.h"
@@ -65,6 +66,15 @@ static void test_patterns(void)
     unsetenv("SLURM_ARRAY_JOB_ID");
     unsetenv("SLURM_ARRAY_TASK_ID");
     expect("r/%A_%a", "r/1234_0", NULL);
+    /* a malformed node list: the hostlist's own reason, not "empty" */
+    setenv("SLURM_JOB_NODELIST", "n[1-", 1);
+    expect("r/%N", NULL, "SLURM_JOB_NODELIST for %N: hostlist \"n[1-\": '[' is never closed");
+    setenv("SLURM_JOB_NODELIST", "gpu[07-09],login1", 1);
+    /* a pattern that expands too far: quoted cut, so that the reason still fits the message */
+    char many[601] = "";
+    for (int i = 0; i < 300; i++)
+        strcat(many, "%u");
+    expect(many, NULL, "(600 characters) expands to more than 1023 characters");
     /* outside Slurm */
     clear_slurm();
     expect("r/%j-%A-%a-%x", "r/local-local-0-myjob", NULL);
@@ -281,6 +291,49 @@ static void test_jobdiff_recipe(void)
     CHECK(n == 0, "early_stop and keep_best refused (%d): %s", n, d);
 }
 
+/* A commit (rename) that fails removes its PATH.tmp: nothing is left behind. */
+static void test_commit_cleans(const char *dir)
+{
+    char final[DDP_PATH_MAX], inside[DDP_PATH_MAX + 8], err[DDP_ERR_LEN];
+    snprintf(final, sizeof final, "%s/full", dir); /* a non-empty directory: rename fails */
+    snprintf(inside, sizeof inside, "%s/x", final);
+    mkdir(final, 0700);
+    FILE *f = fopen(inside, "w");
+    if (f)
+        fclose(f);
+    struct ddp_atomic_file a;
+    CHECK(ddp_atomic_open(&a, final) != NULL, "cannot open %s.tmp", final);
+    if (!a.f)
+        return;
+    char *tmp = ddp_strdup(a.tmp);
+    fputs("data\n", a.f);
+    CHECK(ddp_atomic_close(&a, err, sizeof err) != 0, "a rename over a directory succeeded");
+    CHECK(access(tmp, F_OK) != 0, "%s left behind after: %s", tmp, err);
+    /* the same through ddp_file_commit, which HDF5 writers call */
+    f = fopen(tmp, "w");
+    if (f)
+        fclose(f);
+    CHECK(ddp_file_commit(tmp, final, err, sizeof err) != 0, "commit over a directory succeeded");
+    CHECK(access(tmp, F_OK) != 0, "%s left behind by ddp_file_commit: %s", tmp, err);
+    free(tmp);
+    /* an output path that cannot work is refused before any work */
+    CHECK(ddp_file_check_output("-o", "", err, sizeof err) != 0 && strstr(err, "empty path"),
+          "-o '': %s", err);
+    CHECK(ddp_file_check_output("--json", final, err, sizeof err) != 0 &&
+              strstr(err, "is a directory"),
+          "a directory: %s", err);
+    snprintf(inside, sizeof inside, "%s/no/x", dir);
+    CHECK(ddp_file_check_output("--json", inside, err, sizeof err) != 0 &&
+              strstr(err, "its directory"),
+          "a missing directory: %s", err);
+    snprintf(inside, sizeof inside, "%s/new.json", dir);
+    CHECK(ddp_file_check_output("--json", inside, err, sizeof err) == 0, "%s", err);
+    unlink(inside);
+    snprintf(inside, sizeof inside, "%s/x", final);
+    unlink(inside);
+    rmdir(final);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/test_outdir.XXXXXX";
@@ -292,5 +345,6 @@ int main(void)
     test_other_jobs(dir);
     test_jobdiff();
     test_jobdiff_recipe();
+    test_commit_cleans(dir);
     return check_report_dir("test_outdir", dir);
 }

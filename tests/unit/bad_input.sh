@@ -64,9 +64,9 @@ case_() {
     ! grep -q "$(printf '\033')" stderr.txt || { ok=0; why="$why; raw ESC on stderr"; }
     no_source_path stderr.txt || { ok=0; why="$why; a source path on stderr"; }
     # the same verdict from `ddptrain check`, writing nothing (eval, predict and export have
-    # options that check does not take)
+    # options that check does not take; data is no job)
     if [ "$job" != eval ] && [ "$job" != predict ] && [ "$job" != export ] &&
-        [ "$job" != report ]; then
+        [ "$job" != report ] && [ "$job" != data ]; then
         rm -rf out
         touch marker
         timeout -k 5 "${DEADLINE:-60}" "$DDPTRAIN" check "$job" "$@" >check-out.txt 2>check-err.txt
@@ -147,6 +147,20 @@ case_ "text after a residual block" 2 \
 bad_layers bad-res-inner.ini 'residual(relu, conv2d(0, 3)), flatten, linear(4)'
 case_ "bad layer inside residual" 2 "layer 1.2 'conv2d(0, 3)': argument 1 must be" \
     bad-res-inner.ini
+# each argument once: twice by name, or by position and by name, is refused
+bad_layers bad-kw-twice.ini 'flatten, linear(4, bias=false, bias=true)'
+case_ "argument given twice" 2 \
+    "layer 2 'linear(4, bias=false, bias=true)': bias= given twice; give each argument once" \
+    bad-kw-twice.ini
+bad_layers bad-stride-twice.ini 'conv2d(2, 3, stride=1, Stride=2), flatten, linear(4)'
+case_ "stride given twice" 2 "layer 1 'conv2d(2, 3, stride=1, Stride=2)': stride= given twice" \
+    bad-stride-twice.ini
+bad_layers bad-stride-pos.ini 'conv2d(2, 3, 1, stride=2), flatten, linear(4)'
+case_ "stride by position and by name" 2 \
+    "stride given twice: as argument 3 and as stride=; give it once" bad-stride-pos.ini
+bad_layers bad-trailing.ini 'flatten, linear(4, bias=false x)'
+case_ "text after an argument" 2 "layer 2 'linear(4, bias=false x)': missing comma before 'x'" \
+    bad-trailing.ini
 bad_layers bad-gap.ini 'flatten, globalavgpool, linear(4)'
 case_ "globalavgpool on flat input" 2 "layer 2 globalavgpool: input (64) is not (C, H, W)" \
     bad-gap.ini
@@ -566,6 +580,28 @@ case_ "empty checkpoint.resume" 2 \
     "\-\-set checkpoint.resume: empty; expected auto (the default), never, or a checkpoint" \
     good.ini --set checkpoint.resume=
 
+# ---- an empty output path is refused by every command, before any work, writing nothing ----
+case_ "data synth -o ''" 2 "data: synth: -o '': an empty path; give a file name" \
+    data synth -o "" --shape 1,8,8 --train 8 --test 8
+case_ "report -o ''" 2 "report: -o '': an empty path" report . -o ""
+mkdir -p bad-outdir
+case_ "data synth -o a directory" 2 "synth: -o bad-outdir: is a directory" \
+    data synth -o bad-outdir --shape 1,8,8 --train 8 --test 8
+case_ "data synth -o in a missing directory" 2 "synth: -o nodir/x.h5: its directory nodir" \
+    data synth -o nodir/x.h5 --shape 1,8,8 --train 8 --test 8
+"$DDPTRAIN" good.ini --set job.output=run3 >/dev/null 2>&1
+if [ -f run3/model.h5 ]; then
+    case_ "predict --output ''" 2 "predict: --output '': an empty path" \
+        predict good.ini --checkpoint run3/model.h5 --input good.h5 --output ""
+    case_ "export --onnx ''" 2 "export: --onnx '': an empty path" \
+        export good.ini --checkpoint run3/model.h5 --onnx ""
+    case_ "export --onnx a directory" 2 "export: --onnx bad-outdir: is a directory" \
+        export good.ini --checkpoint run3/model.h5 --onnx bad-outdir
+else
+    echo "FAIL cannot make a model to export"; fail=$((fail + 1))
+fi
+rm -rf run3
+
 # ---- output paths that mkdir cannot make: check finds them too, creating nothing -------------
 touch bad-outfile
 case_ "output is a file" 2 \
@@ -601,6 +637,28 @@ else
         "$rc_train" "$(head -c 200 tb-check.txt)" "$(head -c 200 tb-train.txt)"
 fi
 rm -rf bad-tbrun
+# the final weights a resumed run replaces at its end: a directory there fails check, not the
+# run after all its training
+"$DDPTRAIN" good.ini --set job.output=bad-mrun >/dev/null 2>&1
+rm -f bad-mrun/model.h5 && mkdir -p bad-mrun/model.h5/x
+for m in check train; do
+    c=""; [ $m = check ] && c=check
+    timeout -k 5 60 "$DDPTRAIN" $c good.ini --set job.output=bad-mrun --set train.epochs=2 \
+        >stdout.txt 2>"m-$m.txt"
+    eval "rc_$m=$?"
+done
+if [ "$rc_check" -eq 2 ] && [ "$rc_train" -eq 2 ] && cmp -s m-check.txt m-train.txt &&
+    [ "$(grep -c . m-train.txt)" -eq 1 ] &&
+    grep -q "bad-mrun/model.h5 is a directory, not a regular file, and a resumed run replaces it" \
+        m-train.txt; then
+    pass=$((pass + 1))
+    printf 'ok   %-34s %s\n' "resumed run: model.h5 a directory" "$(head -c 160 m-train.txt)"
+else
+    fail=$((fail + 1))
+    printf 'FAIL %-34s check %s, run %s: %s | %s\n' "resumed run: model.h5 a directory" \
+        "$rc_check" "$rc_train" "$(head -c 200 m-check.txt)" "$(head -c 200 m-train.txt)"
+fi
+rm -rf bad-mrun
 
 # ---- a full disk: a private tmpfs with every page but FREE taken, files written into it fail ---
 # enospc NAME CODE PATTERN FREE [--set ...]: the run starts with FREE one-page pieces of free
@@ -634,11 +692,54 @@ enospc() {
 }
 nospace="No space left on device"
 enospc "full disk: lock file" 2 "mnt/out/.ddptrain.lock: $nospace" 0
-enospc "full disk: job.ini" 2 "mnt/out/job.ini.*: $nospace" 1
+enospc "full disk: job.ini" 1 "mnt/out/job.ini.*: $nospace" 1
 enospc "full disk: metrics" 1 "metrics.jsonl: cannot write metrics: $nospace" 2
 enospc "full disk: checkpoint" 1 "ckpt-00000008.h5.tmp: cannot .*checkpoint: $nospace" 3
 enospc "full disk: final weights" 1 "model.h5.tmp: cannot .*: $nospace" 3 \
     --set checkpoint.every_epochs=0
+
+# full_out NAME PATTERN ARGS...: ddptrain ARGS writing its output (mnt/o) into a full tmpfs
+# must exit 1, as every subcommand does for an output it cannot write, with one line, and
+# leave no mnt/o.tmp behind
+full_out() {
+    local name=$1 pattern=$2
+    shift 2
+    local args="" a
+    for a in "$@"; do args="$args '$a'"; done
+    unshare -m sh -c "
+        mkdir -p mnt && mount -t tmpfs -o size=64k tmpfs mnt || exit 99
+        dd if=/dev/zero of=mnt/filler bs=4096 2>/dev/null
+        timeout -k 5 60 '$DDPTRAIN' $args; rc=\$?
+        ls mnt/o.tmp 2>/dev/null && exit 98
+        exit \$rc" >stdout.txt 2>stderr.txt
+    local rc=$? why=""
+    [ "$rc" -eq 1 ] || why="exit $rc, want 1 (98: mnt/o.tmp left behind)"
+    [ "$(grep -c . stderr.txt)" -eq 1 ] || why="$why; stderr has several lines"
+    grep -q -- "$pattern" stderr.txt || why="$why; stderr lacks '$pattern'"
+    if [ -z "$why" ]; then
+        pass=$((pass + 1)); printf 'ok   %-34s %s\n' "$name" "$(head -c 160 stderr.txt)"
+    else
+        fail=$((fail + 1)); printf 'FAIL %-34s %s\n' "$name" "$why"; sed 's/^/     | /' stderr.txt
+    fi
+}
+"$DDPTRAIN" good.ini --set job.output=run4 >/dev/null 2>&1
+full_out "full disk: data synth" "mnt/o" data synth -o mnt/o --shape 1,8,8 --train 64 --test 8
+full_out "full disk: report" "mnt/o" report run4 -o mnt/o
+full_out "full disk: export" "mnt/o" export good.ini --checkpoint run4/model.h5 --onnx mnt/o
+full_out "full disk: predict" "mnt/o" predict good.ini --checkpoint run4/model.h5 \
+    --input good.h5 --output mnt/o
+rm -rf run4
+mkdir -p idx # a tiny IDX set (as tests/data/test_cli.sh writes it)
+printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x03\x01\x02\x03\x04\x05\x06\xfa\xfb\xfc\xfd\xfe\xff' >idx/train-images-idx3-ubyte
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x04\x01' >idx/train-labels-idx1-ubyte
+printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x10\x20\x30\x40\x50' >idx/t10k-images-idx3-ubyte
+printf '\x00\x00\x08\x01\x00\x00\x00\x01\x02' >idx/t10k-labels-idx1-ubyte
+full_out "full disk: data idx" "mnt/o" data idx --dir idx -o mnt/o
+rm -rf idx
+printf 'a,b,y\n1,2,0\n3,4,1\n' > t.csv
+full_out "full disk: data csv" "mnt/o" data csv t.csv --label-column y -o mnt/o
+case_ "data csv -o ''" 2 "data: csv: -o '': an empty path" data csv t.csv --label-column y -o ""
+rm -f t.csv
 
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]
