@@ -1,9 +1,10 @@
 /*
- * fuzz_job.c - a deterministic fuzzer for the job file and the `[model] layers` grammar: mutants
- * of the shipped configs (configs/ *.ini) through what `ddptrain check` does, in-process (the input under test is
- * always in WORKDIR/current.ini first); with --train N, tiny trainings of accepted ones. Exit 0
- * when nothing crashed, hung or drew a sanitizer report, 1 otherwise, 2 for usage errors.
- * docs/testing.md describes the mutations, the options and how to run it longer.
+ * fuzz_job.c - a deterministic fuzzer for the job file and the `[model] layers` grammar:
+ * mutants of the shipped configs (configs/ *.ini) through what `ddptrain check` does,
+ * in-process (the input under test is always in WORKDIR/current.ini first); with --train N,
+ * tiny trainings of accepted ones. Exit 0 when nothing crashed, hung or drew a sanitizer
+ * report, 1 otherwise, 2 for usage errors. docs/testing.md describes the mutations, the
+ * options and how to run it longer.
  */
 #include <dirent.h>
 #include <errno.h>
