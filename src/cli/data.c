@@ -210,6 +210,13 @@ static int cmd_idx(int argc, char **argv)
             snprintf(dst[k], DDP_IDX_MAX_PATH, "%s", f[k]);
         }
     }
+    const char *in[4] = {files.train_images, files.train_labels, files.test_images,
+                         files.test_labels};
+    for (int k = 0; k < 4; k++)
+        if (ddp_file_same(out, in[k]))
+            return usage_error("idx: -o %s is the input %s: an import never writes over its "
+                               "input; give another -o",
+                               out, in[k]);
     char src[1024];
     if (source)
         snprintf(src, sizeof src, "%s", source);

@@ -89,6 +89,15 @@ static int parse_args(import_args *a, int argc, char **argv, const char *help)
     char why[DDP_ERR_LEN + 64];
     if (ddp_file_check_output("-o", a->out, why, sizeof why) != 0)
         return import_usage(a, "%s", why);
+    for (int k = 0; k <= a->nopts; k++) { /* the options that name files, and FILE */
+        const char *in = k < a->nopts ? *a->vals[k] : a->positional;
+        const char *opt = k < a->nopts ? a->names[k] : "the input";
+        if (ddp_file_same(a->out, in))
+            return import_usage(a,
+                                "-o %s is %s %s: an import never writes over its input; "
+                                "give another -o",
+                                a->out, opt, in);
+    }
     struct stat st;
     if (!a->force && stat(a->out, &st) == 0)
         return import_usage(a, "%s already exists; add --force to replace it, or give another -o",

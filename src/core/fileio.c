@@ -139,3 +139,10 @@ void ddp_atomic_abort(struct ddp_atomic_file *a)
     DDP_FREE(a->tmp);
     DDP_FREE(a->path);
 }
+
+int ddp_file_same(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}

@@ -28,6 +28,10 @@ int ddp_file_commit(const char *tmp, const char *final, char *err, size_t errlen
  * (a full disk) is a runtime failure, exit 1. */
 int ddp_file_check_output(const char *opt, const char *path, char *err, size_t errlen);
 
+/* 1 when a and b name the same existing file (device and inode: a symlink, a hard link or
+ * another spelling of the path counts), else 0. An output is never written over an input. */
+int ddp_file_same(const char *a, const char *b);
+
 /* A text file being written as PATH.tmp. */
 struct ddp_atomic_file {
     FILE *f;    /* write here */

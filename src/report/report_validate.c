@@ -109,6 +109,20 @@ static int exit_code(int rc)
     return rc == 0 ? 0 : rc == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA;
 }
 
+/* The input of the report that out would replace (a VALIDATE.json, or a run's metrics.jsonl
+ * or job.ini), into path; 0 when out is none of them. */
+static int replaces_input(const char *out, const char **dirs, int n, char *path, size_t len)
+{
+    static const char *const names[] = {"", "/metrics.jsonl", "/job.ini"};
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            snprintf(path, len, "%s%s", dirs[i], names[k]);
+            if (ddp_file_same(out, path))
+                return 1;
+        }
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddptrain report RUN_DIR [RUN_DIR...] [-o OUT.html]\n"
@@ -144,6 +158,11 @@ int ddp_cmd_report(int argc, char **argv)
         rc = DDP_EXIT_USAGE;
     } else if (out && ddp_file_check_output("-o", out, err, sizeof err) != 0) {
         ddp_warn("report: %s", err);
+        rc = DDP_EXIT_USAGE;
+    } else if (out && replaces_input(out, dirs, n, path, sizeof path)) {
+        ddp_warn("report: -o %s is the report's input %s: a report never writes over its "
+                 "input; give another -o",
+                 out, path);
         rc = DDP_EXIT_USAGE;
     } else if (n == 1 && stat(dirs[0], &st) == 0 && S_ISREG(st.st_mode)) {
         size_t len = strlen(dirs[0]);

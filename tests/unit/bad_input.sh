@@ -741,5 +741,29 @@ full_out "full disk: data csv" "mnt/o" data csv t.csv --label-column y -o mnt/o
 case_ "data csv -o ''" 2 "data: csv: -o '': an empty path" data csv t.csv --label-column y -o ""
 rm -f t.csv
 
+# ---- an output never replaces an input (same device and inode, links too) --------------------
+printf 'a,b,y\n1,2,0\n3,4,1\n' > keep.csv
+cp keep.csv keep.orig
+ln -s keep.csv keep-link.csv
+case_ "data csv -o its input" 2 \
+    "data: csv: -o keep.csv is the input keep.csv: an import never writes over its input" \
+    data csv keep.csv --label-column y -o keep.csv --force
+case_ "data csv -o a link to its input" 2 "-o keep-link.csv is the input keep.csv" \
+    data csv keep.csv --label-column y -o keep-link.csv --force
+mkdir -p keeprun
+printf '{"kind":"start","step":0}\n' > keeprun/metrics.jsonl
+cp keeprun/metrics.jsonl keep.jsonl
+case_ "report -o its metrics.jsonl" 2 \
+    "report: -o keeprun/metrics.jsonl is the report's input keeprun/metrics.jsonl" \
+    report keeprun -o keeprun/metrics.jsonl
+if cmp -s keep.csv keep.orig && cmp -s keeprun/metrics.jsonl keep.jsonl; then
+    pass=$((pass + 1))
+    echo "ok   inputs intact after the refusals"
+else
+    fail=$((fail + 1))
+    echo "FAIL inputs changed: keep.csv or keeprun/metrics.jsonl"
+fi
+rm -rf keep.csv keep.orig keep-link.csv keeprun keep.jsonl
+
 echo "bad-input: $pass passed, $fail failed"
 [ $fail -eq 0 ]
