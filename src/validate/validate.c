@@ -297,11 +297,21 @@ static int check_outputs(struct vrun *v)
     const char *opt[] = {"--json", "--record", "--record-expect"};
     const char *path[] = {a->json, a->record ? v->rec_path : NULL, a->record_expect};
     char err[DDP_ERR_LEN + DDP_PATH_MAX];
-    for (int i = 0; i < 3; i++)
+    const char *in_opt[] = {"--config", "--expect", "--reference"};
+    const char *in[] = {a->config, a->expect, a->record ? NULL : a->reference};
+    for (int i = 0; i < 3; i++) {
         if (path[i] && ddp_file_check_output(opt[i], path[i], err, sizeof err) != 0) {
             ddp_warn("validate: %s", err);
             return DDP_EXIT_USAGE;
         }
+        for (int k = 0; k < 3; k++)
+            if (path[i] && ddp_file_same(path[i], in[k])) {
+                ddp_warn("validate: %s %s is %s %s: validate never writes over its input; "
+                         "give another %s",
+                         opt[i], path[i], in_opt[k], in[k], opt[i]);
+                return DDP_EXIT_USAGE;
+            }
+    }
     return 0;
 }
 

@@ -1,9 +1,9 @@
 #!/bin/bash
-# usage.sh - `ddptrain validate` usage errors found before any measurement (suite unit): output
-# paths (--json, --record, --record-expect) that cannot be written, --margin without
-# --record-expect, a --reference that is a FIFO and an expectation asking for more triad memory
-# than the process has each exit 2 with one line naming the option, and nothing is measured
-# (no table on stdout) or written.
+# usage.sh - `ddptrain validate` usage errors found before any measurement (suite unit):
+# output paths (--json, --record, --record-expect) that cannot be written or name an input,
+# --margin without --record-expect, a --reference that is a FIFO and an expectation asking for
+# more triad memory than the process has each exit 2 with one line naming the option, and
+# nothing is measured (no table on stdout) or written.
 set -u
 V=("${DDPTRAIN:?}" validate)
 CFG=${DDP_SRC:?}/tests/validate/fast.ini
@@ -49,6 +49,14 @@ if [ "${avail_kib:-0}" -lt $((3 * 64 * 1024 * 1024)) ]; then
         "validate: --expect ./big.ini: \[triad\] mib = 65536 asks for 3 buffers of 65536 MiB (192.0 GiB) but this process has" \
         --expect ./big.ini
 fi
+printf '[gemm]\nn = 256\nmin_gflops = 0.001\n' > floors.ini
+cp floors.ini floors.orig
+ln -s floors.ini floors-link.ini
+case_ "--json over --expect" "validate: --json floors.ini is --expect floors.ini: validate never" \
+    --expect floors.ini --json floors.ini
+case_ "--json over a link to --expect" "validate: --json floors-link.ini is --expect floors.ini" \
+    --expect floors.ini --json floors-link.ini
+cmp -s floors.ini floors.orig || { fail=$((fail + 1)); echo "FAIL floors.ini was replaced"; }
 [ -z "$(ls -A adir)" ] && ! ls ./*.tmp >/dev/null 2>&1 || { fail=$((fail + 1)); echo "FAIL wrote"; }
 echo "validate usage: $pass passed, $fail failed"
 [ $fail -eq 0 ]
