@@ -6,6 +6,7 @@
 # epoch. Exit 77 when /usr/bin/python3 lacks Pillow, numpy or h5py, or the build lacks
 # libpng or libjpeg.
 set -u
+HERE=$(dirname "$(realpath "$0")")
 CLI=$(realpath "$1")
 HELPER=$(realpath "$2")
 PY=/usr/bin/python3
@@ -16,11 +17,8 @@ fi
 T=$(mktemp -d /tmp/ddp_imagefolder.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T" || exit 1
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
+# shellcheck source=tests/data/import_lib.sh
+. "$HERE/import_lib.sh"
 "$PY" "$HELPER" make "$T" || { echo "FAIL: making the trees"; exit 1; }
 "$CLI" data imagefolder png -o probe.h5 >/dev/null 2>probe.err
 "$CLI" data imagefolder jpg -o probe2.h5 >/dev/null 2>>probe.err
@@ -28,26 +26,6 @@ if grep -q "built without" probe.err; then
     echo "SKIP: $(head -1 probe.err)"
     exit 77
 fi
-
-# expect CODE PATTERN -- ARGS...: as in test_import.sh.
-expect() {
-    local code=$1 pat=$2
-    shift 3
-    rm -f out.h5
-    "$CLI" data "$@" -o out.h5 >stdout 2>stderr
-    local rc=$?
-    if [ "$rc" != "$code" ]; then
-        fail "data $* exited $rc, expected $code: $(cat stderr)"
-    elif [ "$code" != 0 ]; then
-        if [ "$(wc -l <stderr)" != 1 ] || ! grep -q -- "$pat" stderr; then
-            fail "data $*: stderr is not one line matching '$pat': $(cat stderr)"
-        elif [ -e out.h5 ] || [ -e out.h5.tmp ]; then
-            fail "data $*: left out.h5 or out.h5.tmp behind"
-        else
-            echo "ok   exit $rc  $(cat stderr)"
-        fi
-    fi
-}
 
 # imported CASE TEST -- ARGS...: import, compare with Pillow, train one epoch.
 imported() {

@@ -4,6 +4,7 @@
 # file (and the line for CSV), an existing OUT without --force exits 2, and each imported
 # file trains one epoch. Exit 77 when /usr/bin/python3 lacks numpy or h5py.
 set -u
+HERE=$(dirname "$(realpath "$0")")
 CLI=$(realpath "$1")
 HELPER=$(realpath "$2")
 PY=/usr/bin/python3
@@ -14,33 +15,9 @@ fi
 T=$(mktemp -d /tmp/ddp_import.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T" || exit 1
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
+# shellcheck source=tests/data/import_lib.sh
+. "$HERE/import_lib.sh"
 "$PY" "$HELPER" make "$T" || { echo "FAIL: making the inputs"; exit 1; }
-
-# expect CODE PATTERN -- ARGS...: exit code, and for a failure one stderr line matching
-# PATTERN with no out.h5 / out.h5.tmp left.
-expect() {
-    local code=$1 pat=$2
-    shift 3
-    rm -f out.h5
-    "$CLI" data "$@" -o out.h5 >stdout 2>stderr
-    local rc=$?
-    if [ "$rc" != "$code" ]; then
-        fail "data $* exited $rc, expected $code: $(cat stderr)"
-    elif [ "$code" != 0 ]; then
-        if [ "$(wc -l <stderr)" != 1 ] || ! grep -q -- "$pat" stderr; then
-            fail "data $*: stderr is not one line matching '$pat': $(cat stderr)"
-        elif [ -e out.h5 ] || [ -e out.h5.tmp ]; then
-            fail "data $*: left out.h5 or out.h5.tmp behind"
-        else
-            echo "ok   exit $rc  $(cat stderr)"
-        fi
-    fi
-}
 
 # imported CASE LAYERS TEST -- ARGS...: import, compare with numpy, train one epoch.
 imported() {
