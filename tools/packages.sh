@@ -10,8 +10,8 @@ dataset-fashion-mnist"
 # (slurm case 08 builds a PMIx program); mandoc, groff and Lmod check the installed prefix
 # (unit test install)
 DDP_PKGS_TEST="slurm-wlm slurmctld slurmd slurm-client munge iproute2 util-linux procps
-python3-torch python3-h5py python3-numpy python3-pil hdf5-tools valgrind python3-venv clang-format libpmix-dev
-mandoc groff-base lmod"
+python3-torch python3-h5py python3-numpy python3-pil hdf5-tools valgrind python3-venv clang-format
+libpmix-dev mandoc groff-base lmod"
 
 # ddp_install_missing PKG... : apt-get install what dpkg does not have (root only).
 ddp_install_missing() {
