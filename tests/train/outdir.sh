@@ -1,22 +1,9 @@
 #!/bin/bash
 # outdir.sh - the output directory is never shared silently (docs/checkpoints.md, "The output
-# directory"), on real runs:
-#  1. a run that fails before its first step (missing dataset, impossible model, a checkpoint
-#     of a different job) leaves a finished run's directory byte-identical (sha256 of every
-#     file), and the refusal of a different job is one line, exit 2, listing the keys that
-#     differ (optim.lr 0.05 -> 0.2);
-#  2. keys that only extend the run (epochs, logging, checkpoint cadence, threads) resume: from
-#     the finished run's checkpoint, metrics appended, job.ini and the new checkpoint's `job`
-#     attribute hold the effective job (with the --set overrides);
-#  3. resume = never moves the earlier run's files to previous-<time>/ unchanged;
-#  4. a second run in a directory that a running run holds exits 2 naming the holder (host, pid,
-#     Slurm job), on 1 rank and on 2 MPI ranks, and the first run's metrics stay valid; a lock
-#     held by another program (flock) is refused too;
-#  5. [job] output expands %j %A %a %x %u %N %% and a width; an unknown pattern is exit 2;
-#  6. a finished job run again (ended by its epochs or by max_steps) exits 0 saying so and
-#     changes no file (no second summary);
-#  7. with %j in [job] output, a job that starts afresh while another job id's directory holds
-#     checkpoints of the same job name is warned (one line) that it will never resume them.
+# directory"), on real runs, in seven sections below: failures before the first step leave a
+# finished run byte-identical; keys that only extend a run resume; resume = never moves the old
+# run aside; one run per directory (1 rank and 2 MPI ranks, flock); [job] output patterns; a
+# finished job run again writes nothing; %j outputs warn that a resubmission starts afresh.
 set -u
 DDPTRAIN=${DDPTRAIN:?}
 PY=/usr/bin/python3
