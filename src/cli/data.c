@@ -139,6 +139,19 @@ static int refuse_existing(const char *out, int force)
                        out);
 }
 
+/* idx: refuse an OUT that is one of the four IDX files (usage error naming it). */
+static int refuse_input(const char *out, const ddp_idx_files *files)
+{
+    const char *in[4] = {files->train_images, files->train_labels, files->test_images,
+                         files->test_labels};
+    for (int k = 0; k < 4; k++)
+        if (ddp_file_same(out, in[k]))
+            return usage_error("idx: -o %s is the input %s: an import never writes over its "
+                               "input; give another -o",
+                               out, in[k]);
+    return 0;
+}
+
 static int cmd_idx(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *source = NULL, *classes_s = NULL;
@@ -210,13 +223,8 @@ static int cmd_idx(int argc, char **argv)
             snprintf(dst[k], DDP_IDX_MAX_PATH, "%s", f[k]);
         }
     }
-    const char *in[4] = {files.train_images, files.train_labels, files.test_images,
-                         files.test_labels};
-    for (int k = 0; k < 4; k++)
-        if (ddp_file_same(out, in[k]))
-            return usage_error("idx: -o %s is the input %s: an import never writes over its "
-                               "input; give another -o",
-                               out, in[k]);
+    if (refuse_input(out, &files))
+        return DDP_EXIT_USAGE;
     char src[1024];
     if (source)
         snprintf(src, sizeof src, "%s", source);
