@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/predict.h"
 #include "data/augment.h"
@@ -92,12 +91,8 @@ struct input_file {
  * another spelling of the path counts), or NULL (also when path does not exist). */
 static const struct input_file *same_as(const char *path, const struct input_file *in, int n)
 {
-    struct stat o, i;
-    if (stat(path, &o) != 0)
-        return NULL;
     for (int k = 0; k < n; k++)
-        if (in[k].path && in[k].path[0] && stat(in[k].path, &i) == 0 && i.st_dev == o.st_dev &&
-            i.st_ino == o.st_ino)
+        if (ddp_file_same(path, in[k].path))
             return &in[k];
     return NULL;
 }
