@@ -345,6 +345,18 @@ static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_
             dnn_no_algo(&pl->q, B, most, d);
 }
 
+/* 1 when slot s already holds batch B's algorithms under the current math and determinism
+ * (the memory estimate at build and the allocation after it ask for the same plan). */
+static int dnn_slot_ready(const struct dnn_slot *s, int B)
+{
+    if (s->B != B || s->tf32 != dnn_tensor_math() || s->det != g_cuda.dnn.det)
+        return 0;
+    for (int d = 0; d < DNN_DIRS; d++)
+        if (s->how[d] == DNN_UNCHOSEN)
+            return 0;
+    return 1;
+}
+
 /* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
  * the floats of col it needs: the workspace, then room for one weight gradient. */
 size_t dnn_plan_shape(const struct conv_geom *q, int B)
@@ -367,7 +379,7 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
         pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
         pl->cap = s->ws[2] > pl->cap ? s->ws[2] : pl->cap;
         pl->cap = align256(pl->cap);
-    } else {
+    } else if (!dnn_slot_ready(&pl->slot[0], B)) {
         dnn_plan_build(pl, &pl->slot[0], B, pl->cap, 0); /* planned again: within its cap */
     }
     return (pl->cap + pl->wbytes) / sizeof(float);
