@@ -47,14 +47,17 @@ extern "C" {
 const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err, size_t errlen);
 
 /* The convolution path of the backend: cuDNN when use_cudnn and it loads and starts (opened
- * with dlopen here, the first time), else im2col + cuBLAS. deterministic ([train]
- * deterministic): cuDNN's first deterministic algorithms in its own ranking; else the fastest
- * of all, timed at model build. Writes one line for the log: which path runs and why ("cuDNN
- * 9.19.0 (deterministic algorithms in cuDNN's ranking, fp32 FMA math)", "im2col + cuBLAS
- * ([train] conv = im2col)", "cuDNN not found (...): convolutions use im2col + cuBLAS"; ""
- * before ddp_backend_cuda succeeded). Never an error. Call before the model is built (its
- * conv_plan chooses the algorithms and sizes the workspace for the path); without a call,
- * cuDNN runs where it loads, deterministically. Returns 1 when cuDNN runs. */
+ * with dlopen here, the first time), else im2col + cuBLAS. deterministic: 1 ([train]
+ * deterministic = true) the fastest deterministic algorithms, 0 the fastest of all, each
+ * timed at model build; DDP_CUDA_CONV_RANKED cuDNN's first deterministic algorithms in its
+ * own ranking, untimed (the same bits in every process: validate's golden run). Writes one
+ * line for the log: which path runs and why ("cuDNN 9.19.0 (fastest measured deterministic
+ * algorithms ([train] deterministic = true), fp32 FMA math)", "im2col + cuBLAS ([train] conv
+ * = im2col)", "cuDNN not found (...): convolutions use im2col + cuBLAS"; "" before
+ * ddp_backend_cuda succeeded). Never an error. Call before the model is built (its conv_plan
+ * chooses the algorithms and sizes the workspace for the path); without a call, cuDNN runs
+ * where it loads, as DDP_CUDA_CONV_RANKED. Returns 1 when cuDNN runs. */
+#define DDP_CUDA_CONV_RANKED 2
 int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len);
 
 /* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:
@@ -62,6 +65,25 @@ int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len)
  * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB". Writes
  * "" when cuDNN does not run. Returns the number of lines. */
 int ddp_cuda_conv_report(char *out, size_t len);
+
+/* The algorithms of every prepared cuDNN plan as text for ddp_cuda_conv_adopt (rank 0's for
+ * the other ranks, and the checkpoint's `conv_algorithms` attribute): a first line naming the
+ * format, cuDNN's version and the device, then one line per plan and batch size of sixteen
+ * numbers: C H W O k stride pad batch tf32 det, then algorithm and math of forward, backward
+ * data and backward filter (cuDNN's enum values; -1 -1 for a direction not chosen yet).
+ * Returns the length written (cut at a line end to fit len), 0 when cuDNN does not run. */
+size_t ddp_cuda_conv_choices(char *out, size_t len);
+
+/* Take the algorithms of text (ddp_cuda_conv_choices of rank 0 or of the checkpoint resumed)
+ * for this model's plans: each line of a shape this model has, at this run's math and
+ * determinism, whose algorithm cuDNN lists here as allowed within the plan's workspace,
+ * replaces this process's choice for that batch size (a batch size not prepared yet is
+ * prepared with it). same_device: only text written with this device's name and this cuDNN
+ * (a checkpoint: the same algorithm elsewhere runs other kernels, so computes other bits
+ * anyway). Returns the number of directions taken, or -1 with the reason in why when text is
+ * not such text or, under same_device, was written elsewhere (nothing taken: this process
+ * keeps its own choices). Never an error: bad lines are skipped. */
+int ddp_cuda_conv_adopt(const char *text, int same_device, char *why, size_t whylen);
 
 /* Devices the driver reports (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES), or -1 when
  * there is no usable driver: the driver_count of ddp_binding_compute. Needs no device. */

@@ -93,3 +93,24 @@ int ddp_backend_conv_report(char *out, size_t len)
     return 0;
 #endif
 }
+
+size_t ddp_backend_conv_choices(char *out, size_t len)
+{
+#if HAVE_CUDA
+    return ddp_cuda_conv_choices(out, len);
+#else
+    if (len)
+        out[0] = 0;
+    return 0;
+#endif
+}
+
+int ddp_backend_conv_adopt(const char *text, int same_device, char *why, size_t whylen)
+{
+#if HAVE_CUDA
+    return ddp_cuda_conv_adopt(text, same_device, why, whylen);
+#else
+    (void)text, (void)same_device, (void)why, (void)whylen;
+    return 0;
+#endif
+}

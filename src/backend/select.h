@@ -56,4 +56,11 @@ void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int de
  * Returns the number of lines. */
 int ddp_backend_conv_report(char *out, size_t len);
 
+/* The convolution algorithms chosen so far as text (backend/cuda.h ddp_cuda_conv_choices), and
+ * taking such text back (ddp_cuda_conv_adopt: rank 0's choices on every rank, a checkpoint's
+ * on resume, there only from the same device and cuDNN). On the CPU or without cuDNN: 0 and
+ * nothing taken. */
+size_t ddp_backend_conv_choices(char *out, size_t len);
+int ddp_backend_conv_adopt(const char *text, int same_device, char *why, size_t whylen);
+
 #endif

@@ -171,6 +171,8 @@ int ddp_ckpt_save(const char *dir, const struct ddp_model *m, const struct ddp_o
          ddp_h5attr_write_i64(f, "train_ms", pos->train_ms) == 0 &&
          ddp_h5attr_write_str(f, "job", job_text ? job_text : "") == 0 &&
          ddp_h5attr_write_i64(f, "checksum", crc) == 0 && attr_best(f, pos) == 0;
+    if (ok && pos->conv_algorithms && pos->conv_algorithms[0])
+        ok = ddp_h5attr_write_str(f, "conv_algorithms", pos->conv_algorithms) == 0;
     char why[256] = "";
     if (ok && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) /* surfaces a full disk with its reason */
         ok = 0;
@@ -375,6 +377,20 @@ int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, 
 out:
     H5Fclose(f);
     return rc;
+}
+
+char *ddp_ckpt_read_conv(const char *path)
+{
+    hid_t f = ddp_h5_open_read(path, "checkpoint", NULL, 0);
+    if (f < 0)
+        return NULL;
+    char *buf = ddp_malloc(DDP_CKPT_CONV_MAX + 1); /* fixed or variable length, cut there */
+    if (ddp_h5attr_read_str(f, "conv_algorithms", buf, DDP_CKPT_CONV_MAX + 1) != 0) {
+        free(buf);
+        buf = NULL;
+    }
+    H5Fclose(f);
+    return buf;
 }
 
 /* Optional flat float32 dataset `name` of n values into *v (malloc'd; NULL when absent).

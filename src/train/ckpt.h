@@ -10,7 +10,9 @@
  * `checksum`: CRC-32 over every tensor's bytes and the position, checked on load, so a torn or
  * bit-flipped file is never trusted. Model selection on the validation split adds `best`
  * (float64, NaN before the first evaluation), `best_epoch` and `since_best` (train/valsel.h),
- * read as "no evaluation yet" when absent.
+ * read as "no evaluation yet" when absent. A GPU run with cuDNN adds `conv_algorithms`: the
+ * convolution algorithms every rank ran (rank 0's choice), which a resumed run adopts where
+ * the device and cuDNN are the same, so that it computes the same bits.
  *
  * The training position is all that resuming needs: the sampler's order is a function of
  * (seed, epoch), dropout masks of (seed, step, rank, layer), so no generator state is stored.
@@ -41,7 +43,13 @@ struct ddp_ckpt_pos {
     double best;        /* model selection (valsel.h): best validation value, NaN if none */
     int64_t best_epoch; /* its epoch (1-based), 0 if none */
     int64_t since_best; /* evaluations since without improvement */
+    /* save only: the GPU's convolution algorithms (backend/select.h ddp_backend_conv_choices)
+     * for attribute `conv_algorithms`; NULL or "": none */
+    const char *conv_algorithms;
 };
+
+/* The most bytes of `conv_algorithms` written and read (an HDF5 attribute stays compact). */
+#define DDP_CKPT_CONV_MAX 60000
 
 /* Write a checkpoint of m, o and pos into dir (created if needed); path_out gets its name.
  * Then delete all but the newest keep. */
@@ -59,6 +67,10 @@ int ddp_ckpt_load(const char *path, struct ddp_model *m, struct ddp_optim *o,
  * -1 with one line when the file or the attribute cannot be read. */
 int ddp_ckpt_read_job(const char *path, char **job_text, int64_t *global_batch, char *err,
                       size_t errlen);
+
+/* The `conv_algorithms` attribute of path (malloc'd), or NULL when absent or unreadable: the
+ * algorithms are advice (ddp_backend_conv_adopt checks each), not part of the checksum. */
+char *ddp_ckpt_read_conv(const char *path);
 
 /* The weights of path into m for `ddptrain eval`: a checkpoint is verified as resume verifies
  * it (format, version, shapes and the CRC over tensors, optimiser state and position, whatever

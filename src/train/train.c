@@ -627,6 +627,46 @@ static void warn_no_batch(const struct trainer *t)
              t->world.world_size, t->world.world_size > 1 ? "s" : "", fix);
 }
 
+/* Every rank runs rank 0's convolution algorithms (GPU with cuDNN): rank 0 first takes the
+ * resumed checkpoint's where they apply here, then sends its choices to the others. So the
+ * ranks of a job and a resumed run compute what an uninterrupted run computes. */
+static void share_conv_choices(struct trainer *t)
+{
+    char why[DDP_ERR_LEN];
+    int64_t n = 0;
+    char *text = NULL;
+    if (!t->conv_path[0])
+        return;
+    if (t->world.rank == 0) {
+        if (t->conv_ckpt) {
+            const int got = ddp_backend_conv_adopt(t->conv_ckpt, 1, why, sizeof why);
+            if (got < 0)
+                ddp_warn("warning: the checkpoint's convolution algorithms are not taken (%s): "
+                         "the algorithms timed here may differ in the last bits from those of "
+                         "an uninterrupted run",
+                         why);
+            else if (got > 0)
+                ddp_log("convolutions: %d algorithm choice%s taken from the checkpoint", got,
+                        got == 1 ? "" : "s");
+        }
+        text = ddp_malloc(DDP_CKPT_CONV_MAX);
+        n = (int64_t)ddp_backend_conv_choices(text, DDP_CKPT_CONV_MAX);
+    }
+    if (t->world.world_size > 1) {
+        ddp_comm_broadcast(t->comm, &n, sizeof n, 0);
+        if (n > 0 && t->world.rank != 0) {
+            text = ddp_malloc((size_t)n + 1);
+            text[n] = 0;
+        }
+        if (n > 0)
+            ddp_comm_broadcast(t->comm, text, (size_t)n, 0);
+        if (n > 0 && t->world.rank != 0 && ddp_backend_conv_adopt(text, 0, why, sizeof why) < 0)
+            ddp_warn("warning: rank %d runs its own convolution algorithms, not rank 0's (%s)",
+                     t->world.rank, why);
+    }
+    free(text);
+}
+
 /* Optimiser, trainer_resume, sampler and loaders, the output directory committed; then the loop. */
 static int run_training(struct trainer *t, double t_setup)
 {
@@ -641,6 +681,7 @@ static int run_training(struct trainer *t, double t_setup)
     rc = trainer_agree(t, w->rank == 0 ? check_resumed_output(t, err, sizeof err) : 0, err);
     if (rc)
         return rc;
+    share_conv_choices(t);
     setup_samplers(t);
     t->steps_per_epoch =
         (ddp_sampler_steps(&t->train_sampler, job->batch_size) + job->accumulate - 1) /
@@ -686,6 +727,7 @@ static void teardown(struct trainer *t)
     free(t->val_part);
     ddp_optim_free(&t->optim);
     ddp_sync_free(&t->sync);
+    free(t->conv_ckpt);
     if (t->dev_x) {
         t->be->free(t->dev_x);
         t->be->free(t->dev_y);

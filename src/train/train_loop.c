@@ -192,8 +192,14 @@ static void save_checkpoint(struct trainer *t, const struct ddp_ckpt_pos *pos)
     if (t->world.rank == 0) {
         snprintf(dir, sizeof dir, "%s/checkpoints", t->job.output);
         double t0 = ddp_now();
-        if (ddp_ckpt_save(dir, &t->model, &t->optim, pos, t->job_text, (int)t->job.ckpt_keep, path,
-                          sizeof path, err, sizeof err) != 0) {
+        char *conv = t->conv_path[0] ? ddp_malloc(DDP_CKPT_CONV_MAX) : NULL;
+        struct ddp_ckpt_pos at = *pos;
+        at.conv_algorithms =
+            conv && ddp_backend_conv_choices(conv, DDP_CKPT_CONV_MAX) ? conv : NULL;
+        const int failed = ddp_ckpt_save(dir, &t->model, &t->optim, &at, t->job_text,
+                                         (int)t->job.ckpt_keep, path, sizeof path, err, sizeof err);
+        free(conv);
+        if (failed) {
             ok = 0;
         } else {
             if (pos->cursor)
@@ -265,6 +271,7 @@ int trainer_resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_
                     break;
                 if (ddp_ckpt_load(list[i], &t->model, &t->optim, pos, err, errlen) == 0) {
                     found = 1;
+                    t->conv_ckpt = ddp_ckpt_read_conv(list[i]);
                     ddp_log("%s %s: epoch %lld, step %lld, %lld samples into the "
                             "epoch (saved by %lld rank%s)",
                             resuming, list[i], (long long)pos->epoch + 1, (long long)pos->step,
@@ -279,6 +286,7 @@ int trainer_resume(struct trainer *t, struct ddp_ckpt_pos *pos, char *err, size_
             /* refused: err says why */
         } else if (ddp_ckpt_load(job->resume, &t->model, &t->optim, pos, err, errlen) == 0) {
             found = 1;
+            t->conv_ckpt = ddp_ckpt_read_conv(job->resume);
             ddp_log("%s %s: epoch %lld, step %lld", resuming, job->resume,
                     (long long)pos->epoch + 1, (long long)pos->step);
         } else {
@@ -457,7 +465,8 @@ static void save_position(struct trainer *t, struct loop *lp, int done)
                                total_ms(lp->start, lp->t0),
                                t->valsel.best,
                                t->valsel.best_epoch,
-                               t->valsel.since};
+                               t->valsel.since,
+                               NULL};
     save_checkpoint(t, &pos);
     lp->last_saved = lp->step;
 }

@@ -15,15 +15,21 @@
  * The non-deterministic ones are: their sums run in an order that changes from call to call,
  * so their results differ in the last bits between two identical calls, as on a GPU.
  *
+ * The two forward algorithms are both deterministic but round differently (IMPLICIT_GEMM sums
+ * the reduction in two halves), so a run that changes algorithm changes the last bits, as on
+ * a GPU.
+ *
  * cudnnFind*AlgorithmEx runs every algorithm of the list whose workspace fits the one given
  * (alpha 1, beta 0: the output operand is overwritten, as cuDNN's is), waits for it as cuDNN
  * does, and reports fixed times (TWIN_MS) sorted fastest first, so that the choice is the same
  * on every run: forward IMPLICIT_GEMM is the fastest (not the heuristic list's first), the
  * non-deterministic backward algorithms are faster than the deterministic ones. An algorithm
  * whose workspace does not fit is reported CUDNN_STATUS_NOT_SUPPORTED, last.
+ * DDP_EMU_CUDNN_MS (twin_ms_override) changes those times, on every rank or on one.
  */
 #include <cblas.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -467,13 +473,20 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
     const float a = *(const float *)alpha, b = *(const float *)beta;
     const float *hx = (const float *)ops[0].host, *hw = (const float *)ops[1].host;
     float *hy = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    /* IMPLICIT_GEMM sums the reduction in two halves: deterministic, but rounded differently
+     * from IMPLICIT_PRECOMP_GEMM, as two algorithms of cuDNN are */
+    const int K = (int)g.CKK(), half = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? K / 2 : 0;
     e = twin::enqueue(h->stream, "cudnnConvolutionForward", [=] {
         std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP);
         float *col = hws ? hws : own.data();
+        const int P = (int)g.P();
         for (int i = 0; i < g.N; i++) {
             im2col(col, hx + i * CHW, g);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, (int)g.P(), (int)g.CKK(),
-                        1.0f, hw, (int)g.CKK(), col, (int)g.P(), 0.0f, tmp.data(), (int)g.P());
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, half ? half : K, 1.0f,
+                        hw, K, col, P, 0.0f, tmp.data(), P);
+            if (half)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, K - half, 1.0f,
+                            hw + half, K, col + (size_t)half * P, P, 1.0f, tmp.data(), P);
             blend(hy + i * OP, tmp.data(), OP, a, b);
         }
     });
@@ -580,10 +593,42 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
 namespace
 {
 
+/* DDP_EMU_CUDNN_MS=DIR:ALGO=MS[,...] (DIR fwd, data or filter): algorithm ALGO of that
+ * direction "measures" MS milliseconds instead of its fixed time; with DDP_EMU_CUDNN_MS_RANK=R
+ * only on rank R (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK). Parsed at each call
+ * (searches run at model build only). -1 when no override names it. */
+float twin_ms_override(int dir, int algo)
+{
+    const char *e = getenv("DDP_EMU_CUDNN_MS"), *only = getenv("DDP_EMU_CUDNN_MS_RANK");
+    if (!e || !*e)
+        return -1;
+    if (only && *only) {
+        const char *r = getenv("RANK");
+        for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+            if (!r && getenv(v))
+                r = getenv(v);
+        if (!r || strcmp(r, only) != 0)
+            return -1;
+    }
+    static const char *const dirs[] = {"fwd:", "data:", "filter:"};
+    for (const char *p = e; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : nullptr) {
+        const size_t n = strlen(dirs[dir]);
+        int a = -1;
+        float ms = -1;
+        if (strncmp(p, dirs[dir], n) == 0 && sscanf(p + n, "%d=%f", &a, &ms) == 2 && a == algo &&
+            ms > 0)
+            return ms;
+    }
+    return -1;
+}
+
 /* The twin's fixed "measured" time of algorithm algo of direction dir (0 forward, 1 backward
  * data, 2 backward filter), in ms. */
 float twin_ms(int dir, int algo)
 {
+    const float over = twin_ms_override(dir, algo);
+    if (over > 0)
+        return over;
     if (dir == 0)
         return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? 0.4f : 1.0f;
     return algo == 0 ? 0.3f : 0.6f;

@@ -243,7 +243,7 @@ static int dnn_active(void)
 {
     if (g_cuda.dnn.mode < 0) {
         char line[8];
-        ddp_cuda_conv_path(1, 1, line, sizeof line);
+        ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line);
     }
     return g_cuda.dnn.mode == 1;
 }
@@ -348,14 +348,16 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
     }
 #ifdef DDP_DNN
     g_cuda.dnn.mode = 1;
-    g_cuda.dnn.det = deterministic != 0;
+    g_cuda.dnn.det = deterministic == DDP_CUDA_CONV_RANKED ? DNN_RANKED : deterministic != 0;
 #endif
     char v[32];
     dnn_version(v, sizeof v);
     snprintf(line, len, "cuDNN %s (%s, %s)", v,
-             deterministic ? "deterministic algorithms in cuDNN's ranking"
-                           : "fastest measured algorithms, deterministic or not ([train] "
-                             "deterministic = false)",
+             deterministic == DDP_CUDA_CONV_RANKED ? "deterministic algorithms in cuDNN's ranking"
+             : deterministic ? "fastest measured deterministic algorithms ([train] "
+                               "deterministic = true)"
+                             : "fastest measured algorithms, deterministic or not ([train] "
+                               "deterministic = false)",
              g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math on fp32 data"
              : tf32_math()                          ? "tf32 allowed"
                                                     : "fp32 FMA math");

@@ -14,9 +14,13 @@
  * Plans: conv_plan (at model build) makes one plan per convolution shape (C,H,W,O,k,stride,
  * pad) with descriptors and, for the planned batch B, an algorithm for each direction in FMA
  * math (fp32) or any but a down-conversion (tf32 and bf16, as PyTorch's allow_tf32):
- *   [train] deterministic = true (the default): the first deterministic one in cuDNN's own
- *     ranking (_v7) whose workspace fits DNN_WS_MAX. The ranking does not depend on timing,
- *     so every process of a job, and a resumed one, computes the same bits.
+ *   [train] deterministic = true (the default): every deterministic algorithm timed as below
+ *     and the fastest kept. Rank 0's choices are every rank's (ddp_cuda_conv_adopt after the
+ *     build) and are stored in each checkpoint, so that a resumed run adopts them and computes
+ *     the same bits as an uninterrupted one.
+ *   DNN_RANKED (programs without the trainer: validate's golden run, the ops test): the first
+ *     deterministic one in cuDNN's own ranking (_v7) whose workspace fits DNN_WS_MAX. The
+ *     ranking does not depend on timing, so every process computes the same bits.
  *   deterministic = false: every algorithm, deterministic or not, timed on scratch of the real
  *     shapes (cudnnFind*AlgorithmEx three times, as PyTorch's cudnn.benchmark) within a budget
  *     of about the layer's input and output size (dnn_budget; 256 MiB for a direction with
@@ -26,11 +30,18 @@
  * algorithms need, then one weight gradient's room (timing backward filter writes there, not
  * into the accumulating dw). A call with another batch size (the last partial batch,
  * evaluation) takes one of DNN_SLOTS - 1 further slots and chooses each direction at its first
- * call, timed on that call's own buffers within the planned workspace where timing applies
- * (not inside a graph capture, where nothing may be timed). Steady steps neither allocate nor
- * synchronise. ddp_cuda_conv_report() lists each plan's choices for the run log.
+ * call: timed on that call's own buffers within the planned workspace under deterministic =
+ * false (not inside a graph capture, where nothing may be timed), else from cuDNN's ranking
+ * (the same on every rank without timing). Steady steps neither allocate nor synchronise.
+ * ddp_cuda_conv_report() lists each plan's choices for the run log; ddp_cuda_conv_choices()
+ * writes them as text that ddp_cuda_conv_adopt() takes back (rank 0 to the others, a
+ * checkpoint to the run that resumes it).
  */
 #include "backend/cuda/internal.cuh"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 
 #ifdef DDP_DNN
 
@@ -73,13 +84,27 @@ template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int t
                 : p.mathType == CUDNN_FMA_MATH;
 }
 
-/* Index of the entry to keep from a list: of a timed (FindEx) list the fastest allowed one,
+/* An algorithm asked for by name (ddp_cuda_conv_adopt): its number and math; algo -1: none. */
+struct dnn_want {
+    int algo, math;
+};
+static const struct dnn_want DNN_ANY = {-1, 0};
+
+/* Index of the entry to keep from a list: the wanted one when want names one (allowed and its
+ * size query ws(i) within cap, else none); of a timed (FindEx) list the fastest allowed one,
  * ties as DNN_TIE says; of a heuristic (_v7) list, which has no times, the first allowed one
- * whose size query ws(i) fits cap. -1 when none qualifies. */
+ * whose ws(i) fits cap. -1 when none qualifies. */
 template <typename Perf, typename WsFn>
-static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, WsFn ws)
+static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, struct dnn_want want,
+                    WsFn ws)
 {
     int best = -1;
+    for (int i = 0; want.algo >= 0 && i < n; i++)
+        if ((int)p[i].algo == want.algo && (int)p[i].mathType == want.math &&
+            dnn_allowed(p[i], cap, tf32) && ws(i) <= cap)
+            return i;
+    if (want.algo >= 0)
+        return -1;
     for (int i = 0; i < n; i++) {
         if (!dnn_allowed(p[i], cap, tf32))
             continue;
@@ -140,11 +165,12 @@ struct dnn_operands {
     size_t ws_bytes;
 };
 
-/* Keep entry p for direction d of slot s (its algorithm already stored by the caller). */
-template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const Perf &p, int timed)
+/* Keep entry p for direction d of slot s (its algorithm already stored by the caller), chosen
+ * as how says (DNN_HEURISTIC, DNN_MEASURED or DNN_ADOPTED). */
+template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const Perf &p, int how)
 {
-    s->how[d] = timed ? DNN_MEASURED : DNN_HEURISTIC;
-    s->ms[d] = timed ? p.time : 0;
+    s->how[d] = how;
+    s->ms[d] = how == DNN_MEASURED ? p.time : 0;
     s->math[d] = p.mathType;
     DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], p.mathType));
 }
@@ -168,11 +194,13 @@ static void dnn_list(Perf *p, int *n, int timed, Query query)
 }
 
 /* Choose direction d of slot s within cap: timed on o's buffers (FindEx), or from cuDNN's
- * heuristic list when o is NULL. 0, or -1 when no algorithm qualifies. */
+ * heuristic list when o is NULL; with want naming an algorithm, that one from the heuristic
+ * list if it qualifies there. 0, or -1 when no algorithm qualifies. */
 static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
-                      const struct dnn_operands *o, size_t cap)
+                      const struct dnn_operands *o, size_t cap, struct dnn_want want = DNN_ANY)
 {
-    const int timed = o != NULL;
+    const int timed = o != NULL && want.algo < 0;
+    const int how = want.algo >= 0 ? DNN_ADOPTED : timed ? DNN_MEASURED : DNN_HEURISTIC;
     const size_t wsb = timed ? o->ws_bytes : 0;
     int n = 0, i;
     size_t b = SIZE_MAX;
@@ -184,7 +212,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                          : g_cuda.dnn_fn.fwd_algos(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y,
                                                    DNN_ALGOS, m, out);
         });
-        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+        i = dnn_pick(p, n, cap, s->tf32, timed, want, [&](int j) {
             return g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, p[j].algo, &b) ==
                            CUDNN_STATUS_SUCCESS
                        ? b
@@ -193,7 +221,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->fwd = p[i].algo;
-        dnn_keep(s, d, p[i], timed);
+        dnn_keep(s, d, p[i], how);
         DNN_CHECK(
             g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, s->fwd, &s->ws[d]));
     } else if (d == DNN_BWD_DATA) {
@@ -205,7 +233,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                          : g_cuda.dnn_fn.bwd_data_algos(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x,
                                                         DNN_ALGOS, m, out);
         });
-        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+        i = dnn_pick(p, n, cap, s->tf32, timed, want, [&](int j) {
             return g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, p[j].algo,
                                              &b) == CUDNN_STATUS_SUCCESS
                        ? b
@@ -214,7 +242,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->bwd_data = p[i].algo;
-        dnn_keep(s, d, p[i], timed);
+        dnn_keep(s, d, p[i], how);
         DNN_CHECK(g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, s->bwd_data,
                                             &s->ws[d]));
     } else {
@@ -226,7 +254,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                          : g_cuda.dnn_fn.bwd_filter_algos(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
                                                           DNN_ALGOS, m, out);
         });
-        i = dnn_pick(p, n, cap, s->tf32, timed, [&](int j) {
+        i = dnn_pick(p, n, cap, s->tf32, timed, want, [&](int j) {
             return g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w, p[j].algo,
                                                &b) == CUDNN_STATUS_SUCCESS
                        ? b
@@ -235,7 +263,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->bwd_filter = p[i].algo;
-        dnn_keep(s, d, p[i], timed);
+        dnn_keep(s, d, p[i], how);
         DNN_CHECK(g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
                                               s->bwd_filter, &s->ws[d]));
     }
@@ -325,16 +353,17 @@ static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t 
     return left;
 }
 
-/* Slot s of plan pl prepared for batch B at model build. [train] deterministic: each
- * direction's first deterministic algorithm in cuDNN's ranking within the larger of cap and
- * big (the same in every process, so runs and resumed runs compute the same bits). Otherwise
- * every direction timed within cap; one that has no algorithm there is timed again within big,
- * then taken from cuDNN's ranking. Dies when a direction has no algorithm at all. */
+/* Slot s of plan pl prepared for batch B at model build. DNN_RANKED: each direction's first
+ * deterministic algorithm in cuDNN's ranking within the larger of cap and big (the same in
+ * every process without timing). Otherwise every direction timed within cap (only the
+ * deterministic algorithms under [train] deterministic); one that has no algorithm there is
+ * timed again within big, then taken from cuDNN's ranking. Dies when a direction has no
+ * algorithm at all. */
 static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap, size_t big)
 {
     dnn_describe(pl, s, B);
     int left = DNN_DIRS;
-    if (!g_cuda.dnn.det) {
+    if (g_cuda.dnn.det != DNN_RANKED) {
         left = dnn_time_pass(pl, s, B, cap);
         if (left && big > cap)
             left = dnn_time_pass(pl, s, B, big);
@@ -411,8 +440,9 @@ static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
     return pl;
 }
 
-/* Direction d of slot s chosen on first use: from cuDNN's ranking under [train]
- * deterministic or inside a graph capture, else timed on o's buffers. */
+/* Direction d of slot s chosen on first use: timed on o's buffers under [train]
+ * deterministic = false outside a graph capture, else from cuDNN's ranking (deterministic
+ * choices then agree on every rank without timing). */
 static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                        const struct dnn_operands *o)
 {
@@ -589,6 +619,8 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
                      q->k, q->stride, q->pad, s->B);
     for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
         char t[32] = "heuristic";
+        if (s->how[d] == DNN_ADOPTED)
+            snprintf(t, sizeof t, "adopted");
         if (s->how[d] == DNN_MEASURED)
             snprintf(t, sizeof t, "%.3f ms", s->ms[d]);
         n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
@@ -621,4 +653,130 @@ extern "C" int ddp_cuda_conv_report(char *out, size_t len)
     (void)used;
 #endif
     return lines;
+}
+
+/* ---- choices as text: rank 0's to the other ranks, a checkpoint's to the run resuming it ---- */
+
+#ifdef DDP_DNN
+#define DNN_TEXT_FORMAT "ddptrain-conv-algorithms 1"
+
+/* The first line of ddp_cuda_conv_choices for this process: format, cuDNN, device. */
+static void dnn_text_head(char *out, size_t len)
+{
+    char v[32];
+    dnn_version(v, sizeof v);
+    snprintf(out, len, DNN_TEXT_FORMAT "; cuDNN %s; %s", v, g_cuda.devname);
+}
+
+/* Take one line of sixteen numbers (ddp_cuda_conv_choices): the directions taken. */
+static int dnn_adopt_line(const int *v)
+{
+    const struct conv_geom want = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    struct dnn_plan *pl = dnn_find(&want);
+    const int B = v[7];
+    if (!pl || B < 1 || B > pl->slot[0].B || v[8] != dnn_tensor_math() || v[9] != g_cuda.dnn.det)
+        return 0; /* not a shape, batch size or mode of this run */
+    struct dnn_slot *s = dnn_slot_for(pl, B);
+    int taken = 0;
+    for (int d = 0; d < DNN_DIRS; d++) {
+        const struct dnn_want w = {v[10 + 2 * d], v[11 + 2 * d]};
+        if (w.algo < 0 || w.algo >= DNN_ALGOS || w.math < 0 || w.math > 3)
+            continue;
+        if (dnn_choose(pl, s, d, NULL, pl->cap, w) == 0) /* else this process's own stays */
+            taken++;
+    }
+    return taken;
+}
+
+/* Sixteen whole numbers of int range separated by blanks, the line ending after them, into v:
+ * 1, else 0. */
+static int dnn_parse_line(const char *p, int *v)
+{
+    for (int i = 0; i < 16; i++) {
+        char *end;
+        if (!isdigit((unsigned char)*p) && *p != '-')
+            return 0;
+        errno = 0;
+        const long x = strtol(p, &end, 10);
+        if (end == p || errno || x < INT_MIN || x > INT_MAX || (*end != ' ' && i < 15))
+            return 0;
+        v[i] = (int)x;
+        p = end + (i < 15);
+    }
+    return *p == '\n' || *p == 0;
+}
+#endif
+
+extern "C" size_t ddp_cuda_conv_choices(char *out, size_t len)
+{
+    if (len)
+        out[0] = 0;
+#ifdef DDP_DNN
+    if (g_cuda.dnn.mode != 1 || len < 2)
+        return 0;
+    char line[512];
+    dnn_text_head(line, sizeof line);
+    size_t used = 0;
+    for (int i = -1; i < g_cuda.dnn.nplans; i++)
+        for (int j = 0; j < (i < 0 ? 1 : DNN_SLOTS); j++) {
+            const struct dnn_plan *pl = i < 0 ? NULL : &g_cuda.dnn.plans[i];
+            const struct dnn_slot *s = pl ? &pl->slot[j] : NULL;
+            if (s && !s->B)
+                continue;
+            if (s) {
+                const struct conv_geom *q = &pl->q;
+                const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
+                int n = snprintf(line, sizeof line, "%d %d %d %d %d %d %d %d %d %d", q->C, q->H,
+                                 q->W, q->O, q->k, q->stride, q->pad, s->B, s->tf32, s->det);
+                for (int d = 0; d < DNN_DIRS; d++)
+                    n += snprintf(line + n, sizeof line - n, " %d %d",
+                                  s->how[d] == DNN_UNCHOSEN ? -1 : algo[d],
+                                  s->how[d] == DNN_UNCHOSEN ? -1 : (int)s->math[d]);
+            }
+            const size_t n = strlen(line);
+            if (used + n + 2 > len)
+                return used;
+            memcpy(out + used, line, n);
+            used += n;
+            out[used++] = '\n';
+            out[used] = 0;
+        }
+    return used;
+#else
+    return 0;
+#endif
+}
+
+extern "C" int ddp_cuda_conv_adopt(const char *text, int same_device, char *why, size_t whylen)
+{
+#ifdef DDP_DNN
+    if (g_cuda.dnn.mode != 1)
+        return 0;
+    char head[512];
+    dnn_text_head(head, sizeof head);
+    const char *nl = strchr(text, '\n');
+    const size_t hn = nl ? (size_t)(nl - text) : strlen(text);
+    if (strncmp(text, DNN_TEXT_FORMAT ";", sizeof DNN_TEXT_FORMAT) != 0)
+        return ddp_err(why, whylen, "not a list of convolution algorithms");
+    if (same_device && (hn != strlen(head) || strncmp(text, head, hn) != 0)) {
+        const size_t skip = hn > sizeof DNN_TEXT_FORMAT ? sizeof DNN_TEXT_FORMAT + 1 : hn;
+        return ddp_err(why, whylen, "chosen with %.*s; this process runs %s",
+                       (int)(hn - skip > 200 ? 200 : hn - skip), text + skip,
+                       head + sizeof DNN_TEXT_FORMAT + 1);
+    }
+    int taken = 0;
+    for (const char *p = nl ? nl + 1 : text + hn; *p;) {
+        int v[16];
+        const char *end = strchr(p, '\n');
+        if (dnn_parse_line(p, v))
+            taken += dnn_adopt_line(v);
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return taken;
+#else
+    (void)text, (void)same_device, (void)why, (void)whylen;
+    return 0;
+#endif
 }

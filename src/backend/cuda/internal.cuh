@@ -180,8 +180,12 @@ struct conv_geom {
 #ifdef DDP_DNN
 /* The three directions of a convolution, each with its own algorithm. */
 enum { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_DIRS };
-/* How a slot's algorithm of one direction was chosen. */
-enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED };
+/* How a slot's algorithm of one direction was chosen (DNN_ADOPTED: named by rank 0 or by the
+ * checkpoint resumed, ddp_cuda_conv_adopt). */
+enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED, DNN_ADOPTED };
+/* g_cuda.dnn.det: [train] deterministic = false (0), true (1: deterministic algorithms,
+ * timed); DNN_RANKED: deterministic, the first in cuDNN's ranking (no timing). */
+#define DNN_RANKED 2
 
 /* Descriptors and algorithms of one cuDNN plan for one batch size. */
 struct dnn_slot {
@@ -265,8 +269,8 @@ struct cuda_state {
 
     /* the convolution path (conv.cu) and the cuDNN plans (conv_dnn.cu) */
     struct {
-        int mode = -1; /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
-        int det = 1;   /* [train] deterministic: keep only deterministic algorithms */
+        int mode = -1;        /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
+        int det = DNN_RANKED; /* 0, 1 ([train] deterministic) or DNN_RANKED */
         cudnnHandle_t h;
         struct dnn_plan plans[DNN_PLANS];
         int nplans;
