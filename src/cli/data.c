@@ -324,6 +324,22 @@ static int cmd_synth(int argc, char **argv)
     return DDP_EXIT_OK;
 }
 
+/* The group's class names, ten to a line, up to INFO_MAX_HIST_CLASSES (a summary beyond). */
+static void print_class_names(const ddp_h5split *s)
+{
+    const char *const *names = ddp_h5split_class_names(s);
+    int n = ddp_h5split_class_name_count(s);
+    if (!names)
+        return;
+    if (n > INFO_MAX_HIST_CLASSES) {
+        printf("  class_names: %d names, 0 %s ... %d %s\n", n, names[0], n - 1, names[n - 1]);
+        return;
+    }
+    for (int k = 0; k < n; k++)
+        printf("%s%d %s%s", k % INFO_HIST_PER_LINE ? ", " : "  class_names: ", k, names[k],
+               (k % INFO_HIST_PER_LINE == INFO_HIST_PER_LINE - 1 || k == n - 1) ? "\n" : "");
+}
+
 /* Print one split; returns an exit code (3 when it does not validate). */
 static int info_split(const char *path, const char *group)
 {
@@ -374,6 +390,7 @@ static int info_split(const char *path, const char *group)
         }
         free(hist);
     }
+    print_class_names(s);
     int rc = DDP_EXIT_OK;
     if (ddp_h5split_check_labels(s, hn, err, sizeof err) != 0) {
         ddp_warn("%s", err);
