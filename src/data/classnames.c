@@ -14,6 +14,7 @@
 #include "data/h5_impl.h"
 
 #include <hdf5.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,12 +155,21 @@ static int names_shape(const ddp_h5split *s, hid_t ds, hid_t ft, int64_t *k, cha
         H5Sget_simple_extent_dims(sp, d, NULL);
     if (sp >= 0)
         H5Sclose(sp);
-    if (H5Tget_class(ft) != H5T_STRING || r != 1 ||
-        (H5Tis_variable_str(ft) <= 0 && H5Tget_size(ft) > DDP_H5_MAX_CLASS_NAME + 1))
+    const H5T_class_t cls = H5Tget_class(ft);
+    const size_t fsz = cls == H5T_STRING && H5Tis_variable_str(ft) <= 0 ? H5Tget_size(ft) : 0;
+    if (cls != H5T_STRING || r != 1 || fsz > DDP_H5_MAX_CLASS_NAME + 1) {
+        char what[64];
+        if (cls != H5T_STRING)
+            snprintf(what, sizeof what, "holds %s", cls == H5T_INTEGER ? "integers" : "no strings");
+        else if (fsz > DDP_H5_MAX_CLASS_NAME + 1)
+            snprintf(what, sizeof what, "holds strings of %zu bytes", fsz);
+        else
+            snprintf(what, sizeof what, "holds strings");
         return ddp_err(err, errlen,
-                       "%s: %s/class_names is not a list of strings (rank %d, or names "
-                       "over %d bytes); expected (classes,) strings, index = label",
-                       s->path, s->group, r, DDP_H5_MAX_CLASS_NAME);
+                       "%s: %s/class_names %s, rank %d; expected (classes,) strings of 1 to %d "
+                       "bytes, index = label (h5py: group[\"class_names\"] = names)",
+                       s->path, s->group, what, r, DDP_H5_MAX_CLASS_NAME);
+    }
     if (s->classes > 0 && (int64_t)d[0] != s->classes)
         return ddp_err(err, errlen,
                        "%s: %s/class_names holds %llu names but the group has %d classes; "
