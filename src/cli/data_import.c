@@ -46,33 +46,40 @@ static int import_usage(const import_args *a, const char *fmt, ...)
     return DDP_EXIT_USAGE;
 }
 
-/* --classes NAME,NAME,... into a->o.names; 0 or an exit code. */
-static int parse_names(import_args *a)
+int ddp_data_class_names(const char *v, char ***names_out, int *count, char *msg, size_t len)
 {
-    const char *v = a->classes_s;
     int n = 1;
     for (const char *p = v; *p; p++)
         n += *p == ',';
     if (n > DDP_H5_MAX_CLASSES)
-        return import_usage(a, "--classes: %d names, above %d", n, DDP_H5_MAX_CLASSES);
+        return ddp_err(msg, len, "--classes: %d names, above %d", n, DDP_H5_MAX_CLASSES);
     char **names = ddp_calloc((size_t)n, sizeof *names);
     for (int k = 0; k < n; k++) {
-        size_t len = strcspn(v, ",");
-        names[k] = ddp_calloc(1, len + 1);
-        memcpy(names[k], v, len);
-        v += len + (v[len] == ',');
+        size_t l = strcspn(v, ",");
+        names[k] = ddp_calloc(1, l + 1);
+        memcpy(names[k], v, l);
+        v += l + (v[l] == ',');
         const char *bad = ddp_class_name_problem(names[k]);
         if (bad) {
-            int rc = import_usage(a,
-                                  "--classes: name %d `%.64s` %s; give the class names "
-                                  "separated by commas (1 to %d bytes of UTF-8 each), or K",
-                                  k, names[k], bad, DDP_H5_MAX_CLASS_NAME);
+            ddp_err(msg, len,
+                    "--classes: name %d `%.64s` %s; give the class names separated by commas "
+                    "(1 to %d bytes of UTF-8 each), or K",
+                    k, names[k], bad, DDP_H5_MAX_CLASS_NAME);
             ddp_class_names_free(names, n);
-            return rc;
+            return -1;
         }
     }
-    a->o.names = names;
-    a->o.nnames = n;
+    *names_out = names;
+    *count = n;
+    return 0;
+}
+
+/* --classes NAME,NAME,... into a->o.names; 0 or an exit code. */
+static int parse_names(import_args *a)
+{
+    char msg[DDP_ERR_LEN];
+    if (ddp_data_class_names(a->classes_s, &a->o.names, &a->o.nnames, msg, sizeof msg) != 0)
+        return import_usage(a, "%s", msg);
     return 0;
 }
 
@@ -198,7 +205,8 @@ static int finish(import_args *a, int rc, const ddp_import_summary *s, double t0
 
 static const char npy_help[] =
     "usage: ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
-    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--source T]\n"
+    "                         --test-labels Y.npy | --test-fraction F] -o OUT.h5\n"
+    "                         [--classes K|NAME,...] [--source T]\n"
     "                         [--force]\n"
     "  images uint8 or float32, (N,H,W) (stored (N,1,H,W)), (N,C,H,W) or (N,D);\n"
     "  labels integers (N,) or (N,1). Reference: docs/data.md\n";
@@ -231,8 +239,8 @@ int ddp_data_cmd_npy(int argc, char **argv)
 static const char npz_help[] =
     "usage: ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
     "                         [--labels-key y_train] [--test-images-key x_test]\n"
-    "                         [--test-labels-key y_test]\n"
-    "                         [--classes K] [--source T] [--force]\n"
+    "                         [--test-labels-key y_test | --test-fraction F]\n"
+    "                         [--classes K|NAME,...] [--source T] [--force]\n"
     "  arrays as numpy.savez / savez_compressed write them; /test when the archive holds\n"
     "  the test images key. Reference: docs/data.md\n";
 
@@ -263,7 +271,8 @@ int ddp_data_cmd_npz(int argc, char **argv)
 
 static const char csv_help[] =
     "usage: ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5\n"
-    "                         [--test TEST.csv] [--classes K] [--source T] [--force]\n"
+    "                         [--test TEST.csv | --test-fraction F]\n"
+    "                         [--classes K|NAME,...] [--source T] [--force]\n"
     "  one sample a line: numeric features (float32) and an integer label column (a header\n"
     "  name, or a 0-based index); a first line with a non-numeric cell is the header.\n"
     "  Reference: docs/data.md\n";
