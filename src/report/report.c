@@ -362,9 +362,10 @@ static void tick_format(struct tick_fmt *t, double a0, double a1, double step)
     int u = amax >= 1e12 ? 4 : amax >= 1e9 ? 3 : amax >= 1e6 ? 2 : amax >= 1e4 ? 1 : 0;
     *t = (struct tick_fmt){scale[u], suffix[u], step_decimals(step / scale[u]), 0};
     if (amax < 1 && amax > 0 && t->decimals > 4) { /* "0." and more than 4 digits */
-        t->exp10 = (int)floor(log10(amax) + 1e-9);
-        t->scale = pow(10, t->exp10);
-        t->decimals = step_decimals(step / t->scale);
+        const int e = (int)floor(log10(amax) + 1e-9);
+        const int d = step_decimals(step / pow(10, e)); /* then "D." and d digits */
+        if (d <= 4) /* else a narrow band far from 0 (0.10001, 0.10002): scaling no help */
+            t->exp10 = e, t->scale = pow(10, e), t->decimals = d;
     }
 }
 
