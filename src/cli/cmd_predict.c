@@ -31,9 +31,47 @@ static int write_ds(hid_t file, const char *name, hid_t type, int rank, const hs
     return rc;
 }
 
-/* logits (N, K) and predictions (N) to output, atomically. */
+/* A 1-D dataset of n variable-length UTF-8 strings v[i] into file. 0 or -1. */
+static int write_strings(hid_t file, const char *name, const char *const *v, hsize_t n)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    int rc = t >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0
+                 ? write_ds(file, name, t, 1, &n, v)
+                 : -1;
+    if (t >= 0)
+        H5Tclose(t);
+    return rc;
+}
+
+/* The class names of the predicted classes: those of the input group, else those of the
+ * job's training split (the model's classes). NULL when neither has names; *from names the
+ * file. Names of another count than the model's K are an error (-1 with err). */
+static int class_names(const ddp_h5split *s, const struct ddp_job *job, const char *input,
+                       const char *group, int K, ddp_h5split **train, const char *const **names,
+                       char *err, size_t errlen)
+{
+    char e2[DDP_ERR_LEN];
+    const char *file = input, *grp = group;
+    *names = ddp_h5split_class_names(s);
+    int n = ddp_h5split_class_name_count(s);
+    if (!*names && job->data_file[0] &&
+        (*train = ddp_h5split_open_images(job->data_file, job->data_train, e2, sizeof e2))) {
+        *names = ddp_h5split_class_names(*train);
+        n = ddp_h5split_class_name_count(*train);
+        file = job->data_file, grp = job->data_train;
+    }
+    if (*names && n != K)
+        return ddp_err(err, errlen,
+                       "%s: %s/class_names holds %d names but the model has %d classes; "
+                       "predict data of the model's classes (or delete the names)",
+                       file, grp, n, K);
+    return 0;
+}
+
+/* logits (N, K) and predictions (N) to output, atomically; with names (K), also
+ * /class_names and /predicted_names (N), the name of each prediction. */
 static int save(const char *output, const float *logits, const int32_t *pred, int64_t N, int K,
-                char *err, size_t errlen)
+                const char *const *names, char *err, size_t errlen)
 {
     char tmp[DDP_PATH_MAX + 8], why[256];
     snprintf(tmp, sizeof tmp, "%s.tmp", output);
@@ -44,6 +82,14 @@ static int save(const char *output, const float *logits, const int32_t *pred, in
         rc = write_ds(f, "logits", H5T_NATIVE_FLOAT, 2, d2, logits);
     if (!rc)
         rc = write_ds(f, "predictions", H5T_NATIVE_INT32, 1, d2, pred);
+    if (!rc && names) {
+        const char **pn = ddp_malloc(sizeof *pn * (size_t)N);
+        for (int64_t i = 0; i < N; i++)
+            pn[i] = names[pred[i]];
+        rc = write_strings(f, "class_names", names, (hsize_t)K) ||
+             write_strings(f, "predicted_names", pn, (hsize_t)N);
+        free(pn);
+    }
     if (rc)
         ddp_h5_error_reason(why, sizeof why);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) {
@@ -91,6 +137,21 @@ static int run(struct ddp_model *m, ddp_h5split *s, const struct ddp_augment *no
     return rc;
 }
 
+/* One log line: how many samples went to each class, by name (the first 10 classes). */
+static void log_by_name(const char *const *names, const int32_t *pred, int64_t N, int K)
+{
+    int64_t *count = ddp_calloc((size_t)K, sizeof *count);
+    for (int64_t i = 0; i < N; i++)
+        count[pred[i]]++;
+    char line[1024];
+    size_t o = 0;
+    for (int k = 0; k < K && k < 10 && o < sizeof line; k++)
+        o += (size_t)snprintf(line + o, sizeof line - o, "%s%d %s: %lld", k ? ", " : "", k,
+                              names[k], (long long)count[k]);
+    ddp_log("predicted classes: %s%s", line, K > 10 ? ", ..." : "");
+    free(count);
+}
+
 int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *input,
                 const char *group, const char *output, int batch, char *err, size_t errlen)
 {
@@ -110,6 +171,7 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
                 input, group);
         return DDP_EXIT_DATA;
     }
+    ddp_h5split *train = NULL; /* the job's training split, when its names are used */
     float *logits = ddp_malloc(sizeof(float) * (size_t)N * (size_t)K);
     int32_t *pred = ddp_malloc(sizeof(int32_t) * (size_t)N);
     struct ddp_augment norm;
@@ -119,6 +181,11 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
         goto done;
     }
     const int32_t *labels = ddp_h5split_labels(s); /* NULL: images only */
+    const char *const *names = NULL;
+    if (class_names(s, job, input, group, K, &train, &names, err, errlen) != 0) {
+        rc = DDP_EXIT_DATA;
+        goto done;
+    }
     int64_t right = 0;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + (size_t)i * (size_t)K;
@@ -129,7 +196,7 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
         pred[i] = best;
         right += labels && best == labels[i];
     }
-    if (save(output, logits, pred, N, K, err, errlen) != 0) {
+    if (save(output, logits, pred, N, K, names, err, errlen) != 0) {
         rc = DDP_EXIT_RUNTIME;
         goto done;
     }
@@ -139,9 +206,12 @@ int ddp_predict(struct ddp_model *m, const struct ddp_job *job, const char *inpu
     else
         ddp_log("predicted %lld samples of %s %s into %s (no labels there: no accuracy)",
                 (long long)N, input, group, output);
+    if (names)
+        log_by_name(names, pred, N, K);
 done:
     free(logits);
     free(pred);
+    ddp_h5split_close(train);
     ddp_h5split_close(s);
     return rc;
 }

@@ -24,20 +24,23 @@
 #define INFO_HIST_PER_LINE 10
 
 static const char usage_text[] =
-    "usage: ddptrain data idx --dir DIR -o OUT.h5 [--classes K] [--source TEXT] [--force]\n"
+    "usage: ddptrain data idx --dir DIR -o OUT.h5 [--classes K|NAME,...] [--source TEXT]\n"
+    "                         [--force]\n"
     "       ddptrain data idx --train-images F --train-labels F --test-images F\n"
-    "                         --test-labels F -o OUT.h5 [--classes K] [--source TEXT]\n"
+    "                         --test-labels F -o OUT.h5 [--classes K|NAME,...] [--source T]\n"
     "                         [--force]\n"
     "       ddptrain data synth -o OUT.h5 [--shape 1,28,28 | --shape 784] [--classes 10]\n"
     "                         [--train 60000] [--test 10000] [--seed 0]\n"
     "                         [--dtype uint8|float32] [--noise 0.3]\n"
     "       ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
-    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--force]\n"
+    "                         --test-labels Y.npy | --test-fraction F] -o OUT.h5\n"
+    "                         [--classes K|NAME,...] [--force]\n"
     "       ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
     "                         [--labels-key y_train] [--test-images-key x_test]\n"
-    "                         [--test-labels-key y_test] [--classes K] [--force]\n"
-    "       ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test T.csv]\n"
-    "                         [--classes K] [--force]\n"
+    "                         [--test-labels-key y_test | --test-fraction F]\n"
+    "                         [--classes K|NAME,...] [--force]\n"
+    "       ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5 [--test T.csv\n"
+    "                         | --test-fraction F] [--classes K|NAME,...] [--force]\n"
     "       ddptrain data imagefolder DIR -o OUT.h5 [--test-fraction F] [--resize HxW]\n"
     "                         [--channels 1|3] [--force]\n"
     "       ddptrain data info FILE.h5\n"
@@ -48,6 +51,9 @@ static const char usage_text[] =
     "         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (each raw or .gz);\n"
     "         --classes defaults to the largest label + 1; an existing OUT is\n"
     "         refused (exit 2) unless --force replaces it\n"
+    "         (--classes NAME,NAME,...: the class names in label order, written as\n"
+    "         class_names; --test-fraction F: /test is the last round(F n) rows of each\n"
+    "         class, in file order, as imagefolder does)\n"
     "  synth  write a learnable synthetic set (prototypes + noise, deterministic for a\n"
     "         seed, generated in chunks so N may exceed memory)\n"
     "  npy    import NumPy arrays: images uint8 or float32 (N,H,W), (N,C,H,W) or (N,D),\n"
@@ -60,7 +66,7 @@ static const char usage_text[] =
     "         DIR/<class>/... with --test-fraction) as (N,C,H,W) uint8\n"
     "         (npy, npz, csv, imagefolder: an existing OUT is refused, exit 2,\n"
     "         unless --force replaces it)\n"
-    "  info   list groups, shapes, dtypes, classes and the class histogram\n"
+    "  info   list groups, shapes, dtypes, classes, the class histogram and class_names\n"
     "\n"
     "OUT is written as OUT.tmp and renamed when complete.\n"
     "Exit codes: 0 done, 1 OUT cannot be written (a full disk), 2 usage error or an unusable\n"
@@ -152,6 +158,18 @@ static int refuse_input(const char *out, const ddp_idx_files *files)
     return 0;
 }
 
+/* idx's --classes: K, or names (then *classes is their number). 0, or -1 with msg. */
+static int idx_classes(const char *v, int64_t *classes, char ***names, char *msg, size_t len)
+{
+    if (ddp_parse_i64(v, classes) == 0)
+        return parse_range("--classes", v, 1, DDP_H5_MAX_CLASSES, classes, msg, len);
+    int n = 0;
+    if (ddp_data_class_names(v, names, &n, msg, len) != 0)
+        return -1;
+    *classes = n;
+    return 0;
+}
+
 static int cmd_idx(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *source = NULL, *classes_s = NULL;
@@ -200,8 +218,8 @@ static int cmd_idx(int argc, char **argv)
     }
     int64_t classes = 0;
     char msg[DDP_ERR_LEN], err[DDP_ERR_LEN];
-    if (classes_s &&
-        parse_range("--classes", classes_s, 1, DDP_H5_MAX_CLASSES, &classes, msg, sizeof msg) != 0)
+    char **names = NULL;
+    if (classes_s && idx_classes(classes_s, &classes, &names, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
     if (ddp_file_check_output("-o", out, msg, sizeof msg) != 0)
         return usage_error("idx: %s", msg);
@@ -232,7 +250,10 @@ static int cmd_idx(int argc, char **argv)
         command_text(argc, argv, src, sizeof src);
     ddp_idx_summary sum;
     double t0 = ddp_now();
-    int imp = ddp_idx_import(&files, out, (int)classes, src, &sum, err, sizeof err);
+    int imp = ddp_idx_import_names(&files, out, (int)classes, names, src, &sum, err, sizeof err);
+    ddp_class_names_free(names, (int)classes * !!names);
+    if (imp == DDP_IDX_BAD_NAMES)
+        return usage_error("idx: %s", err);
     if (imp != 0) {
         ddp_warn("%s", err);
         return imp == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA; /* the output, or an input */
@@ -324,6 +345,22 @@ static int cmd_synth(int argc, char **argv)
     return DDP_EXIT_OK;
 }
 
+/* The group's class names, ten to a line, up to INFO_MAX_HIST_CLASSES (a summary beyond). */
+static void print_class_names(const ddp_h5split *s)
+{
+    const char *const *names = ddp_h5split_class_names(s);
+    int n = ddp_h5split_class_name_count(s);
+    if (!names)
+        return;
+    if (n > INFO_MAX_HIST_CLASSES) {
+        printf("  class_names: %d names, 0 %s ... %d %s\n", n, names[0], n - 1, names[n - 1]);
+        return;
+    }
+    for (int k = 0; k < n; k++)
+        printf("%s%d %s%s", k % INFO_HIST_PER_LINE ? ", " : "  class_names: ", k, names[k],
+               (k % INFO_HIST_PER_LINE == INFO_HIST_PER_LINE - 1 || k == n - 1) ? "\n" : "");
+}
+
 /* Print one split; returns an exit code (3 when it does not validate). */
 static int info_split(const char *path, const char *group)
 {
@@ -374,6 +411,7 @@ static int info_split(const char *path, const char *group)
         }
         free(hist);
     }
+    print_class_names(s);
     int rc = DDP_EXIT_OK;
     if (ddp_h5split_check_labels(s, hn, err, sizeof err) != 0) {
         ddp_warn("%s", err);

@@ -20,9 +20,10 @@
 /* Options every importer takes, and the ones of a subcommand. */
 typedef struct {
     const char *sub;
-    const char *out, *source, *classes_s;
+    const char *out, *source, *classes_s, *fraction_s;
     int force;
-    int classes;
+    int takes_fraction; /* --test-fraction F (npy, npz, csv) */
+    ddp_import_opts o;  /* out, source, classes (K or names), test fraction */
     const char *names[IMPORT_MAX_OPTS];
     const char **vals[IMPORT_MAX_OPTS];
     int nopts;
@@ -45,6 +46,64 @@ static int import_usage(const import_args *a, const char *fmt, ...)
     return DDP_EXIT_USAGE;
 }
 
+int ddp_data_class_names(const char *v, char ***names_out, int *count, char *msg, size_t len)
+{
+    int n = 1;
+    for (const char *p = v; *p; p++)
+        n += *p == ',';
+    if (n > DDP_H5_MAX_CLASSES)
+        return ddp_err(msg, len, "--classes: %d names, above %d", n, DDP_H5_MAX_CLASSES);
+    char **names = ddp_calloc((size_t)n, sizeof *names);
+    for (int k = 0; k < n; k++) {
+        size_t l = strcspn(v, ",");
+        names[k] = ddp_calloc(1, l + 1);
+        memcpy(names[k], v, l);
+        v += l + (v[l] == ',');
+        const char *bad = ddp_class_name_problem(names[k]);
+        if (bad) {
+            ddp_err(msg, len,
+                    "--classes: name %d `%.64s` %s; give the class names separated by commas "
+                    "(1 to %d bytes of UTF-8 each), or K",
+                    k, names[k], bad, DDP_H5_MAX_CLASS_NAME);
+            ddp_class_names_free(names, n);
+            return -1;
+        }
+    }
+    *names_out = names;
+    *count = n;
+    return 0;
+}
+
+/* --classes NAME,NAME,... into a->o.names; 0 or an exit code. */
+static int parse_names(import_args *a)
+{
+    char msg[DDP_ERR_LEN];
+    if (ddp_data_class_names(a->classes_s, &a->o.names, &a->o.nnames, msg, sizeof msg) != 0)
+        return import_usage(a, "%s", msg);
+    return 0;
+}
+
+/* --classes (K or names) and --test-fraction into a->o; 0 or an exit code. */
+static int parse_common(import_args *a)
+{
+    int64_t c = 0;
+    if (a->classes_s && ddp_parse_i64(a->classes_s, &c) == 0) {
+        if (c < 1 || c > DDP_H5_MAX_CLASSES)
+            return import_usage(a, "--classes `%s`: expected an integer in [1, %d] or names",
+                                a->classes_s, DDP_H5_MAX_CLASSES);
+        a->o.classes = (int)c;
+    } else if (a->classes_s) {
+        int rc = parse_names(a);
+        if (rc)
+            return rc;
+    }
+    double f = 0;
+    if (a->fraction_s && (ddp_parse_f64(a->fraction_s, &f) != 0 || !(f >= 0) || !(f < 1)))
+        return import_usage(a, "--test-fraction `%s`: expected a number in [0, 1)", a->fraction_s);
+    a->o.test_fraction = f;
+    return 0;
+}
+
 /* Parse argv into a; returns -1 for --help (printed), an exit code > 0, or 0. */
 static int parse_args(import_args *a, int argc, char **argv, const char *help)
 {
@@ -62,7 +121,9 @@ static int parse_args(import_args *a, int argc, char **argv, const char *help)
         if ((m = ddp_opt_value(argc, argv, &i, "-o", &a->out)) ||
             (m = ddp_opt_value(argc, argv, &i, "--output", &a->out)) ||
             (m = ddp_opt_value(argc, argv, &i, "--source", &a->source)) ||
-            (m = ddp_opt_value(argc, argv, &i, "--classes", &a->classes_s))) {
+            (m = ddp_opt_value(argc, argv, &i, "--classes", &a->classes_s)) ||
+            (a->takes_fraction &&
+             (m = ddp_opt_value(argc, argv, &i, "--test-fraction", &a->fraction_s)))) {
             if (m < 0)
                 return import_usage(a, "option %s needs a value", arg);
             continue;
@@ -81,11 +142,6 @@ static int parse_args(import_args *a, int argc, char **argv, const char *help)
     }
     if (!a->out)
         return import_usage(a, "-o OUT.h5 is required");
-    int64_t c = 0;
-    if (a->classes_s && (ddp_parse_i64(a->classes_s, &c) != 0 || c < 1 || c > DDP_H5_MAX_CLASSES))
-        return import_usage(a, "--classes `%s`: expected an integer in [1, %d]", a->classes_s,
-                            DDP_H5_MAX_CLASSES);
-    a->classes = (int)c;
     char why[DDP_ERR_LEN + 64];
     if (ddp_file_check_output("-o", a->out, why, sizeof why) != 0)
         return import_usage(a, "%s", why);
@@ -107,7 +163,9 @@ static int parse_args(import_args *a, int argc, char **argv, const char *help)
         o += (size_t)snprintf(a->src + o, sizeof a->src - o, " %s", argv[i]);
     if (a->source)
         snprintf(a->src, sizeof a->src, "%s", a->source);
-    return 0;
+    a->o.out = a->out;
+    a->o.source = a->src;
+    return parse_common(a);
 }
 
 /* Register a value option of the subcommand. */
@@ -119,9 +177,11 @@ static void add_opt(import_args *a, const char *name, const char **val)
 
 /* After an import: the summary line, or the error with exit 3 (an input) or 1 (the output
  * cannot be written, as in every subcommand). */
-static int finish(const import_args *a, int rc, const ddp_import_summary *s, double t0,
-                  const char *err)
+static int finish(import_args *a, int rc, const ddp_import_summary *s, double t0, const char *err)
 {
+    ddp_class_names_free(a->o.names, a->o.nnames);
+    if (rc == DDP_IMPORT_BAD_NAMES)
+        return import_usage(a, "%s", err);
     if (rc != 0) {
         ddp_warn("%s", err);
         return rc == -2 ? DDP_EXIT_RUNTIME : DDP_EXIT_DATA;
@@ -145,14 +205,15 @@ static int finish(const import_args *a, int rc, const ddp_import_summary *s, dou
 
 static const char npy_help[] =
     "usage: ddptrain data npy --images X.npy --labels Y.npy [--test-images X.npy\n"
-    "                         --test-labels Y.npy] -o OUT.h5 [--classes K] [--source T]\n"
+    "                         --test-labels Y.npy | --test-fraction F] -o OUT.h5\n"
+    "                         [--classes K|NAME,...] [--source T]\n"
     "                         [--force]\n"
     "  images uint8 or float32, (N,H,W) (stored (N,1,H,W)), (N,C,H,W) or (N,D);\n"
     "  labels integers (N,) or (N,1). Reference: docs/data.md\n";
 
 int ddp_data_cmd_npy(int argc, char **argv)
 {
-    import_args a = {.sub = "npy"};
+    import_args a = {.sub = "npy", .takes_fraction = 1};
     const char *img = NULL, *lab = NULL, *timg = NULL, *tlab = NULL;
     add_opt(&a, "--images", &img);
     add_opt(&a, "--labels", &lab);
@@ -165,24 +226,27 @@ int ddp_data_cmd_npy(int argc, char **argv)
         return import_usage(&a, "--images and --labels are required");
     if (!timg != !tlab)
         return import_usage(&a, "give both --test-images and --test-labels, or neither");
+    if (timg && a.o.test_fraction > 0)
+        return import_usage(&a, "--test-fraction holds out /test from --images, so it does not "
+                                "apply with --test-images; give one or the other");
     char err[DDP_ERR_LEN];
     ddp_import_summary s;
     double t0 = ddp_now();
-    int rc = ddp_import_npy(img, lab, timg, tlab, a.out, a.src, a.classes, &s, err, sizeof err);
+    int rc = ddp_import_npy(img, lab, timg, tlab, &a.o, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }
 
 static const char npz_help[] =
     "usage: ddptrain data npz FILE.npz -o OUT.h5 [--images-key x_train]\n"
     "                         [--labels-key y_train] [--test-images-key x_test]\n"
-    "                         [--test-labels-key y_test]\n"
-    "                         [--classes K] [--source T] [--force]\n"
+    "                         [--test-labels-key y_test | --test-fraction F]\n"
+    "                         [--classes K|NAME,...] [--source T] [--force]\n"
     "  arrays as numpy.savez / savez_compressed write them; /test when the archive holds\n"
     "  the test images key. Reference: docs/data.md\n";
 
 int ddp_data_cmd_npz(int argc, char **argv)
 {
-    import_args a = {.sub = "npz", .takes_positional = 1};
+    import_args a = {.sub = "npz", .takes_positional = 1, .takes_fraction = 1};
     const char *keys[4] = {"x_train", "y_train", "x_test", "y_test"};
     add_opt(&a, "--images-key", &keys[0]);
     add_opt(&a, "--labels-key", &keys[1]);
@@ -198,21 +262,24 @@ int ddp_data_cmd_npz(int argc, char **argv)
     double t0 = ddp_now();
     /* Test keys named on the command line must be there; the default ones are optional. */
     const int need_test = strcmp(keys[2], "x_test") != 0 || strcmp(keys[3], "y_test") != 0;
-    int rc =
-        ddp_import_npz(a.positional, keys, need_test, a.out, a.src, a.classes, &s, err, sizeof err);
+    if (need_test && a.o.test_fraction > 0)
+        return import_usage(&a, "--test-fraction holds out /test from the training arrays, so "
+                                "it does not apply with test keys; give one or the other");
+    int rc = ddp_import_npz(a.positional, keys, need_test, &a.o, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }
 
 static const char csv_help[] =
     "usage: ddptrain data csv FILE.csv --label-column NAME|INDEX -o OUT.h5\n"
-    "                         [--test TEST.csv] [--classes K] [--source T] [--force]\n"
+    "                         [--test TEST.csv | --test-fraction F]\n"
+    "                         [--classes K|NAME,...] [--source T] [--force]\n"
     "  one sample a line: numeric features (float32) and an integer label column (a header\n"
     "  name, or a 0-based index); a first line with a non-numeric cell is the header.\n"
     "  Reference: docs/data.md\n";
 
 int ddp_data_cmd_csv(int argc, char **argv)
 {
-    import_args a = {.sub = "csv", .takes_positional = 1};
+    import_args a = {.sub = "csv", .takes_positional = 1, .takes_fraction = 1};
     const char *col = NULL, *test = NULL;
     add_opt(&a, "--label-column", &col);
     add_opt(&a, "--test", &test);
@@ -223,10 +290,13 @@ int ddp_data_cmd_csv(int argc, char **argv)
         return import_usage(&a, "FILE.csv is required");
     if (!col)
         return import_usage(&a, "--label-column NAME|INDEX is required");
+    if (test && a.o.test_fraction > 0)
+        return import_usage(&a, "--test-fraction holds out /test from FILE.csv, so it does not "
+                                "apply with --test; give one or the other");
     char err[DDP_ERR_LEN];
     ddp_import_summary s;
     double t0 = ddp_now();
-    int rc = ddp_import_csv(a.positional, test, col, a.out, a.src, a.classes, &s, err, sizeof err);
+    int rc = ddp_import_csv(a.positional, test, col, &a.o, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }
 
@@ -269,6 +339,6 @@ int ddp_data_cmd_imagefolder(int argc, char **argv)
     char err[DDP_ERR_LEN];
     ddp_import_summary s;
     double t0 = ddp_now();
-    int rc = ddp_import_imagefolder(&spec, a.out, a.src, &s, err, sizeof err);
+    int rc = ddp_import_imagefolder(&spec, &a.o, &s, err, sizeof err);
     return finish(&a, rc, &s, t0, err);
 }

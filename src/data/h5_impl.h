@@ -56,6 +56,14 @@ struct ddp_h5split {
     int cap_reqs;
     uint8_t *rows; /* (cap_rows, D) scratch: distinct rows in file order */
     int cap_rows;
+    char **class_names; /* (nclass_names) the group's `class_names`, or NULL */
+    int nclass_names;
 };
+
+/* Read and check the optional dataset `class_names` of group g into s (classnames.c): 0
+ * (also when absent), -1 with err. Call after s->classes is known. */
+int h5_read_class_names(ddp_h5split *s, hid_t g, char *err, size_t errlen);
+/* Write `class_names` (n variable-length UTF-8 strings) into group g: 0 or -1. */
+int h5_write_class_names(hid_t g, char *const *names, int n);
 
 #endif

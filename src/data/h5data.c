@@ -627,7 +627,8 @@ static ddp_h5split *open_split(const char *path, const char *group, int need_lab
     int labelled = need_labels || H5Lexists(g, "labels", H5P_DEFAULT) > 0;
     if (open_images(s, g, path, err, errlen) != 0 ||
         (labelled ? open_labels(s, g, path, err, errlen)
-                  : open_unlabelled(s, g, path, err, errlen)) != 0)
+                  : open_unlabelled(s, g, path, err, errlen)) != 0 ||
+        h5_read_class_names(s, g, err, errlen) != 0)
         goto fail;
     H5Gclose(g);
     h5_quiet_off(&q);
@@ -670,6 +671,7 @@ void ddp_h5split_close(ddp_h5split *s)
     free(s->cache);
     free(s->reqs);
     free(s->rows);
+    ddp_class_names_free(s->class_names, s->nclass_names);
     free(s);
 }
 

@@ -6,7 +6,9 @@
  *   images  (N, C, H, W) or (N, D), uint8 (read as v / 255.0f, as torchvision's ToTensor)
  *           or float32 (read as is); any storage layout, contiguous is fastest;
  *   labels  (N,), any integer type, values in [0, classes);
- * a group attribute `classes` (int) and a file attribute `source` (string).
+ * a group attribute `classes` (int) and a file attribute `source` (string); optionally
+ *   class_names  (classes,) strings, the name of label k at index k (UTF-8, 1 to 255 bytes,
+ *           no control characters; absent in older files and in most written by hand).
  *
  * Reader (ddp_h5split_*): opens one group read-only with HDF5 file locking off (shared file
  * systems), validates the layout before allocating anything that depends on it, keeps all
@@ -41,6 +43,10 @@
 #define DDP_H5_MAX_SAMPLE_ELEMS ((int64_t)1 << 28)
 /* Largest value of the `classes` attribute / label bound (the model's last layer width). */
 #define DDP_H5_MAX_CLASSES (1 << 24)
+/* Longest class name, in bytes (a folder name of most file systems). */
+#define DDP_H5_MAX_CLASS_NAME 255
+/* Bound on the memory of a group's class names (2^24 names of 15 bytes). */
+#define DDP_H5_MAX_CLASS_NAMES_BYTES ((size_t)512 << 20)
 /* Longest group path accepted ("/train", "/imagenet/val"). */
 #define DDP_H5_MAX_GROUP_LEN 256
 
@@ -80,6 +86,16 @@ int64_t ddp_h5split_sample_elems(const ddp_h5split *s); /* D or C*H*W */
 enum ddp_h5dtype ddp_h5split_dtype(const ddp_h5split *s);
 /* The group's `classes` attribute, or 0 when the group has none (or it is not an integer). */
 int ddp_h5split_classes(const ddp_h5split *s);
+/* The group's class names (ddp_h5split_class_name_count() of them, index = label), owned
+ * by s; NULL when the group has no `class_names`. Checked on open: one per class (when the
+ * group has `classes`), each UTF-8 of 1 to DDP_H5_MAX_CLASS_NAME bytes. */
+const char *const *ddp_h5split_class_names(const ddp_h5split *s);
+int ddp_h5split_class_name_count(const ddp_h5split *s);
+/* NULL when name is a good class name (1 to DDP_H5_MAX_CLASS_NAME bytes of UTF-8 without
+ * control characters), else what is wrong ("is empty", "is not valid UTF-8", ...). */
+const char *ddp_class_name_problem(const char *name);
+/* Free n names and the array (ddp_import_*'s and the command line's). Accepts NULL. */
+void ddp_class_names_free(char **names, int n);
 /* Name of the stored labels type ("uint8", "int64", ...), owned by s. */
 const char *ddp_h5split_labels_type(const ddp_h5split *s);
 const int32_t *ddp_h5split_labels(const ddp_h5split *s); /* N labels owned by s, or NULL */
@@ -141,6 +157,8 @@ int ddp_h5writer_begin(ddp_h5writer *w, const char *group, int64_t count, int ra
  * float), labels n values, each checked to be in [0, classes). */
 int ddp_h5writer_append(ddp_h5writer *w, const void *images, const int32_t *labels, int64_t n,
                         char *err, size_t errlen);
+/* Write the begun group's `class_names`: n names (n = its classes), index = label. */
+int ddp_h5writer_class_names(ddp_h5writer *w, char *const *names, int n, char *err, size_t errlen);
 /* Finish the group; an error if fewer than `count` samples were appended. */
 int ddp_h5writer_end(ddp_h5writer *w, char *err, size_t errlen);
 /* Close, fsync and rename "<path>.tmp" to path. After success destroy only frees. */

@@ -256,6 +256,23 @@ out:
     return rc;
 }
 
+int ddp_h5writer_class_names(ddp_h5writer *w, char *const *names, int n, char *err, size_t errlen)
+{
+    if (w->g < 0 || n != w->classes)
+        return ddp_err(err, errlen, "%s: %d class names for a group of %d classes", w->tmp, n,
+                       w->classes);
+    h5_quiet q;
+    h5_quiet_on(&q);
+    int rc = h5_write_class_names(w->g, names, n);
+    if (rc) {
+        char why[256];
+        ddp_err(err, errlen, "%s: %s: cannot write class_names (%s); check free disk space", w->tmp,
+                w->group, h5_reason(why, sizeof why));
+    }
+    h5_quiet_off(&q);
+    return rc;
+}
+
 int ddp_h5writer_end(ddp_h5writer *w, char *err, size_t errlen)
 {
     if (w->g < 0)

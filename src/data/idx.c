@@ -392,7 +392,8 @@ static int check_label_file(const ddp_idx *lab, const ddp_idx *img, char *err, s
 /* Write one split: images streamed from img in chunks, labels from memory. Returns 0, -1 when
  * img cannot be read, -2 when the output cannot be written. */
 static int write_split(ddp_h5writer *w, const char *group, ddp_idx *img, const uint8_t *labels,
-                       int rank, const int64_t dims[3], int classes, char *err, size_t errlen)
+                       int rank, const int64_t dims[3], int classes, char *const *names, char *err,
+                       size_t errlen)
 {
     int64_t n = ddp_idx_count(img), rb = ddp_idx_record_bytes(img);
     int64_t per = (int64_t)DDP_IDX_CHUNK_BYTES / rb;
@@ -403,7 +404,8 @@ static int write_split(ddp_h5writer *w, const char *group, ddp_idx *img, const u
     uint8_t *buf = ddp_malloc((size_t)(per * rb));
     int32_t *lab = ddp_malloc((size_t)per * sizeof *lab);
     int rc = -2;
-    if (ddp_h5writer_begin(w, group, n, rank, dims, DDP_H5DTYPE_UINT8, classes, err, errlen) != 0)
+    if (ddp_h5writer_begin(w, group, n, rank, dims, DDP_H5DTYPE_UINT8, classes, err, errlen) != 0 ||
+        (names && ddp_h5writer_class_names(w, names, classes, err, errlen) != 0))
         goto fail;
     for (int64_t at = 0; at < n; at += per) {
         int64_t k = n - at < per ? n - at : per;
@@ -423,8 +425,63 @@ fail:
     return rc;
 }
 
+/* Smallest and largest label of each split into s; *classes the largest + 1 when 0, else
+ * every label must lie below it; named (names given): the largest + 1 must be *classes.
+ * Returns 0, -1 with err, or DDP_IDX_BAD_NAMES with err. */
+static int label_range(const ddp_idx_files *files, const uint8_t *tlab, const uint8_t *vlab,
+                       ddp_idx_summary *s, int *classes, int named, char *err, size_t errlen)
+{
+    int maxl = 0;
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *l = k ? vlab : tlab;
+        int64_t n = k ? s->n_test : s->n_train;
+        s->label_min[k] = 255;
+        s->label_max[k] = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (l[i] < s->label_min[k])
+                s->label_min[k] = l[i];
+            if (l[i] > s->label_max[k])
+                s->label_max[k] = l[i];
+        }
+        if (s->label_max[k] > maxl)
+            maxl = s->label_max[k];
+    }
+    if (*classes > 0 && !named) {
+        for (int k = 0; k < 2; k++) {
+            const uint8_t *l = k ? vlab : tlab;
+            int64_t n = k ? s->n_test : s->n_train;
+            for (int64_t i = 0; i < n; i++)
+                if (l[i] >= *classes) {
+                    ddp_err(err, errlen,
+                            "%s: label %d at index %lld is not below --classes %d; "
+                            "raise --classes or leave it out (largest label + 1)",
+                            k ? files->test_labels : files->train_labels, l[i], (long long)i,
+                            *classes);
+                    return -1;
+                }
+        }
+    } else if (!named) {
+        *classes = maxl + 1;
+    }
+    if (named && maxl + 1 != *classes) {
+        ddp_err(err, errlen,
+                "--classes names %d classes, but the labels of %s and %s hold %d (0..%d); give "
+                "one name per class, in label order",
+                *classes, files->train_labels, files->test_labels, maxl + 1, maxl);
+        return DDP_IDX_BAD_NAMES;
+    }
+    return 0;
+}
+
 int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes,
                    const char *source, ddp_idx_summary *sum, char *err, size_t errlen)
+{
+    return ddp_idx_import_names(files, out_path, classes, NULL, source, sum, err, errlen);
+}
+
+int ddp_idx_import_names(const ddp_idx_files *files, const char *out_path, int classes,
+                         char *const *names, const char *source, ddp_idx_summary *sum, char *err,
+                         size_t errlen)
 {
     ddp_idx *ti = NULL, *tl = NULL, *vi = NULL, *vl = NULL;
     uint8_t *tlab = NULL, *vlab = NULL;
@@ -462,37 +519,10 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
     if (ddp_idx_read(tl, tlab, s.n_train, err, errlen) != 0 ||
         ddp_idx_read(vl, vlab, s.n_test, err, errlen) != 0)
         goto fail;
-    int maxl = 0;
-    for (int k = 0; k < 2; k++) {
-        const uint8_t *l = k ? vlab : tlab;
-        int64_t n = k ? s.n_test : s.n_train;
-        s.label_min[k] = 255;
-        s.label_max[k] = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (l[i] < s.label_min[k])
-                s.label_min[k] = l[i];
-            if (l[i] > s.label_max[k])
-                s.label_max[k] = l[i];
-        }
-        if (s.label_max[k] > maxl)
-            maxl = s.label_max[k];
-    }
-    if (classes > 0) {
-        for (int k = 0; k < 2; k++) {
-            const uint8_t *l = k ? vlab : tlab;
-            int64_t n = k ? s.n_test : s.n_train;
-            for (int64_t i = 0; i < n; i++)
-                if (l[i] >= classes) {
-                    ddp_err(err, errlen,
-                            "%s: label %d at index %lld is not below --classes %d; "
-                            "raise --classes or leave it out (largest label + 1)",
-                            k ? files->test_labels : files->train_labels, l[i], (long long)i,
-                            classes);
-                    goto fail;
-                }
-        }
-    } else {
-        classes = maxl + 1;
+    int lr = label_range(files, tlab, vlab, &s, &classes, names != NULL, err, errlen);
+    if (lr != 0) {
+        rc = lr;
+        goto fail;
     }
     s.classes = classes;
     s.rank = rank;
@@ -502,9 +532,9 @@ int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes
     w = ddp_h5writer_create(out_path, source, err, errlen);
     if (!w)
         goto fail;
-    int ws = write_split(w, "/train", ti, tlab, rank, dims, classes, err, errlen);
+    int ws = write_split(w, "/train", ti, tlab, rank, dims, classes, names, err, errlen);
     if (!ws)
-        ws = write_split(w, "/test", vi, vlab, rank, dims, classes, err, errlen);
+        ws = write_split(w, "/test", vi, vlab, rank, dims, classes, names, err, errlen);
     if (ws) {
         rc = ws;
         goto fail;

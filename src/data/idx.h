@@ -86,5 +86,12 @@ typedef struct ddp_idx_summary {
  * disk); OUT is then untouched and no OUT.tmp is left. */
 int ddp_idx_import(const ddp_idx_files *files, const char *out_path, int classes,
                    const char *source, ddp_idx_summary *sum, char *err, size_t errlen);
+/* The same with class names: names (classes of them, index = label) are written as each
+ * group's `class_names`, and the labels' largest + 1 must be classes, else
+ * DDP_IDX_BAD_NAMES with err naming --classes (a usage error). names NULL: as above. */
+#define DDP_IDX_BAD_NAMES (-3)
+int ddp_idx_import_names(const ddp_idx_files *files, const char *out_path, int classes,
+                         char *const *names, const char *source, ddp_idx_summary *sum, char *err,
+                         size_t errlen);
 
 #endif

@@ -50,42 +50,64 @@ typedef struct {
     int32_t label_min[2], label_max[2];
 } ddp_import_summary;
 
-/* Write splits[0..nsplits) (1 or 2, same sample shape and dtype) to out. classes 0: the
- * largest label + 1; else every label must lie below it. float32 samples must be finite.
- * Returns 0, -1 with err for a bad input, -2 when out cannot be written (a full disk); no
- * out.tmp is left. */
-int ddp_import_write(const char *out, const char *source, const ddp_import_split *splits,
-                     int nsplits, int classes, ddp_import_summary *sum, char *err, size_t errlen);
+/* What every importer is asked besides its inputs. */
+typedef struct {
+    const char *out;    /* OUT.h5 */
+    const char *source; /* the file attribute `source` */
+    int classes;        /* 0: the largest label + 1 */
+    char **names;       /* NULL, or nnames class names (index = label): nnames is the classes */
+    int nnames;
+    double test_fraction; /* [0, 1): /test holds out the last round(F n_c) rows of each class
+                           * c (n_c its rows, in file order); 0: none. Not with a test input. */
+} ddp_import_opts;
+
+/* Return of the importers for names that do not match the labels: a usage error. */
+#define DDP_IMPORT_BAD_NAMES (-3)
+
+/* Write splits[0..nsplits) (1 or 2, same sample shape and dtype) to o->out. o->classes 0: the
+ * largest label + 1; else every label must lie below it. With o->names the labels' classes
+ * (largest + 1) must be o->nnames, else DDP_IMPORT_BAD_NAMES with err naming --classes.
+ * float32 samples must be finite. Returns 0, -1 with err for a bad input, -2 when out cannot
+ * be written (a full disk); no out.tmp is left. */
+int ddp_import_write(const ddp_import_opts *o, const ddp_import_split *splits, int nsplits,
+                     ddp_import_summary *sum, char *err, size_t errlen);
+
+/* The same for one source split `all` held out by o->test_fraction (> 0) into /train and
+ * /test: all->read reads the rows for /train, again(ctx_again) reads the same rows from the
+ * start for /test; each keeps its split's rows, reads the source to its end (so a member's
+ * CRC-32 is checked) and never holds more than a piece. Both readers are the caller's. */
+int ddp_import_write_held_out(const ddp_import_opts *o, const ddp_import_split *all,
+                              ddp_import_rows_fn again, void *ctx_again, ddp_import_summary *sum,
+                              char *err, size_t errlen);
 
 /* NumPy: images and labels .npy files for /train and, when test_images is not NULL, /test.
  * Images uint8 or float32 of shape (N, H, W), (N, C, H, W) or (N, D); labels an integer
  * (or bool) array of shape (N,) or (N, 1). */
 int ddp_import_npy(const char *images, const char *labels, const char *test_images,
-                   const char *test_labels, const char *out, const char *source, int classes,
-                   ddp_import_summary *sum, char *err, size_t errlen);
+                   const char *test_labels, const ddp_import_opts *o, ddp_import_summary *sum,
+                   char *err, size_t errlen);
 /* The same from an .npz: arrays keys[0], keys[1] (train) and keys[2], keys[3] (test, used
  * when the archive holds keys[2]; required when need_test). */
-int ddp_import_npz(const char *path, const char *const keys[4], int need_test, const char *out,
-                   const char *source, int classes, ddp_import_summary *sum, char *err,
-                   size_t errlen);
+int ddp_import_npz(const char *path, const char *const keys[4], int need_test,
+                   const ddp_import_opts *o, ddp_import_summary *sum, char *err, size_t errlen);
 
 /* CSV: one sample a line, numeric feature columns (float32) and one integer label column
  * (`label_column`: a header name, or a 0-based index). A first line with a cell that is
  * not a number is the header. /train from `train`, /test from `test` (may be NULL). */
-int ddp_import_csv(const char *train, const char *test, const char *label_column, const char *out,
-                   const char *source, int classes, ddp_import_summary *sum, char *err,
-                   size_t errlen);
+int ddp_import_csv(const char *train, const char *test, const char *label_column,
+                   const ddp_import_opts *o, ddp_import_summary *sum, char *err, size_t errlen);
 
 /* ImageFolder: DIR/train/<class>/<image> (and DIR/test/<class>/... when present), or one
  * tree DIR/<class>/<image> whose last test_fraction of each class's files (in name order)
- * becomes /test. Classes are the folder names sorted bytewise, numbered from 0. */
+ * becomes /test. Classes are the folder names sorted bytewise, numbered from 0; the folder
+ * names are written as `class_names`. */
 typedef struct {
     const char *dir;
     double test_fraction;   /* one tree only; 0: no /test */
     int channels;           /* 1 or 3; 0: from the first image (greyscale file: 1, else 3) */
     int resize_h, resize_w; /* 0: every image must have the first one's size */
 } ddp_imagefolder_spec;
-int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const char *out, const char *source,
+int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const ddp_import_opts *o,
                            ddp_import_summary *sum, char *err, size_t errlen);
 
 #endif

@@ -242,9 +242,23 @@ static int read_rows(void *ctx, void *buf, int64_t n, char *err, size_t errlen)
     return 0;
 }
 
-int ddp_import_csv(const char *train, const char *test, const char *label_column, const char *out,
-                   const char *source, int classes, ddp_import_summary *sum, char *err,
-                   size_t errlen)
+/* Open c->path again for a second reading of its data lines, as `like` found them. */
+static int reopen(csv_file *c, const csv_file *like, char *err, size_t errlen)
+{
+    c->path = like->path;
+    c->header = like->header;
+    c->ncols = like->ncols;
+    c->label = like->label;
+    const char *kind = NULL;
+    int fd = ddp_open_regular(c->path, &kind);
+    if (fd < 0 || !(c->f = fdopen(fd, "r")))
+        return ddp_err(err, errlen, "%s: cannot open: %s; give a regular file", c->path,
+                       kind ? kind : strerror(errno));
+    return c->header && next_line(c, err, errlen) != 1 ? -1 : 0;
+}
+
+int ddp_import_csv(const char *train, const char *test, const char *label_column,
+                   const ddp_import_opts *o, ddp_import_summary *sum, char *err, size_t errlen)
 {
     csv_file c[2];
     ddp_import_split s[2];
@@ -269,7 +283,12 @@ int ddp_import_csv(const char *train, const char *test, const char *label_column
                                   .read = read_rows,
                                   .ctx = &c[k]};
     }
-    rc = ddp_import_write(out, source, s, nsplits, classes, sum, err, errlen);
+    if (o->test_fraction > 0)
+        rc = reopen(&c[1], &c[0], err, errlen) != 0
+                 ? -1
+                 : ddp_import_write_held_out(o, &s[0], read_rows, &c[1], sum, err, errlen);
+    else
+        rc = ddp_import_write(o, s, nsplits, sum, err, errlen);
 out:
     for (int k = 0; k < 2; k++) {
         if (c[k].f)

@@ -195,9 +195,32 @@ static int read_images(void *ctx, void *buf, int64_t n, char *err, size_t errlen
     return rc;
 }
 
+/* The class folders' names (their paths cls, taken) into *names: nc, or -1 with err when
+ * one is no class name (not UTF-8, a control character). */
+static int class_names(char **cls, int nc, char ***names, char *err, size_t errlen)
+{
+    for (int c = 0; c < nc; c++) {
+        const char *bad = ddp_class_name_problem(base(cls[c]));
+        if (bad) {
+            ddp_err(err, errlen,
+                    "%s: the class folder's name %s; class names are stored as UTF-8 text, "
+                    "rename the folder",
+                    cls[c], bad);
+            free_names(cls, nc);
+            return -1;
+        }
+        char *b = ddp_strdup(base(cls[c]));
+        free(cls[c]);
+        cls[c] = b;
+    }
+    *names = cls;
+    return nc;
+}
+
 /* List the splits: DIR/train (+ DIR/test) or one tree with a test fraction. Returns the
  * number of classes or -1. */
-static int list_splits(const ddp_imagefolder_spec *spec, file_list l[2], char *err, size_t errlen)
+static int list_splits(const ddp_imagefolder_spec *spec, file_list l[2], char ***names, char *err,
+                       size_t errlen)
 {
     char tr[4096], te[4096];
     struct stat st;
@@ -229,18 +252,20 @@ static int list_splits(const ddp_imagefolder_spec *spec, file_list l[2], char *e
     } else {
         nc = list_tree(spec->dir, NULL, 0, spec->test_fraction, &l[0], &l[1], &cls, err, errlen);
     }
-    free_names(cls, nc > 0 ? nc : 0);
-    if (nc > 0 && l[0].n == 0)
+    if (nc > 0 && l[0].n == 0) {
+        free_names(cls, nc);
         return ddp_err(err, errlen,
                        "%s: no training images left (test fraction %g); lower "
                        "--test-fraction",
                        spec->dir, spec->test_fraction);
-    return nc;
+    }
+    return nc > 0 ? class_names(cls, nc, names, err, errlen) : nc;
 }
 
-int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const char *out, const char *source,
+int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const ddp_import_opts *o,
                            ddp_import_summary *sum, char *err, size_t errlen)
 {
+    char **names = NULL;
     file_list l[2];
     image_reader r[2];
     ddp_import_split s[2];
@@ -248,7 +273,7 @@ int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const char *out, co
     memset(l, 0, sizeof l);
     memset(s, 0, sizeof s);
     int rc = -1, gray = 0, h = 0, w = 0;
-    int nc = list_splits(spec, l, err, errlen);
+    int nc = list_splits(spec, l, &names, err, errlen);
     if (nc < 0)
         goto out;
     /* The first image fixes the channels (unless given) and the size (unless resized). */
@@ -282,8 +307,14 @@ int ddp_import_imagefolder(const ddp_imagefolder_spec *spec, const char *out, co
                                   .read = read_images,
                                   .ctx = &r[k]};
     }
-    rc = ddp_import_write(out, source, s, nsplits, nc, sum, err, errlen);
+    ddp_import_opts named = *o;
+    named.classes = nc;
+    named.names = names;
+    named.nnames = nc;
+    /* a class folder may be empty in test/ only: every class has a training image */
+    rc = ddp_import_write(&named, s, nsplits, sum, err, errlen);
 out:
+    free_names(names, nc > 0 ? nc : 0);
     for (int k = 0; k < 2; k++) {
         free_names(l[k].path, l[k].n);
         free(l[k].labels);

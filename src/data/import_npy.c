@@ -127,10 +127,11 @@ static int read_rows(void *ctx, void *buf, int64_t n, char *err, size_t errlen)
     return ddp_npy_read(a, buf, (size_t)(n * elems * ddp_npy_itemsize(a)), err, errlen);
 }
 
-/* Arrays of the splits: img[k], lab[k] for k < nsplits, already open. Reads the labels,
+/* Arrays of the splits: img[k], lab[k] for k < nsplits, already open; again, when o holds
+ * out a test fraction (nsplits 1), the train images opened a second time. Reads the labels,
  * writes, checks every array ended where it should. */
-static int import_arrays(ddp_npy *img[2], ddp_npy *lab[2], int nsplits, const char *out,
-                         const char *source, int classes, ddp_import_summary *sum, char *err,
+static int import_arrays(ddp_npy *img[2], ddp_npy *lab[2], int nsplits, ddp_npy *again,
+                         const ddp_import_opts *o, ddp_import_summary *sum, char *err,
                          size_t errlen)
 {
     static const char *const group[2] = {"/train", "/test"};
@@ -152,7 +153,10 @@ static int import_arrays(ddp_npy *img[2], ddp_npy *lab[2], int nsplits, const ch
         s[k].ctx = img[k];
     }
     /* The images' last read checks their CRC-32 before OUT is committed. */
-    rc = ddp_import_write(out, source, s, nsplits, classes, sum, err, errlen);
+    if (again)
+        rc = ddp_import_write_held_out(o, &s[0], read_rows, again, sum, err, errlen);
+    else
+        rc = ddp_import_write(o, s, nsplits, sum, err, errlen);
 out:
     free(labels[0]);
     free(labels[1]);
@@ -160,10 +164,10 @@ out:
 }
 
 int ddp_import_npy(const char *images, const char *labels, const char *test_images,
-                   const char *test_labels, const char *out, const char *source, int classes,
-                   ddp_import_summary *sum, char *err, size_t errlen)
+                   const char *test_labels, const ddp_import_opts *o, ddp_import_summary *sum,
+                   char *err, size_t errlen)
 {
-    ddp_npy *img[2] = {NULL, NULL}, *lab[2] = {NULL, NULL};
+    ddp_npy *img[2] = {NULL, NULL}, *lab[2] = {NULL, NULL}, *again = NULL;
     const int nsplits = test_images ? 2 : 1;
     int rc = -1;
     if (!(img[0] = ddp_npy_open(images, err, errlen)) ||
@@ -172,35 +176,47 @@ int ddp_import_npy(const char *images, const char *labels, const char *test_imag
     if (nsplits == 2 && (!(img[1] = ddp_npy_open(test_images, err, errlen)) ||
                          !(lab[1] = ddp_npy_open(test_labels, err, errlen))))
         goto out;
-    rc = import_arrays(img, lab, nsplits, out, source, classes, sum, err, errlen);
+    if (o->test_fraction > 0 && !(again = ddp_npy_open(images, err, errlen)))
+        goto out;
+    rc = import_arrays(img, lab, nsplits, again, o, sum, err, errlen);
 out:
     for (int k = 0; k < 2; k++) {
         ddp_npy_close(img[k]);
         ddp_npy_close(lab[k]);
     }
+    ddp_npy_close(again);
     return rc;
 }
 
-int ddp_import_npz(const char *path, const char *const keys[4], int need_test, const char *out,
-                   const char *source, int classes, ddp_import_summary *sum, char *err,
-                   size_t errlen)
+int ddp_import_npz(const char *path, const char *const keys[4], int need_test,
+                   const ddp_import_opts *o, ddp_import_summary *sum, char *err, size_t errlen)
 {
-    ddp_npy *img[2] = {NULL, NULL}, *lab[2] = {NULL, NULL};
+    ddp_npy *img[2] = {NULL, NULL}, *lab[2] = {NULL, NULL}, *again = NULL;
     int rc = -1;
     ddp_npz *z = ddp_npz_open(path, err, errlen);
     if (!z)
         return -1;
     const int nsplits = need_test || ddp_npz_has(z, keys[2]) ? 2 : 1;
+    if (nsplits == 2 && o->test_fraction > 0) {
+        ddp_err(err, errlen,
+                "%s: holds test arrays (%s), so --test-fraction does not apply; leave it out, "
+                "or give --images-key and --labels-key of one set to split",
+                path, keys[2]);
+        goto out;
+    }
     for (int k = 0; k < nsplits; k++)
         if (!(img[k] = ddp_npz_member(z, keys[2 * k], err, errlen)) ||
             !(lab[k] = ddp_npz_member(z, keys[2 * k + 1], err, errlen)))
             goto out;
-    rc = import_arrays(img, lab, nsplits, out, source, classes, sum, err, errlen);
+    if (o->test_fraction > 0 && !(again = ddp_npz_member(z, keys[0], err, errlen)))
+        goto out;
+    rc = import_arrays(img, lab, nsplits, again, o, sum, err, errlen);
 out:
     for (int k = 0; k < 2; k++) {
         ddp_npy_close(img[k]);
         ddp_npy_close(lab[k]);
     }
+    ddp_npy_close(again);
     ddp_npz_close(z);
     return rc;
 }

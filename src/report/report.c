@@ -336,21 +336,46 @@ static int chart_range(const struct chart_def *c, const struct run *runs, int nr
     return 1;
 }
 
-/* Tick k of an axis with ticks step apart whose largest magnitude is amax: a round number,
- * short, with k, M, G or T on an axis that reaches 10 thousand, a million, ... */
-static void tick_label(char *buf, size_t len, long long k, double step, double amax)
+/* How the ticks of an axis are written: v / scale with `decimals` digits and a suffix (k, M,
+ * G, T on an axis that reaches 10 thousand, a million, ...), or, on an axis of small values
+ * whose plain labels would need more than 6 characters (0.00005), v / 10^exp10 with exp10
+ * named once in the chart's title ("(x1e-5)"): never an exponent on a tick. */
+struct tick_fmt {
+    double scale;
+    const char *suffix;
+    int decimals;
+    int exp10; /* 0: none in the title */
+};
+
+/* Digits after the point that tick steps of s need (0 for whole steps). */
+static int step_decimals(double s)
+{
+    return s >= 1 ? 0 : (int)ceil(-log10(s) - 1e-9);
+}
+
+/* The format of an axis over [a0, a1] with ticks step apart. */
+static void tick_format(struct tick_fmt *t, double a0, double a1, double step)
 {
     static const double scale[] = {1, 1e3, 1e6, 1e9, 1e12};
     static const char *const suffix[] = {"", "k", "M", "G", "T"};
+    const double amax = fmax(fabs(a0), fabs(a1));
     int u = amax >= 1e12 ? 4 : amax >= 1e9 ? 3 : amax >= 1e6 ? 2 : amax >= 1e4 ? 1 : 0;
-    double v = (double)k * step, s = step / scale[u];
-    int decimals = s >= 1 ? 0 : (int)ceil(-log10(s) - 1e-9);
+    *t = (struct tick_fmt){scale[u], suffix[u], step_decimals(step / scale[u]), 0};
+    if (amax < 1 && amax > 0 && t->decimals > 4) { /* "0." and more than 4 digits */
+        const int e = (int)floor(log10(amax) + 1e-9);
+        const int d = step_decimals(step / pow(10, e)); /* then "D." and d digits */
+        if (d <= 4) /* else a narrow band far from 0 (0.10001, 0.10002): scaling no help */
+            t->exp10 = e, t->scale = pow(10, e), t->decimals = d;
+    }
+}
+
+/* Tick k of an axis with ticks step apart, written as t says. */
+static void tick_label(char *buf, size_t len, long long k, double step, const struct tick_fmt *t)
+{
     if (k == 0)
         snprintf(buf, len, "0");
-    else if (decimals > 4)
-        snprintf(buf, len, "%.3g", v); /* a learning rate of 2e-05 */
     else
-        snprintf(buf, len, "%.*f%s", decimals, v / scale[u], suffix[u]);
+        snprintf(buf, len, "%.*f%s", t->decimals, (double)k * step / t->scale, t->suffix);
 }
 
 /* Axes with a tick at every round step, labelled. */
@@ -359,10 +384,12 @@ static void axes(FILE *f, const struct frame *fr)
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" class=\"plot\"/>\n",
             fr->left, fr->top, fr->right - fr->left, fr->bottom - fr->top);
     char lab[48];
-    double xmax = fmax(fabs(fr->x0), fabs(fr->x1)), ymax = fmax(fabs(fr->y0), fabs(fr->y1));
+    struct tick_fmt xf, yf;
+    tick_format(&xf, fr->x0, fr->x1, fr->xstep);
+    tick_format(&yf, fr->y0, fr->y1, fr->ystep);
     for (long long k = llround(fr->x0 / fr->xstep); k <= llround(fr->x1 / fr->xstep); k++) {
         double x = px(fr, (double)k * fr->xstep);
-        tick_label(lab, sizeof lab, k, fr->xstep, xmax);
+        tick_label(lab, sizeof lab, k, fr->xstep, &xf);
         fprintf(f,
                 "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"grid\"/>"
                 "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%s</text>\n",
@@ -370,7 +397,7 @@ static void axes(FILE *f, const struct frame *fr)
     }
     for (long long k = llround(fr->y0 / fr->ystep); k <= llround(fr->y1 / fr->ystep); k++) {
         double y = py(fr, (double)k * fr->ystep);
-        tick_label(lab, sizeof lab, k, fr->ystep, ymax);
+        tick_label(lab, sizeof lab, k, fr->ystep, &yf);
         fprintf(f,
                 "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"grid\"/>"
                 "<text x=\"%.0f\" y=\"%.1f\" class=\"yt\">%s</text>\n",
@@ -506,7 +533,13 @@ static void chart(FILE *f, const struct chart_def *c, const struct run *runs, in
     int any = chart_range(c, runs, nruns, &fr, &sc);
     if (!any && !sc.skipped)
         return;
-    fprintf(f, "<figure><figcaption>%s</figcaption>\n", c->title);
+    struct tick_fmt yf = {0};
+    if (any)
+        tick_format(&yf, fr.y0, fr.y1, fr.ystep);
+    fprintf(f, "<figure><figcaption>%s", c->title);
+    if (yf.exp10) /* the values' factor, named once */
+        fprintf(f, " (x1e%d)", yf.exp10);
+    fputs("</figcaption>\n", f);
     if (any) {
         fprintf(f,
                 "<svg class=\"chart\" width=\"640\" height=\"276\" viewBox=\"0 0 640 276\" "

@@ -41,6 +41,13 @@ def make(d):
                 write(f"{d}/jpg/{split}/{c}/{i:03d}.jpg", rgb, "RGB")
                 write(f"{d}/mixed/{c}/{i:03d}.png",
                       r.integers(0, 256, (5 + i, 4 + i, 4), dtype=np.uint8), "RGBA")
+    # class folders named in UTF-8 (sorted bytewise), and one whose name is not UTF-8
+    for c in ("zebra", "Émeu", "ant b"):
+        write(f"{d}/utf8/{c}/a.png", np.zeros((4, 4), np.uint8), "L")
+    os.makedirs(os.fsencode(f"{d}/badname/") + b"caf\xe9")
+    write(f"{d}/badname/ok/a.png", np.zeros((4, 4), np.uint8), "L")
+    Image.fromarray(np.zeros((4, 4), np.uint8), "L").save(
+        os.fsencode(f"{d}/badname/") + b"caf\xe9/a.png", format="PNG")
     # hostile trees
     write(f"{d}/junk/cat/a.png", np.zeros((4, 4), np.uint8), "L")
     open(f"{d}/junk/cat/notes.txt", "w").write("not an image\n")
@@ -117,6 +124,8 @@ def check(path, case, d):
         assert xi.shape == x.shape and xi.dtype == np.uint8, f"{s}: {xi.shape} != {x.shape}"
         assert np.array_equal(f[s]["labels"][...], y), f"{s}: labels differ"
         assert int(f[s].attrs["classes"]) == len(CLASSES)
+        names = list(f[s]["class_names"].asstr()[()])
+        assert names == CLASSES, f"{s}: class_names {names} != {CLASSES}"
         diff = int(np.abs(xi.astype(int) - x.astype(int)).max())
         worst = max(worst, diff)
         assert diff <= tol, f"{s}: images differ by up to {diff} (tolerance {tol})"
@@ -124,8 +133,19 @@ def check(path, case, d):
           f" max difference {worst} (tolerance {tol})")
 
 
+def names(path, *want):
+    """The class_names of every group of path are want, index = label."""
+    f = h5py.File(path, "r")
+    for s in f:
+        got = list(f[s]["class_names"].asstr()[()])
+        assert got == list(want), f"{s}: class_names {got} != {list(want)}"
+    print(f"ok   class_names {list(want)} in {sorted(f)}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "names":
+        names(sys.argv[2], *sys.argv[3:])
     else:
         check(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -2,6 +2,8 @@
 
   import_files.py make DIR          write good and hostile inputs with numpy into DIR
   import_files.py check OUT.h5 CASE DIR   compare an imported file with its source, exactly
+  import_files.py predicted PRED.h5 NAME...  predict's class_names are NAMES and
+                                    predicted_names the name of each prediction
 
 Good inputs are seeded random arrays; the check compares every value and label, the
 `classes` attribute and the stored shapes (N,H,W) -> (N,1,H,W).
@@ -114,9 +116,60 @@ def hostile(d):
         f.write('1,2,0\n"3,4,1\n')
 
 
+def held_out(x, y, fraction):
+    """docs/data.md's split: of each class's rows in file order, the last
+    floor(n_c F + 0.5) (round half up) go to /test; both keep file order."""
+    test = np.zeros(len(y), bool)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        k = int(np.floor(len(idx) * fraction + 0.5))
+        test[idx[len(idx) - k:]] = True
+    return [("train", x[~test], y[~test]), ("test", x[test], y[test])]
+
+
+def hostile_names(d):
+    """Files whose class_names a reader must refuse, each otherwise valid."""
+    def base(path, classes=3):
+        f = h5py.File(path, "w")
+        g = f.create_group("train")
+        g.attrs["classes"] = classes
+        g["images"] = np.zeros((6, 3), np.float32)  # the csv-held model's input
+        g["labels"] = np.arange(6, dtype=np.uint8) % classes
+        return g
+    vs = h5py.string_dtype("utf-8")
+    base(f"{d}/names-count.h5")["class_names"] = np.array(["a", "b"], dtype=object).astype(vs)
+    base(f"{d}/names-utf8.h5")["class_names"] = np.array([b"a", b"\xff\xfe", b"c"], "S2")
+    base(f"{d}/names-long.h5")["class_names"] = np.array(["a", "x" * 300, "c"], dtype=vs)
+    base(f"{d}/names-wide.h5")["class_names"] = np.array([b"a", b"x" * 300, b"c"], "S300")
+    base(f"{d}/names-int.h5")["class_names"] = np.arange(3)
+    base(f"{d}/names-group.h5").create_group("class_names")
+    base(f"{d}/names-empty.h5")["class_names"] = np.array(["a", "", "c"], dtype=vs)
+    base(f"{d}/names-ctrl.h5")["class_names"] = np.array(["a", "b\nc", "c"], dtype=vs)
+
+
+def predicted(path, names):
+    f = h5py.File(path, "r")
+    got = list(f["class_names"].asstr()[()])
+    assert got == names, f"{path}: class_names {got} != {names}"
+    want = [names[p] for p in f["predictions"][()]]
+    assert list(f["predicted_names"].asstr()[()]) == want, f"{path}: predicted_names differ"
+    print(f"ok   predict: class_names {names}, predicted_names {want[:4]}...")
+
+
 def check(out, case, d):
     f = h5py.File(out, "r")
-    if case == "npy":
+    names = None
+    if case == "npy-held":  # --test-fraction 0.3 --classes cat,dog,bird,fish
+        src = held_out(np.load(f"{d}/x.npy")[:, None], np.load(f"{d}/y.npy"), 0.3)
+        names = ["cat", "dog", "bird", "fish"]
+    elif case == "npz-held":  # --test-fraction 0.25
+        z = np.load(f"{d}/deflated.npz")
+        src = held_out(z["imgs"], z["labs"][:, 0], 0.25)
+    elif case == "csv-held":  # --test-fraction 0.5 --classes "a b,ç,d,e,f"
+        xd, yd = np.load(f"{d}/xd.npy"), np.load(f"{d}/yd.npy")
+        src = held_out(xd[:, :3], yd, 0.5)
+        names = ["a b", "ç", "d", "e", "f"]
+    elif case == "npy":
         src = [("train", np.load(f"{d}/x.npy")[:, None], np.load(f"{d}/y.npy")),
                ("test", np.load(f"{d}/xt.npy")[:, None], np.load(f"{d}/yt.npy"))]
     elif case == "npz-stored":
@@ -148,6 +201,8 @@ def check(out, case, d):
         assert np.array_equal(xi, x), f"{name}: images differ"
         assert np.array_equal(yi, y), f"{name}: labels differ"
         assert int(g.attrs["classes"]) == classes, f"{name}: classes {g.attrs['classes']}"
+        got = list(g["class_names"].asstr()[()]) if "class_names" in g else None
+        assert got == names, f"{name}: class_names {got} != {names}"
     print(f"ok   {case}: {', '.join(f'{s[0]} {s[1].shape} {s[1].dtype}' for s in src)} exact")
 
 
@@ -155,5 +210,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "make":
         good(sys.argv[2])
         hostile(sys.argv[2])
+        hostile_names(sys.argv[2])
+    elif sys.argv[1] == "predicted":
+        predicted(sys.argv[2], sys.argv[3:])
     else:
         check(sys.argv[2], sys.argv[3], sys.argv[4])

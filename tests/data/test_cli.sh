@@ -155,6 +155,13 @@ expect 0 "" - -- info "$T/imported2.h5"
 grep -q 'source "tiny set"' "$T/stdout" && grep -q "classes 10" "$T/stdout" ||
     fail "--source/--classes: $(cat "$T/stdout")"
 expect 3 "train-labels-idx1-ubyte: label 4 at index 0 is not below --classes 4" "$O" -- idx --dir "$G" --classes 4 -o "$O"
+# --classes NAME,...: written as class_names (data info lists them); another count is exit 2
+expect 0 "" - -- idx --dir "$G" --classes "T-shirt/top,Trouser,Pull over,Dress,Coat" -o "$T/named.h5"
+expect 0 "" - -- info "$T/named.h5"
+grep -q "^  class_names: 0 T-shirt/top, 1 Trouser, 2 Pull over, 3 Dress, 4 Coat$" "$T/stdout" ||
+    fail "idx --classes names: $(cat "$T/stdout")"
+expect 2 "idx: --classes names 4 classes, but the labels of .* hold 5 (0..4)" "$O" -- \
+    idx --dir "$G" --classes a,b,c,d -o "$O"
 
 if [ "$fails" = 0 ]; then
     rm -rf "$T"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_imagefolder.sh DDPTRAIN IMAGE_PY - `ddptrain data imagefolder`: trees of PNG and JPEG
 # files written by Pillow import as Pillow decodes them (PNG pixel for pixel, JPEG within 2
-# levels; grey/RGB conversion, --test-fraction, --resize), hostile trees exit 3 with one
+# levels; grey/RGB conversion, --test-fraction, --resize) with the folders' names as
+# class_names, hostile trees (a folder name that is not UTF-8) exit 3 with one
 # line naming the file, an existing OUT without --force exits 2, and each import trains one
 # epoch. Exit 77 when /usr/bin/python3 lacks Pillow, numpy or h5py, or the build lacks
 # libpng or libjpeg.
@@ -49,6 +50,15 @@ imported gray-rgb "" -- gray --channels 3
 imported jpg /test -- jpg
 imported jpg-gray /test -- jpg --channels 1
 imported mixed "" -- mixed --resize 6x5
+
+# class names: the folders' names, sorted bytewise, stored as UTF-8; a name that is not
+# UTF-8 is refused naming the folder
+expect 0 "" -- imagefolder utf8
+"$PY" "$HELPER" names out.h5 "ant b" zebra "Émeu" || fail "utf8: class_names"
+"$CLI" data info out.h5 | grep -q "class_names: 0 ant b, 1 zebra, 2 Émeu" ||
+    fail "data info does not list the class names: $("$CLI" data info out.h5)"
+expect 3 "badname/caf.*: the class folder's name is not valid UTF-8; .*rename the folder" -- \
+    imagefolder badname
 
 "$CLI" data imagefolder png -o keep.h5 >/dev/null || fail "keep.h5"
 "$CLI" data imagefolder png -o keep.h5 >/dev/null 2>stderr

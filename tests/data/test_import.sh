@@ -1,6 +1,8 @@
 #!/bin/bash
 # test_import.sh DDPTRAIN IMPORT_PY - `ddptrain data npy|npz|csv`: files written by numpy
-# import exactly (h5py compares every value), hostile files exit 3 with one line naming the
+# import exactly (h5py compares every value; --test-fraction's rows against numpy, --classes
+# names as class_names, which predict writes beside its predictions), hostile files (and
+# hostile class_names, for `data info` and predict) exit 3 with one line naming the
 # file (and the line for CSV), an existing OUT without --force exits 2, and each imported
 # file trains one epoch. Exit 77 when /usr/bin/python3 lacks numpy or h5py.
 set -u
@@ -58,6 +60,24 @@ imported npy-flat "linear(5)" "" -- npy --images xd.npy --labels yd.npy
 imported csv-header "linear(5)" /test -- csv h.csv --label-column label --test ht.csv
 imported csv-noheader "linear(5)" "" -- csv n.csv --label-column 0
 expect 0 "" -- npy --images x_v3.npy --labels y.npy
+# --test-fraction: /test held out per class as docs/data.md says (numpy computes the rows);
+# --classes NAME,...: stored as class_names, and predict names its predictions
+imported npy-held "flatten, linear(4)" /test -- npy --images x.npy --labels y.npy \
+    --test-fraction 0.3 --classes cat,dog,bird,fish
+if "$CLI" predict job.ini --checkpoint run-npy-held/model.h5 --input out.h5 \
+    --output pred.h5 >predict.log 2>&1; then
+    "$PY" "$HELPER" predicted pred.h5 cat dog bird fish || fail "predict: names"
+    grep -q "predicted classes: 0 cat: [0-9]*, 1 dog: " predict.log ||
+        fail "predict does not log the classes by name: $(cat predict.log)"
+else
+    fail "predict with class names: $(tail -3 predict.log)"
+fi
+imported npz-held "flatten, linear(3)" /test -- npz deflated.npz --images-key imgs \
+    --labels-key labs --test-fraction 0.25
+imported csv-held "linear(5)" /test -- csv h.csv --label-column label --test-fraction 0.5 \
+    --classes "a b,ç,d,e,f"
+"$CLI" data info out.h5 | grep -q "class_names: 0 a b, 1 ç, 2 d, 3 e, 4 f" ||
+    fail "data info does not list the class names: $("$CLI" data info out.h5)"
 
 # an existing OUT without --force: exit 2, and the file is untouched
 "$CLI" data npy --images x.npy --labels y.npy -o keep.h5 >/dev/null || fail "keep.h5"
@@ -82,6 +102,47 @@ expect 2 "both --test-images and --test-labels" -- npy --images x.npy --labels y
 expect 2 "FILE.npz is required" -- npz
 expect 2 "label-column NAME|INDEX is required" -- csv n.csv
 expect 2 "unknown option .--bogus." -- csv n.csv --bogus
+
+expect 2 "--test-fraction .1.: expected a number in \[0, 1)" -- npy --images x.npy \
+    --labels y.npy --test-fraction 1
+expect 2 "--test-fraction .-0.1.: expected a number in \[0, 1)" -- csv n.csv \
+    --label-column 0 --test-fraction -0.1
+expect 2 "--test-fraction .*does not apply with --test-images" -- npy --images x.npy \
+    --labels y.npy --test-images xt.npy --test-labels yt.npy --test-fraction 0.2
+expect 2 "--test-fraction .*does not apply with --test;" -- csv h.csv --label-column label \
+    --test ht.csv --test-fraction 0.2
+expect 3 "stored.npz: holds test arrays (x_test), so --test-fraction does not apply" -- \
+    npz stored.npz --test-fraction 0.2
+expect 2 "--classes names 2 classes, but the labels of y.npy hold 4 (0..3)" -- \
+    npy --images x.npy --labels y.npy --classes cat,dog
+expect 2 "--classes: name 1 .. is empty" -- npy --images x.npy --labels y.npy \
+    --classes cat,,dog,fish
+
+# hostile class_names in a user's file: `data info` and predict refuse them (exit 3)
+for c in "count:holds 2 names but the group has 3 classes" "utf8:name 1 is not valid UTF-8" \
+    "long:name 1 is longer than 255 bytes" "wide:holds strings of 300 bytes" \
+    "int:holds integers" "group:is not a dataset" "empty:name 1 is empty" \
+    "ctrl:name 1 holds a control character"; do
+    f=names-${c%%:*}.h5
+    "$CLI" data info "$f" >/dev/null 2>stderr
+    rc=$?
+    if [ "$rc" != 3 ] || [ "$(wc -l <stderr)" != 1 ] ||
+        ! grep -q "$f: /train/class_names.*${c#*:}" stderr; then
+        fail "data info $f: exit $rc, $(cat stderr)"
+    else
+        echo "ok   exit 3  $(cat stderr)"
+    fi
+done
+"$CLI" data csv h.csv --label-column label --test-fraction 0.5 -o out.h5 >/dev/null # job.ini's
+"$CLI" predict job.ini --checkpoint run-csv-held/model.h5 --input names-utf8.h5 \
+    --group /train --output pred2.h5 >stdout 2>stderr
+rc=$?
+if [ "$rc" != 3 ] || ! grep -q "names-utf8.h5: /train/class_names: name 1 is not valid" stderr ||
+    [ -e pred2.h5 ]; then
+    fail "predict on names-utf8.h5: exit $rc, $(cat stderr)"
+else
+    echo "ok   predict exit 3  $(tail -1 stderr)"
+fi
 
 # hostile .npy
 L="--labels y.npy"

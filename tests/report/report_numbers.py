@@ -138,8 +138,15 @@ SUFFIX = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
 def tick_value(label):
-    m = re.fullmatch(r"(-?[0-9]+(?:\.[0-9]+)?(?:e-[0-9]+)?)([kMGT]?)", label)
+    """The number a tick says: plain digits with a k/M/G/T suffix, never an exponent."""
+    m = re.fullmatch(r"(-?[0-9]+(?:\.[0-9]+)?)([kMGT]?)", label)
     return None if not m else float(m.group(1)) * SUFFIX[m.group(2)]
+
+
+def title_factor(title):
+    """The factor a chart's title names for its value axis, "loss (x1e-5)": 1e-5; else 1."""
+    m = re.search(r" \(x1e(-[0-9]+)\)$", title)
+    return 10.0 ** int(m.group(1)) if m else 1.0
 
 
 def is_round_step(step):
@@ -156,6 +163,16 @@ def check_ticks(c, where):
         if None in vals or len(vals) < 3:
             fail(f"{where} {c['title']}: {cls} tick labels {labels} are not round numbers")
             continue
+        long = [t for t, v in zip(labels, vals) if abs(v) < 1 and len(t.lstrip("-")) > 6]
+        if long:
+            fail(f"{where} {c['title']}: {cls} tick labels {long} are over 6 characters; "
+                 f"scale the axis and name the factor in the title")
+        if cls == "yt" and title_factor(c["title"]) != 1:
+            f = title_factor(c["title"])
+            lo, hi = float(c["svg"]["data-y0"]), float(c["svg"]["data-y1"])
+            if abs(vals[0] * f - lo) > 1e-9 * abs(f) or abs(vals[-1] * f - hi) > 1e-9 * abs(f):
+                fail(f"{where} {c['title']}: ticks {labels} times {f} are not the axis "
+                     f"{lo}..{hi}")
         step = vals[1] - vals[0]
         ok = step > 0 and is_round_step(step)
         for i, v in enumerate(vals):
@@ -213,7 +230,7 @@ def main():
     if len(p.charts) != 4:
         fail(f"{len(p.charts)} charts, want loss, accuracy, learning rate, samples/s")
     for c in p.charts:
-        if c["title"] == "learning rate":
+        if c["title"].startswith("learning rate"):
             if float(c["svg"]["data-y0"]) < 0 or any(t.startswith("-") for t in c["ticks"]["yt"]):
                 fail(f"learning rate axis goes below zero: {c['ticks']['yt']}")
         if c["title"] == "loss" and {s[1] for s in c["legend"]} != {"train", "eval"}:
@@ -276,6 +293,27 @@ def main():
         report([name], tmp)
         check_page(os.path.join(d, "report.html"), name)
     ok("tiny and huge scales", n)
+    n = len(errors)
+
+    # learning rates of 1e-5 to 1e-3: short plain decimals, or a factor named in the title
+    for lr0, title, ticks in ((5e-5, "learning rate (x1e-5)", ["0", "1", "2", "3", "4", "5"]),
+                              (3e-5, "learning rate (x1e-5)", ["0", "0.5", "1.0", "1.5",
+                                                               "2.0", "2.5", "3.0"]),
+                              (2e-4, "learning rate (x1e-4)", ["0", "0.5", "1.0", "1.5",
+                                                               "2.0"]),
+                              (1e-3, "learning rate", ["0", "0.0002", "0.0004", "0.0006",
+                                                       "0.0008", "0.0010"])):
+        name = f"lr{lr0:g}"
+        d = run_dir(os.path.join(tmp, name), records(lr0=lr0))
+        report([name], tmp)
+        html, p = check_page(os.path.join(d, "report.html"), name)
+        lr = [c for c in p.charts if c["title"].startswith("learning rate")]
+        if not lr or lr[0]["title"] != title or lr[0]["ticks"]["yt"] != ticks:
+            got = (lr[0]["title"], lr[0]["ticks"]["yt"]) if lr else None
+            fail(f"lr from {lr0:g}: chart {got}, want {title!r} with ticks {ticks}")
+        if re.search(r'class="yt">[^<]*e-', html):
+            fail(f"lr from {lr0:g}: a tick with an exponent")
+    ok("small learning rates: ticks 0.0002 or scaled with the factor in the title", n)
     n = len(errors)
 
     # strtod's -nan is not JSON: refused with its line
