@@ -106,6 +106,11 @@ const char *ddp_cuda_device_string(void);
  * succeeded. The NCCL communicator orders its collectives after the work queued here. */
 void *ddp_cuda_stream(void);
 
+/* The PCI address of CUDA device `ordinal` ("0000:18:00.0", cudaDeviceGetPCIBusId) into out:
+ * how NVML (core/nvml.h) finds the same GPU. Needs no bound device. 0, or -1 (no such device,
+ * no driver). */
+int ddp_cuda_pci_bus_id(int ordinal, char *out, size_t len);
+
 /* The device ddp_backend_cuda bound, or -1 before. */
 int ddp_cuda_device(void);
 

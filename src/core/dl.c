@@ -9,6 +9,12 @@
 
 int ddp_dl_open(const struct ddp_dl_lib *lib, void *table, char *err, size_t errlen)
 {
+    return ddp_dl_open_some(lib, lib->nsyms, table, err, errlen);
+}
+
+int ddp_dl_open_some(const struct ddp_dl_lib *lib, size_t nrequired, void *table, char *err,
+                     size_t errlen)
+{
     char tried[256] = "", why[256] = "not found";
     void *h = NULL;
     const char *soname = NULL;
@@ -25,6 +31,8 @@ int ddp_dl_open(const struct ddp_dl_lib *lib, void *table, char *err, size_t err
         return ddp_err(err, errlen, "cannot load %s (%s): %s; %s", lib->what, tried, why, lib->fix);
     for (size_t i = 0; i < lib->nsyms; i++) {
         void *f = dlsym(h, lib->syms[i].name);
+        if (!f && i >= nrequired)
+            continue;
         if (!f)
             return ddp_err(err, errlen, "%s has no %s: not the %s %s this build expects", soname,
                            lib->syms[i].name, lib->what, lib->version);

@@ -35,4 +35,10 @@ struct ddp_dl_lib {
  * symbol is missing: the table is then partly filled and must not be used). */
 int ddp_dl_open(const struct ddp_dl_lib *lib, void *table, char *err, size_t errlen);
 
+/* The same where only the first nrequired symbols must be there: a later one the library lacks
+ * (a newer function than its version has) leaves its pointer as the caller set it (NULL in a
+ * zeroed table), and the caller reports what it would have given as not reported. */
+int ddp_dl_open_some(const struct ddp_dl_lib *lib, size_t nrequired, void *table, char *err,
+                     size_t errlen);
+
 #endif

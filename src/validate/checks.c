@@ -215,12 +215,14 @@ static int vrun_golden(struct vrun *v)
     return ddp_comm_agree(v->c, code, NULL);
 }
 
-/* The checks in order; --slurm-health skips what its budget leaves no room for (the all-reduce
- * of one process, a golden run when less than GOLDEN_RESERVE_S remain). */
+/* The checks in order, GPU health read around them (gpu_health.c); --slurm-health skips what
+ * its budget leaves no room for (the all-reduce of one process, a golden run when less than
+ * GOLDEN_RESERVE_S remain). */
 #define GOLDEN_RESERVE_S 4.0
 int vrun_checks(struct vrun *v)
 {
     const int health = v->a->slurm_health;
+    gpu_health_start(v);
     ddp_validate_budget_phase(1);
     vrun_rates(v);
     ddp_validate_budget_phase(2);
@@ -237,5 +239,7 @@ int vrun_checks(struct vrun *v)
                 v->a->budget_s - (ddp_now() - v->t_start));
         v->L.golden_steps = 1;
     }
-    return vrun_golden(v);
+    int code = vrun_golden(v);
+    gpu_health_finish(v);
+    return code;
 }

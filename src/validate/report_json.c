@@ -101,6 +101,106 @@ static void json_allreduce(FILE *f, const struct report *rep, const struct run_f
     }
 }
 
+/* A count or null (-1: not reported). */
+static void json_count(FILE *f, const char *key, long long x)
+{
+    if (x < 0)
+        fprintf(f, ", \"%s\": null", key);
+    else
+        fprintf(f, ", \"%s\": %lld", key, x);
+}
+
+/* One GPU's health (gpu_health.c): NVML's numbers, null where it does not report them. */
+static void json_gpu(FILE *f, const struct report *rep, int r, int k)
+{
+    const struct gh_gpu *g = &rep->gh[r].gpu[k];
+    const struct ddp_nvml_state *s = &g->s;
+    fprintf(f, "\n    {\"rank\": %d, \"host\": ", r);
+    json_str(f, rep->ri[r].host);
+    fprintf(f, ", \"cuda_device\": %d, \"cuda_bus_id\": ", g->ordinal);
+    json_str(f, g->cuda_bus);
+    fprintf(f, ", \"reported\": %s, \"status\": ", g->status[0] ? "false" : "true");
+    json_str(f, g->status[0] ? g->status : "reported");
+    fprintf(f, ", \"verdict\": \"%s\"", gpu_health_verdict(rep, r, k));
+    if (g->status[0]) {
+        fputc('}', f);
+        return;
+    }
+    fprintf(f, ", \"gpu\": %d, \"bus_id\": ", s->index);
+    json_str(f, s->bus_id);
+    json_count(f, "ecc_uncorrected_volatile", s->ecc_unc_vol);
+    json_count(f, "ecc_corrected_volatile", s->ecc_cor_vol);
+    json_count(f, "ecc_uncorrected_aggregate", s->ecc_unc_agg);
+    json_count(f, "ecc_corrected_aggregate", s->ecc_cor_agg);
+    json_count(f, "remapped_rows_corrected", s->remap_cor);
+    json_count(f, "remapped_rows_uncorrected", s->remap_unc);
+    json_count(f, "remap_pending", s->remap_pending);
+    json_count(f, "remap_failed", s->remap_failed);
+    json_count(f, "retired_pages", s->retired_pages);
+    json_count(f, "retire_pending", s->retire_pending);
+    json_count(f, "xid_events", g->nxid);
+    fprintf(f, ", \"xids\": [");
+    for (int i = 0; i < g->nxid && i < DDP_NVML_MAX_XIDS; i++)
+        fprintf(f, "%s%u", i ? ", " : "", g->xid[i]);
+    char names[256];
+    gpu_health_reasons(g->reasons_seen, -1, names, sizeof names);
+    fprintf(f, "], \"clock_event_reasons\": ");
+    if (g->reasons_seen < 0)
+        fputs("null", f);
+    else
+        json_str(f, names);
+    json_count(f, "temperature_c", s->temp_c);
+    json_count(f, "temperature_max_c", g->temp_max);
+    json_count(f, "slowdown_c", s->temp_slowdown_c);
+    json_count(f, "sm_clock_mhz", s->sm_mhz);
+    json_count(f, "power_mw", s->power_mw);
+    json_count(f, "power_limit_mw", s->power_limit_mw);
+    fputc('}', f);
+}
+
+/* "gpu_health": one entry per GPU of each rank, [] when no rank has a GPU. */
+static void json_gpu_health(FILE *f, const struct report *rep)
+{
+    int n = 0;
+    fprintf(f, "  \"gpu_health\": [");
+    for (int r = 0; rep->gh && r < rep->W; r++)
+        for (int k = 0; k < rep->gh[r].ngpu; k++) {
+            fprintf(f, "%s", n++ ? "," : "");
+            json_gpu(f, rep, r, k);
+        }
+    fprintf(f, "%s],\n", n ? "\n  " : "");
+}
+
+/* "nodes": each host's ranks, verdict and reasons. */
+static void json_nodes(FILE *f, const struct report *rep, const struct run_facts *rf,
+                       const int *host_of, const int *first_rank)
+{
+    const int W = rep->W;
+    fprintf(f, "  \"nodes\": [");
+    int *list = ddp_malloc(sizeof(int) * (size_t)W);
+    for (int h = 0; h < rf->nnodes; h++) {
+        fprintf(f, "%s\n    {\"host\": ", h ? "," : "");
+        json_str(f, rep->ri[first_rank[h]].host);
+        fprintf(f, ", \"ranks\": [");
+        int n = 0, failed = 0;
+        for (int r = 0; r < W; r++)
+            if (host_of[r] == h) {
+                fprintf(f, "%s%d", n ? ", " : "", r);
+                list[n++] = r;
+            }
+        fprintf(f, "], \"reasons\": [");
+        const char *hv = "PASS";
+        for (int i = 0; i < rep->nfail; i++)
+            if (rep->fail[i].rank >= 0 && host_of[rep->fail[i].rank] == h) {
+                fprintf(f, "%s", failed++ ? ", " : "");
+                json_str(f, rep->fail[i].reason);
+                hv = !rep->fail[i].retest ? "FAIL" : strcmp(hv, "FAIL") ? "RETEST" : hv;
+            }
+        fprintf(f, "], \"verdict\": \"%s\"}", hv);
+    }
+    free(list);
+}
+
 int write_json(const char *path, const struct report *rep, const struct run_facts *rf,
                const struct ddp_validate_config *cfg, const struct ddp_validate_ar_row *ar,
                const struct golden_verdict *gv, const struct ddp_validate_golden *g,
@@ -175,29 +275,9 @@ int write_json(const char *path, const struct report *rep, const struct run_fact
         fprintf(f, "%s", s ? ", " : "");
         json_num(f, g->loss[s], "%.9g");
     }
-    fprintf(f, "]},\n  \"nodes\": [");
-    int *list = ddp_malloc(sizeof(int) * (size_t)W);
-    for (int h = 0; h < rf->nnodes; h++) {
-        fprintf(f, "%s\n    {\"host\": ", h ? "," : "");
-        json_str(f, rep->ri[first_rank[h]].host);
-        fprintf(f, ", \"ranks\": [");
-        int n = 0, failed = 0;
-        for (int r = 0; r < W; r++)
-            if (host_of[r] == h) {
-                fprintf(f, "%s%d", n ? ", " : "", r);
-                list[n++] = r;
-            }
-        fprintf(f, "], \"reasons\": [");
-        const char *hv = "PASS";
-        for (int i = 0; i < rep->nfail; i++)
-            if (rep->fail[i].rank >= 0 && host_of[rep->fail[i].rank] == h) {
-                fprintf(f, "%s", failed++ ? ", " : "");
-                json_str(f, rep->fail[i].reason);
-                hv = !rep->fail[i].retest ? "FAIL" : strcmp(hv, "FAIL") ? "RETEST" : hv;
-            }
-        fprintf(f, "], \"verdict\": \"%s\"}", hv);
-    }
-    free(list);
+    fprintf(f, "]},\n");
+    json_gpu_health(f, rep);
+    json_nodes(f, rep, rf, host_of, first_rank);
     fprintf(f, "\n  ]\n}\n");
     char why[DDP_ERR_LEN];
     if (ddp_atomic_close(&af, why, sizeof why) != 0)

@@ -108,6 +108,8 @@ void print_report(const struct report *rep, const struct run_facts *rf,
            gv->hash_match ? "on every rank" : "on the majority (ranks differ)");
     printf("  %s: %s\n", gv->verdict, gv->reason);
 
+    print_gpu_health(rep);
+
     printf("\n%-20s %-12s %-7s %s\n", "node", "ranks", "verdict", "reason");
     int nh = rf->nnodes;
     int *list = ddp_malloc(sizeof(int) * (size_t)W);

@@ -410,6 +410,7 @@ static int vrun_judge(struct vrun *v)
     judge_rates(&rep, v);
     judge_allreduce(&rep, v->ar_all, v->nsizes);
     judge_busbw(&rep, v, v->ar_all, v->nsizes);
+    judge_gpu_health(&rep, v);
     if (W == 1 && !v->have_expect)
         add_warning(&rep, "one rank: its rates were compared with nothing; give --expect FILE "
                           "for absolute floors (configs/expect-*.ini)");
@@ -486,6 +487,7 @@ int ddp_validate_run(const struct ddp_validate_args *a)
     ddp_validate_budget_disarm();
     /* the one cleanup path */
     ddp_validate_golden_free(&v->g);
+    gpu_health_free(v);
     free(v->rows);
     free(v->ar_all);
     free(v->all);

@@ -56,6 +56,15 @@
  *                    measured (a shortfall of its rates is then a retest)
  *
  *  burn        (level long) sustained GEMMs, every result compared with the first.
+ *  gpu health  on GPUs, around all of the above (gpu_health.c): the rank's GPU (--slurm-health:
+ *              the node's) as NVML reports it (core/nvml.h, libnvidia-ml.so.1 opened at run
+ *              time), matched by PCI address; clock event reasons and temperature sampled
+ *              during the checks, XID events registered before them, counters read after.
+ *              FAIL: uncorrected volatile ECC errors, a row remapping pending ("reset the
+ *              GPU") or failed, a page retirement pending, XID events, clocks held by HW
+ *              slowdown / HW thermal / HW power brake, temperature at the slowdown threshold;
+ *              WARN: SW thermal slowdown; lifetime corrected ECC errors are reported only.
+ *              What NVML does not report is "not reported", never a failure.
  *
  * Not here: GPU utilisation by other processes, device memory tests, reading the job file.
  */

@@ -21,6 +21,7 @@
 #include "comm/comm.h"
 #include "comm/liveness.h"
 #include "job/config.h"
+#include "core/nvml.h"
 #include "core/util.h"
 #include "dist/world.h"
 #include "validate/validate.h"
@@ -56,6 +57,28 @@ struct rank_info {
                                       -1: unknown */
     double burn_gflops, burn_min;  /* level long: sustained and slowest-second GEMM rate */
     int64_t burn_calls, burn_bad;  /* GEMMs of the burn, and those whose result differed */
+};
+
+/* ---- GPU health (gpu_health.c): what each rank tells rank 0 ---------------------------- */
+
+/* GPUs one rank reports at most: its own, or under --slurm-health its node's. */
+#define GH_MAX_GPUS 16
+
+struct gh_gpu {
+    int32_t ordinal;         /* CUDA's device number in this process */
+    char cuda_bus[32];       /* CUDA's PCI address of it */
+    char status[160];        /* "" or why NVML reports nothing for it */
+    struct ddp_nvml_state s; /* read after the checks */
+    int64_t reasons_seen;    /* DDP_NVML_CLOCKS_* sampled during the checks, -1: none */
+    int32_t temp_max;        /* the highest temperature sampled, -1: none */
+    int32_t nxid;            /* XID events during the run, -1: not reported */
+    uint32_t xid[DDP_NVML_MAX_XIDS];
+    int32_t samples;
+};
+
+struct gh_rank {
+    int32_t ngpu; /* 0: the rank ran on the CPU */
+    struct gh_gpu gpu[GH_MAX_GPUS];
 };
 
 /* The sizes and lengths of one run: the level's settings, with the GEMM side and triad size
@@ -96,6 +119,7 @@ struct vrun {
     int rec_rounds;
     double sched_run, sched_wait; /* this rank's measuring thread over its measurements; run
                                      -1: unknown */
+    struct gh_run *gh;            /* GPU health (gpu_health.c) */
 };
 
 /* ---- judging (rank 0) -------------------------------------------------------------------- */
@@ -115,6 +139,7 @@ struct report {
     int nhard, nretest;
     char (*warn)[REASON_LEN];
     int nwarn, capwarn;
+    const struct gh_rank *gh; /* (W) GPU health; NULL: no rank has a GPU */
 };
 
 struct golden_verdict {
@@ -177,6 +202,20 @@ int write_json(const char *path, const struct report *rep, const struct run_fact
                const struct ddp_validate_config *cfg, const struct ddp_validate_ar_row *ar,
                const struct golden_verdict *gv, const struct ddp_validate_golden *g,
                const int *host_of, const int *first_rank, char *err, size_t errlen);
+
+/* gpu_health.c: start before the checks (opens NVML, samples on a thread), finish after them
+ * (collective: everybody's readings to everybody), free in the cleanup (accepts none) */
+void gpu_health_start(struct vrun *v);
+void gpu_health_finish(struct vrun *v);
+void gpu_health_free(struct vrun *v);
+/* rank 0: the rules (docs/validate.md) into rep, and rep->gh for the table and the JSON */
+void judge_gpu_health(struct report *rep, const struct vrun *v);
+void print_gpu_health(const struct report *rep);
+/* "PASS", "WARN", "FAIL" or "n/a" (not reported) of rank r's GPU k */
+const char *gpu_health_verdict(const struct report *rep, int r, int k);
+/* The names of the clock event reasons in bits whose rule is level or stricter (1 FAIL,
+ * 0 WARN, -1 any), comma separated, into out; returns how many. */
+int gpu_health_reasons(int64_t bits, int level, char *out, size_t len);
 
 /* checks.c: 0 or the exit code every rank agrees on */
 int vrun_checks(struct vrun *v);

@@ -704,6 +704,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
     p->pciBusID = g_phys[(size_t)device];
     return cudaSuccess;
 }
+/* Twin GPU p sits at PCI 0000:p:00.0 (pciBusID = p), as the twin's NVML (nvml.cc) reports. */
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+    init();
+    if (device < 0 || device >= (int)g_phys.size())
+        return fail(cudaErrorInvalidDevice);
+    if (len < 13)
+        return fail(cudaErrorInvalidValue);
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", g_phys[(size_t)device]);
+    return cudaSuccess;
+}
 cudaError_t cudaSetDevice(int device)
 {
     init();

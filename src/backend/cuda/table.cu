@@ -230,6 +230,15 @@ extern "C" void *ddp_cuda_stream(void)
     return g_cuda.device >= 0 ? (void *)g_cuda.stream : NULL;
 }
 
+extern "C" int ddp_cuda_pci_bus_id(int ordinal, char *out, size_t len)
+{
+    if (len == 0 || cudaDeviceGetPCIBusId(out, (int)len, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it for the next call */
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" int ddp_cuda_device(void)
 {
     return g_cuda.device;
