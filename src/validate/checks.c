@@ -223,6 +223,7 @@ int vrun_checks(struct vrun *v)
     const int health = v->a->slurm_health;
     ddp_validate_budget_phase(1);
     vrun_rates(v);
+    vrun_gpu(v); /* gpu.c: the GPUs' own rates and pattern test */
     ddp_validate_budget_phase(2);
     if (!health && v->W > 1) {
         vrun_sweep(v);

@@ -158,6 +158,11 @@ struct ddp_validate_expect {
     double gemm_min_gflops;
     int64_t triad_mib;
     double triad_min_gbs;
+    /* [gpu] floors per GPU at the level's sizes (gpu.c); 0: none */
+    double hbm_min_gbs;      /* device-memory copy and triad */
+    double sgemm_min_tflops; /* fp32 SGEMM */
+    double tf32_min_tflops, bf16_min_tflops;
+    double h2d_min_gbs, d2h_min_gbs; /* page-locked copies */
     /* [allreduce] */
     int ar_ranks;      /* floors apply to runs of this many ranks (0: any) */
     char ar_text[512]; /* min_busbw_gbs = SIZE:GBS, ... (SIZE in bytes, K/M/G allowed) */
@@ -180,6 +185,9 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_BAD_GRAD,
     DDP_VALIDATE_FAULT_BAD_BURN,
     DDP_VALIDATE_FAULT_LOADED,
+    DDP_VALIDATE_FAULT_SLOW_HBM,
+    DDP_VALIDATE_FAULT_SLOW_TENSOR,
+    DDP_VALIDATE_FAULT_BAD_DEVMEM,
     DDP_VALIDATE_FAULT_KINDS
 };
 
