@@ -31,6 +31,7 @@
 #define DDP_BACKEND_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 
@@ -117,6 +118,47 @@ int ddp_cuda_device(void);
 /* End of training step `step` (log_step: a logging step) of rank `rank`. Nothing on a GPU;
  * the GPU twin writes its per-step counters there (DDP_EMU_STATS, docs/gpu.md). */
 void ddp_cuda_step_end(int rank, long step, int log_step);
+
+/* ---- Validation (vcheck.cu): what `ddptrain validate` measures on the backend's device ------
+ * Each needs ddp_backend_cuda first (0 or -1 before), allocates its buffers and frees them
+ * after, and runs on the compute stream: one untimed warm-up call, then `reps` calls (at most
+ * 256) each between two CUDA events; the median call counts. Any CUDA or cuBLAS error is
+ * fatal, as for the ops. What is slow or wrong is judged by src/validate/gpu.c. */
+
+/* The device: PCI bus id as nvidia-smi prints it ("00000000:3B:00.0"), free and total memory
+ * (cudaMemGetInfo), and twin = 1 on the GPU twin (tests/twin), where sizes must stay tiny. */
+struct ddp_cuda_vinfo {
+    char pci_bus_id[32];
+    size_t free_bytes, total_bytes;
+    int twin;
+};
+int ddp_cuda_vcheck_info(struct ddp_cuda_vinfo *vi);
+
+/* Device-memory bandwidth in GB/s (1e9 bytes) over float arrays of `bytes` bytes each:
+ * STREAM's copy a = b (triad 0; counted 2 x bytes) or triad a = b + s c (counted 3 x bytes),
+ * read and write both counted, no write-allocate (as STREAM). */
+double ddp_cuda_vcheck_stream(int triad, size_t bytes, int reps);
+
+/* GEMM rates of square N x N x N products through cublasGemmEx, in TFLOP/s = 2N^3 / t, fp32
+ * results: SGEMM (fp32 operands, CUBLAS_COMPUTE_32F), TF32 tensor cores (fp32 operands,
+ * CUBLAS_COMPUTE_32F_FAST_TF32), BF16 tensor cores (bf16 operands, CUBLAS_COMPUTE_32F). */
+enum ddp_cuda_vgemm {
+    DDP_CUDA_VGEMM_SGEMM,
+    DDP_CUDA_VGEMM_TF32,
+    DDP_CUDA_VGEMM_BF16,
+    DDP_CUDA_VGEMM_KINDS
+};
+double ddp_cuda_vcheck_gemm(int kind, int n, int reps);
+
+/* Page-locked host <-> device copy bandwidth in GB/s: one copy of `bytes` (cudaMallocHost
+ * buffer) host to device (d2h 0) or device to host, repeated. */
+double ddp_cuda_vcheck_pcie(int d2h, size_t bytes, int reps);
+
+/* Device-memory pattern test over `bytes` of device memory as 32-bit words: each word written
+ * with an address-dependent pattern, read back and compared on the device, then again with the
+ * complement. Returns the wrong words of both passes; *words = the words checked (2 per word).
+ * corrupt: flip a bit of 3 words after the first write (fault injection). */
+int64_t ddp_cuda_vcheck_pattern(size_t bytes, int corrupt, int64_t *words);
 
 #ifdef __cplusplus
 }

@@ -225,6 +225,7 @@ int vrun_checks(struct vrun *v)
     gpu_health_start(v);
     ddp_validate_budget_phase(1);
     vrun_rates(v);
+    vrun_gpu(v); /* gpu.c: the GPUs' own rates and pattern test */
     ddp_validate_budget_phase(2);
     if (!health && v->W > 1) {
         vrun_sweep(v);

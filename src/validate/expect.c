@@ -27,6 +27,12 @@ static const struct ddp_ini_key g_expect_keys[] = {
     K("node", "source", DDP_INI_STR, source, 0, 0),
     K("gpu", "count", DDP_INI_INT, gpu_count, 0, 4096),
     K("gpu", "model", DDP_INI_STR, gpu_model, 0, 0),
+    K("gpu", "hbm_min_gbs", DDP_INI_FLOAT, hbm_min_gbs, 0, 1e6),
+    K("gpu", "sgemm_min_tflops", DDP_INI_FLOAT, sgemm_min_tflops, 0, 1e5),
+    K("gpu", "tf32_min_tflops", DDP_INI_FLOAT, tf32_min_tflops, 0, 1e5),
+    K("gpu", "bf16_min_tflops", DDP_INI_FLOAT, bf16_min_tflops, 0, 1e5),
+    K("gpu", "h2d_min_gbs", DDP_INI_FLOAT, h2d_min_gbs, 0, 1e5),
+    K("gpu", "d2h_min_gbs", DDP_INI_FLOAT, d2h_min_gbs, 0, 1e5),
     K("gemm", "n", DDP_INI_INT, gemm_n, 16, DDP_VALIDATE_MAX_GEMM_N),
     K("gemm", "min_gflops", DDP_INI_FLOAT, gemm_min_gflops, 0, 1e9),
     K("triad", "mib", DDP_INI_INT, triad_mib, 1, 1 << 16),
@@ -136,6 +142,7 @@ int write_expect(const struct vrun *v, const struct ddp_validate_ar_row *ar, cha
             v->L.name, v->be->name, v->a->margin, x->gpu_count);
     if (x->device >= 0)
         fprintf(f, "model = %s\n", x->gpu_name);
+    write_expect_gpu(f, v, keep);
     fprintf(f, "\n[gemm]\nn = %d\nmin_gflops = %.1f\n\n[triad]\nmib = %lld\nmin_gbs = %.1f\n",
             v->L.gemm_n, v->rec_gemm * keep, (long long)v->L.triad_mib, v->rec_triad * keep);
     if (v->W >= 2 && v->nsizes > 0) {

@@ -40,10 +40,11 @@ static void json_num(FILE *f, double v, const char *fmt)
         fputs("null", f);
 }
 
-/* The "ranks" array's members: one object per rank. */
+/* The "ranks" array, opened here: one object per rank. */
 static void json_ranks(FILE *f, const struct report *rep, const struct run_facts *rf)
 {
     const int W = rep->W;
+    fprintf(f, "  \"ranks\": [");
     for (int r = 0; r < W; r++) {
         const struct rank_info *x = &rep->ri[r];
         fprintf(f, "%s\n    {\"rank\": %d, \"host\": ", r ? "," : "", r);
@@ -253,7 +254,8 @@ int write_json(const char *path, const struct report *rep, const struct run_fact
     fprintf(f, "  \"triad\": {\"mib_per_array\": %lld, \"unit\": \"GB/s\", \"median\": ",
             (long long)rf->triad_mib);
     json_num(f, rf->med_triad, "%.3f");
-    fprintf(f, ", \"min_fraction\": %g},\n  \"ranks\": [", cfg->min_fraction);
+    fprintf(f, ", \"min_fraction\": %g},\n", cfg->min_fraction);
+    json_gpus(f, rep); /* gpu.c: "gpus": [...], */
     json_ranks(f, rep, rf);
     json_allreduce(f, rep, rf, ar);
     fprintf(f, "\n  ]},\n  \"golden\": {\"verdict\": \"%s\", \"reason\": ", gv->verdict);

@@ -114,7 +114,8 @@ int ddp_validate_config_load(struct ddp_validate_config *c, const char *path, ch
 /* ---- fault hooks ------------------------------------------------------------------------- */
 
 static const char *const g_fault_names[DDP_VALIDATE_FAULT_KINDS] = {
-    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param", "bad_grad", "bad_burn", "loaded"};
+    "slow_gemm", "slow_triad", "bad_allreduce", "flip_param",  "bad_grad",
+    "bad_burn",  "loaded",     "slow_hbm",      "slow_tensor", "bad_devmem"};
 
 int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
                               size_t errlen)
@@ -140,7 +141,8 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
         if (kind < 0 || ddp_parse_i64(colon + 1, &r) != 0 || r < 0 || r >= DDP_WORLD_SIZE_MAX)
             return ddp_err(err, errlen,
                            "DDP_TEST_VALIDATE_FAULT: '%s%s%s': expected KIND:RANK with KIND one of "
-                           "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad, bad_burn",
+                           "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad, bad_burn, "
+                           "loaded, slow_hbm, slow_tensor, bad_devmem",
                            tok, colon ? ":" : "", colon ? colon + 1 : "");
         f->rank[kind] = (int)r;
     }

@@ -99,6 +99,7 @@ void print_report(const struct report *rep, const struct run_facts *rf,
            "the median of the others fails; wait: for CPUs other processes held)\n",
            "", "median", "", "", "", "", "", rf->med_gemm, "", rf->med_triad, "", "", frac);
 
+    print_gpus(rep, frac); /* gpu.c: ranks with a GPU */
     print_allreduce(rf, ar, W);
 
     printf("\ngolden run: %d steps on %d rank%s (%s)\n", g->steps, W, W == 1 ? "" : "s",

@@ -408,6 +408,7 @@ static int vrun_judge(struct vrun *v)
     double med_gemm = median_of(v->all, W, 0), med_triad = median_of(v->all, W, 1);
     judge_node(&rep, v);
     judge_rates(&rep, v);
+    judge_gpu(&rep, v); /* gpu.c */
     judge_allreduce(&rep, v->ar_all, v->nsizes);
     judge_busbw(&rep, v, v->ar_all, v->nsizes);
     judge_gpu_health(&rep, v);

@@ -9,8 +9,7 @@
  *
  * Checks, in order:
  *  inventory   host, CPU model, CPUs (online, allowed), threads, memory; GPU fields "none" on
- *              CPU builds, else the device count and CUDA versions the driver reports (every
- *              check below runs on the CPU backend, in any build).
+ *              CPU builds, else the device count and CUDA versions the driver reports.
  *  gemm        square f32 GEMM (N x N x N) through the backend's linear_fwd (cblas_sgemm on
  *              the CPU backend) with the rank's threads, in GFLOP/s = 2N^3/t, the median call
  *              of a window of a few seconds that all ranks measuring together share.
@@ -28,6 +27,20 @@
  *              such a run holds a machine-wide lock (/tmp/ddptrain-validate.lock) from its
  *              first turn to its end, so that two of them on one machine (job steps in
  *              parallel) do not disturb each other's measurements either.
+ *  gpu         (ranks that validate a GPU: the CUDA backend, also on the GPU twin; gpu.c,
+ *              device code in backend/cuda/vcheck.cu) all GPUs at once, the median of timed
+ *              calls between CUDA events: HBM bandwidth (STREAM copy and triad kernels on float
+ *              arrays far beyond L2, by level 256 MiB / 1 GiB / 2 GiB, GB/s counting bytes read
+ *              and written as STREAM), SGEMM, TF32 and BF16 tensor-core GEMMs (cublasGemmEx,
+ *              N 4096 quick else 8192, TFLOP/s = 2N^3/t), page-locked H2D and D2H copies
+ *              (256 MiB quick else 1 GiB), and a device-memory pattern test (address-dependent
+ *              words and their complement written, read back and compared on the device; 2 GiB
+ *              quick, 8 GiB standard, 90% of free memory long), all within the free memory
+ *              and tiny on the twin. A rate falls short below the expectation's [gpu] floor
+ *              (hbm_min_gbs, sgemm_min_tflops, tf32_min_tflops, bf16_min_tflops, h2d_min_gbs,
+ *              d2h_min_gbs) or as an outlier among the other GPUs (as gemm/triad; rounds, best
+ *              counts; never retest); any wrong word fails (checks gpu_hbm, gpu_gemm,
+ *              gpu_pcie, gpu_mem, naming rank, host, GPU and PCI bus id).
  *  allreduce   in-place f32 sum through the comm layer over a sweep of sizes (8 B .. 256 MiB,
  *              factor 2; --quick up to 16 MiB). Rank r sends w_r * (i % 7 + 1) with integer
  *              weights w_r small enough that every partial sum is exact in float; every
@@ -54,6 +67,9 @@
  *   bad_burn:R       rank R changes one element of the first result its burn reads back
  *   loaded:R         rank R reports that other processes held its CPUs all the time it
  *                    measured (a shortfall of its rates is then a retest)
+ *   slow_hbm:R       rank R reports its GPU's copy and triad bandwidth at a hundredth
+ *   slow_tensor:R    rank R reports its TF32 and BF16 GEMM rates at a hundredth
+ *   bad_devmem:R     rank R flips a bit of 3 words of its GPU pattern test after writing
  *
  *  burn        (level long) sustained GEMMs, every result compared with the first.
  *  gpu health  on GPUs, around all of the above (gpu_health.c): the rank's GPU (--slurm-health:
@@ -66,7 +82,7 @@
  *              WARN: SW thermal slowdown; lifetime corrected ECC errors are reported only.
  *              What NVML does not report is "not reported", never a failure.
  *
- * Not here: GPU utilisation by other processes, device memory tests, reading the job file.
+ * Not here: GPU utilisation by other processes, NVML health, reading the job file.
  */
 #ifndef DDP_VALIDATE_H
 #define DDP_VALIDATE_H
@@ -167,6 +183,11 @@ struct ddp_validate_expect {
     double gemm_min_gflops;
     int64_t triad_mib;
     double triad_min_gbs;
+    /* [gpu] floors per GPU at the level's sizes (gpu.c); 0: none */
+    double hbm_min_gbs;      /* device-memory copy and triad */
+    double sgemm_min_tflops; /* fp32 SGEMM */
+    double tf32_min_tflops, bf16_min_tflops;
+    double h2d_min_gbs, d2h_min_gbs; /* page-locked copies */
     /* [allreduce] */
     int ar_ranks;      /* floors apply to runs of this many ranks (0: any) */
     char ar_text[512]; /* min_busbw_gbs = SIZE:GBS, ... (SIZE in bytes, K/M/G allowed) */
@@ -189,6 +210,9 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_BAD_GRAD,
     DDP_VALIDATE_FAULT_BAD_BURN,
     DDP_VALIDATE_FAULT_LOADED,
+    DDP_VALIDATE_FAULT_SLOW_HBM,
+    DDP_VALIDATE_FAULT_SLOW_TENSOR,
+    DDP_VALIDATE_FAULT_BAD_DEVMEM,
     DDP_VALIDATE_FAULT_KINDS
 };
 

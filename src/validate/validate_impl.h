@@ -6,6 +6,7 @@
  *   inventory.c    the node and GPU inventory, measurement turns, the machine lock
  *   checks.c       the checks in order: rates in rounds, all-reduce sweep, burn, golden run
  *   judge.c        statistics (medians, MADs, load) and the verdicts
+ *   gpu.c          the GPU's own measurements (bandwidth, GEMM rates, copies, pattern test)
  *   tables.c       the human tables
  *   report_json.c  the --json writer (its reader: report/report_validate.c)
  *   expect.c       expectation files, read and (--record-expect) written
@@ -16,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "comm/comm.h"
@@ -35,6 +37,19 @@
 #define RATE_ROUNDS 3
 
 /* ---- what each rank tells the others ------------------------------------------------------ */
+
+/* A rank's GPU measurements (gpu.c; all 0 where the rank runs on the CPU). */
+struct gpu_meas {
+    int32_t measured;         /* 1: the rank validated a GPU and measured it */
+    int32_t twin;             /* the GPU twin (tests/twin): tiny sizes */
+    char pci_bus_id[32];      /* "00000000:3B:00.0" */
+    double copy, triad;       /* device-memory bandwidth, GB/s (read + write, as STREAM) */
+    double sgemm, tf32, bf16; /* TFLOP/s */
+    double h2d, d2h;          /* page-locked copies, GB/s */
+    int64_t hbm_bytes, pcie_bytes, pat_bytes; /* per array, per copy, pattern-tested */
+    int32_t gemm_n;
+    int64_t pat_words, pat_bad; /* words checked (both passes) and wrong */
+};
 
 struct rank_info {
     int32_t rank, threads, cpus_online, cpus_allowed;
@@ -57,6 +72,7 @@ struct rank_info {
                                       -1: unknown */
     double burn_gflops, burn_min;  /* level long: sustained and slowest-second GEMM rate */
     int64_t burn_calls, burn_bad;  /* GEMMs of the burn, and those whose result differed */
+    struct gpu_meas gm;            /* the GPU's measurements (gpu.c) */
 };
 
 /* ---- GPU health (gpu_health.c): what each rank tells rank 0 ---------------------------- */
@@ -216,6 +232,13 @@ const char *gpu_health_verdict(const struct report *rep, int r, int k);
 /* The names of the clock event reasons in bits whose rule is level or stricter (1 FAIL,
  * 0 WARN, -1 any), comma separated, into out; returns how many. */
 int gpu_health_reasons(int64_t bits, int level, char *out, size_t len);
+/* gpu.c: the GPU measurements of every rank to everybody (collective; ranks without a GPU
+ * measure nothing), rank 0's verdicts, table, JSON member and --record-expect floors */
+void vrun_gpu(struct vrun *v);
+void judge_gpu(struct report *rep, const struct vrun *v);
+void print_gpus(const struct report *rep, double frac);
+void json_gpus(FILE *f, const struct report *rep);
+void write_expect_gpu(FILE *f, const struct vrun *v, double keep);
 
 /* checks.c: 0 or the exit code every rank agrees on */
 int vrun_checks(struct vrun *v);

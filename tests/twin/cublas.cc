@@ -165,10 +165,16 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(
 }
 
 /* GemmEx's type combinations the twin has: 1 bf16 A and B, 0 all fp32, -1 others (cuBLAS has
- * more: those answer CUBLAS_STATUS_NOT_SUPPORTED here). C is fp32 and the compute 32F. */
+ * more: those answer CUBLAS_STATUS_NOT_SUPPORTED here). C is fp32 and the compute 32F, or
+ * 32F_FAST_TF32 with fp32 operands (TF32 tensor cores: the twin multiplies in full fp32, which
+ * is within TF32's error). */
 static int ex_kind(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute)
 {
-    if (ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || at != bt)
+    if (ct != CUDA_R_32F || at != bt)
+        return -1;
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32)
+        return at == CUDA_R_32F ? 0 : -1;
+    if (compute != CUBLAS_COMPUTE_32F)
         return -1;
     return at == CUDA_R_16BF ? 1 : at == CUDA_R_32F ? 0 : -1;
 }

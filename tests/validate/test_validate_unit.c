@@ -98,6 +98,9 @@ static void test_expect(void)
     struct ddp_validate_expect e;
     char err[DDP_ERR_LEN];
     const char *good = write_tmp("e.ini", "[node]\ntype = test node\n[gpu]\ncount = 0\n"
+                                          "hbm_min_gbs = 2500\nsgemm_min_tflops = 45\n"
+                                          "tf32_min_tflops = 300\nbf16_min_tflops = 550.5\n"
+                                          "h2d_min_gbs = 40\nd2h_min_gbs = 41\n"
                                           "[gemm]\nn = 512\nmin_gflops = 12.5\n[triad]\nmib = 32\n"
                                           "min_gbs = 4\n[allreduce]\nranks = 2\n"
                                           "min_busbw_gbs = 1M:0.5, 16777216:1.5, 4K:0.01\n");
@@ -107,6 +110,9 @@ static void test_expect(void)
               e.ar_ranks == 2 && e.nbusbw == 3 && e.busbw_bytes[0] == 1 << 20 &&
               e.busbw_min[1] == 1.5 && e.busbw_bytes[1] == 16 << 20 && e.busbw_bytes[2] == 4096,
           "expect values");
+    CHECK(e.hbm_min_gbs == 2500 && e.sgemm_min_tflops == 45 && e.tf32_min_tflops == 300 &&
+              e.bf16_min_tflops == 550.5 && e.h2d_min_gbs == 40 && e.d2h_min_gbs == 41,
+          "expect [gpu] floors");
     const char *empty = write_tmp("e0.ini", "");
     CHECK(ddp_validate_expect_load(&e, empty, err, sizeof err) == 0 && e.gpu_count == -1 &&
               e.gemm_min_gflops == 0 && e.nbusbw == 0,
@@ -120,6 +126,8 @@ static void test_expect(void)
          ":2: [gemm] min_glops: unknown key; did you mean 'min_gflops'?"},
         {"[gpu]\ncount = 4\ncount = 8\n", ":3: [gpu] count: given twice (first on line 2)"},
         {"[gpu]\ncount = many\n", ":2: [gpu] count: 'many' is not an integer"},
+        {"[gpu]\nbf16_min_tflop = 5\n",
+         ":2: [gpu] bf16_min_tflop: unknown key; did you mean 'bf16_min_tflops'?"},
         {"[allreduce]\nmin_busbw_gbs = 1M\n", ":2: [allreduce] min_busbw_gbs: '1M'; expected"},
         {"[allreduce]\nmin_busbw_gbs = 2G:3\n", ":2: [allreduce] min_busbw_gbs: '2G:3'"},
         {"[nodes]\ntype = x\n", ":1: [nodes]: unknown section; did you mean [node]?"},

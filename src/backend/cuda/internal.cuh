@@ -17,6 +17,8 @@
  *   loss_optim.cu   softmax cross-entropy, sum of squares and clip_grad_norm, sgd and adam
  *   graph.cu        CUDA graphs (capture, per-step values, launch) and the stall clock
  *   table.cu        the ddp_backend table, backend creation and cuda.h's queries
+ *   vcheck.cu       `ddptrain validate`'s device measurements (bandwidth, GEMM rates, host
+ *                   copies, memory pattern test; cuda.h, Validation)
  *
  * Correctness first: the kernels follow cpu_kernels.inc line by line (same first-maximum rule
  * in maxpool and xent, same dropout hash, double accumulation where the CPU accumulates in

@@ -80,7 +80,7 @@ struct cudaDeviceProp {
     int major, minor;
     size_t totalGlobalMem;
     int multiProcessorCount;
-    int pciBusID;
+    int pciBusID, pciDeviceID, pciDomainID;
 };
 struct cudaFuncAttributes {
     int maxThreadsPerBlock;
