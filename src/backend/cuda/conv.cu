@@ -308,6 +308,28 @@ static void conv2d_relu_fwd_any(float *out, float *col, const float *inp, const 
     bias_relu(out, NULL, n_out, q.O, q.P);
 }
 
+/* conv2d + relu + maxpool(k) (backend.h): the convolution into act, then one pass that adds
+ * the bias, clamps and pools. Through cuDNN the convolution is written at beta = 0 and the
+ * bias added in that pass, as conv2d_relu_fwd's bias_relu adds it; on the im2col path the GEMM
+ * adds the broadcast bias, as there. */
+static void conv2d_relu_maxpool_fwd_any(float *out, uint8_t *argmax, float *act, float *col,
+                                        const float *inp, const float *w, const float *b, int B,
+                                        const struct ddp_conv_geom *g, int k)
+{
+    const struct conv_geom q = conv_geom_of(g);
+    if ((size_t)B * q.O * q.P == 0)
+        return;
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        dnn_conv2d_fwd(act, col, inp, w, NULL, B, &q, 0);
+        relu_maxpool(out, argmax, act, b, B, q.O, q.OH, q.OW, k);
+        return;
+    }
+#endif
+    cuda_conv2d_fwd(act, col, inp, w, b, B, &q);
+    relu_maxpool(out, argmax, act, NULL, B, q.O, q.OH, q.OW, k);
+}
+
 static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const float *dout,
                            const float *inp, const float *w, int B, const struct ddp_conv_geom *g)
 {
@@ -370,5 +392,6 @@ void cuda_table_conv(struct ddp_backend *t)
     t->conv_tensor_max = conv_tensor_max_any;
     t->conv2d_fwd = conv2d_fwd_any;
     t->conv2d_relu_fwd = conv2d_relu_fwd_any;
+    t->conv2d_relu_maxpool_fwd = conv2d_relu_maxpool_fwd_any;
     t->conv2d_bwd = conv2d_bwd_any;
 }

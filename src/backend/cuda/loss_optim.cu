@@ -9,22 +9,55 @@
 
 /* ---- optimiser kernels ------------------------------------------------------------------- */
 
+/* One parameter's sgd update, as cpu_kernels.inc. */
+__device__ __forceinline__ void sgd1(float *p, float g, float *buf, float gscale, float lr,
+                                     float momentum, float weight_decay, int nesterov,
+                                     int first_step)
+{
+    float d = __fmul_rn(g, gscale);
+    if (weight_decay != 0)
+        d += weight_decay * *p;
+    if (momentum != 0) {
+        *buf = first_step ? d : momentum * *buf + d;
+        d = nesterov ? d + momentum * *buf : *buf;
+    }
+    *p -= lr * d;
+}
+
+/* sgd on float4 vectors where p, g and buf are 16-byte aligned (vec4 1; buf unused without
+ * momentum), else one parameter at a time. */
+__device__ __forceinline__ void sgd_all(float *p, const float *g_, float gscale, float *buf,
+                                        size_t n, float lr, float momentum, float weight_decay,
+                                        int nesterov, int first_step, int vec4)
+{
+    const size_t n4 = vec4 ? n / 4 : 0;
+    GRID_STRIDE(i, n4)
+    {
+        float4 pv = ((float4 *)p)[i], bv = {0, 0, 0, 0};
+        const float4 gv = ((const float4 *)g_)[i];
+        if (momentum != 0 && !first_step)
+            bv = ((float4 *)buf)[i];
+        sgd1(&pv.x, gv.x, &bv.x, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.y, gv.y, &bv.y, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.z, gv.z, &bv.z, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.w, gv.w, &bv.w, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        ((float4 *)p)[i] = pv;
+        if (momentum != 0)
+            ((float4 *)buf)[i] = bv;
+    }
+    GRID_STRIDE(t, n - 4 * n4)
+    {
+        const size_t i = 4 * n4 + t;
+        sgd1(p + i, g_[i], buf + i, gscale, lr, momentum, weight_decay, nesterov, first_step);
+    }
+}
+
 __global__ void k_sgd(float *p, const float *g_, float gscale_, const float *gs, float *buf,
                       size_t n, float lr, float momentum, float weight_decay, int nesterov,
-                      int first_step)
+                      int first_step, int vec4)
 {
     const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
-    GRID_STRIDE(i, n)
-    {
-        float d = __fmul_rn(g_[i], gscale);
-        if (weight_decay != 0)
-            d += weight_decay * p[i];
-        if (momentum != 0) {
-            buf[i] = first_step ? d : momentum * buf[i] + d;
-            d = nesterov ? d + momentum * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
-    }
+    sgd_all(p, g_, gscale, buf, n, lr, momentum, weight_decay, nesterov, first_step, vec4);
 }
 
 __global__ void k_adam(float *p, const float *g_, float gscale_, const float *gs, float *m,
@@ -47,22 +80,11 @@ __global__ void k_adam(float *p, const float *g_, float gscale_, const float *gs
 }
 
 __global__ void k_sgd_graph(float *p, const float *g_, float gscale_, const float *gs, float *buf,
-                            size_t n, const graph_vals *sc, float weight_decay, int nesterov)
+                            size_t n, const graph_vals *sc, float weight_decay, int nesterov,
+                            int vec4)
 {
     const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
-    const float lr = sc->lr, momentum = sc->momentum;
-    const int first_step = sc->first;
-    GRID_STRIDE(i, n)
-    {
-        float d = __fmul_rn(g_[i], gscale);
-        if (weight_decay != 0)
-            d += weight_decay * p[i];
-        if (momentum != 0) {
-            buf[i] = first_step ? d : momentum * buf[i] + d;
-            d = nesterov ? d + momentum * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
-    }
+    sgd_all(p, g_, gscale, buf, n, sc->lr, sc->momentum, weight_decay, nesterov, sc->first, vec4);
 }
 
 __global__ void k_adam_graph(float *p, const float *g_, float gscale_, const float *gs, float *m,
@@ -90,8 +112,10 @@ __global__ void k_adam_graph(float *p, const float *g_, float gscale_, const flo
 static void graph_sgd(float *p, const float *grad, float gscale, const float *gs, float *buf,
                       size_t n, float weight_decay, int nesterov)
 {
-    LAUNCH(k_sgd_graph, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n,
-           g_cuda.graph.dev + g_cuda.graph.slot, weight_decay, nesterov);
+    const void *ptr[] = {p, grad, buf};
+    const int vec4 = vec4_ok(ptr, 3);
+    LAUNCH(k_sgd_graph, blocks_for(vec4 ? (n + 3) / 4 : n), THREADS, p, grad, gscale, gs, buf, n,
+           g_cuda.graph.dev + g_cuda.graph.slot, weight_decay, nesterov, vec4);
 }
 
 static void graph_adam(float *p, const float *grad, float gscale, const float *gs, float *m,
@@ -312,8 +336,10 @@ static void cuda_sgd_step(float *p, const float *grad, float gscale, const float
         return;
     if (g_cuda.graph.capturing)
         return graph_sgd(p, grad, gscale, gs, buf, n, a->weight_decay, a->nesterov);
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, a->lr, a->momentum,
-           a->weight_decay, a->nesterov, a->first_step);
+    const void *ptr[] = {p, grad, buf};
+    const int vec4 = vec4_ok(ptr, 3);
+    LAUNCH(k_sgd, blocks_for(vec4 ? (n + 3) / 4 : n), THREADS, p, grad, gscale, gs, buf, n, a->lr,
+           a->momentum, a->weight_decay, a->nesterov, a->first_step, vec4);
 }
 
 static void cuda_adam_step(float *p, const float *grad, float gscale, const float *gs, float *m,
