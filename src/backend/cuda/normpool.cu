@@ -177,8 +177,8 @@ static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argm
     if (!n)
         return;
     if (pool_idx32(B, C, H, W))
-        LAUNCH(k_maxpool_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax, (uint32_t)BC,
-               H, W, k);
+        LAUNCH(k_maxpool_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax, (uint32_t)BC, H,
+               W, k);
     else
         LAUNCH(k_maxpool_bwd<size_t>, blocks_for(n), THREADS, dinp, dout, argmax, BC, H, W, k);
 }
@@ -195,8 +195,8 @@ void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b,
         LAUNCH(k_relu_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, b,
                (uint32_t)BC, C, H, W, k);
     else
-        LAUNCH(k_relu_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, b, BC, C, H,
-               W, k);
+        LAUNCH(k_relu_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, b, BC, C, H, W,
+               k);
 }
 
 static void cuda_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp, int B, int C,
