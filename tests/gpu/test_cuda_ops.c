@@ -29,6 +29,7 @@
 #include "core/hash.h"
 #include "job/config.h"
 #include "core/util.h"
+#include "nn/model.h"
 #include "data/augment.h"
 #include "data/h5data.h"
 #include "job/config.h"
@@ -738,6 +739,75 @@ static void t_bias_grad_rows(int B, int O)
     G->free(gx), G->free(gw), G->free(gdy), G->free(gdw), G->free(gdb), G->free(gdb2);
     free(x), free(w), free(dy), free(x64), free(w64), free(dy64);
     free(cdw), free(cdb), free(rdw), free(rdb);
+}
+
+/* One training step's logits and gradients of `layers` on backend be (B samples of 1x28x28,
+ * labels i % 10), downloaded into logits (B*10) and grads (*np); returns a description. */
+static float *model_step(const struct ddp_backend *be, const char *layers, int B, float *logits,
+                         size_t *np, char *desc, size_t len)
+{
+    struct ddp_model m;
+    char err[DDP_ERR_LEN];
+    const int64_t dims[3] = {1, 28, 28};
+    if (ddp_model_create(&m, be, layers, 3, dims, B, err, sizeof err) != 0) {
+        printf("FAIL model %s: %s\n", layers, err);
+        g_fail++;
+        return NULL;
+    }
+    ddp_model_init(&m, 42);
+    const size_t nx = (size_t)B * 784;
+    float *x = rnd(nx, 1);
+    int32_t *lab = ddp_malloc(sizeof(int32_t) * B);
+    for (int i = 0; i < B; i++)
+        lab[i] = i % 10;
+    float *gx = dev_f(x, nx);
+    int32_t *glab = dev_of(lab, sizeof(int32_t) * B);
+    const float *y = ddp_model_forward(&m, gx, B, 1, 7);
+    be->xent(ddp_model_dlogits(&m), NULL, y, glab, B, 10, 1.0f / B, 0);
+    ddp_model_backward(&m, gx, B, NULL, NULL);
+    be->download(logits, y, sizeof(float) * B * 10);
+    float *g = host_of(m.grads, m.nparams);
+    *np = m.nparams;
+    int fused = 0; /* the layers that run fused: 3 (conv2d, relu, maxpool), 5 (relu, maxpool) */
+    for (int i = 0; i < m.nlayers; i++)
+        fused += m.layers[i].fused == 3 ? 100 : m.layers[i].fused == 5;
+    snprintf(desc, len, "%d", fused);
+    G->free(gx), G->free(glab);
+    free(x), free(lab);
+    ddp_model_free(&m);
+    return g;
+}
+
+/* A model with conv2d -> relu -> maxpool (fashion-cnn's blocks) and batchnorm -> relu ->
+ * maxpool: the fused path (conv2d_relu_maxpool_fwd, relu_maxpool_fwd, maxpool_relu_bwd) gives
+ * the logits and gradients of the unfused ops (a table without them), bit for bit. */
+static void t_model_fusion(void)
+{
+    if (!G->relu_maxpool_fwd)
+        return;
+    const char *layers = "conv2d(4, 5), relu, maxpool(2), conv2d(6, 3), batchnorm, relu, "
+                         "maxpool(2), flatten, linear(16), relu, linear(10)";
+    const int B = 9;
+    struct ddp_backend plain = *G;
+    plain.relu_maxpool_fwd = NULL;
+    plain.maxpool_relu_bwd = NULL;
+    plain.conv2d_relu_maxpool_fwd = NULL;
+    float lf[90], lp[90];
+    size_t nf = 0, np = 0;
+    char df[512], dp[512];
+    const uint64_t rng = g_rng;
+    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
+    g_rng = rng;
+    float *gp = model_step(&plain, layers, B, lp, &np, dp, sizeof dp);
+    g_checks++;
+    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof lf) == 0 &&
+                   memcmp(gf, gp, sizeof(float) * nf) == 0;
+    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL",
+           "model fused vs unfused pools", nf, ok ? "logits and gradients bit-identical" : "differ",
+           df, dp);
+    check_i("model layers fused: conv+relu+pool, relu+pool", atoi(df), 102);
+    g_fail += !ok;
+    free(gf), free(gp);
 }
 
 /* bn_update, train (from the sums cs, on the CPU; gsd, the same on the device) and eval:
@@ -1492,6 +1562,7 @@ int main(void)
     t_relu_pool(2, 3, 9, 13, 2);
     t_relu_pool(1, 2, 33, 33, 16);     /* the largest window a byte argmax holds */
     t_relu_pool(1, 16, 2049, 2049, 2); /* 16 Mi + outputs: past 65535 blocks of 256 */
+    t_model_fusion();
     t_vec(100003, 0);
     t_vec(100003, 1);
     t_vec(3, 0); /* the tail alone */
