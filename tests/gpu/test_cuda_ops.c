@@ -1578,6 +1578,7 @@ int main(void)
     t_xent(67, 10, 0);
     t_xent(9, 1000, 0); /* K > 32: lanes loop */
     t_xent(1, 2, 0);
+    t_xent(20011, 10, 0); /* past one block's rows: the two-level sum */
     t_xent(67, 10, 0.1f); /* label smoothing */
     t_xent(9, 1000, 0.25f);
     t_sumsq(1);

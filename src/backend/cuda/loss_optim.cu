@@ -210,16 +210,71 @@ __global__ void k_xent_acc(double *acc, const double *row_loss, const int *row_o
     }
 }
 
+/* Rows one block of k_xent_part sums: a batch of up to this many is summed by k_xent_acc
+ * alone, a larger one in two levels. */
+#define XENT_ACC_ROWS 8192
+
+/* Block b: part[2b] = the loss sum, part[2b + 1] the correct count of rows b*XENT_ACC_ROWS ..
+ * (b+1)*XENT_ACC_ROWS - 1 (fixed order). */
+__global__ void k_xent_part(double *part, const double *row_loss, const int *row_ok, int B)
+{
+    const int r0 = blockIdx.x * XENT_ACC_ROWS;
+    const int r1 = B - r0 < XENT_ACC_ROWS ? B : r0 + XENT_ACC_ROWS;
+    double s = 0, c = 0;
+    for (int i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
+        s += row_loss[i];
+        c += row_ok[i];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = s;
+        part[2 * blockIdx.x + 1] = c;
+    }
+}
+
+/* One block: acc[0] += the sum of the parts' losses, acc[1] of their counts (fixed order). */
+__global__ void k_xent_parts_acc(double *acc, const double *part, int nparts)
+{
+    double s = 0, c = 0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) {
+        s += part[2 * i];
+        c += part[2 * i + 1];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        acc[0] += s;
+        acc[1] += c;
+    }
+}
+
 /* The loss kernels' per-row scratch in the workspace: row_loss (B doubles), row_ok (B ints),
- * then `extra` bytes. */
-static char *xent_rows(double **row_loss, int **row_ok, size_t extra, int B)
+ * the two-level sum's parts, then `extra` bytes. */
+static char *xent_rows(double **row_loss, int **row_ok, double **part, size_t extra, int B)
 {
     const size_t loss_bytes = align256(sizeof(double) * (size_t)B);
     const size_t ok_bytes = align256(sizeof(int) * (size_t)B);
-    char *ws = (char *)ws_get(loss_bytes + ok_bytes + extra);
+    const size_t parts = ((size_t)B + XENT_ACC_ROWS - 1) / XENT_ACC_ROWS;
+    const size_t part_bytes = align256(2 * sizeof(double) * parts);
+    char *ws = (char *)ws_get(loss_bytes + ok_bytes + part_bytes + extra);
     *row_loss = (double *)ws;
     *row_ok = (int *)(ws + loss_bytes);
-    return ws + loss_bytes + ok_bytes;
+    *part = (double *)(ws + loss_bytes + ok_bytes);
+    return ws + loss_bytes + ok_bytes + part_bytes;
+}
+
+/* acc (2 doubles) += the batch's loss sum and correct count: one block up to XENT_ACC_ROWS
+ * rows, else a block per XENT_ACC_ROWS rows and one over their parts. */
+static void xent_sum(double *acc, double *part, const double *row_loss, const int *row_ok, int B)
+{
+    const int parts = (B + XENT_ACC_ROWS - 1) / XENT_ACC_ROWS;
+    if (parts <= 1) {
+        LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
+        return;
+    }
+    LAUNCH(k_xent_part, (unsigned)parts, 1024, part, row_loss, row_ok, B);
+    LAUNCH(k_xent_parts_acc, 1, 1024, acc, part, parts);
 }
 
 static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, const int32_t *labels,
@@ -227,13 +282,13 @@ static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, cons
 {
     if (B <= 0 || K <= 0)
         return;
-    double *row_loss;
+    double *row_loss, *part;
     int *row_ok;
-    xent_rows(&row_loss, &row_ok, 0, B);
+    xent_rows(&row_loss, &row_ok, &part, 0, B);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale, smoothing);
-    LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
+    xent_sum(acc, part, row_loss, row_ok, B);
 }
 
 static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
@@ -244,14 +299,14 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
             *correct = 0;
         return 0;
     }
-    double *row_loss;
+    double *row_loss, *part;
     int *row_ok;
-    double *dres = (double *)xent_rows(&row_loss, &row_ok, 2 * sizeof(double), B);
+    double *dres = (double *)xent_rows(&row_loss, &row_ok, &part, 2 * sizeof(double), B);
     CUDA_CHECK(cudaMemsetAsync(dres, 0, 2 * sizeof(double), g_cuda.stream));
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale, smoothing);
-    LAUNCH(k_xent_acc, 1, 1024, dres, row_loss, row_ok, B);
+    xent_sum(dres, part, row_loss, row_ok, B);
     double res[2]; /* loss sum, correct count (exact in a double) */
     CUDA_CHECK(cudaMemcpyAsync(res, dres, sizeof res, cudaMemcpyDeviceToHost, g_cuda.stream));
     CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
