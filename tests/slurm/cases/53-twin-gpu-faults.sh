@@ -131,8 +131,9 @@ for c in "${cases[@]}"; do
     grep '^FAIL ' health.log | grep -Eq "rank 0 on $other |of $other\$|of $other:" &&
         fail "--slurm-health, $what: $other failed too"
     s=$(node_state "$node") o=$(node_state "$other")
-    [[ $s == *DRAIN* ]] && grep -Eq "Reason=ddptrain validate: $reason" <<<"$s" ||
+    if [[ $s != *DRAIN* ]] || ! grep -Eq "Reason=ddptrain validate: $reason" <<<"$s"; then
         fail "--slurm-health, $what: $node not drained for it: $s"
+    fi
     [[ $o != *DRAIN* ]] || fail "--slurm-health, $what: $other drained too: $o"
     sr scontrol update nodename="$node" state=resume
     [[ $(node_state "$node") != *DRAIN* ]] || fail "$node not resumed"
