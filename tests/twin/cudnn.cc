@@ -599,17 +599,9 @@ namespace
  * (searches run at model build only). -1 when no override names it. */
 float twin_ms_override(int dir, int algo)
 {
-    const char *e = getenv("DDP_EMU_CUDNN_MS"), *only = getenv("DDP_EMU_CUDNN_MS_RANK");
-    if (!e || !*e)
+    const char *e = getenv("DDP_EMU_CUDNN_MS");
+    if (!e || !*e || !twin::on_rank(getenv("DDP_EMU_CUDNN_MS_RANK")))
         return -1;
-    if (only && *only) {
-        const char *r = getenv("RANK");
-        for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
-            if (!r && getenv(v))
-                r = getenv(v);
-        if (!r || strcmp(r, only) != 0)
-            return -1;
-    }
     static const char *const dirs[] = {"fwd:", "data:", "filter:"};
     for (const char *p = e; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : nullptr) {
         const size_t n = strlen(dirs[dir]);

@@ -230,15 +230,8 @@ void init_once()
     e = getenv("DDP_EMU_LATE");
     g_late = e && strcmp(e, "1") == 0;
     e = getenv("DDP_EMU_FAIL");
-    const char *only = getenv("DDP_EMU_FAIL_RANK"); /* inject on this rank only */
-    if (only && *only) {
-        const char *r = getenv("RANK");
-        for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
-            if (!r && getenv(v))
-                r = getenv(v);
-        if (!r || strcmp(r, only) != 0)
-            e = nullptr;
-    }
+    if (!on_rank(getenv("DDP_EMU_FAIL_RANK"))) /* inject on this rank only */
+        e = nullptr;
     if (e && strncmp(e, "kernel:", 7) == 0)
         g_fail_kernel = atoll(e + 7);
     else if (e && strncmp(e, "alloc:", 6) == 0)
@@ -620,6 +613,17 @@ int inject_kernel_fault(void)
     init();
     g_stats.launches++;
     return ++g_nkernels == g_fail_kernel;
+}
+
+int on_rank(const char *only)
+{
+    if (!only || !*only)
+        return 1;
+    const char *r = getenv("RANK");
+    for (const char *v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+        if (!r && getenv(v))
+            r = getenv(v);
+    return r && strcmp(r, only) == 0;
 }
 
 int current_device(void)

@@ -52,6 +52,9 @@ void set_last(cudaError_t e);
 int inject_kernel_fault(void);
 /* Current device ordinal of the calling thread and its physical twin GPU id. */
 int current_device(void);
+/* 1 when only (an environment variable's value: a rank) is unset or empty, or names this
+ * process's rank (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK). */
+int on_rank(const char *only);
 int physical_id(int ordinal);
 /* Host identity for NCCL's duplicate-GPU check. */
 const char *host_id(void);

@@ -113,7 +113,7 @@ __global__ void k_rowsum_finish(float *db, const double *part, int O, int splits
 
 /* Blocks a feature of the row sums over Q columns: one per BN_ELEMS_PER_SPLIT columns, at
  * most BN_MAX_SPLITS (monotone in Q). */
-static size_t rowsum_splits(size_t Q)
+size_t rowsum_splits(size_t Q)
 {
     const size_t splits = (Q + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
     return splits < 1 ? 1 : splits > BN_MAX_SPLITS ? BN_MAX_SPLITS : splits;
@@ -126,6 +126,11 @@ static void rowsum_add(float *db, double *part, const float *dyT, int O, size_t 
 {
     const size_t splits = rowsum_splits(Q);
     LAUNCH(k_rowsum_partial, dim3((unsigned)O, (unsigned)splits), THREADS, part, dyT, Q);
+    rowsum_finish(db, part, O, splits);
+}
+
+void rowsum_finish(float *db, const double *part, int O, size_t splits)
+{
     LAUNCH(k_rowsum_finish, (unsigned)((O + THREADS - 1) / THREADS), THREADS, db, part, O,
            (int)splits);
 }

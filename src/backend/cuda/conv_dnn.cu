@@ -468,31 +468,17 @@ __global__ void k_chan_partial(double *part, const float *dout, int B, int O, in
         part[(size_t)o * splits + y] = s;
 }
 
-/* db[o] += the splits' sums of channel o, in order. */
-__global__ void k_chan_finish(float *db, const double *part, int O, int splits)
-{
-    const int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= O)
-        return;
-    double s = 0;
-    for (int y = 0; y < splits; y++)
-        s += part[(size_t)o * splits + y];
-    db[o] += (float)s;
-}
-
 /* db (O) += per-channel sums of dout (B, O, P): a deterministic two-pass reduction. */
 static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
 {
     const size_t n = (size_t)B * P;
     if (O <= 0 || n == 0)
         return;
-    size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
-    if (splits > BN_MAX_SPLITS)
-        splits = BN_MAX_SPLITS;
+    const size_t splits = rowsum_splits(n);
     double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
     dim3 grid((unsigned)O, (unsigned)splits);
     LAUNCH(k_chan_partial, grid, THREADS, part, dout, B, O, P);
-    LAUNCH(k_chan_finish, (O + THREADS - 1) / THREADS, THREADS, db, part, O, (int)splits);
+    rowsum_finish(db, part, O, splits);
 }
 
 /* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu

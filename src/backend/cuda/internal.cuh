@@ -426,6 +426,11 @@ void cuda_table_blas(struct ddp_backend *t);
 
 /* conv.cu */
 void cuda_table_conv(struct ddp_backend *t);
+/* Bias gradients in two passes: blocks per feature for sums over Q values (at least 1, at
+ * most BN_MAX_SPLITS), and the second pass, db[o] += feature o's splits partial sums (part,
+ * doubles, o-major) in order: the same bits every run. */
+size_t rowsum_splits(size_t Q);
+void rowsum_finish(float *db, const double *part, int O, size_t splits);
 
 /* conv_dnn.cu */
 void dnn_version(char *out, size_t len); /* "9.x.y", "not found" or "not built in" */
