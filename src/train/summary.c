@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/select.h"
 #include "train/optim.h"
 #include "train/outdir.h"
 #include "core/util.h"
@@ -95,6 +96,20 @@ static void print_recipe(const struct ddp_check_facts *f)
         printf("  validation    none ([data] val, val_fraction)\n");
 }
 
+/* GPU: the convolution path and, with cuDNN, each shape's algorithms, math, times and
+ * workspace as the build chose them (the run log's "conv" lines). */
+static void print_convolutions(const struct ddp_check_facts *f)
+{
+    if (!f->conv_path || !f->conv_path[0])
+        return;
+    printf("  convolutions  %s\n", f->conv_path);
+    char rep[16384];
+    if (ddp_backend_conv_report(rep, sizeof rep) == 0)
+        return;
+    for (char *sv = NULL, *line = strtok_r(rep, "\n", &sv); line; line = strtok_r(NULL, "\n", &sv))
+        printf("                %s\n", line);
+}
+
 int ddp_check_print(const struct ddp_check_facts *f)
 {
     if (f->world->rank != 0)
@@ -129,6 +144,7 @@ int ddp_check_print(const struct ddp_check_facts *f)
            "activations %s, conv scratch %s\n",
            ddp_fmt_bytes(mem.total, a, sizeof a), ddp_fmt_bytes(mem.params, b, sizeof b),
            ddp_fmt_bytes(mem.activations, c, sizeof c), ddp_fmt_bytes(mem.scratch, d, sizeof d));
+    print_convolutions(f);
     int64_t total = f->steps_per_epoch * job->epochs;
     if (job->max_steps > 0 && job->max_steps < total)
         total = job->max_steps;

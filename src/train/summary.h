@@ -28,7 +28,8 @@ struct ddp_check_facts {
     const struct ddp_ckpt_pos *start; /* the resume point (zero: from scratch) */
     int resumed;
     double setup_s;
-    int64_t val_n; /* validation samples ([data] val or val_fraction), 0: none */
+    int64_t val_n;         /* validation samples ([data] val or val_fraction), 0: none */
+    const char *conv_path; /* the GPU's convolution path and why; "" on the CPU */
 };
 
 /* Forward FLOPs of one sample (multiply-adds count 2). */

@@ -794,6 +794,7 @@ int trainer_check_summary(struct trainer *t, const struct ddp_ckpt_pos *start, d
                                  start,
                                  t->resumed,
                                  ddp_now() - t_setup,
-                                 t->nval};
+                                 t->nval,
+                                 t->conv_path};
     return ddp_check_print(&cf);
 }

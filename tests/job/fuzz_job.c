@@ -475,8 +475,8 @@ static void print_summary(const struct ddp_job *job, const struct ddp_model *m, 
     w.num_nodes = 1;
     struct ddp_ckpt_pos start;
     memset(&start, 0, sizeof start);
-    struct ddp_check_facts f = {job,     &w,      "cpu", "self", 1, 1,   m,
-                                SAMPLES, SAMPLES, steps, &start, 0, 0.0, 0};
+    struct ddp_check_facts f = {job,     &w,    "cpu",  "self", 1,   1, m, SAMPLES,
+                                SAMPLES, steps, &start, 0,      0.0, 0, ""};
     ddp_check_print(&f);
 }
 

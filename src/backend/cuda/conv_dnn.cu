@@ -613,8 +613,9 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
                       s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
                       dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
     }
+    char ws[32];
     if (n >= 0 && (size_t)n < len)
-        snprintf(out + n, len - n, "; workspace %.1f MiB", (double)pl->cap / 1048576.0);
+        snprintf(out + n, len - n, "; workspace %s", ddp_fmt_bytes((double)pl->cap, ws, sizeof ws));
 }
 #endif
 

@@ -47,6 +47,11 @@ run() { # run OUT [ENV=V ...] [-- --set ...]: 2 twin GPUs
         --set job.output="$out" "$@" > "$out.log" 2>&1
 }
 
+# check names each convolution's algorithms, math and workspace as the run log does
+"$DDPTRAIN_TWIN" check j.ini > check.txt 2>&1 || { echo "FAIL: check"; cat check.txt; exit 1; }
+grep -q "^  convolutions  cuDNN .*fastest measured deterministic" check.txt &&
+    grep -q "C6 6x6 -> 8 k3 s1 p0, batch 16: forward IMPLICIT_GEMM fma .*; workspace " check.txt ||
+    { echo "FAIL: check does not name the convolution algorithms"; cat check.txt; fail=1; }
 run full || { echo "FAIL: the 2-GPU run"; tail -5 full.log; exit 1; }
 grep -q "fastest measured deterministic algorithms" full.log ||
     { echo "FAIL: the log does not say the deterministic algorithms were timed"; fail=1; }
