@@ -326,9 +326,9 @@ pack_validate() {
             "$R/validate.tar" "$1"
 }
 validate_stage() {
-    local vd=$W/validate t0 rc rc2 expect cfg=()
+    local vd=$W/validate t0 rc rc2 rest expect cfg=()
     mkdir -p "$vd"
-    # --dry: this shared machine is never idle, and --record-expect refuses a loaded node
+    # --dry: this shared machine is never idle: no retest verdict, and --record-expect records
     if [ $DRY = 1 ]; then
         printf '[validate]\nforeign_load_max = 0\n' > "$W/validate-dry.ini"
         cfg=(--config "$W/validate-dry.ini")
@@ -336,12 +336,15 @@ validate_stage() {
     t0=$(elapsed)
     expect=expect-$(card_slug).ini
     # the check itself: its verdict is the stage's; its tables go to the log
-    timeout "$(budget 15)" "$DDPTRAIN" validate --quick --json "$vd/validate.json" > "$vd/run.txt" 2>&1
+    timeout "$(budget 15)" "$DDPTRAIN" validate --quick "${cfg[@]}" --json "$vd/validate.json" \
+        > "$vd/run.txt" 2>&1
     rc=$?
     cat "$vd/run.txt"
     # the records: the golden run's 100 steps as the cuda reference, the rates of 5 rounds as
     # the card's floors (level quick, margin 0.2), in what is left of VALIDATE_S
-    timeout "$(budget $((VALIDATE_S - ($(elapsed) - t0))))" "$DDPTRAIN" validate --quick "${cfg[@]}" \
+    rest=$((VALIDATE_S - ($(elapsed) - t0)))
+    [ "$rest" -lt 5 ] && rest=5
+    timeout "$(budget $rest)" "$DDPTRAIN" validate --quick "${cfg[@]}" \
         --record "$vd" --record-expect "$vd/$expect" > "$vd/record.txt" 2>&1
     rc2=$?
     grep -E "recorded|PASS: recorded|^validate:|FAIL|RETEST|refus" "$vd/record.txt" | head -8
