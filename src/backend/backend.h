@@ -159,6 +159,23 @@ struct ddp_backend {
                         int k);
     void (*maxpool_bwd)(float *dinp, const float *dout, const int32_t *argmax, int B, int C, int H,
                         int W, int k);
+    /* relu followed by maxpool, in one pass each way (optional; both or neither). The model
+     * uses them for a relu whose only reader is a maxpool with k <= 16: the relu's output is
+     * never stored. relu_maxpool_fwd: out = maxpool(relu(inp)), argmax the place i*k + j of
+     * the first maximum of relu(inp) within its window (one byte: k*k <= 256).
+     * maxpool_relu_bwd: dinp (B,C,H,W) = the gradient of the relu's INPUT: dout where the
+     * pixel is its window's argmax and out (the pool's output) > 0, else 0. Both equal
+     * relu_fwd + maxpool_fwd and maxpool_bwd + relu_bwd bit for bit. */
+    void (*relu_maxpool_fwd)(float *out, uint8_t *argmax, const float *inp, int B, int C, int H,
+                             int W, int k);
+    void (*maxpool_relu_bwd)(float *dinp, const float *dout, const float *out,
+                             const uint8_t *argmax, int B, int C, int H, int W, int k);
+    /* conv2d, relu and maxpool(k) forward in one (optional, with the two above): act (B,O,OH,
+     * OW) is scratch for the convolution's output, out and argmax as relu_maxpool_fwd's on
+     * max(0, conv + b); bit for bit conv2d_relu_fwd followed by maxpool_fwd. */
+    void (*conv2d_relu_maxpool_fwd)(float *out, uint8_t *argmax, float *act, float *col,
+                                    const float *inp, const float *w, const float *b, int B,
+                                    const struct ddp_conv_geom *g, int k);
     void (*avgpool_fwd)(float *out, const float *inp, int B, int C, int H, int W, int k);
     void (*avgpool_bwd)(float *dinp, const float *dout, int B, int C, int H, int W, int k);
 

@@ -440,11 +440,43 @@ static void plan_fusion(struct ddp_model *m)
     }
 }
 
+/* Fuse each relu whose only reader is a maxpool (window k <= 16: its argmax fits a byte)
+ * into that maxpool, where the backend has relu_maxpool_fwd and maxpool_relu_bwd: the pool
+ * runs both (4, 5) and the relu's output is never stored. A relu already fused into the
+ * conv2d before it (1, 2) makes the three one forward op (3, 4, 5) where the backend has
+ * conv2d_relu_maxpool_fwd, else stays as it is. */
+static void plan_pool_fusion(struct ddp_model *m)
+{
+    const struct ddp_backend *be = m->be;
+    if (!be->relu_maxpool_fwd || !be->maxpool_relu_bwd)
+        return;
+    for (int i = 1; i < m->nlayers; i++) {
+        struct ddp_layer *p = &m->layers[i], *r = &m->layers[i - 1];
+        if (p->spec.kind != DDP_LAYER_MAXPOOL || p->in != i - 1 || r->spec.kind != DDP_LAYER_RELU ||
+            p->spec.k > 16 || p->spec.k < 1)
+            continue;
+        int readers = 0;
+        for (int j = 0; j < m->nlayers; j++)
+            readers += (m->layers[j].in == i - 1) + (m->layers[j].in2 == i - 1);
+        if (readers != 1)
+            continue;
+        if (r->fused == 2) { /* conv2d (or linear) + relu */
+            struct ddp_layer *c = &m->layers[r->in];
+            if (c->spec.kind != DDP_LAYER_CONV2D || !be->conv2d_relu_maxpool_fwd)
+                continue;
+            c->fused = 3;
+        }
+        r->fused = 4;
+        p->fused = 5;
+    }
+}
+
 /* Parameters, gradients, buffers, and each layer's activations and scratch for max_batch. */
 static void alloc_buffers(struct ddp_model *m, int max_batch)
 {
     const struct ddp_backend *be = m->be;
     plan_fusion(m);
+    plan_pool_fusion(m);
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
@@ -464,11 +496,14 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             l->dout = l->in >= 0 ? m->layers[l->in].dout : be->alloc(sizeof(float) * act);
             continue;
         }
-        l->out = l->fused == 1 ? NULL : be->alloc(sizeof(float) * act);
-        l->dout = be->alloc(sizeof(float) * act);
+        l->out = l->fused == 1 || l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
+        l->dout = l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
         case DDP_LAYER_MAXPOOL:
-            l->argmax = be->alloc(sizeof(int32_t) * act);
+            if (l->fused == 5)
+                l->argmax8 = be->alloc(act);
+            else
+                l->argmax = be->alloc(sizeof(int32_t) * act);
             break;
         case DDP_LAYER_DROPOUT:
         case DDP_LAYER_BATCHNORM:
@@ -781,6 +816,7 @@ void ddp_model_free(struct ddp_model *m)
         be->free(l->dout);
         be->free(l->aux);
         be->free(l->argmax);
+        be->free(l->argmax8);
         be->free(l->mean);
         be->free(l->invstd);
         be->free(l->sums);

@@ -81,7 +81,11 @@ struct ddp_layer {
     int in, in2;   /* layers read (-1: the model's input); in2: residual joins only */
     int acc, acc2; /* backward adds into in's (in2's) dout instead of overwriting it */
     int fused;     /* 1: a linear or conv2d whose forward applies the next layer's relu into
-                * that layer's out (its own out is not stored); 2: that relu (forward done) */
+                * that layer's out (its own out is not stored); 2: that relu (forward done);
+                * 3: a conv2d whose forward also runs the next relu and the maxpool after it
+                * (conv2d_relu_maxpool_fwd; its out is the pre-activation, scratch);
+                * 4: a relu whose only reader is a maxpool (5) that runs it both ways
+                * (relu_maxpool_fwd, maxpool_relu_bwd): nothing of its own, no out */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */
@@ -92,6 +96,7 @@ struct ddp_layer {
     float *dout;          /* (B, out_elems) gradient of out */
     float *aux;           /* batchnorm xhat / dropout mask, (B, out_elems) */
     int32_t *argmax;      /* maxpool */
+    uint8_t *argmax8;     /* maxpool after a relu (fused 5): the place in the window */
     float *mean, *invstd; /* batchnorm, (C) */
     double *sums; /* batchnorm, backend memory, 3 x (2C+1): forward, backward local, global */
 };

@@ -67,6 +67,13 @@ static const float *value_of(const struct ddp_model *m, int i, const float *x)
     return i < 0 ? x : m->layers[i].out;
 }
 
+/* 1 when relu layer r's forward ran with the layers before it (a conv2d with fused 3). */
+static int relu_ran(const struct ddp_model *m, int r)
+{
+    const int c = m->layers[r].in;
+    return c >= 0 && m->layers[c].fused == 3;
+}
+
 /* Layer i of the forward pass on the model's input x (B, in_elems of layer 0). */
 static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int train,
                           uint64_t noise_seed)
@@ -88,17 +95,28 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
             be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
         break;
     case DDP_LAYER_RELU:
-        if (l->fused != 2)
+        if (l->fused != 2 && l->fused != 4)
             be->relu_fwd(l->out, inp, n);
         break;
     case DDP_LAYER_CONV2D: {
         const struct ddp_conv_geom g = model_conv_geom(l);
+        if (l->fused == 3) { /* conv2d, relu, maxpool: the pool's out and argmax */
+            const struct ddp_layer *p = &m->layers[i + 2];
+            be->conv2d_relu_maxpool_fwd(p->out, p->argmax8, l->out, m->col, inp, w, b, B, &g,
+                                        p->spec.k);
+            break;
+        }
         (l->fused == 1 ? be->conv2d_relu_fwd : be->conv2d_fwd)(
             l->fused == 1 ? m->layers[i + 1].out : l->out, m->col, inp, w, b, B, &g);
         break;
     }
     case DDP_LAYER_MAXPOOL:
-        be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        if (l->fused == 5 && !relu_ran(m, l->in)) /* else the conv2d before ran all three */
+            be->relu_maxpool_fwd(l->out, l->argmax8, value_of(m, m->layers[l->in].in, x), B,
+                                 l->ishape[0], l->ishape[1], l->ishape[2], s->k);
+        else if (l->fused != 5)
+            be->maxpool_fwd(l->out, l->argmax, inp, B, l->ishape[0], l->ishape[1], l->ishape[2],
+                            s->k);
         break;
     case DDP_LAYER_AVGPOOL:
         be->avgpool_fwd(l->out, inp, B, l->ishape[0], l->ishape[1], l->ishape[2], s->k);
@@ -207,8 +225,11 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
         be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, &g);
         break;
     }
-    case DDP_LAYER_MAXPOOL:
-        if (dinp)
+    case DDP_LAYER_MAXPOOL: /* fused 5: dinp is the gradient of the relu's input */
+        if (dinp && l->fused == 5)
+            be->maxpool_relu_bwd(dinp, l->dout, l->out, l->argmax8, B, l->ishape[0], l->ishape[1],
+                                 l->ishape[2], s->k);
+        else if (dinp)
             be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],
                             s->k);
         break;
@@ -249,12 +270,14 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             join_backward(m, l, B, first);
             continue;
         }
-        if (l->spec.kind == DDP_LAYER_FLATTEN)
-            continue;
+        if (l->spec.kind == DDP_LAYER_FLATTEN || l->fused == 4)
+            continue; /* a relu fused into its maxpool: the pool's backward is both */
+        /* a maxpool with its relu (5) writes the gradient of the relu's input */
+        const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
         const float *inp = l->in < 0 ? x : m->layers[l->in].out;
-        float *dinp = grad_dest(m, l->in, l->acc, first);
+        float *dinp = grad_dest(m, src->in, src->acc, first);
         layer_backward(m, i, inp, dinp, B);
-        grad_add(m, l->in, dinp, B);
+        grad_add(m, src->in, dinp, B);
         if (layer_done && l->w_n)
             layer_done(ctx, i);
     }
@@ -355,8 +378,8 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         struct ddp_layer *l = &m->layers[i];
         if (first_param < 0 && l->w_n)
             first_param = i;
-        if (l->fused == 1)
-            continue; /* its relu's output stands for it */
+        if (l->fused == 1 || l->fused == 4)
+            continue; /* its relu's (its maxpool's) output stands for it */
         double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
         if (!bad) {
             prev = out;

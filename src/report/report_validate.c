@@ -1,6 +1,7 @@
 /*
  * report_validate.c - `ddptrain report FILE.json` for a `ddptrain validate --json` file: the
- * verdict, one row per node and per rank, the all-reduce table, as HTML (see report.h).
+ * verdict, one row per node, per rank and per GPU (measurements and NVML health), the all-reduce
+ * table, as HTML (see report.h).
  * Also the `report` command line.
  */
 #include "report/report.h"
@@ -44,6 +45,203 @@ static void table(FILE *f, const struct ddp_json *arr, const char *const *cols, 
     fputs("</table>\n", f);
 }
 
+/* ---- the GPU table: "gpus" (validate's measurements, one per rank with a GPU) joined with
+ * "gpu_health" (NVML, one per GPU a rank read: under --slurm-health every GPU of the node) on
+ * (rank, CUDA device), the reasons from "failures". Sorted indexes keep a hostile file of a
+ * million rows from costing a million squared. */
+
+#define GPU_ROWS_MAX 65536  /* a table beyond this is not read; the JSON has them all */
+#define REASONS_SCAN_MAX 64 /* failures of one rank looked at for a row (real: a few) */
+
+struct gkey {
+    double rank, dev;
+    int idx;
+};
+
+/* Orders by rank, then device; NaN (a missing or mistyped member) after every number. */
+static int gkey_cmp(const void *pa, const void *pb)
+{
+    const struct gkey *a = pa, *b = pb;
+    const double x[2] = {a->rank, a->dev}, y[2] = {b->rank, b->dev};
+    for (int i = 0; i < 2; i++) {
+        if (isnan(x[i]) || isnan(y[i])) {
+            if (isnan(x[i]) != isnan(y[i]))
+                return isnan(x[i]) ? 1 : -1;
+            continue;
+        }
+        if (x[i] != y[i])
+            return x[i] < y[i] ? -1 : 1;
+    }
+    return 0;
+}
+
+/* The n items of arr (an array, else none) keyed by members rk and dk, sorted; owned. */
+static struct gkey *gkeys(const struct ddp_json *arr, const char *rk, const char *dk, int *n)
+{
+    *n = arr && arr->type == DDP_JSON_ARR ? arr->n : 0;
+    struct gkey *k = ddp_malloc(sizeof *k * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) {
+        k[i].rank = ddp_json_num(&arr->items[i], rk);
+        k[i].dev = dk ? ddp_json_num(&arr->items[i], dk) : 0;
+        k[i].idx = i;
+    }
+    qsort(k, (size_t)*n, sizeof *k, gkey_cmp);
+    return k;
+}
+
+/* First key of k[0..n) not ordered before (rank, dev). */
+static int gkey_lower(const struct gkey *k, int n, double rank, double dev)
+{
+    const struct gkey want = {rank, dev, 0};
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (gkey_cmp(&k[mid], &want) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A verdict cell, styled as the page's verdicts. */
+static void verdict_cell(FILE *f, const struct ddp_json *v)
+{
+    const char *t = v && v->type == DDP_JSON_STR ? v->str : "-";
+    if (!strcmp(t, "FAIL") || !strcmp(t, "PASS"))
+        fprintf(f, "<td class=\"%s\">", t);
+    else
+        fputs("<td>", f);
+    ddp_html_text(f, t);
+    fputs("</td>", f);
+}
+
+/* The failures of rank r that concern this row: its GPU checks (gpu_*) when g is the rank's
+ * measured GPU, the "gpu health" ones that name health row h's GPU. */
+static void reasons_cell(FILE *f, const struct ddp_json *fails, const struct gkey *fk, int nf,
+                         double r, const struct ddp_json *g, const struct ddp_json *h)
+{
+    char gpu[96] = "";
+    if (h && !isnan(ddp_json_num(h, "gpu")))
+        snprintf(gpu, sizeof gpu, "GPU %.0f (%.40s) ", ddp_json_num(h, "gpu"),
+                 ddp_json_text(h, "bus_id", "?"));
+    int shown = 0;
+    fputs("<td>", f);
+    for (int i = gkey_lower(fk, nf, r, 0), seen = 0;
+         i < nf && fk[i].rank == r && seen < REASONS_SCAN_MAX; i++, seen++) {
+        const struct ddp_json *x = &fails->items[fk[i].idx];
+        const char *check = ddp_json_text(x, "check", ""), *why = ddp_json_text(x, "reason", "");
+        const int mine = (g && !strncmp(check, "gpu_", 4)) ||
+                         (gpu[0] && !strcmp(check, "gpu health") && strstr(why, gpu));
+        if (!mine)
+            continue;
+        fputs(shown++ ? "<br>" : "", f);
+        ddp_html_text(f, check);
+        fputs(": ", f);
+        ddp_html_text(f, why);
+    }
+    const struct ddp_json *rep = ddp_json_get(h, "reported");
+    if (rep && rep->type == DDP_JSON_BOOL && !rep->num) {
+        fputs(shown ? "<br>" : "", f);
+        fputs("not reported: ", f);
+        ddp_html_text(f, ddp_json_text(h, "status", "?"));
+    }
+    fputs("</td>", f);
+}
+
+/* One row: measurements g (or NULL: a GPU only NVML read), health h (or NULL). */
+static void gpu_row(FILE *f, const struct ddp_json *g, const struct ddp_json *h,
+                    const struct ddp_json *fails, const struct gkey *fk, int nf)
+{
+    static const char *const rates[] = {"hbm_copy_gbs",     "hbm_triad_gbs",      "sgemm_tflops",
+                                        "tf32_gemm_tflops", "bf16_gemm_tflops",   "h2d_gbs",
+                                        "d2h_gbs",          "pattern_wrong_words"};
+    const struct ddp_json *any = g ? g : h;
+    const struct ddp_json *gv = ddp_json_get(g, "verdict"), *hv = ddp_json_get(h, "verdict");
+    const int bad = (gv && gv->type == DDP_JSON_STR && !strcmp(gv->str, "FAIL")) ||
+                    (hv && hv->type == DDP_JSON_STR && !strcmp(hv->str, "FAIL"));
+    const struct ddp_json *cell[4] = {
+        ddp_json_get(any, "rank"), ddp_json_get(any, "host"),
+        g ? ddp_json_get(g, "device") : ddp_json_get(h, "cuda_device"),
+        g ? ddp_json_get(g, "pci_bus_id")
+          : ddp_json_get(h, ddp_json_get(h, "bus_id") ? "bus_id" : "cuda_bus_id")};
+    static const char *const cell_key[4] = {"rank", "host", "device", "pci_bus_id"};
+    fprintf(f, "<tr class=\"%s\">", bad ? "FAIL" : "");
+    for (int c = 0; c < 4; c++) {
+        fputs("<td>", f);
+        if (cell[c])
+            ddp_html_member(f, cell_key[c], cell[c]);
+        fputs("</td>", f);
+    }
+    for (size_t c = 0; c < sizeof rates / sizeof rates[0]; c++) {
+        const struct ddp_json *x = ddp_json_get(g, rates[c]);
+        fputs("<td>", f);
+        ddp_html_member(f, rates[c], x ? x : &(const struct ddp_json){.type = DDP_JSON_NULL});
+        fputs("</td>", f);
+    }
+    verdict_cell(f, gv);
+    verdict_cell(f, hv);
+    reasons_cell(f, fails, fk, nf, ddp_json_num(any, "rank"), g, h);
+    fputs("</tr>\n", f);
+}
+
+static void gpu_table(FILE *f, const struct ddp_json *v)
+{
+    static const char *const head[] = {"rank",
+                                       "host",
+                                       "GPU",
+                                       "bus id",
+                                       "HBM copy (GB/s)",
+                                       "HBM triad (GB/s)",
+                                       "SGEMM (TFLOP/s)",
+                                       "TF32 (TFLOP/s)",
+                                       "BF16 (TFLOP/s)",
+                                       "H2D (GB/s)",
+                                       "D2H (GB/s)",
+                                       "pattern (wrong words)",
+                                       "GPU checks",
+                                       "health",
+                                       "reasons"};
+    const struct ddp_json *gpus = ddp_json_get(v, "gpus"), *health = ddp_json_get(v, "gpu_health");
+    const struct ddp_json *fails = ddp_json_get(v, "failures");
+    int ng, nh, nf;
+    struct gkey *hk = gkeys(health, "rank", "cuda_device", &nh);
+    struct gkey *fk = gkeys(fails, "rank", NULL, &nf);
+    ng = gpus && gpus->type == DDP_JSON_ARR ? gpus->n : 0;
+    if (ng + nh == 0)
+        goto done; /* a CPU run: no GPU table */
+    fputs("<h2>GPUs</h2>\n<table><tr>", f);
+    for (size_t c = 0; c < sizeof head / sizeof head[0]; c++)
+        fprintf(f, "<th>%s</th>", head[c]);
+    fputs("</tr>\n", f);
+    char *used = ddp_calloc((size_t)(nh ? nh : 1), 1);
+    int rows = 0, matched = 0;
+    for (int i = 0; i < ng && rows < GPU_ROWS_MAX; i++, rows++) {
+        const struct ddp_json *g = &gpus->items[i];
+        const double r = ddp_json_num(g, "rank"), d = ddp_json_num(g, "device");
+        const int j = gkey_lower(hk, nh, r, d);
+        const int hit = j < nh && hk[j].rank == r && hk[j].dev == d && !used[j];
+        if (hit)
+            used[j] = 1, matched++;
+        gpu_row(f, g, hit ? &health->items[hk[j].idx] : NULL, fails, fk, nf);
+    }
+    for (int j = 0; j < nh && rows < GPU_ROWS_MAX; j++)
+        if (!used[j]) {
+            gpu_row(f, NULL, &health->items[hk[j].idx], fails, fk, nf);
+            rows++;
+        }
+    fputs("</table>\n", f);
+    if (ng + nh - matched > rows)
+        fprintf(f,
+                "<p class=\"note\">the first %d rows shown: the JSON has %d GPU and %d "
+                "health entries</p>\n",
+                rows, ng, nh);
+    free(used);
+done:
+    free(hk);
+    free(fk);
+}
+
 static void validate_page(FILE *f, const struct ddp_json *v, const char *src)
 {
     static const char *node_cols[] = {"host", "ranks", "verdict", "reasons"};
@@ -65,6 +263,7 @@ static void validate_page(FILE *f, const struct ddp_json *v, const char *src)
     table(f, ddp_json_get(v, "nodes"), node_cols, 4);
     fputs("<h2>ranks</h2>\n", f);
     table(f, ddp_json_get(v, "ranks"), rank_cols, 10);
+    gpu_table(f, v);
     fputs("<h2>all-reduce</h2>\n", f);
     const struct ddp_json *ar = ddp_json_get(v, "allreduce"),
                           *measured = ddp_json_get(ar, "measured");

@@ -117,9 +117,40 @@ static const char *const g_fault_names[DDP_VALIDATE_FAULT_KINDS] = {
     "slow_gemm", "slow_triad", "bad_allreduce", "flip_param",  "bad_grad",
     "bad_burn",  "loaded",     "slow_hbm",      "slow_tensor", "bad_devmem"};
 
+/* One "KIND:RANK[@HOST]" (modified in place) into f; -1 with a reason in err. */
+static int fault_parse_one(struct ddp_validate_faults *f, char *tok, char *err, size_t errlen)
+{
+    char *colon = strchr(tok, ':'), *at = colon ? strchr(colon + 1, '@') : NULL;
+    int64_t r;
+    int kind = -1;
+    if (colon) {
+        *colon = '\0';
+        for (int k = 0; k < DDP_VALIDATE_FAULT_KINDS; k++)
+            if (!strcmp(tok, g_fault_names[k]))
+                kind = k;
+    }
+    if (at)
+        *at = '\0';
+    const int bad_host =
+        at && (!at[1] || strchr(at + 1, '@') || strlen(at + 1) >= DDP_VALIDATE_FAULT_HOST_MAX);
+    if (kind < 0 || bad_host || ddp_parse_i64(colon + 1, &r) != 0 || r < 0 ||
+        r >= DDP_WORLD_SIZE_MAX)
+        return ddp_err(err, errlen,
+                       "DDP_TEST_VALIDATE_FAULT: '%s%s%s%s%s': expected KIND:RANK[@HOST] with "
+                       "KIND one of slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad, "
+                       "bad_burn, loaded, slow_hbm, slow_tensor, bad_devmem and HOST a host name "
+                       "of at most %d characters",
+                       tok, colon ? ":" : "", colon ? colon + 1 : "", at ? "@" : "",
+                       at ? at + 1 : "", DDP_VALIDATE_FAULT_HOST_MAX - 1);
+    f->rank[kind] = (int)r;
+    snprintf(f->host[kind], sizeof f->host[kind], "%s", at ? at + 1 : "");
+    return 0;
+}
+
 int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
                               size_t errlen)
 {
+    memset(f, 0, sizeof *f);
     for (int k = 0; k < DDP_VALIDATE_FAULT_KINDS; k++)
         f->rank[k] = -1;
     if (!text || !*text)
@@ -128,25 +159,17 @@ int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, c
     if (strlen(text) >= sizeof buf)
         return ddp_err(err, errlen, "DDP_TEST_VALIDATE_FAULT is too long");
     snprintf(buf, sizeof buf, "%s", text);
-    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        char *colon = strchr(tok, ':');
-        int64_t r;
-        int kind = -1;
-        if (colon) {
-            *colon = '\0';
-            for (int k = 0; k < DDP_VALIDATE_FAULT_KINDS; k++)
-                if (!strcmp(tok, g_fault_names[k]))
-                    kind = k;
-        }
-        if (kind < 0 || ddp_parse_i64(colon + 1, &r) != 0 || r < 0 || r >= DDP_WORLD_SIZE_MAX)
-            return ddp_err(err, errlen,
-                           "DDP_TEST_VALIDATE_FAULT: '%s%s%s': expected KIND:RANK with KIND one of "
-                           "slow_gemm, slow_triad, bad_allreduce, flip_param, bad_grad, bad_burn, "
-                           "loaded, slow_hbm, slow_tensor, bad_devmem",
-                           tok, colon ? ":" : "", colon ? colon + 1 : "");
-        f->rank[kind] = (int)r;
-    }
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
+        if (fault_parse_one(f, tok, err, errlen) != 0)
+            return -1;
     return 0;
+}
+
+void ddp_validate_faults_locate(struct ddp_validate_faults *f, const char *host)
+{
+    for (int k = 0; k < DDP_VALIDATE_FAULT_KINDS; k++)
+        if (f->host[k][0] && (!host || strcmp(f->host[k], host) != 0))
+            f->rank[k] = -1; /* another host's */
 }
 
 int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_validate_fault_kind k,

@@ -266,6 +266,7 @@ static int vrun_start(struct vrun *v)
         return DDP_EXIT_LAUNCH;
     }
     ddp_log_set_identity(w->host, w->rank, w->world_size);
+    ddp_validate_faults_locate(&v->faults, w->host);
     if (w->warning[0] && w->rank == 0)
         ddp_warn("%s", w->warning);
     struct ddp_comm_opts copts;

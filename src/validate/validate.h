@@ -216,14 +216,24 @@ enum ddp_validate_fault_kind {
     DDP_VALIDATE_FAULT_KINDS
 };
 
-/* rank[k] = the rank that injects fault k, or -1. */
+/* Longest HOST of a fault's "@HOST" (the host a run names a rank by: a Slurm node name). */
+#define DDP_VALIDATE_FAULT_HOST_MAX 64
+
+/* rank[k] = the rank that injects fault k, or -1; host[k] = the only host where it does
+ * ("" = any host). */
 struct ddp_validate_faults {
     int rank[DDP_VALIDATE_FAULT_KINDS];
+    char host[DDP_VALIDATE_FAULT_KINDS][DDP_VALIDATE_FAULT_HOST_MAX];
 };
 
-/* Parse "KIND:RANK[,KIND:RANK...]" (NULL or "" = none). -1 with a reason in err. */
+/* Parse "KIND:RANK[@HOST][,KIND:RANK[@HOST]...]" (NULL or "" = none). -1 with a reason in
+ * err. @HOST plants the fault on rank RANK of that host only: under --slurm-health every node
+ * runs one process of rank 0, so KIND:0@n2 is how a fault lands on one node. */
 int ddp_validate_faults_parse(struct ddp_validate_faults *f, const char *text, char *err,
                               size_t errlen);
+/* Drop the faults planted on hosts other than `host` (this process's, as the run names it;
+ * call once the world is known). */
+void ddp_validate_faults_locate(struct ddp_validate_faults *f, const char *host);
 /* Whether this rank injects fault k. */
 int ddp_validate_fault_here(const struct ddp_validate_faults *f, enum ddp_validate_fault_kind k,
                             int rank);

@@ -12,8 +12,8 @@
  * bit for bit. Double results (batchnorm sums, the xent loss) within 1e-10 relative.
  *
  * DDP_TEST_OPS=GROUP,GROUP,... runs only those groups of cases (default: all): elementwise,
- * linear, conv, pool, residual, batchnorm, xent, sumsq, optim, clip, graph, u8, tf32, bf16; the
- * line after the GPU line names them, and an unknown name fails (exit 1). device-check.sh's
+ * linear, conv, pool, fusion, residual, batchnorm, xent, sumsq, optim, clip, graph, u8, tf32,
+ * bf16; the line after the GPU line names them, and an unknown name fails (exit 1). device-check.sh's
  * racecheck runs the groups that fit its time budget.
  *
  * Built twice: test_cuda_ops (the GPU) and test_cuda_ops_emu (DDP_TEST_EMU: the same kernels
@@ -34,6 +34,7 @@
 #include "core/hash.h"
 #include "job/config.h"
 #include "core/util.h"
+#include "nn/model.h"
 #include "data/augment.h"
 #include "data/h5data.h"
 #include "job/config.h"
@@ -470,6 +471,8 @@ static void t_conv(int B, int Cin, int H, int W, int O, int k, int stride, int p
 /* Every conv case on the path chosen by use_cudnn, with deterministic algorithms (cuDNN's
  * ranking) or the fastest timed ones; the path the backend reports must be the one asked for
  * when want_path is given. */
+static void t_conv_relu_pool(int B, int Cin, int H, int W, int O, int k, int pk);
+
 static void t_conv_all(int use_cudnn, int det, const char *want_path)
 {
     char line[480];
@@ -492,6 +495,8 @@ static void t_conv_all(int use_cudnn, int det, const char *want_path)
     t_conv_ex(6, 6, 4, 10, 10, 8, 3, 2, 1, 0);   /* stride 2, no bias */
     t_conv_ex(3, 16, 3, 13, 13, 8, 3, 1, 1, 1);  /* a smaller batch than planned */
     t_conv_ex(16, 16, 3, 13, 13, 8, 3, 1, 1, 1); /* back to the planned batch */
+    t_conv_relu_pool(3, 1, 28, 28, 32, 5, 2);    /* fashion-cnn's first block */
+    t_conv_relu_pool(2, 3, 11, 12, 5, 3, 2);     /* a pooled row left over */
 }
 
 static void t_pools(int B, int Cc, int H, int W, int k)
@@ -549,6 +554,265 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     free(cy);
     free(cdx);
     free(carg);
+}
+
+/* Bit-for-bit comparison of two device arrays of n floats (two GPU paths of one op). */
+static void check_same(const char *op, const float *a_dev, const float *b_dev, size_t n)
+{
+    float *b = host_of(b_dev, n);
+    check(op, a_dev, b, NULL, n, 1);
+    free(b);
+}
+
+/* The fused relu + maxpool ops against relu_fwd, maxpool_fwd, maxpool_bwd and relu_bwd on the
+ * GPU and the CPU, bit for bit: pooled values, the byte argmax as the int32 one's place in
+ * its window, and the gradient of the relu's input. x has ties and negative windows. */
+static void t_relu_pool(int B, int Cc, int H, int W, int k)
+{
+    char name[96];
+    if (!G->relu_maxpool_fwd || !G->maxpool_relu_bwd)
+        return;
+    const int OH = H / k, OW = W / k;
+    const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * OH * OW;
+    float *x = rnd(ni, 1), *dy = rnd(no, 1);
+    for (size_t i = 0; i < ni; i++)
+        x[i] = roundf(x[i] * 3) / 3;
+    float *gx = dev_f(x, ni), *gdy = dev_f(dy, no), *gr = G->alloc(sizeof(float) * ni);
+    float *gy = G->alloc(sizeof(float) * no), *gyf = G->alloc(sizeof(float) * no);
+    int32_t *garg = G->alloc(sizeof(int32_t) * no);
+    uint8_t *garg8 = G->alloc(no);
+    G->relu_fwd(gr, gx, ni); /* the unfused path */
+    G->maxpool_fwd(gy, garg, gr, B, Cc, H, W, k);
+    G->relu_maxpool_fwd(gyf, garg8, gx, B, Cc, H, W, k);
+    snprintf(name, sizeof name, "relu_maxpool_fwd B%d C%d %dx%d k%d", B, Cc, H, W, k);
+    check_same(name, gyf, gy, no);
+    {
+        int32_t *a = ddp_malloc(sizeof(int32_t) * no);
+        uint8_t *a8 = ddp_malloc(no);
+        G->download(a, garg, sizeof(int32_t) * no);
+        G->download(a8, garg8, no);
+        size_t bad = 0;
+        for (size_t o = 0; o < no; o++) {
+            const int r = a[o] / W - (int)((o % ((size_t)OH * OW)) / OW) * k;
+            const int c = a[o] % W - (int)(o % OW) * k;
+            bad += a8[o] != r * k + c;
+        }
+        check_i("relu_maxpool_fwd byte argmax wrong", (long long)bad, 0);
+        free(a);
+        free(a8);
+    }
+    float *gd = G->alloc(sizeof(float) * ni), *gdf = G->alloc(sizeof(float) * ni);
+    G->maxpool_bwd(gd, gdy, garg, B, Cc, H, W, k);
+    G->relu_bwd(gd, gd, gr, ni);
+    G->maxpool_relu_bwd(gdf, gdy, gyf, garg8, B, Cc, H, W, k);
+    check_same("maxpool_relu_bwd vs two ops", gdf, gd, ni);
+    { /* and against the CPU's two ops */
+        float *cr = ddp_malloc(sizeof(float) * ni), *cy = ddp_malloc(sizeof(float) * no);
+        int32_t *carg = ddp_malloc(sizeof(int32_t) * no);
+        C->relu_fwd(cr, x, ni);
+        C->maxpool_fwd(cy, carg, cr, B, Cc, H, W, k);
+        check("relu_maxpool_fwd vs cpu", gyf, cy, NULL, no, 1);
+        float *cd = ddp_malloc(sizeof(float) * ni);
+        C->maxpool_bwd(cd, dy, carg, B, Cc, H, W, k);
+        C->relu_bwd(cd, cd, cr, ni);
+        check("maxpool_relu_bwd vs cpu", gdf, cd, NULL, ni, 1);
+        free(cr), free(cy), free(carg), free(cd);
+    }
+    G->free(gx), G->free(gdy), G->free(gr), G->free(gy), G->free(gyf);
+    G->free(garg), G->free(garg8), G->free(gd), G->free(gdf);
+    free(x), free(dy);
+}
+
+/* conv2d_relu_maxpool_fwd against conv2d_relu_fwd + maxpool_fwd on the GPU, bit for bit, on
+ * the path that runs (cuDNN adds the bias in the pooling pass, im2col in the GEMM). */
+static void t_conv_relu_pool(int B, int Cin, int H, int W, int O, int k, int pk)
+{
+    char name[128];
+    if (!G->conv2d_relu_maxpool_fwd)
+        return;
+    const struct ddp_conv_geom *g = CONV_GEOM(Cin, H, W, O, k, 1, 0);
+    const int OH = H - k + 1, OW = W - k + 1;
+    const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
+                 na = (size_t)B * O * OH * OW, no = (size_t)B * O * (OH / pk) * (OW / pk);
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f);
+    const size_t col = G->conv_plan ? G->conv_plan(B, g) : G->conv_col_elems(B, g);
+    float *gcol = col ? G->alloc(sizeof(float) * col) : NULL;
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
+    float *ga = G->alloc(sizeof(float) * na), *gact = G->alloc(sizeof(float) * na);
+    float *gy = G->alloc(sizeof(float) * no), *gyf = G->alloc(sizeof(float) * no);
+    int32_t *garg = G->alloc(sizeof(int32_t) * no);
+    uint8_t *garg8 = G->alloc(no);
+    for (int bias = 1; bias >= 0; bias--) {
+        G->conv2d_relu_fwd(ga, gcol, gx, gw, bias ? gb : NULL, B, g);
+        G->maxpool_fwd(gy, garg, ga, B, O, OH, OW, pk);
+        G->conv2d_relu_maxpool_fwd(gyf, garg8, gact, gcol, gx, gw, bias ? gb : NULL, B, g, pk);
+        snprintf(name, sizeof name, "conv2d_relu_maxpool_fwd %s B%d C%d %dx%d O%d%s", g_conv_path,
+                 B, Cin, H, W, O, bias ? "" : " nobias");
+        check_same(name, gyf, gy, no);
+    }
+    G->free(gcol), G->free(gx), G->free(gw), G->free(gb), G->free(ga), G->free(gact);
+    G->free(gy), G->free(gyf), G->free(garg), G->free(garg8);
+    free(x), free(w), free(b);
+}
+
+/* The float4 paths of the element-wise ops against their scalar ones: n odd (a tail), device
+ * pointers `off` floats past an allocation (off 1: misaligned, so the scalar kernels run; 0:
+ * the vector kernels). Bit for bit against the CPU (relu, add) and the aligned run. */
+static void t_vec(size_t n, int off)
+{
+    char name[96];
+    float *x = rnd(n, 1), *x2 = rnd(n, 1), *dy = rnd(n, 1);
+    float *cy = ddp_malloc(sizeof(float) * n), *cd = ddp_malloc(sizeof(float) * n);
+    float *bx = G->alloc(sizeof(float) * (n + 4)), *bx2 = G->alloc(sizeof(float) * (n + 4));
+    float *bdy = G->alloc(sizeof(float) * (n + 4)), *by = G->alloc(sizeof(float) * (n + 4));
+    float *gx = bx + off, *gx2 = bx2 + off, *gdy = bdy + off, *gy = by + off;
+    G->upload(gx, x, sizeof(float) * n);
+    G->upload(gx2, x2, sizeof(float) * n);
+    G->upload(gdy, dy, sizeof(float) * n);
+    C->relu_fwd(cy, x, n);
+    G->relu_fwd(gy, gx, n);
+    snprintf(name, sizeof name, "relu_fwd n%zu off%d", n, off);
+    check(name, gy, cy, NULL, n, 1);
+    C->relu_bwd(cd, dy, cy, n);
+    G->relu_bwd(gx2, gdy, gy, n);
+    snprintf(name, sizeof name, "relu_bwd n%zu off%d", n, off);
+    check(name, gx2, cd, NULL, n, 1);
+    G->upload(gx2, x2, sizeof(float) * n);
+    C->add(cy, x, x2, n);
+    G->add(gy, gx, gx2, n);
+    snprintf(name, sizeof name, "add n%zu off%d", n, off);
+    check(name, gy, cy, NULL, n, 1);
+    C->add(cy, cy, x, n);
+    G->add(gy, gy, gx, n);
+    check("add in place", gy, cy, NULL, n, 1);
+    /* sgd: three steps with momentum, against the CPU */
+    float *cp = copy_f(x, n), *cb = ddp_malloc(sizeof(float) * n);
+    for (int step = 0; step < 3; step++) {
+        C->sgd_step(cp, dy, 0.5f, NULL, cb, n, SGD_ARGS(0.05f, 0.9f, 1e-4f, 0, step == 0));
+        G->sgd_step(gx, gdy, 0.5f, NULL, gy, n, SGD_ARGS(0.05f, 0.9f, 1e-4f, 0, step == 0));
+    }
+    snprintf(name, sizeof name, "sgd_step x3 n%zu off%d", n, off);
+    check(name, gx, cp, NULL, n, 0);
+    check("sgd_step momentum buffer", gy, cb, NULL, n, 0);
+    G->free(bx), G->free(bx2), G->free(bdy), G->free(by);
+    free(x), free(x2), free(dy), free(cy), free(cd), free(cp), free(cb);
+}
+
+/* The bias + relu epilogue (linear_relu_fwd's and conv2d_relu_fwd's) on float4 against the
+ * scalar kernel: the output 1 float past an allocation takes the scalar one. B*O odd, O not
+ * a multiple of 4, so vectors cross from one feature's run to the next. */
+static void t_vec_bias_relu(int B, int Cin, int O)
+{
+    const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
+    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.5f);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
+    float *ga = G->alloc(sizeof(float) * (no + 4)), *gm = G->alloc(sizeof(float) * (no + 4));
+    G->linear_relu_fwd(ga, gx, gw, gb, B, Cin, O);
+    G->linear_relu_fwd(gm + 1, gx, gw, gb, B, Cin, O);
+    check_same("bias_relu float4 vs misaligned", ga, gm + 1, no);
+    float *cy = ddp_malloc(sizeof(float) * no);
+    C->linear_fwd(cy, x, w, b, B, Cin, O);
+    C->relu_fwd(cy, cy, no);
+    check("linear_relu_fwd float4 vs cpu", ga, cy, NULL, no, 0);
+    G->free(gx), G->free(gw), G->free(gb), G->free(ga), G->free(gm);
+    free(x), free(w), free(b), free(cy);
+}
+
+/* The bias gradient's reduction over many rows (B x O, few features): against the CPU and the
+ * float64 reference, and the same bits when run again (a fixed order of summation). */
+static void t_bias_grad_rows(int B, int O)
+{
+    char name[96];
+    const int Cin = 1;
+    const size_t ni = (size_t)B * Cin, no = (size_t)B * O;
+    float *x = rnd(ni, 1), *w = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    double *x64 = to_f64(x, ni), *w64 = to_f64(w, (size_t)O), *dy64 = to_f64(dy, no);
+    float *gx = dev_f(x, ni), *gw = dev_f(w, (size_t)O), *gdy = dev_f(dy, no);
+    float *cdw = ddp_malloc(sizeof(float) * O), *cdb = ddp_malloc(sizeof(float) * O);
+    double *rdw = ddp_malloc(sizeof(double) * O), *rdb = ddp_malloc(sizeof(double) * O);
+    memset(cdw, 0, sizeof(float) * O), memset(cdb, 0, sizeof(float) * O);
+    memset(rdw, 0, sizeof(double) * O), memset(rdb, 0, sizeof(double) * O);
+    float *gdw = G->alloc(sizeof(float) * O), *gdb = G->alloc(sizeof(float) * O);
+    float *gdb2 = G->alloc(sizeof(float) * O);
+    C->linear_bwd(NULL, cdw, cdb, dy, x, w, B, Cin, O);
+    ddp_cpu_linear_bwd_f64(NULL, rdw, rdb, dy64, x64, w64, B, Cin, O);
+    G->linear_bwd(NULL, gdw, gdb, gdy, gx, gw, B, Cin, O);
+    G->linear_bwd(NULL, gdw, gdb2, gdy, gx, gw, B, Cin, O);
+    snprintf(name, sizeof name, "linear_bwd db %dx%d", B, O);
+    check(name, gdb, cdb, rdb, (size_t)O, 0);
+    check_same("linear_bwd db run twice", gdb2, gdb, (size_t)O);
+    G->free(gx), G->free(gw), G->free(gdy), G->free(gdw), G->free(gdb), G->free(gdb2);
+    free(x), free(w), free(dy), free(x64), free(w64), free(dy64);
+    free(cdw), free(cdb), free(rdw), free(rdb);
+}
+
+/* One training step's logits and gradients of `layers` on backend be (B samples of 1x28x28,
+ * labels i % 10), downloaded into logits (B*10) and grads (*np); returns a description. */
+static float *model_step(const struct ddp_backend *be, const char *layers, int B, float *logits,
+                         size_t *np, char *desc, size_t len)
+{
+    struct ddp_model m;
+    char err[DDP_ERR_LEN];
+    const int64_t dims[3] = {1, 28, 28};
+    if (ddp_model_create(&m, be, layers, 3, dims, B, err, sizeof err) != 0) {
+        printf("FAIL model %s: %s\n", layers, err);
+        g_fail++;
+        return NULL;
+    }
+    ddp_model_init(&m, 42);
+    const size_t nx = (size_t)B * 784;
+    float *x = rnd(nx, 1);
+    int32_t *lab = ddp_malloc(sizeof(int32_t) * B);
+    for (int i = 0; i < B; i++)
+        lab[i] = i % 10;
+    float *gx = dev_f(x, nx);
+    int32_t *glab = dev_of(lab, sizeof(int32_t) * B);
+    const float *y = ddp_model_forward(&m, gx, B, 1, 7);
+    be->xent(ddp_model_dlogits(&m), NULL, y, glab, B, 10, 1.0f / B, 0);
+    ddp_model_backward(&m, gx, B, NULL, NULL);
+    be->download(logits, y, sizeof(float) * B * 10);
+    float *g = host_of(m.grads, m.nparams);
+    *np = m.nparams;
+    int fused = 0; /* the layers that run fused: 3 (conv2d, relu, maxpool), 5 (relu, maxpool) */
+    for (int i = 0; i < m.nlayers; i++)
+        fused += m.layers[i].fused == 3 ? 100 : m.layers[i].fused == 5;
+    snprintf(desc, len, "%d", fused);
+    G->free(gx), G->free(glab);
+    free(x), free(lab);
+    ddp_model_free(&m);
+    return g;
+}
+
+/* A model with conv2d -> relu -> maxpool (fashion-cnn's blocks) and batchnorm -> relu ->
+ * maxpool: the fused path (conv2d_relu_maxpool_fwd, relu_maxpool_fwd, maxpool_relu_bwd) gives
+ * the logits and gradients of the unfused ops (a table without them), bit for bit. */
+static void t_model_fusion(void)
+{
+    if (!G->relu_maxpool_fwd)
+        return;
+    const char *layers = "conv2d(4, 5), relu, maxpool(2), conv2d(6, 3), batchnorm, relu, "
+                         "maxpool(2), flatten, linear(16), relu, linear(10)";
+    const int B = 9;
+    struct ddp_backend plain = *G;
+    plain.relu_maxpool_fwd = NULL;
+    plain.maxpool_relu_bwd = NULL;
+    plain.conv2d_relu_maxpool_fwd = NULL;
+    float lf[90], lp[90];
+    size_t nf = 0, np = 0;
+    char df[512], dp[512];
+    const uint64_t rng = g_rng;
+    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
+    g_rng = rng;
+    float *gp = model_step(&plain, layers, B, lp, &np, dp, sizeof dp);
+    g_checks++;
+    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof lf) == 0 &&
+                   memcmp(gf, gp, sizeof(float) * nf) == 0;
+    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL",
+           "model fused vs unfused pools", nf, ok ? "logits and gradients bit-identical" : "differ",
+           df, dp);
+    check_i("model layers fused: conv+relu+pool, relu+pool", atoi(df), 102);
+    g_fail += !ok;
+    free(gf), free(gp);
 }
 
 /* bn_update, train (from the sums cs, on the CPU; gsd, the same on the device) and eval:
@@ -1267,9 +1531,9 @@ static void t_bf16(void)
 }
 
 /* DDP_TEST_OPS: the groups of cases to run (comma-separated; unset or empty: all). */
-static const char *const g_groups[] = {"elementwise", "linear", "conv",  "pool",  "residual",
-                                       "batchnorm",   "xent",   "sumsq", "optim", "clip",
-                                       "graph",       "u8",     "tf32",  "bf16"};
+static const char *const g_groups[] = {"elementwise", "linear",    "conv", "pool",  "fusion",
+                                       "residual",    "batchnorm", "xent", "sumsq", "optim",
+                                       "clip",        "graph",     "u8",   "tf32",  "bf16"};
 static int g_want[sizeof g_groups / sizeof *g_groups];
 
 /* Parses DDP_TEST_OPS into g_want; prints what runs. 0 on an unknown group name. */
@@ -1292,8 +1556,8 @@ static int select_groups(void)
             i++;
         if (i == ng) {
             printf("FAIL: DDP_TEST_OPS: unknown group '%s'; expected a comma-separated list of "
-                   "elementwise linear conv pool residual batchnorm xent sumsq optim clip graph "
-                   "u8 tf32 bf16\n",
+                   "elementwise linear conv pool fusion residual batchnorm xent sumsq optim clip "
+                   "graph u8 tf32 bf16\n",
                    tok);
             return 0;
         }
@@ -1356,6 +1620,23 @@ int main(void)
     if (want("pool")) {
         t_pools(3, 4, 10, 10, 3); /* floor mode: a row and column left over */
         t_pools(2, 3, 8, 12, 2);
+        t_relu_pool(3, 4, 10, 10, 3);
+        t_relu_pool(2, 3, 9, 13, 2);
+        t_relu_pool(1, 2, 33, 33, 16);     /* the largest window a byte argmax holds */
+        t_relu_pool(1, 16, 2049, 2049, 2); /* 16 Mi + outputs: past 65535 blocks of 256 */
+    }
+    if (want("fusion"))
+        t_model_fusion();
+    if (want("elementwise")) {
+        t_vec(100003, 0);
+        t_vec(100003, 1);
+        t_vec(3, 0); /* the tail alone */
+        t_vec_bias_relu(37, 20, 13);
+    }
+    if (want("linear")) {
+        t_bias_grad_rows(1 << 20, 3);
+        t_bias_grad_rows(65535 * 64 + 100, 1); /* past 65535 blocks of 64 rows in gridDim.y */
+        t_bias_grad_rows(7, 1000);
     }
     if (want("residual")) {
         t_residual_ops(5, 16, 49);
@@ -1370,6 +1651,7 @@ int main(void)
         t_xent(67, 10, 0);
         t_xent(9, 1000, 0); /* K > 32: lanes loop */
         t_xent(1, 2, 0);
+        t_xent(20011, 10, 0); /* past one block's rows: the two-level sum */
         t_xent(67, 10, 0.1f); /* label smoothing */
         t_xent(9, 1000, 0.25f);
     }

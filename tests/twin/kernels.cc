@@ -22,7 +22,8 @@
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-namespace {
+namespace
+{
 
 constexpr unsigned MAX_THREADS = 1024;
 constexpr size_t STACK = 128 * 1024;
@@ -81,8 +82,10 @@ void resume(unsigned t)
 void barrier(int bar)
 {
     if (g_seq) {
-        fprintf(stderr, "ddptrain-twin: kernel %s reached a barrier after launches that did "
-                "not: the twin cannot run it (make its barriers unconditional)\n", g_name);
+        fprintf(stderr,
+                "ddptrain-twin: kernel %s reached a barrier after launches that did "
+                "not: the twin cannot run it (make its barriers unconditional)\n",
+                g_name);
         abort();
     }
     g_barrier_seen = true;
@@ -181,7 +184,8 @@ void execute(const char *name, const void *key, dim3 grid, dim3 block,
                         body();
                     }
                 } else if (!run_fibers()) {
-                    twin::device_fault(cudaErrorLaunchFailure, "kernel %s: threads of block %u "
+                    twin::device_fault(cudaErrorLaunchFailure,
+                                       "kernel %s: threads of block %u "
                                        "wait at different barriers (divergent __syncthreads)",
                                        name, x);
                     return;
@@ -193,7 +197,10 @@ void execute(const char *name, const void *key, dim3 grid, dim3 block,
 
 } // namespace
 
-void __syncthreads(void) { barrier(0); }
+void __syncthreads(void)
+{
+    barrier(0);
+}
 
 uint64_t twin_shfl(uint64_t bits, unsigned src)
 {
@@ -209,8 +216,9 @@ void twin::launch(const char *name, const void *key, dim3 grid, dim3 block, cuda
                   std::function<void()> body, int bad_arg, const void *bad_ptr)
 {
     const unsigned nt = block.x * block.y * block.z;
-    if (nt == 0 || nt > MAX_THREADS || block.y != 1 || block.z != 1 || grid.x == 0 ||
-        grid.y == 0 || grid.z == 0) {
+    /* a GPU's grid limits: x up to 2^31 - 1, y and z up to 65535 */
+    if (nt == 0 || nt > MAX_THREADS || block.y != 1 || block.z != 1 || grid.x == 0 || grid.y == 0 ||
+        grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535u || grid.z > 65535u) {
         set_last(cudaErrorInvalidConfiguration);
         return;
     }
@@ -219,9 +227,10 @@ void twin::launch(const char *name, const void *key, dim3 grid, dim3 block, cuda
     cudaError_t e;
     if (bad_arg >= 0)
         e = enqueue(s, name, [nm, bad_arg, bad_ptr] {
-            device_fault(cudaErrorIllegalAddress, "kernel %s: argument %d (%p) is not device "
-                         "memory: a host or freed pointer was passed to a kernel", nm.c_str(),
-                         bad_arg + 1, bad_ptr);
+            device_fault(cudaErrorIllegalAddress,
+                         "kernel %s: argument %d (%p) is not device "
+                         "memory: a host or freed pointer was passed to a kernel",
+                         nm.c_str(), bad_arg + 1, bad_ptr);
         });
     else if (inject)
         e = enqueue(s, name, [nm] {

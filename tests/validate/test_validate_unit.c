@@ -187,8 +187,29 @@ static void test_faults(void)
               ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_BAD_ALLREDUCE, 7) &&
               !ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_TRIAD, 1),
           "which rank injects what");
-    const char *bad[] = {"slow_gemm",    "slow_gemm:", "slow_gemm:x",
-                         "slow_gemm:-1", "fast:1",     "slow_gemm:1;flip_param:0"};
+    /* @HOST: rank 0 of one node only (--slurm-health runs one rank 0 per node) */
+    CHECK(ddp_validate_faults_parse(&f, "slow_hbm:0@n2,bad_devmem:3", err, sizeof err) == 0,
+          "@HOST: %s", err);
+    ddp_validate_faults_locate(&f, "n1");
+    CHECK(!ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_HBM, 0) &&
+              ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_BAD_DEVMEM, 3),
+          "n1 injects another host's fault");
+    CHECK(ddp_validate_faults_parse(&f, "slow_hbm:0@n2", err, sizeof err) == 0, "@n2: %s", err);
+    ddp_validate_faults_locate(&f, "n2");
+    CHECK(ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_HBM, 0) &&
+              !ddp_validate_fault_here(&f, DDP_VALIDATE_FAULT_SLOW_HBM, 1),
+          "n2 does not inject its own fault on rank 0 only");
+    const char *bad[] = {"slow_gemm",
+                         "slow_gemm:",
+                         "slow_gemm:x",
+                         "slow_gemm:-1",
+                         "fast:1",
+                         "slow_gemm:1;flip_param:0",
+                         "slow_gemm:1@",
+                         "slow_gemm:x@n1",
+                         "slow_gemm:1@n1@n2",
+                         "slow_gemm:1@"
+                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(ddp_validate_faults_parse(&f, bad[i], err, sizeof err) != 0 &&
                   strstr(err, "DDP_TEST_VALIDATE_FAULT"),

@@ -63,27 +63,63 @@ void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 
 /* ---- linear ------------------------------------------------------------------------------ */
 
-/* db (O) += column sums of dout (B,O). One block per 32 features: lane l of warp r sums
- * rows r, r + nwarps, ... of feature 32 * blockIdx.x + l (a warp reads 32 consecutive floats
- * of a row), then the warps' partial sums are added in warp order: parallel over rows and
- * features, and the same order of summation on every run. */
-__global__ void k_colsum_add(float *db, const float *dout, int B, int O)
+/* Rows of dout one block of the bias gradient's first pass sums: 8 per warp. */
+#define COLSUM_ROWS 64
+
+/* First pass of db (O) += column sums of dout (B,O): block (x, y) sums rows y*rows ..
+ * y*rows + rows - 1 of features 32x .. 32x + 31 into part[y * O + o]. Lane l of warp r takes
+ * feature 32x + l over rows r, r + nwarps, ... of the block's rows (a warp reads 32
+ * consecutive floats of a row); the warps' sums are then added in warp order. */
+__global__ void k_colsum_partial(float *part, const float *dout, int B, int O, int rows)
 {
-    __shared__ float part[THREADS / 32][32];
+    __shared__ float sh[THREADS / 32][32];
     const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int o = blockIdx.x * 32 + lane;
+    const size_t b0 = (size_t)blockIdx.y * rows;
+    const size_t b1 = b0 + rows < (size_t)B ? b0 + rows : (size_t)B;
     float s = 0;
     if (o < O)
-        for (int b = r; b < B; b += nw)
-            s += dout[(size_t)b * O + o];
-    part[r][lane] = s;
+        for (size_t b = b0 + r; b < b1; b += nw)
+            s += dout[b * O + o];
+    sh[r][lane] = s;
     __syncthreads();
     if (r == 0 && o < O) {
         float t = 0;
         for (int i = 0; i < nw; i++)
-            t += part[i][lane];
-        db[o] += t;
+            t += sh[i][lane];
+        part[(size_t)blockIdx.y * O + o] = t;
     }
+}
+
+/* Second pass: block o adds the `splits` partial sums of feature o (thread t takes splits t,
+ * t + THREADS, ...; then block_sum's fixed tree) to db[o]. */
+__global__ void k_colsum_finish(float *db, const float *part, int O, int splits)
+{
+    const int o = blockIdx.x;
+    float s = 0;
+    for (int y = threadIdx.x; y < splits; y += blockDim.x)
+        s += part[(size_t)y * O + o];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        db[o] += s;
+}
+
+/* db (O) += column sums of dout (B,O): a two-level reduction, parallel over rows and
+ * features. The grid follows from B and O alone (COLSUM_ROWS rows per block, more where
+ * B / COLSUM_ROWS would pass gridDim.y's limit), so the order of summation is fixed: the same
+ * bits on every run, no atomics. */
+static void colsum_add(float *db, const float *dout, int B, int O)
+{
+    if (B <= 0 || O <= 0)
+        return;
+    size_t rows = COLSUM_ROWS;
+    if (((size_t)B + rows - 1) / rows > MAX_GRID_YZ)
+        rows = ((size_t)B + MAX_GRID_YZ - 1) / MAX_GRID_YZ;
+    const unsigned splits = (unsigned)(((size_t)B + rows - 1) / rows);
+    float *part = (float *)ws_get(sizeof(float) * (size_t)splits * O);
+    const dim3 grid((unsigned)((O + 31) / 32), splits);
+    LAUNCH(k_colsum_partial, grid, THREADS, part, dout, B, O, (int)rows);
+    LAUNCH(k_colsum_finish, (unsigned)O, THREADS, db, part, O, (int)splits);
 }
 
 /* out (B,O) = inp (B,C) w^T + beta out, in fp32 or on bf16 operands ([train] precision). */
@@ -133,9 +169,8 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
         return;
     if (g_cuda.bf16.on) {
         linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
-        if (db) {
-            LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
-        }
+        if (db)
+            colsum_add(db, dout, B, O);
         return;
     }
     const float one = 1, zero = 0;
@@ -146,9 +181,8 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
     /* dw (O,C) += dout^T (O,B) inp (B,C): column-major dw^T (C,O) += inp^T (C,B) dout (B,O) */
     CUBLAS_CHECK(g_cuda.blas_fn.sgemm(g_cuda.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, &one, inp, C,
                                       dout, O, &one, dw, C));
-    if (db) {
-        LAUNCH(k_colsum_add, (O + 31) / 32, THREADS, db, dout, B, O);
-    }
+    if (db)
+        colsum_add(db, dout, B, O);
 }
 
 /* linear + relu: the GEMM writes the product (beta = 0), one kernel adds the bias and clamps;

@@ -84,16 +84,50 @@ __global__ void k_conv_dout_t(float *dyT, const float *dout, int i0, int nb, int
     }
 }
 
-/* db[o] += sum of row o of dyT (O, Q): one block per feature. */
-__global__ void k_rowsum_add(float *db, const float *dyT, size_t Q)
+/* First pass of db[o] += the sum of row o of dyT (O, Q): block (o, y) sums, in double,
+ * columns y*THREADS + t, y*THREADS + t + splits*THREADS, ... of row o into
+ * part[o * splits + y]. */
+__global__ void k_rowsum_partial(double *part, const float *dyT, size_t Q)
 {
     const float *row = dyT + (size_t)blockIdx.x * Q;
+    const size_t splits = gridDim.y;
     double s = 0;
-    for (size_t j = threadIdx.x; j < Q; j += blockDim.x)
+    for (size_t j = (size_t)blockIdx.y * blockDim.x + threadIdx.x; j < Q; j += splits * blockDim.x)
         s += row[j];
     s = block_sum(s);
     if (threadIdx.x == 0)
-        db[blockIdx.x] += (float)s;
+        part[(size_t)blockIdx.x * splits + blockIdx.y] = s;
+}
+
+/* Second pass: db[o] += the sum of feature o's partial sums, in order. */
+__global__ void k_rowsum_finish(float *db, const double *part, int O, int splits)
+{
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= O)
+        return;
+    double s = 0;
+    for (int y = 0; y < splits; y++)
+        s += part[(size_t)o * splits + y];
+    db[o] += (float)s;
+}
+
+/* Blocks a feature of the row sums over Q columns: one per BN_ELEMS_PER_SPLIT columns, at
+ * most BN_MAX_SPLITS (monotone in Q). */
+static size_t rowsum_splits(size_t Q)
+{
+    const size_t splits = (Q + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
+    return splits < 1 ? 1 : splits > BN_MAX_SPLITS ? BN_MAX_SPLITS : splits;
+}
+
+/* db (O) += the row sums of dyT (O, Q): rowsum_splits(Q) blocks a feature, then a
+ * fixed-order sum: parallel beyond one block per feature, the same order every run. part:
+ * scratch of O * rowsum_splits(Q) doubles. */
+static void rowsum_add(float *db, double *part, const float *dyT, int O, size_t Q)
+{
+    const size_t splits = rowsum_splits(Q);
+    LAUNCH(k_rowsum_partial, dim3((unsigned)O, (unsigned)splits), THREADS, part, dyT, Q);
+    LAUNCH(k_rowsum_finish, (unsigned)((O + THREADS - 1) / THREADS), THREADS, db, part, O,
+           (int)splits);
 }
 
 /* dinp of samples i0.. (overwritten) gathered from dcol (CKK, nb*P): each input pixel sums the
@@ -196,7 +230,12 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         return;
     const int nbmax = conv_chunk(B, q.CKK, q.P);
     float *dcol = col + (size_t)q.CKK * nbmax * q.P;
-    float *dyT = (float *)ws_get(sizeof(float) * (size_t)O * nbmax * q.P);
+    /* the workspace: dyT of a chunk, then the bias row sums' partials */
+    const size_t dy_bytes = align256(sizeof(float) * (size_t)O * nbmax * q.P);
+    char *ws =
+        (char *)ws_get(dy_bytes + sizeof(double) * (size_t)O * rowsum_splits((size_t)nbmax * q.P));
+    float *dyT = (float *)ws;
+    double *part = (double *)(ws + dy_bytes);
     const float one = 1, zero = 0;
     const void *w16 = g_cuda.bf16.on && dinp ? as_bf16(w, (size_t)O * q.CKK, 0) : NULL;
     for (int i0 = 0; i0 < B; i0 += nbmax) {
@@ -207,9 +246,8 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
         LAUNCH(k_conv_dout_t, blocks_for(ndy), THREADS, dyT, dout, i0, nb, O, q.P);
         if (g_cuda.bf16.on) {
             conv_chunk_bwd_bf16(dinp ? dcol : NULL, dw, col, dyT, w16, q, Q);
-            if (db) {
-                LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
-            }
+            if (db)
+                rowsum_add(db, part, dyT, O, (size_t)Q);
             if (dinp) {
                 LAUNCH(k_col2im, blocks_for((size_t)nb * C * H * W), THREADS, dinp, dcol, i0, nb,
                        q);
@@ -220,9 +258,8 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
          * dyT^T (Q,O), where col is stored as a column-major (Q,CKK) matrix: op T. */
         CUBLAS_CHECK(g_cuda.blas_fn.sgemm(g_cuda.blas, CUBLAS_OP_T, CUBLAS_OP_N, q.CKK, O, Q, &one,
                                           col, Q, dyT, Q, &one, dw, q.CKK));
-        if (db) {
-            LAUNCH(k_rowsum_add, O, THREADS, db, dyT, (size_t)Q);
-        }
+        if (db)
+            rowsum_add(db, part, dyT, O, (size_t)Q);
         if (dinp) {
             /* dcol (CKK,Q) = w^T (CKK,O) dyT (O,Q). Column-major: dcol^T (Q,CKK) =
              * dyT^T (Q,O) w (O,CKK), w stored as column-major (CKK,O): op T. */
@@ -308,6 +345,28 @@ static void conv2d_relu_fwd_any(float *out, float *col, const float *inp, const 
     bias_relu(out, NULL, n_out, q.O, q.P);
 }
 
+/* conv2d + relu + maxpool(k) (backend.h): the convolution into act, then one pass that adds
+ * the bias, clamps and pools. Through cuDNN the convolution is written at beta = 0 and the
+ * bias added in that pass, as conv2d_relu_fwd's bias_relu adds it; on the im2col path the GEMM
+ * adds the broadcast bias, as there. */
+static void conv2d_relu_maxpool_fwd_any(float *out, uint8_t *argmax, float *act, float *col,
+                                        const float *inp, const float *w, const float *b, int B,
+                                        const struct ddp_conv_geom *g, int k)
+{
+    const struct conv_geom q = conv_geom_of(g);
+    if ((size_t)B * q.O * q.P == 0)
+        return;
+#ifdef DDP_DNN
+    if (dnn_active()) {
+        dnn_conv2d_fwd(act, col, inp, w, NULL, B, &q, 0);
+        relu_maxpool(out, argmax, act, b, B, q.O, q.OH, q.OW, k);
+        return;
+    }
+#endif
+    cuda_conv2d_fwd(act, col, inp, w, b, B, &q);
+    relu_maxpool(out, argmax, act, NULL, B, q.O, q.OH, q.OW, k);
+}
+
 static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const float *dout,
                            const float *inp, const float *w, int B, const struct ddp_conv_geom *g)
 {
@@ -372,5 +431,6 @@ void cuda_table_conv(struct ddp_backend *t)
     t->conv_tensor_max = conv_tensor_max_any;
     t->conv2d_fwd = conv2d_fwd_any;
     t->conv2d_relu_fwd = conv2d_relu_fwd_any;
+    t->conv2d_relu_maxpool_fwd = conv2d_relu_maxpool_fwd_any;
     t->conv2d_bwd = conv2d_bwd_any;
 }

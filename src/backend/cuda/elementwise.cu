@@ -19,14 +19,63 @@ __global__ void k_fill_bias(float *out, const float *b, size_t n, int O, int inn
     GRID_STRIDE(i, n) out[i] = b[(i / (size_t)inner) % (size_t)O];
 }
 
+__device__ __forceinline__ float relu1(float v)
+{
+    return v > 0 ? v : 0;
+}
+
+/* relu over n4 float4 vectors, then the n % 4 tail (from element 4 n4) one at a time. */
 __global__ void k_relu_fwd(float *out, const float *inp, size_t n)
 {
-    GRID_STRIDE(i, n) out[i] = inp[i] > 0 ? inp[i] : 0;
+    const size_t n4 = n / 4;
+    float4 *o4 = (float4 *)out;
+    const float4 *i4 = (const float4 *)inp;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 v = i4[i];
+        float4 r;
+        r.x = relu1(v.x);
+        r.y = relu1(v.y);
+        r.z = relu1(v.z);
+        r.w = relu1(v.w);
+        o4[i] = r;
+    }
+    GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = relu1(inp[4 * n4 + t]);
+}
+
+__global__ void k_relu_fwd1(float *out, const float *inp, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = relu1(inp[i]);
+}
+
+__device__ __forceinline__ float relu_grad(float y, float dy)
+{
+    return y > 0 ? dy : 0;
 }
 
 __global__ void k_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
 {
-    GRID_STRIDE(i, n) dinp[i] = out[i] > 0 ? dout[i] : 0;
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 y = ((const float4 *)out)[i], dy = ((const float4 *)dout)[i];
+        float4 r;
+        r.x = relu_grad(y.x, dy.x);
+        r.y = relu_grad(y.y, dy.y);
+        r.z = relu_grad(y.z, dy.z);
+        r.w = relu_grad(y.w, dy.w);
+        ((float4 *)dinp)[i] = r;
+    }
+    GRID_STRIDE(t, n - 4 * n4)
+    {
+        const size_t i = 4 * n4 + t;
+        dinp[i] = relu_grad(out[i], dout[i]);
+    }
+}
+
+__global__ void k_relu_bwd1(float *dinp, const float *dout, const float *out, size_t n)
+{
+    GRID_STRIDE(i, n) dinp[i] = relu_grad(out[i], dout[i]);
 }
 
 __global__ void k_dropout_fwd(float *out, float *mask, const float *inp, size_t n, double p,
@@ -49,24 +98,75 @@ static void cuda_relu_fwd(float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
-    LAUNCH(k_relu_fwd, blocks_for(n), THREADS, out, inp, n);
+    const void *p[] = {out, inp};
+    if (vec4_ok(p, 2))
+        LAUNCH(k_relu_fwd, blocks_for((n + 3) / 4), THREADS, out, inp, n);
+    else
+        LAUNCH(k_relu_fwd1, blocks_for(n), THREADS, out, inp, n);
 }
 
 static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
 {
     if (!n)
         return;
-    LAUNCH(k_relu_bwd, blocks_for(n), THREADS, dinp, dout, out, n);
+    const void *p[] = {dinp, dout, out};
+    if (vec4_ok(p, 3))
+        LAUNCH(k_relu_bwd, blocks_for((n + 3) / 4), THREADS, dinp, dout, out, n);
+    else
+        LAUNCH(k_relu_bwd1, blocks_for(n), THREADS, dinp, dout, out, n);
 }
 
 /* out (n, O per `inner` run) = relu(out + b), in place; b NULL: relu alone. The sum is the
  * one rounding cuBLAS's beta = 1 makes when the bias was broadcast first. */
-__global__ void k_bias_relu(float *out, const float *b, size_t n, int O, int inner)
+__global__ void k_bias_relu1(float *out, const float *b, size_t n, int O, int inner)
 {
     GRID_STRIDE(i, n)
     {
         const float v = b ? out[i] + b[(i / (size_t)inner) % (size_t)O] : out[i];
-        out[i] = v > 0 ? v : 0;
+        out[i] = relu1(v);
+    }
+}
+
+/* v + b[*c], then (*r, *c) moved on to the next element: place r in the run of `inner`
+ * elements of feature c. */
+__device__ __forceinline__ float add_bias_step(float v, const float *b, int *r, int *c, int O,
+                                               int inner)
+{
+    v = v + b[*c];
+    if (++*r == inner) {
+        *r = 0;
+        *c = *c + 1 == O ? 0 : *c + 1;
+    }
+    return v;
+}
+
+/* k_bias_relu1 on float4 vectors: one division per vector finds the first element's feature
+ * c and its place r in the run; the other three step on from there. */
+__global__ void k_bias_relu(float *out, const float *b, size_t n, int O, int inner)
+{
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        float4 v = ((float4 *)out)[i];
+        if (b) {
+            const size_t q = 4 * i / (size_t)inner;
+            int r = (int)(4 * i - q * (size_t)inner), c = (int)(q % (size_t)O);
+            v.x = add_bias_step(v.x, b, &r, &c, O, inner);
+            v.y = add_bias_step(v.y, b, &r, &c, O, inner);
+            v.z = add_bias_step(v.z, b, &r, &c, O, inner);
+            v.w = add_bias_step(v.w, b, &r, &c, O, inner);
+        }
+        v.x = relu1(v.x);
+        v.y = relu1(v.y);
+        v.z = relu1(v.z);
+        v.w = relu1(v.w);
+        ((float4 *)out)[i] = v;
+    }
+    GRID_STRIDE(t, n - 4 * n4)
+    {
+        const size_t i = 4 * n4 + t;
+        const float v = b ? out[i] + b[(i / (size_t)inner) % (size_t)O] : out[i];
+        out[i] = relu1(v);
     }
 }
 
@@ -121,7 +221,11 @@ void fill_bias(float *out, const float *b, size_t n, int O, int inner)
  * epilogue of linear + relu and conv2d + relu. */
 void bias_relu(float *out, const float *b, size_t n, int O, int inner)
 {
-    LAUNCH(k_bias_relu, blocks_for(n), THREADS, out, b, n, O, inner);
+    const void *p[] = {out};
+    if (vec4_ok(p, 1))
+        LAUNCH(k_bias_relu, blocks_for((n + 3) / 4), THREADS, out, b, n, O, inner);
+    else
+        LAUNCH(k_bias_relu1, blocks_for(n), THREADS, out, b, n, O, inner);
 }
 
 /* The attributes of a kernel of this build: fails where the binary has no code for the GPU. */

@@ -22,7 +22,8 @@
  *
  * Correctness first: the kernels follow cpu_kernels.inc line by line (same first-maximum rule
  * in maxpool and xent, same dropout hash, double accumulation where the CPU accumulates in
- * double); they are simple grid-stride loops, not tuned.
+ * double); they are grid-stride loops whose grid follows from the work size (blocks_for),
+ * element-wise ones on float4 where the pointers allow (vec4_ok).
  *
  * Dimension letters as in backend.h: B batch, C in channels, O out channels or features,
  * H W input height and width, OH OW output, P = OH*OW, S positions per channel, K classes,
@@ -141,10 +142,14 @@ struct dnn_api {
 
 /* Threads per block of every kernel (a multiple of 32, as block_sum needs). */
 #define THREADS 256
-/* Most blocks of a grid-stride launch: enough to fill any current GPU several times over. */
+/* Most blocks of a grid-stride launch: gridDim.x's limit (2^31 - 1); 65535 is the limit of
+ * gridDim.y and z only. Below it every grid-stride launch has one thread per item (or per
+ * vector of items): the grid derives from the work size. */
 #ifndef MAX_BLOCKS
-#define MAX_BLOCKS 65535u
+#define MAX_BLOCKS 0x7fffffffu
 #endif
+/* gridDim.y and gridDim.z's limit. */
+#define MAX_GRID_YZ 65535u
 /* Most partial sums per channel in the batchnorm and conv bias reductions. */
 #define BN_MAX_SPLITS 64
 /* Elements one reduction block should cover before another split is worth it. */
@@ -338,6 +343,25 @@ extern struct cuda_state g_cuda; /* runtime.cu */
          i += (size_t)gridDim.x * blockDim.x)
 #endif
 
+/* ---- vectors --------------------------------------------------------------------------------
+ * Element-wise kernels read and write 16 bytes (float4) at a time where every pointer they
+ * touch is 16-byte aligned (vec4_ok), the last n % 4 elements one at a time. The twin has no
+ * float4 of its own: a struct of the same layout. */
+#ifdef DDP_CUDA_TWIN
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+#endif
+
+/* 1 when every non-NULL pointer of p (count k) is 16-byte aligned. */
+static inline int vec4_ok(const void *const *p, int k)
+{
+    for (int i = 0; i < k; i++)
+        if (p[i] && ((uintptr_t)p[i] & 15u))
+            return 0;
+    return 1;
+}
+
 /* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */
 
 /* Sum of v over the warp; the result is valid in lane 0. */
@@ -418,6 +442,9 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
 #endif
 
 /* normpool.cu, loss_optim.cu */
+/* out, argmax (B, C, H/k, W/k) = maxpool of relu(inp + b[c]); b NULL: relu(inp) */
+void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
+                  int H, int W, int k);
 void cuda_table_normpool(struct ddp_backend *t);
 void cuda_table_loss_optim(struct ddp_backend *t);
 

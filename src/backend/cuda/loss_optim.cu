@@ -9,22 +9,55 @@
 
 /* ---- optimiser kernels ------------------------------------------------------------------- */
 
+/* One parameter's sgd update, as cpu_kernels.inc. */
+__device__ __forceinline__ void sgd1(float *p, float g, float *buf, float gscale, float lr,
+                                     float momentum, float weight_decay, int nesterov,
+                                     int first_step)
+{
+    float d = __fmul_rn(g, gscale);
+    if (weight_decay != 0)
+        d += weight_decay * *p;
+    if (momentum != 0) {
+        *buf = first_step ? d : momentum * *buf + d;
+        d = nesterov ? d + momentum * *buf : *buf;
+    }
+    *p -= lr * d;
+}
+
+/* sgd on float4 vectors where p, g and buf are 16-byte aligned (vec4 1; buf unused without
+ * momentum), else one parameter at a time. */
+__device__ __forceinline__ void sgd_all(float *p, const float *g_, float gscale, float *buf,
+                                        size_t n, float lr, float momentum, float weight_decay,
+                                        int nesterov, int first_step, int vec4)
+{
+    const size_t n4 = vec4 ? n / 4 : 0;
+    GRID_STRIDE(i, n4)
+    {
+        float4 pv = ((float4 *)p)[i], bv = {0, 0, 0, 0};
+        const float4 gv = ((const float4 *)g_)[i];
+        if (momentum != 0 && !first_step)
+            bv = ((float4 *)buf)[i];
+        sgd1(&pv.x, gv.x, &bv.x, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.y, gv.y, &bv.y, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.z, gv.z, &bv.z, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        sgd1(&pv.w, gv.w, &bv.w, gscale, lr, momentum, weight_decay, nesterov, first_step);
+        ((float4 *)p)[i] = pv;
+        if (momentum != 0)
+            ((float4 *)buf)[i] = bv;
+    }
+    GRID_STRIDE(t, n - 4 * n4)
+    {
+        const size_t i = 4 * n4 + t;
+        sgd1(p + i, g_[i], buf + i, gscale, lr, momentum, weight_decay, nesterov, first_step);
+    }
+}
+
 __global__ void k_sgd(float *p, const float *g_, float gscale_, const float *gs, float *buf,
                       size_t n, float lr, float momentum, float weight_decay, int nesterov,
-                      int first_step)
+                      int first_step, int vec4)
 {
     const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
-    GRID_STRIDE(i, n)
-    {
-        float d = __fmul_rn(g_[i], gscale);
-        if (weight_decay != 0)
-            d += weight_decay * p[i];
-        if (momentum != 0) {
-            buf[i] = first_step ? d : momentum * buf[i] + d;
-            d = nesterov ? d + momentum * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
-    }
+    sgd_all(p, g_, gscale, buf, n, lr, momentum, weight_decay, nesterov, first_step, vec4);
 }
 
 __global__ void k_adam(float *p, const float *g_, float gscale_, const float *gs, float *m,
@@ -47,22 +80,11 @@ __global__ void k_adam(float *p, const float *g_, float gscale_, const float *gs
 }
 
 __global__ void k_sgd_graph(float *p, const float *g_, float gscale_, const float *gs, float *buf,
-                            size_t n, const graph_vals *sc, float weight_decay, int nesterov)
+                            size_t n, const graph_vals *sc, float weight_decay, int nesterov,
+                            int vec4)
 {
     const float gscale = gs ? *gs : gscale_; /* clip_scale's, on the device */
-    const float lr = sc->lr, momentum = sc->momentum;
-    const int first_step = sc->first;
-    GRID_STRIDE(i, n)
-    {
-        float d = __fmul_rn(g_[i], gscale);
-        if (weight_decay != 0)
-            d += weight_decay * p[i];
-        if (momentum != 0) {
-            buf[i] = first_step ? d : momentum * buf[i] + d;
-            d = nesterov ? d + momentum * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
-    }
+    sgd_all(p, g_, gscale, buf, n, sc->lr, sc->momentum, weight_decay, nesterov, sc->first, vec4);
 }
 
 __global__ void k_adam_graph(float *p, const float *g_, float gscale_, const float *gs, float *m,
@@ -90,8 +112,10 @@ __global__ void k_adam_graph(float *p, const float *g_, float gscale_, const flo
 static void graph_sgd(float *p, const float *grad, float gscale, const float *gs, float *buf,
                       size_t n, float weight_decay, int nesterov)
 {
-    LAUNCH(k_sgd_graph, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n,
-           g_cuda.graph.dev + g_cuda.graph.slot, weight_decay, nesterov);
+    const void *ptr[] = {p, grad, buf};
+    const int vec4 = vec4_ok(ptr, 3);
+    LAUNCH(k_sgd_graph, blocks_for(vec4 ? (n + 3) / 4 : n), THREADS, p, grad, gscale, gs, buf, n,
+           g_cuda.graph.dev + g_cuda.graph.slot, weight_decay, nesterov, vec4);
 }
 
 static void graph_adam(float *p, const float *grad, float gscale, const float *gs, float *m,
@@ -186,16 +210,71 @@ __global__ void k_xent_acc(double *acc, const double *row_loss, const int *row_o
     }
 }
 
+/* Rows one block of k_xent_part sums: a batch of up to this many is summed by k_xent_acc
+ * alone, a larger one in two levels. */
+#define XENT_ACC_ROWS 8192
+
+/* Block b: part[2b] = the loss sum, part[2b + 1] the correct count of rows b*XENT_ACC_ROWS ..
+ * (b+1)*XENT_ACC_ROWS - 1 (fixed order). */
+__global__ void k_xent_part(double *part, const double *row_loss, const int *row_ok, int B)
+{
+    const int r0 = blockIdx.x * XENT_ACC_ROWS;
+    const int r1 = B - r0 < XENT_ACC_ROWS ? B : r0 + XENT_ACC_ROWS;
+    double s = 0, c = 0;
+    for (int i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
+        s += row_loss[i];
+        c += row_ok[i];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = s;
+        part[2 * blockIdx.x + 1] = c;
+    }
+}
+
+/* One block: acc[0] += the sum of the parts' losses, acc[1] of their counts (fixed order). */
+__global__ void k_xent_parts_acc(double *acc, const double *part, int nparts)
+{
+    double s = 0, c = 0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) {
+        s += part[2 * i];
+        c += part[2 * i + 1];
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        acc[0] += s;
+        acc[1] += c;
+    }
+}
+
 /* The loss kernels' per-row scratch in the workspace: row_loss (B doubles), row_ok (B ints),
- * then `extra` bytes. */
-static char *xent_rows(double **row_loss, int **row_ok, size_t extra, int B)
+ * the two-level sum's parts, then `extra` bytes. */
+static char *xent_rows(double **row_loss, int **row_ok, double **part, size_t extra, int B)
 {
     const size_t loss_bytes = align256(sizeof(double) * (size_t)B);
     const size_t ok_bytes = align256(sizeof(int) * (size_t)B);
-    char *ws = (char *)ws_get(loss_bytes + ok_bytes + extra);
+    const size_t parts = ((size_t)B + XENT_ACC_ROWS - 1) / XENT_ACC_ROWS;
+    const size_t part_bytes = align256(2 * sizeof(double) * parts);
+    char *ws = (char *)ws_get(loss_bytes + ok_bytes + part_bytes + extra);
     *row_loss = (double *)ws;
     *row_ok = (int *)(ws + loss_bytes);
-    return ws + loss_bytes + ok_bytes;
+    *part = (double *)(ws + loss_bytes + ok_bytes);
+    return ws + loss_bytes + ok_bytes + part_bytes;
+}
+
+/* acc (2 doubles) += the batch's loss sum and correct count: one block up to XENT_ACC_ROWS
+ * rows, else a block per XENT_ACC_ROWS rows and one over their parts. */
+static void xent_sum(double *acc, double *part, const double *row_loss, const int *row_ok, int B)
+{
+    const int parts = (B + XENT_ACC_ROWS - 1) / XENT_ACC_ROWS;
+    if (parts <= 1) {
+        LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
+        return;
+    }
+    LAUNCH(k_xent_part, (unsigned)parts, 1024, part, row_loss, row_ok, B);
+    LAUNCH(k_xent_parts_acc, 1, 1024, acc, part, parts);
 }
 
 static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, const int32_t *labels,
@@ -203,13 +282,13 @@ static void cuda_xent_acc(float *dlogits, double *acc, const float *logits, cons
 {
     if (B <= 0 || K <= 0)
         return;
-    double *row_loss;
+    double *row_loss, *part;
     int *row_ok;
-    xent_rows(&row_loss, &row_ok, 0, B);
+    xent_rows(&row_loss, &row_ok, &part, 0, B);
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale, smoothing);
-    LAUNCH(k_xent_acc, 1, 1024, acc, row_loss, row_ok, B);
+    xent_sum(acc, part, row_loss, row_ok, B);
 }
 
 static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
@@ -220,14 +299,14 @@ static double cuda_xent(float *dlogits, int64_t *correct, const float *logits,
             *correct = 0;
         return 0;
     }
-    double *row_loss;
+    double *row_loss, *part;
     int *row_ok;
-    double *dres = (double *)xent_rows(&row_loss, &row_ok, 2 * sizeof(double), B);
+    double *dres = (double *)xent_rows(&row_loss, &row_ok, &part, 2 * sizeof(double), B);
     CUDA_CHECK(cudaMemsetAsync(dres, 0, 2 * sizeof(double), g_cuda.stream));
     const unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     LAUNCH(k_xent_rows, blocks, THREADS, row_loss, row_ok, dlogits, logits, labels, B, K,
            grad_scale, smoothing);
-    LAUNCH(k_xent_acc, 1, 1024, dres, row_loss, row_ok, B);
+    xent_sum(dres, part, row_loss, row_ok, B);
     double res[2]; /* loss sum, correct count (exact in a double) */
     CUDA_CHECK(cudaMemcpyAsync(res, dres, sizeof res, cudaMemcpyDeviceToHost, g_cuda.stream));
     CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
@@ -312,8 +391,10 @@ static void cuda_sgd_step(float *p, const float *grad, float gscale, const float
         return;
     if (g_cuda.graph.capturing)
         return graph_sgd(p, grad, gscale, gs, buf, n, a->weight_decay, a->nesterov);
-    LAUNCH(k_sgd, blocks_for(n), THREADS, p, grad, gscale, gs, buf, n, a->lr, a->momentum,
-           a->weight_decay, a->nesterov, a->first_step);
+    const void *ptr[] = {p, grad, buf};
+    const int vec4 = vec4_ok(ptr, 3);
+    LAUNCH(k_sgd, blocks_for(vec4 ? (n + 3) / 4 : n), THREADS, p, grad, gscale, gs, buf, n, a->lr,
+           a->momentum, a->weight_decay, a->nesterov, a->first_step, vec4);
 }
 
 static void cuda_adam_step(float *p, const float *grad, float gscale, const float *gs, float *m,

@@ -9,17 +9,19 @@
 
 /* ---- pools ------------------------------------------------------------------------------- */
 
-__global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, size_t BC, int H,
-                              int W, int k)
+/* The pools index with I: uint32_t where the input has fewer than 2^32 elements (32-bit
+ * divisions, several times cheaper than 64-bit ones), else size_t. */
+template <typename I>
+__global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, I BC, int H, int W,
+                              int k)
 {
-    const int OH = H / k, OW = W / k;
-    const size_t n = BC * OH * OW;
-    GRID_STRIDE(o, n)
+    const I OH = (I)(H / k), OW = (I)(W / k);
+    const I n = BC * OH * OW;
+    GRID_STRIDE(o_, n)
     {
-        const size_t bc = o / ((size_t)OH * OW);
-        const int r = (int)(o % ((size_t)OH * OW));
-        const int oh = r / OW, ow = r % OW;
-        const float *x = inp + bc * H * W;
+        const I o = (I)o_, bc = o / (OH * OW), r = o - bc * (OH * OW);
+        const int oh = (int)(r / OW), ow = (int)(r - (I)oh * OW);
+        const float *x = inp + (size_t)bc * H * W;
         int best = (oh * k) * W + ow * k;
         float m = x[best];
         for (int i = 0; i < k; i++)
@@ -37,20 +39,79 @@ __global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, siz
 
 /* Windows do not overlap (stride k): each input pixel has at most one window, so the
  * gradient is gathered, not scattered, and needs no atomics. */
-__global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, size_t BC,
-                              int H, int W, int k)
+template <typename I>
+__global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, I BC, int H,
+                              int W, int k)
 {
-    const int OH = H / k, OW = W / k;
-    const size_t n = BC * H * W;
-    GRID_STRIDE(idx, n)
+    const I OH = (I)(H / k), OW = (I)(W / k), HW = (I)H * (I)W;
+    const I n = BC * HW;
+    GRID_STRIDE(idx_, n)
     {
-        const size_t bc = idx / ((size_t)H * W);
-        const int hw = (int)(idx % ((size_t)H * W));
-        const int oh = (hw / W) / k, ow = (hw % W) / k;
+        const I idx = (I)idx_, bc = idx / HW;
+        const int hw = (int)(idx - bc * HW);
+        const int h = hw / W, oh = h / k, ow = (hw - h * W) / k;
         float v = 0;
-        if (oh < OH && ow < OW) {
-            const size_t o = bc * OH * OW + (size_t)oh * OW + ow;
+        if (oh < (int)OH && ow < (int)OW) {
+            const I o = bc * OH * OW + (I)oh * OW + (I)ow;
             if (argmax[o] == hw)
+                v = dout[o];
+        }
+        dinp[idx] = v;
+    }
+}
+
+/* relu then maxpool in one pass (backend.h relu_maxpool_fwd): out = the first maximum of
+ * relu(x + b[c]) over each window (b NULL: relu(x)), argmax its place i*k + j in the window
+ * as one byte (k <= 16). The values are those of bias_relu and k_maxpool_fwd in turn, bit for
+ * bit: the same sum, the same relu, the same strict comparison. */
+template <typename I>
+__global__ void k_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp, const float *b,
+                                   I BC, int C, int H, int W, int k)
+{
+    const I OH = (I)(H / k), OW = (I)(W / k);
+    const I n = BC * OH * OW;
+    GRID_STRIDE(o_, n)
+    {
+        const I o = (I)o_, bc = o / (OH * OW), r = o - bc * (OH * OW);
+        const int oh = (int)(r / OW), ow = (int)(r - (I)oh * OW);
+        const float *x = inp + (size_t)bc * H * W + (size_t)(oh * k) * W + ow * k;
+        const float bias = b ? b[bc % (I)C] : 0.0f;
+        float m = 0;
+        int best = -1;
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                float v = b ? x[i * W + j] + bias : x[i * W + j];
+                v = v > 0 ? v : 0;
+                if (best < 0 || v > m) {
+                    m = v;
+                    best = i * k + j;
+                }
+            }
+        out[o] = m;
+        argmax[o] = (uint8_t)best;
+    }
+}
+
+/* maxpool's backward then relu's (backend.h maxpool_relu_bwd): the gradient of the relu's
+ * input, from the pool's output gradient, output and byte argmax. The pixel at a window's
+ * maximum gets dout where the pool's output (the relu's output there) is > 0; every other
+ * pixel 0: what k_maxpool_bwd and relu_bwd give in turn, without the two full-size passes
+ * between them and without reading the activation. */
+template <typename I>
+__global__ void k_maxpool_relu_bwd(float *dinp, const float *dout, const float *out,
+                                   const uint8_t *argmax, I BC, int H, int W, int k)
+{
+    const I OH = (I)(H / k), OW = (I)(W / k), HW = (I)H * (I)W;
+    const I n = BC * HW;
+    GRID_STRIDE(idx_, n)
+    {
+        const I idx = (I)idx_, bc = idx / HW;
+        const int hw = (int)(idx - bc * HW);
+        const int h = hw / W, w = hw - h * W, oh = h / k, ow = w / k;
+        float v = 0;
+        if (oh < (int)OH && ow < (int)OW) {
+            const I o = bc * OH * OW + (I)oh * OW + (I)ow;
+            if (argmax[o] == (h - oh * k) * k + (w - ow * k) && out[o] > 0)
                 v = dout[o];
         }
         dinp[idx] = v;
@@ -90,22 +151,72 @@ __global__ void k_avgpool_bwd(float *dinp, const float *dout, size_t BC, int H, 
     }
 }
 
+/* 1 when a pool's input (B, C, H, W) has fewer than 2^32 elements: 32-bit indices. */
+static int pool_idx32(int B, int C, int H, int W)
+{
+    return (size_t)B * C * H * W <= UINT32_MAX;
+}
+
 static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H,
                              int W, int k)
 {
-    const size_t n = (size_t)B * C * (H / k) * (W / k);
+    const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
     if (!n)
         return;
-    LAUNCH(k_maxpool_fwd, blocks_for(n), THREADS, out, argmax, inp, (size_t)B * C, H, W, k);
+    if (pool_idx32(B, C, H, W))
+        LAUNCH(k_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, (uint32_t)BC, H,
+               W, k);
+    else
+        LAUNCH(k_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, BC, H, W, k);
 }
 
 static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
                              int H, int W, int k)
 {
-    const size_t n = (size_t)B * C * H * W;
+    const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
     if (!n)
         return;
-    LAUNCH(k_maxpool_bwd, blocks_for(n), THREADS, dinp, dout, argmax, (size_t)B * C, H, W, k);
+    if (pool_idx32(B, C, H, W))
+        LAUNCH(k_maxpool_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax, (uint32_t)BC, H,
+               W, k);
+    else
+        LAUNCH(k_maxpool_bwd<size_t>, blocks_for(n), THREADS, dinp, dout, argmax, BC, H, W, k);
+}
+
+/* out, argmax (B, C, H/k, W/k) = maxpool of relu(inp + b[c]) (b NULL: relu(inp)); conv.cu's
+ * conv2d_relu_maxpool_fwd passes the bias it left out of the convolution. */
+void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
+                  int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
+    if (!n)
+        return;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH(k_relu_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, b,
+               (uint32_t)BC, C, H, W, k);
+    else
+        LAUNCH(k_relu_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, b, BC, C, H, W,
+               k);
+}
+
+static void cuda_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp, int B, int C,
+                                  int H, int W, int k)
+{
+    relu_maxpool(out, argmax, inp, NULL, B, C, H, W, k);
+}
+
+static void cuda_maxpool_relu_bwd(float *dinp, const float *dout, const float *out,
+                                  const uint8_t *argmax, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
+    if (!n)
+        return;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH(k_maxpool_relu_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, out, argmax,
+               (uint32_t)BC, H, W, k);
+    else
+        LAUNCH(k_maxpool_relu_bwd<size_t>, blocks_for(n), THREADS, dinp, dout, out, argmax, BC, H,
+               W, k);
 }
 
 static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
@@ -146,7 +257,24 @@ __global__ void k_gap_bwd(float *dinp, const float *dout, size_t n, int S)
     GRID_STRIDE(i, n) dinp[i] = dout[i / (size_t)S] / (float)S;
 }
 
+/* out = a + b on float4 vectors, the n % 4 tail one at a time (out may be a). */
 __global__ void k_add(float *out, const float *a, const float *b, size_t n)
+{
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
+        float4 r;
+        r.x = x.x + y.x;
+        r.y = x.y + y.y;
+        r.z = x.z + y.z;
+        r.w = x.w + y.w;
+        ((float4 *)out)[i] = r;
+    }
+    GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = a[4 * n4 + t] + b[4 * n4 + t];
+}
+
+__global__ void k_add1(float *out, const float *a, const float *b, size_t n)
 {
     GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
@@ -171,7 +299,11 @@ static void cuda_add(float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
         return;
-    LAUNCH(k_add, blocks_for(n), THREADS, out, a, b, n);
+    const void *p[] = {out, a, b};
+    if (vec4_ok(p, 3))
+        LAUNCH(k_add, blocks_for((n + 3) / 4), THREADS, out, a, b, n);
+    else
+        LAUNCH(k_add1, blocks_for(n), THREADS, out, a, b, n);
 }
 
 /* ---- batchnorm --------------------------------------------------------------------------- */
@@ -351,6 +483,8 @@ void cuda_table_normpool(struct ddp_backend *t)
 {
     t->maxpool_fwd = cuda_maxpool_fwd;
     t->maxpool_bwd = cuda_maxpool_bwd;
+    t->relu_maxpool_fwd = cuda_relu_maxpool_fwd;
+    t->maxpool_relu_bwd = cuda_maxpool_relu_bwd;
     t->avgpool_fwd = cuda_avgpool_fwd;
     t->avgpool_bwd = cuda_avgpool_bwd;
     t->gap_fwd = cuda_gap_fwd;

@@ -14,19 +14,39 @@
 
 /* Words the bad_devmem fault flips after the pattern is written (each one wrong word). */
 #define VCHECK_BAD_WORDS 3
+/* Blocks of the pattern test (grid-stride), each counting its wrong words into one slot. */
+#define VCHECK_COUNT_BLOCKS 4096u
 /* Timed calls at most per measurement (events are made per call). */
 #define VCHECK_MAX_REPS 256
 
 /* ---- kernels ------------------------------------------------------------------------------ */
 
+/* copy and triad 16 bytes at a time (the buffers are cudaMalloc's, 256-byte aligned), the
+ * n % 4 tail one float at a time: what a bandwidth test needs to reach the card's rate. */
 __global__ void k_vcopy(float *a, const float *b, size_t n)
 {
-    GRID_STRIDE(i, n) a[i] = b[i];
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        ((float4 *)a)[i] = ((const float4 *)b)[i];
+    }
+    GRID_STRIDE(t, n - 4 * n4) a[4 * n4 + t] = b[4 * n4 + t];
 }
 
 __global__ void k_vtriad(float *a, const float *b, const float *c, float s, size_t n)
 {
-    GRID_STRIDE(i, n) a[i] = b[i] + s * c[i];
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 x = ((const float4 *)b)[i], y = ((const float4 *)c)[i];
+        float4 r;
+        r.x = x.x + s * y.x;
+        r.y = x.y + s * y.y;
+        r.z = x.z + s * y.z;
+        r.w = x.w + s * y.w;
+        ((float4 *)a)[i] = r;
+    }
+    GRID_STRIDE(t, n - 4 * n4) a[4 * n4 + t] = b[4 * n4 + t] + s * c[4 * n4 + t];
 }
 
 /* Values in [-1, 1) from a hash of the index (no denormals): GEMM and bandwidth inputs. */
@@ -129,9 +149,9 @@ static void vstream_call(void *arg)
 {
     struct vstream *s = (struct vstream *)arg;
     if (s->triad)
-        LAUNCH(k_vtriad, blocks_for(s->n), THREADS, s->a, s->b, s->c, 3.0f, s->n);
+        LAUNCH(k_vtriad, blocks_for(s->n / 4 + 1), THREADS, s->a, s->b, s->c, 3.0f, s->n);
     else
-        LAUNCH(k_vcopy, blocks_for(s->n), THREADS, s->a, s->b, s->n);
+        LAUNCH(k_vcopy, blocks_for(s->n / 4 + 1), THREADS, s->a, s->b, s->n);
 }
 
 extern "C" double ddp_cuda_vcheck_stream(int triad, size_t bytes, int reps)
@@ -261,7 +281,8 @@ extern "C" int64_t ddp_cuda_vcheck_pattern(size_t bytes, int corrupt, int64_t *w
     if (g_cuda.device < 0 || n == 0)
         return 0;
     uint32_t *w = (uint32_t *)dev_alloc(n * sizeof(uint32_t));
-    const unsigned blocks = blocks_for(n);
+    const unsigned blocks =
+        blocks_for(n) < VCHECK_COUNT_BLOCKS ? blocks_for(n) : VCHECK_COUNT_BLOCKS;
     unsigned long long *bad = (unsigned long long *)dev_alloc(sizeof(*bad) * blocks);
     unsigned long long *host_bad =
         (unsigned long long *)ddp_malloc(sizeof(unsigned long long) * blocks);

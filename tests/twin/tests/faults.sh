@@ -52,7 +52,7 @@ n=$(grep -c "^exposed:" plant.txt)
 [ "$n" = 8 ] || { echo "FAIL capture-rules: $n of 8 forbidden calls exposed:"; cat plant.txt; fail=1; }
 
 # two ranks as two one-rank "nodes" of this host: each launcher returns its own rank's code;
-# float32 data: 21 launches a step (uint8 data add u8_to_float's), as the kernel number below counts
+# float32 data: 24 launches a step (uint8 data add u8_to_float's), as the kernel number below counts
 "$DDPTRAIN" data synth -o d.h5 --shape 1,8,8 --classes 10 --train 600 --test 10 --seed 5 \
     --dtype float32 >/dev/null || exit 1
 cat > j.ini <<INI
@@ -91,10 +91,10 @@ run2() {
     wait "${pids[0]}"; rc0=$?
     wait "${pids[1]}"; rc1=$?
 }
-# kernel 102 of rank 1 (21 launches a step) is the last backward kernel of step 5: under
+# kernel 117 of rank 1 (24 launches a step) is the last backward kernel of step 5: under
 # DDP_EMU_LATE it runs (and faults) only when the all-reduce's event is queried, the old "peer
 # may have died" path
-run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:102 DDP_EMU_FAIL_RANK=1
+run2 0 1 DDP_EMU_LATE=1 DDP_EMU_FAIL=kernel:117 DDP_EMU_FAIL_RANK=1
 if [ $rc1 = 1 ] && grep -q "GPU fault: kernel" r1.txt && grep -q "not of a peer" r1.txt &&
    ! grep -q "may have died" r1.txt && [ $rc0 = 5 ]; then
     echo "ok   sticky kernel error: rank 1 exit 1: $(grep -m1 'not of a peer' r1.txt);" \
