@@ -10,16 +10,34 @@
 #                   that finds no libcudnn.so.9 fails here); gpu_probe finds the GPU; the job keys
 #                   the checks use (train.precision = bf16, train.cuda_graph) are known
 #   3. ops          test_cuda_ops: every CUDA op against the CPU backend; test_nccl, world size 1
-#   4. sanitizer    compute-sanitizer (SAN_TOOLS, default memcheck racecheck synccheck) over
+#   4. validate     (40 s) `ddptrain validate --quick --json` on the card (CPU and GPU rates, HBM,
+#                   GEMMs, host copies, memory pattern, NVML health, golden run: its table in the
+#                   log), then a second run that records the cuda backend's golden reference on
+#                   1 rank (--record: cuda-w1.ref, to ship as configs/validate-ref/cuda-w1.ref)
+#                   and the card's expectation file (--record-expect, level quick: expect-CARD.ini,
+#                   configs/expect-*.ini style; one GPU, so [gpu] count = 1); all in validate.tar
+#   5. sanitizer    compute-sanitizer (SAN_TOOLS, default memcheck racecheck synccheck) over
 #                   test_cuda_ops and a 20-step training (SANITIZER_S per run, default 20: a run
-#                   that is out of time is reported, not failed; an error the tool finds fails)
-#   5. curves       train_curve.sh: CPU vs GPU loss curves of two short trainings, fp32, tf32, bf16
-#   6. graphs       configs/fashion-resnet.ini with accumulate = 3 and clip_grad_norm, cuda_graph
+#                   that is out of time is reported, not failed; an error the tool finds fails);
+#                   racecheck, too slow for the whole ops test in 20 s on an H200, runs the op
+#                   groups RACE_OPS (DDP_TEST_OPS of test_cuda_ops; default our own kernels,
+#                   those with shared memory (block_sum: bias gradients, xent, sumsq) among
+#                   them: elementwise, linear, residual, batchnorm, xent, sumsq, optim, clip,
+#                   u8; not conv, fusion, graph, tf32, bf16 (cuDNN's and cuBLAS's kernels) nor
+#                   pool (no shared memory, a 16 Mi-element case)); the output names the groups
+#   6. curves       train_curve.sh: CPU vs GPU loss curves of two short trainings, fp32, tf32,
+#                   bf16, within a tolerance measured at run time: 10 x the divergence of three
+#                   CPU runs with different OpenBLAS kernels (float32 noise that Adam and
+#                   batchnorm amplify: the first H200 run's `cnn fp32` failure, 1.4e-3 against a
+#                   fixed 1e-3, was that noise), with a floor per precision; the MLP learns
+#                   (normalised inputs): the first run's `mlp bf16` failure was the accuracy of
+#                   an untrained model, the same on the twin's bf16 (train_curve.sh's header)
+#   7. graphs       configs/fashion-resnet.ini with accumulate = 3 and clip_grad_norm, cuda_graph
 #                   on and off: the same loss at every log step (a graph per micro-batch role,
 #                   the clip factor on the device)
-#   7. fullrun      configs/fashion-resnet.ini to its end on the real Fashion-MNIST (the IDX files
+#   8. fullrun      configs/fashion-resnet.ini to its end on the real Fashion-MNIST (the IDX files
 #                   pack.sh carries): training time and test accuracy (fullrun.json)
-#   8. bench        samples/s and peak device memory of BENCH_PLAN's runs, in priority order until
+#   9. bench        samples/s and peak device memory of BENCH_PLAN's runs, in priority order until
 #                   the time is up: configs/cifar-resnet18.ini at batch 256 (3x32x32 synthetic
 #                   data), configs/fashion-cnn.ini's CNN at 1024 and 256, the MLP 784-512-512-10
 #                   (fashion-mlp) at 256 and 1024 (Fashion-MNIST-shaped synthetic data, uint8);
@@ -27,12 +45,14 @@
 #                   GPU (tests/gpu/torch_gpu_bench.py: data preloaded on the GPU, eager and
 #                   torch.compile); tests/gpu/bench_table.py makes the table, each row naming the
 #                   convolution path; what did not fit is "-"
-# STAGES (default all) runs a subset of 3-8 (e.g. STAGES="ops fullrun bench"); the others are
+# STAGES (default all) runs a subset of 3-9 (e.g. STAGES="ops fullrun bench"); the others are
 # reported "not run".
 #
-# Writes under $OUT/gpu at most 8 files: device-check.log (all of it), ops.txt, sanitizer.txt,
-# curve.txt, fullrun.json, bench.json, bench.md (the table, ready for bench/RESULTS-gpu.md) and
-# bench-runs.txt (the last lines of every benchmark run). Prints the table last. Exit 0 when
+# Writes under $OUT/gpu 8 files (the device tool brings back 8): device-check.log (all of it),
+# ops.txt (test_cuda_ops, test_nccl, then the sanitizer's runs), validate.tar (validate.json,
+# validate.txt: both runs' output, cuda-w1.ref, expect-CARD.ini), curve.txt, fullrun.json,
+# bench.json, bench.md (the table, ready for bench/RESULTS-gpu.md) and bench-runs.txt (the last
+# lines of every benchmark run). Prints the table last. Exit 0 when
 # every check that ran passed, else 1 (the summary names the stage).
 #
 # Usage with the device tool: command "bash tests/gpu/device-check.sh .dev/gpu", carry
@@ -53,8 +73,10 @@ fi
 TOTAL_S=${TOTAL_S:-470}
 SANITIZER_S=${SANITIZER_S:-20}
 SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck}
-# STAGES: the stages to run after device and libraries (default all): ops sanitizer curves
-# graphs fullrun bench; a stage left out is reported as "not run" and does not fail the check
+RACE_OPS=${RACE_OPS:-elementwise,linear,residual,batchnorm,xent,sumsq,optim,clip,u8}
+VALIDATE_S=${VALIDATE_S:-40}
+# STAGES: the stages to run after device and libraries (default all): ops validate sanitizer
+# curves graphs fullrun bench; a stage left out is reported as "not run" and does not fail the check
 STAGES=${STAGES:-all}
 on() { [[ " $STAGES " == *" all "* || " $STAGES " == *" $1 "* ]]; }
 W=$(mktemp -d)
@@ -151,7 +173,7 @@ if [ $DRY = 1 ]; then
     STEPS_MLP="6 2" STEPS_CNN="4 2" STEPS_R18="3 1" NTRAIN=600 NTRAIN_R18=64 SAN_BATCH=4
     SAN_CFG=fashion-mlp R18_SHAPE=3,8,8 FULLRUN_ARGS=(--set train.max_steps=4 --set data.batch_size=8)
     BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd:60"
-    CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32) SAN_STEPS=5
+    CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32 CURVE_MIN_ACC=0) SAN_STEPS=5
     GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
 else
     setup_bundle "${1:-.dev/gpu}"
@@ -290,6 +312,62 @@ if on ops; then
     [ $rc = 0 ] && result nccl pass || result nccl "FAIL (exit $rc; ops.txt)"
 fi
 
+# ---- ddptrain validate on the card, and what the next session ships from it -----------------
+# card_slug: the expectation file's name part for this card (NVIDIA H200 -> h200; twin: twin)
+card_slug() {
+    local name=twin
+    [ $DRY = 0 ] && name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    name=$(echo "${name:-card}" | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/[^a-z0-9]\{1,\}/-/g; s/^-//; s/-$//')
+    echo "${name:-card}"
+}
+# pack_validate DIR: DIR's files into $R/validate.tar (one file of the 8 the tool brings back)
+pack_validate() {
+    tar -C "$1" -cf "$R/validate.tar" . 2>/dev/null ||
+        python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w"); t.add(sys.argv[2], "."); t.close()' \
+            "$R/validate.tar" "$1"
+}
+validate_stage() {
+    local vd=$W/validate t0 rc rc2 rest expect cfg=()
+    mkdir -p "$vd"
+    # --dry: this shared machine is never idle: no retest verdict, and --record-expect records
+    if [ $DRY = 1 ]; then
+        printf '[validate]\nforeign_load_max = 0\n' > "$W/validate-dry.ini"
+        cfg=(--config "$W/validate-dry.ini")
+    fi
+    t0=$(elapsed)
+    expect=expect-$(card_slug).ini
+    # the check itself: its verdict is the stage's; its tables go to the log
+    timeout "$(budget 15)" "$DDPTRAIN" validate --quick "${cfg[@]}" --json "$vd/validate.json" \
+        > "$vd/run.txt" 2>&1
+    rc=$?
+    cat "$vd/run.txt"
+    # the records: the golden run's 100 steps as the cuda reference, the rates of 5 rounds as
+    # the card's floors (level quick, margin 0.2), in what is left of VALIDATE_S
+    rest=$((VALIDATE_S - ($(elapsed) - t0)))
+    [ "$rest" -lt 5 ] && rest=5
+    timeout "$(budget $rest)" "$DDPTRAIN" validate --quick "${cfg[@]}" \
+        --record "$vd" --record-expect "$vd/$expect" > "$vd/record.txt" 2>&1
+    rc2=$?
+    grep -E "recorded|PASS: recorded|^validate:|FAIL|RETEST|refus" "$vd/record.txt" | head -8
+    { echo "==== ddptrain validate --quick --json validate.json (exit $rc)"; cat "$vd/run.txt"
+      echo "==== ddptrain validate --quick --record ./ --record-expect $expect (exit $rc2)"
+      cat "$vd/record.txt"; } > "$vd/validate.txt"
+    rm -f "$vd/run.txt" "$vd/record.txt"
+    pack_validate "$vd"
+    echo "validate.tar: $(cd "$vd" && ls | tr '\n' ' ')"
+    if [ $rc != 0 ]; then
+        result validate "FAIL (exit $rc; validate.tar)"
+    elif [ $rc2 != 0 ] || [ ! -s "$vd/cuda-w1.ref" ] || [ ! -s "$vd/$expect" ]; then
+        result validate "FAIL (recording: exit $rc2$([ $rc2 = 124 ] && echo ", out of time"); validate.tar)"
+    else
+        result validate pass
+    fi
+}
+if on validate; then
+    step "validate"
+    validate_stage
+fi
+
 if on sanitizer; then
     step "sanitizer"
     if [ -z "$SAN" ]; then
@@ -297,27 +375,31 @@ if on sanitizer; then
         result sanitizer FAIL
     else
         san_fail=0
-        : > "$R/sanitizer.txt"
+        SANF=$R/ops.txt # the sanitizer's runs after the ops test's output (8 files at most)
+        echo "==== compute-sanitizer" >> "$SANF"
         ops_s=$SANITIZER_S
         [ $DRY = 1 ] && ops_s=2 # the twin's ops test is slow: its out-of-time path is the plumbing
         for tool in $SAN_TOOLS; do
             for what in ops train; do
+                ops_env=()
                 if [ $what = ops ]; then
                     cmd=("${REAL[test_cuda_ops]}")
                     t=$(budget "$ops_s")
+                    # racecheck: the op groups that fit its budget (test_cuda_ops names them)
+                    [ $tool = racecheck ] && ops_env=(DDP_TEST_OPS="$RACE_OPS")
                 else
                     cmd=("${REAL[ddptrain]}" configs/$SAN_CFG.ini --set data.file="$W/san.h5"
                          --set data.batch_size=$SAN_BATCH --set train.max_steps=$SAN_STEPS --set train.log_every=5
                          --set job.output="$W/san-$tool" --set job.report=false --set train.device=cuda)
                     t=$(budget "$SANITIZER_S")
                 fi
-                echo "-- $tool: $what (${t} s)" | tee -a "$R/sanitizer.txt"
-                LD_LIBRARY_PATH="$LDPATH" timeout "$t" "$SAN" --tool $tool --error-exitcode 9 \
-                    "${cmd[@]}" > "$W/san.txt" 2>&1
+                echo "-- $tool: $what (${t} s)${ops_env:+, ${ops_env[0]}}" | tee -a "$SANF"
+                env LD_LIBRARY_PATH="$LDPATH" "${ops_env[@]}" timeout "$t" "$SAN" --tool $tool \
+                    --error-exitcode 9 "${cmd[@]}" > "$W/san.txt" 2>&1
                 rc=$?
-                grep -E "ERROR SUMMARY|^=+ (Invalid|Race|Barrier|Error)" "$W/san.txt" | head -5 |
-                    tee -a "$R/sanitizer.txt"
-                tail -c 3000 "$W/san.txt" >> "$R/sanitizer.txt"
+                grep -E "ERROR SUMMARY|^=+ (Invalid|Race|Barrier|Error)|^groups|checks, " "$W/san.txt" |
+                    head -6 | tee -a "$SANF"
+                tail -c 3000 "$W/san.txt" >> "$SANF"
                 case $rc in
                 0) echo "   $tool $what: clean" ;;
                 124) echo "   $tool $what: out of its $t s (what ran was clean)" ;;
@@ -325,7 +407,7 @@ if on sanitizer; then
                 esac
             done
         done
-        [ $san_fail = 0 ] && result sanitizer pass || result sanitizer "FAIL (sanitizer.txt)"
+        [ $san_fail = 0 ] && result sanitizer pass || result sanitizer "FAIL (ops.txt)"
     fi
 fi
 
@@ -340,12 +422,13 @@ if on curves; then
             continue
         fi
         echo "-- $prec" | tee -a "$R/curve.txt"
+        n0=$(wc -l < "$R/curve.txt")
         jobs="mlp cnn"
         [ $DRY = 1 ] && [ $prec != fp32 ] && jobs=mlp # the CNN on the twin is slow: once
         env "${CURVE_ENV[@]}" CURVE_JOBS="$jobs" CURVE_PRECISION=$prec DDP_BUILD="$W" PATH="$(dirname "$PY"):$PATH" \
             timeout "$(budget 40)" bash tests/gpu/train_curve.sh >> "$R/curve.txt" 2>&1
         rc=$?
-        grep -E "^(ok|FAIL)" "$R/curve.txt" | tail -2
+        tail -n +$((n0 + 1)) "$R/curve.txt" | grep -E "^(ok|FAIL)"
         [ $rc = 0 ] || { echo "   $prec: FAIL (exit $rc)"; curve_fail=1; }
     done
     [ $curve_fail = 0 ] && result curves pass || result curves "FAIL (curve.txt)"
@@ -453,7 +536,7 @@ for k in "${ORDER[@]}"; do
     printf '  %-10s %s\n' "$k" "${RESULT[$k]}"
     case ${RESULT[$k]} in pass | done) ;; *) fail=1 ;; esac
 done
-for k in ops sanitizer curves graphs fullrun bench; do
+for k in ops validate sanitizer curves graphs fullrun bench; do
     on $k || printf '  %-10s %s\n' "$k" "not run (STAGES=$STAGES)"
 done
 nfiles=$(find "$R" -type f | wc -l)

@@ -11,6 +11,11 @@
  * involve no arithmetic (relu, maxpool values and argmax, dropout masks, copies) must match
  * bit for bit. Double results (batchnorm sums, the xent loss) within 1e-10 relative.
  *
+ * DDP_TEST_OPS=GROUP,GROUP,... runs only those groups of cases (default: all): elementwise,
+ * linear, conv, pool, fusion, residual, batchnorm, xent, sumsq, optim, clip, graph, u8, tf32,
+ * bf16; the line after the GPU line names them, and an unknown name fails (exit 1). device-check.sh's
+ * racecheck runs the groups that fit its time budget.
+ *
  * Built twice: test_cuda_ops (the GPU) and test_cuda_ops_emu (DDP_TEST_EMU: the same kernels
  * compiled for the CPU against tests/gpu/emu, so their logic is tested on every machine).
  *
@@ -1525,6 +1530,55 @@ static void t_bf16(void)
     ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
 }
 
+/* DDP_TEST_OPS: the groups of cases to run (comma-separated; unset or empty: all). */
+static const char *const g_groups[] = {"elementwise", "linear",    "conv", "pool",  "fusion",
+                                       "residual",    "batchnorm", "xent", "sumsq", "optim",
+                                       "clip",        "graph",     "u8",   "tf32",  "bf16"};
+static int g_want[sizeof g_groups / sizeof *g_groups];
+
+/* Parses DDP_TEST_OPS into g_want; prints what runs. 0 on an unknown group name. */
+static int select_groups(void)
+{
+    const size_t ng = sizeof g_groups / sizeof *g_groups;
+    const char *env = getenv("DDP_TEST_OPS");
+    if (!env || !*env) {
+        for (size_t i = 0; i < ng; i++)
+            g_want[i] = 1;
+        printf("groups: all\n");
+        return 1;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok;
+         tok = strtok_r(NULL, ", ", &save)) {
+        size_t i = 0;
+        while (i < ng && strcmp(tok, g_groups[i]) != 0)
+            i++;
+        if (i == ng) {
+            printf("FAIL: DDP_TEST_OPS: unknown group '%s'; expected a comma-separated list of "
+                   "elementwise linear conv pool fusion residual batchnorm xent sumsq optim clip "
+                   "graph u8 tf32 bf16\n",
+                   tok);
+            return 0;
+        }
+        g_want[i] = 1;
+    }
+    printf("groups (DDP_TEST_OPS):");
+    for (size_t i = 0; i < ng; i++)
+        if (g_want[i])
+            printf(" %s", g_groups[i]);
+    printf("\n");
+    return 1;
+}
+
+static int want(const char *group)
+{
+    for (size_t i = 0; i < sizeof g_groups / sizeof *g_groups; i++)
+        if (strcmp(group, g_groups[i]) == 0)
+            return g_want[i];
+    return 0;
+}
+
 #endif /* HAVE_CUDA */
 
 int main(void)
@@ -1547,50 +1601,79 @@ int main(void)
         C->set_threads(4);
     printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
 
-    t_elementwise(100003);
-    t_linear(37, 300, 70);
-    t_linear(256, 784, 512); /* fashion-mlp's first layer */
-    t_linear(1, 5, 3);
+    if (!select_groups())
+        return 1;
+    if (want("elementwise"))
+        t_elementwise(100003);
+    if (want("linear")) {
+        t_linear(37, 300, 70);
+        t_linear(256, 784, 512); /* fashion-mlp's first layer */
+        t_linear(1, 5, 3);
+    }
     /* cuDNN where it loads (on the twin: unless DDP_EMU_NO_CUDNN=1; DDP_TEST_CONV_PATH names
      * the path expected), then always the im2col fallback */
-    t_conv_all(1, 1, getenv("DDP_TEST_CONV_PATH"));
-    t_conv_all(1, 0, getenv("DDP_TEST_CONV_PATH"));
-    t_conv_all(0, 1, "im2col");
-    t_pools(3, 4, 10, 10, 3); /* floor mode: a row and column left over */
-    t_pools(2, 3, 8, 12, 2);
-    t_relu_pool(3, 4, 10, 10, 3);
-    t_relu_pool(2, 3, 9, 13, 2);
-    t_relu_pool(1, 2, 33, 33, 16);     /* the largest window a byte argmax holds */
-    t_relu_pool(1, 16, 2049, 2049, 2); /* 16 Mi + outputs: past 65535 blocks of 256 */
-    t_model_fusion();
-    t_vec(100003, 0);
-    t_vec(100003, 1);
-    t_vec(3, 0); /* the tail alone */
-    t_vec_bias_relu(37, 20, 13);
-    t_bias_grad_rows(1 << 20, 3);
-    t_bias_grad_rows(65535 * 64 + 100, 1); /* past 65535 blocks of 64 rows in gridDim.y */
-    t_bias_grad_rows(7, 1000);
-    t_residual_ops(5, 16, 49);
-    t_residual_ops(3, 64, 16);
-    t_batchnorm(6, 5, 49);
-    t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
-    t_batchnorm(64, 8, 3136); /* several partial sums per channel */
-    t_xent(67, 10, 0);
-    t_xent(9, 1000, 0); /* K > 32: lanes loop */
-    t_xent(1, 2, 0);
-    t_xent(20011, 10, 0); /* past one block's rows: the two-level sum */
-    t_xent(67, 10, 0.1f); /* label smoothing */
-    t_xent(9, 1000, 0.25f);
-    t_sumsq(1);
-    t_sumsq(100003);
-    t_optim(10007);
-    t_clip(10007);
-    t_graph(16, 40, 10);
-    t_u8_to_float(7, 1, 28, 28, 0); /* Fashion-MNIST, no normalize */
-    t_u8_to_float(7, 1, 28, 28, 1); /* Fashion-MNIST, normalize = 0.2860, 0.3530 */
-    t_u8_to_float(5, 3, 9, 11, 3);  /* per-channel statistics */
-    t_tf32();
-    t_bf16();
+    if (want("conv")) {
+        t_conv_all(1, 1, getenv("DDP_TEST_CONV_PATH"));
+        t_conv_all(1, 0, getenv("DDP_TEST_CONV_PATH"));
+        t_conv_all(0, 1, "im2col");
+    }
+    if (want("pool")) {
+        t_pools(3, 4, 10, 10, 3); /* floor mode: a row and column left over */
+        t_pools(2, 3, 8, 12, 2);
+        t_relu_pool(3, 4, 10, 10, 3);
+        t_relu_pool(2, 3, 9, 13, 2);
+        t_relu_pool(1, 2, 33, 33, 16);     /* the largest window a byte argmax holds */
+        t_relu_pool(1, 16, 2049, 2049, 2); /* 16 Mi + outputs: past 65535 blocks of 256 */
+    }
+    if (want("fusion"))
+        t_model_fusion();
+    if (want("elementwise")) {
+        t_vec(100003, 0);
+        t_vec(100003, 1);
+        t_vec(3, 0); /* the tail alone */
+        t_vec_bias_relu(37, 20, 13);
+    }
+    if (want("linear")) {
+        t_bias_grad_rows(1 << 20, 3);
+        t_bias_grad_rows(65535 * 64 + 100, 1); /* past 65535 blocks of 64 rows in gridDim.y */
+        t_bias_grad_rows(7, 1000);
+    }
+    if (want("residual")) {
+        t_residual_ops(5, 16, 49);
+        t_residual_ops(3, 64, 16);
+    }
+    if (want("batchnorm")) {
+        t_batchnorm(6, 5, 49);
+        t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
+        t_batchnorm(64, 8, 3136); /* several partial sums per channel */
+    }
+    if (want("xent")) {
+        t_xent(67, 10, 0);
+        t_xent(9, 1000, 0); /* K > 32: lanes loop */
+        t_xent(1, 2, 0);
+        t_xent(20011, 10, 0); /* past one block's rows: the two-level sum */
+        t_xent(67, 10, 0.1f); /* label smoothing */
+        t_xent(9, 1000, 0.25f);
+    }
+    if (want("sumsq")) {
+        t_sumsq(1);
+        t_sumsq(100003);
+    }
+    if (want("optim"))
+        t_optim(10007);
+    if (want("clip"))
+        t_clip(10007);
+    if (want("graph"))
+        t_graph(16, 40, 10);
+    if (want("u8")) {
+        t_u8_to_float(7, 1, 28, 28, 0); /* Fashion-MNIST, no normalize */
+        t_u8_to_float(7, 1, 28, 28, 1); /* Fashion-MNIST, normalize = 0.2860, 0.3530 */
+        t_u8_to_float(5, 3, 9, 11, 3);  /* per-channel statistics */
+    }
+    if (want("tf32"))
+        t_tf32();
+    if (want("bf16"))
+        t_bf16();
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 #endif
