@@ -145,20 +145,6 @@ static double floor_of(const struct vrun *v, int k)
     return v->have_expect ? *(const double *)((const char *)&v->expect + g_metric[k].floor_off) : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_sort(double *x, int n)
-{
-    if (n <= 0)
-        return 0;
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* Median of metric k over the measured GPUs but rank `skip` (-1: none), and in *lmad the
  * median absolute deviation of their logarithms (about *lm, the median logarithm). */
 static double median_gpus(const struct rank_info *ri, int W, int k, int skip, double *lm,

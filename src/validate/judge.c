@@ -78,8 +78,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of v[0..n) (sorted in place); 0 when n is 0. */
-static double median_sort(double *v, int n)
+double median_sort(double *v, int n)
 {
     if (n <= 0)
         return 0;

@@ -183,6 +183,8 @@ struct run_facts {
 /* inventory.c */
 void inventory(struct rank_info *ri, const struct ddp_world *w, int threads);
 int choose_threads(const struct ddp_validate_config *cfg, const struct ddp_world *w);
+/* judge.c: the median of v[0..n) (sorted in place); 0 when n is 0. */
+double median_sort(double *v, int n);
 int measurement_turns(const struct rank_info *all, int W, int me, int *mine, int *shared);
 int machine_lock(void);
 void machine_unlock(int fd);
