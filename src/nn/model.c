@@ -87,36 +87,6 @@ void model_layer_str(const struct ddp_layer_spec *s, char *buf, size_t len)
     }
 }
 
-/* Bytes that layer l allocates for batches of B: out and dout, plus its mask, statistics or
- * argmax (flatten owns nothing but the first layer's dout). */
-static double layer_bytes(const struct ddp_layer *l, int i, int B)
-{
-    double act = (double)B * (double)l->out_elems * sizeof(float);
-    (void)i;
-    if (l->spec.kind == DDP_LAYER_FLATTEN)
-        return l->in < 0 ? act : 0;
-    double extra = l->spec.kind == DDP_LAYER_MAXPOOL || l->spec.kind == DDP_LAYER_DROPOUT ||
-                           l->spec.kind == DDP_LAYER_BATCHNORM
-                       ? act
-                       : 0;
-    return 2 * act + extra;
-}
-
-/* Floats of the scratch where a layer whose input feeds two layers puts its input gradient
- * before adding it (the largest such input for max_batch); 0 without residual blocks. */
-static size_t gtmp_elems(const struct ddp_model *m, int max_batch)
-{
-    size_t most = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct ddp_layer *l = &m->layers[i];
-        if (l->acc && l->in >= 0 && m->layers[l->in].out_elems > most)
-            most = m->layers[l->in].out_elems;
-        if (l->acc2 && l->in2 >= 0 && m->layers[l->in2].out_elems > most)
-            most = m->layers[l->in2].out_elems;
-    }
-    return most * (size_t)max_batch;
-}
-
 /* The memory the model may take on its backend into *avail: what this process can have of the
  * host's on the CPU, the device's free memory where the backend has a device (mem_info); 0
  * where it reports neither. The words for the message in *where and *which. */
@@ -224,31 +194,47 @@ static size_t conv_scratch(const struct ddp_backend *be, const struct ddp_layer 
     return be->conv_col_elems(max_batch, &g);
 }
 
+/* Bytes of batchnorm's per-channel buffers (mean, invstd, and its sums in doubles). */
+static double stats_bytes(const struct ddp_model *m)
+{
+    double b = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].spec.kind == DDP_LAYER_BATCHNORM)
+            b += 2.0 * sizeof(float) * (double)m->layers[i].b_n +
+                 sizeof(double) * (6.0 * (double)m->layers[i].b_n + 3);
+    return b;
+}
+
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out)
 {
     const struct ddp_backend *be = m->be;
-    double params = 4.0 * sizeof(float) * (double)m->nparams, total = params, col = 0, big = 0;
+    double params = 4.0 * sizeof(float) * (double)m->nparams, col = 0, big = 0;
+    double *per = ddp_calloc((size_t)m->nlayers, sizeof *per);
+    struct ddp_mem_plan p;
+    ddp_mem_plan_make(m, max_batch, &p);
+    for (int i = 0; i < p.nblocks; i++)
+        per[p.blocks[i].layer] += (double)p.blocks[i].bytes;
     int worst = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const struct ddp_layer *l = &m->layers[i];
-        double b = layer_bytes(l, i, max_batch);
         if (l->spec.kind == DDP_LAYER_CONV2D) {
             double c = (double)conv_scratch(be, l, max_batch) * sizeof(float);
             col = c > col ? c : col;
         }
-        total += b;
-        if (b > big) {
-            big = b;
+        if (per[i] > big) {
+            big = per[i];
             worst = i;
         }
     }
-    col += (double)gtmp_elems(m, max_batch) * sizeof(float);
-    total += col;
+    const double stats = stats_bytes(m);
     out->params = params;
-    out->activations = total - params - col;
+    out->activations = (double)p.arena + stats;
+    out->unshared = (double)p.unshared + stats;
     out->scratch = col;
-    out->total = total;
+    out->total = params + out->activations + col;
     out->largest_layer = big;
+    ddp_mem_plan_free(&p);
+    free(per);
     return worst;
 }
 
@@ -471,12 +457,11 @@ static void plan_pool_fusion(struct ddp_model *m)
     }
 }
 
-/* Parameters, gradients, buffers, and each layer's activations and scratch for max_batch. */
+/* Parameters, gradients, buffers, conv scratch, and the arena of every layer's batch-sized
+ * buffers laid out by the memory plan for max_batch. */
 static void alloc_buffers(struct ddp_model *m, int max_batch)
 {
     const struct ddp_backend *be = m->be;
-    plan_fusion(m);
-    plan_pool_fusion(m);
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
@@ -488,39 +473,24 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             size_t c = conv_scratch(be, &m->layers[i], max_batch);
             col = c > col ? c : col;
         }
+    struct ddp_mem_plan p;
+    ddp_mem_plan_make(m, max_batch, &p);
+    char why[DDP_ERR_LEN];
+    if (ddp_mem_plan_check(&p, why, sizeof why) != 0) /* cheap: every build proves its plan */
+        ddp_die("memory plan: %s (a bug)", why);
+    m->arena_bytes = p.arena;
+    m->arena = be->alloc(p.arena ? p.arena : 1);
+    model_plan_assign(m, &p, m->arena);
+    ddp_mem_plan_free(&p);
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
-        size_t act = (size_t)max_batch * l->out_elems;
-        if (l->spec.kind == DDP_LAYER_FLATTEN) {
-            /* aliases: out is the input, dout is shared with the input layer's */
-            l->dout = l->in >= 0 ? m->layers[l->in].dout : be->alloc(sizeof(float) * act);
+        if (l->spec.kind != DDP_LAYER_BATCHNORM)
             continue;
-        }
-        l->out = l->fused == 1 || l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
-        l->dout = l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
-        switch (l->spec.kind) {
-        case DDP_LAYER_MAXPOOL:
-            if (l->fused == 5)
-                l->argmax8 = be->alloc(act);
-            else
-                l->argmax = be->alloc(sizeof(int32_t) * act);
-            break;
-        case DDP_LAYER_DROPOUT:
-        case DDP_LAYER_BATCHNORM:
-            l->aux = be->alloc(sizeof(float) * act);
-            if (l->spec.kind == DDP_LAYER_BATCHNORM) {
-                l->mean = be->alloc(sizeof(float) * l->b_n);
-                l->invstd = be->alloc(sizeof(float) * l->b_n);
-                l->sums = be->alloc(sizeof(double) * (6 * l->b_n + 3));
-            }
-            break;
-        default:
-            break;
-        }
+        l->mean = be->alloc(sizeof(float) * l->b_n);
+        l->invstd = be->alloc(sizeof(float) * l->b_n);
+        l->sums = be->alloc(sizeof(double) * (6 * l->b_n + 3));
     }
     m->col = col ? be->alloc(sizeof(float) * col) : NULL;
-    size_t g = gtmp_elems(m, max_batch);
-    m->gtmp = g ? be->alloc(sizeof(float) * g) : NULL;
 }
 
 /* Building the graph: the blocks open around the current layer, innermost last. Frame 0 is
@@ -793,6 +763,8 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
 
     if (layout_params(m, err, errlen) != 0)
         return -1;
+    plan_fusion(m); /* before the memory estimate: a fused layer's own output is not stored */
+    plan_pool_fusion(m);
     if (check_tensor_limit(m, max_batch, err, errlen) != 0 ||
         check_memory(m, max_batch, err, errlen) != 0)
         return -1;
@@ -807,16 +779,6 @@ void ddp_model_free(struct ddp_model *m)
     const struct ddp_backend *be = m->be;
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
-        if (l->spec.kind == DDP_LAYER_FLATTEN) {
-            if (l->in < 0)
-                be->free(l->dout);
-            continue;
-        }
-        be->free(l->out);
-        be->free(l->dout);
-        be->free(l->aux);
-        be->free(l->argmax);
-        be->free(l->argmax8);
         be->free(l->mean);
         be->free(l->invstd);
         be->free(l->sums);
@@ -825,7 +787,7 @@ void ddp_model_free(struct ddp_model *m)
     be->free(m->grads);
     be->free(m->buffers);
     be->free(m->col);
-    be->free(m->gtmp);
+    be->free(m->arena);
     free(m->layers);
     free(m->tensors);
     memset(m, 0, sizeof *m);

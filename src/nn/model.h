@@ -92,10 +92,13 @@ struct ddp_layer {
     size_t w_off, w_n, b_off, b_n; /* slices of params/grads; w_n == 0 if none */
     size_t rm_off, rv_off;         /* batchnorm slices of buffers */
     int64_t num_batches_tracked;
-    float *out;           /* (B, out_elems); flatten aliases its input */
-    float *dout;          /* (B, out_elems) gradient of out */
-    float *aux;           /* batchnorm xhat / dropout mask, (B, out_elems) */
-    int32_t *argmax;      /* maxpool */
+    /* out, dout, aux, argmax, dtmp lie in the model's arena where the memory plan puts them:
+     * valid only over the part of a step the plan gives them (see ddp_mem_plan) */
+    float *out;      /* (B, out_elems); flatten aliases its input */
+    float *dout;     /* (B, out_elems) gradient of out; NULL below the first parameters */
+    float *aux;      /* batchnorm xhat / dropout mask, (B, out_elems) */
+    float *dtmp;     /* (B, in's out_elems) in's gradient before it is added into in's dout (acc) */
+    int32_t *argmax; /* maxpool */
     uint8_t *argmax8;     /* maxpool after a relu (fused 5): the place in the window */
     float *mean, *invstd; /* batchnorm, (C) */
     double *sums; /* batchnorm, backend memory, 3 x (2C+1): forward, backward local, global */
@@ -115,7 +118,8 @@ struct ddp_model {
     int ntensors;
     struct ddp_tensor_info *tensors; /* in nn.Sequential order */
     float *col;                      /* conv scratch */
-    float *gtmp; /* (max_batch, largest layer input) an input gradient before it is added */
+    void *arena;                     /* every layer's batch-sized buffers, by the plan */
+    size_t arena_bytes;
     uint64_t fingerprint; /* hash of the architecture and input shape */
     int err_at;           /* after ddp_model_create failed: the character of layers to blame */
 
@@ -165,11 +169,46 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
 
 /* Bytes the model needs for batches of max_batch (what ddp_model_create checks against the
  * memory available): parameters with gradients and two optimiser states, activations and
- * their gradients, conv scratch. Returns the index of the layer with the largest share. */
+ * their gradients as the memory plan lays them out (plus batchnorm's per-channel statistics),
+ * conv scratch. unshared: the activations if no two buffers shared bytes. Returns the index of
+ * the layer with the largest share (its buffers' bytes before sharing). */
 struct ddp_model_mem {
-    double params, activations, scratch, total, largest_layer;
+    double params, activations, unshared, scratch, total, largest_layer;
 };
 int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_mem *out);
+
+/* The memory plan: every batch-sized buffer of a training step (an output, its gradient, a
+ * saved tensor, an input gradient before it is added) as a block of one arena, live from the
+ * step that first writes it to the step that last reads it (inclusive). Steps of a model of
+ * n layers: forward of layer i is step i, the loss n, backward of layer i 2n - i, 2n + 1
+ * after backward. Blocks live at the same step never share bytes; others may. Like llm.c's
+ * activation layout, made once at build: nothing is allocated while training. */
+enum ddp_mem_what {
+    DDP_MEM_OUT,
+    DDP_MEM_DOUT,
+    DDP_MEM_AUX,
+    DDP_MEM_ARGMAX,
+    DDP_MEM_DTMP,
+    DDP_MEM_ARGMAX8
+};
+struct ddp_mem_block {
+    int layer;
+    enum ddp_mem_what what;
+    int first, last;   /* steps */
+    size_t bytes, off; /* in the arena, both multiples of 256 */
+};
+struct ddp_mem_plan {
+    int nblocks, steps;
+    struct ddp_mem_block *blocks; /* owned: ddp_mem_plan_free */
+    size_t arena;                 /* bytes: the plan's peak */
+    size_t unshared;              /* bytes of all blocks, as if none shared */
+};
+/* The plan of a built model for batches of B. */
+void ddp_mem_plan_make(const struct ddp_model *m, int B, struct ddp_mem_plan *p);
+void ddp_mem_plan_free(struct ddp_mem_plan *p);
+/* 0 when every block lies in the arena and within the schedule and no two blocks live at the
+ * same step overlap; else -1 with the first fault in err. */
+int ddp_mem_plan_check(const struct ddp_mem_plan *p, char *err, size_t errlen);
 
 /* Human summary "flatten, linear(784->512), ..." into buf. */
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);

@@ -22,4 +22,9 @@ void model_layer_str(const struct ddp_layer_spec *s, char *buf, size_t len);
 /* The backend's convolution geometry of conv layer l. */
 struct ddp_conv_geom model_conv_geom(const struct ddp_layer *l);
 
+/* The first layer with parameters (nlayers: none): backward stops there. */
+int model_first_param(const struct ddp_model *m);
+/* Point the layers' batch-sized buffers into arena by plan p (model_plan.c). */
+void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *arena);
+
 #endif

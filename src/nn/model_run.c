@@ -155,21 +155,22 @@ float *ddp_model_dlogits(struct ddp_model *m)
     return m->layers[m->nlayers - 1].dout;
 }
 
-/* Where layer src's gradient goes: NULL when not needed (src below `first`, the first layer
- * with parameters), the scratch when it is to be added (acc), else src's dout. */
-static float *grad_dest(struct ddp_model *m, int src, int acc, int first)
+/* Where layer l's input gradient goes: NULL when not needed (its input below `first`, the
+ * first layer with parameters), l's scratch when it is to be added (acc), else the input's
+ * dout. */
+static float *grad_dest(struct ddp_model *m, const struct ddp_layer *l, int first)
 {
-    if (src < first)
+    if (l->in < first)
         return NULL;
-    return acc ? m->gtmp : m->layers[src].dout;
+    return l->acc ? l->dtmp : m->layers[l->in].dout;
 }
 
-/* After a backward that wrote into the scratch: add it to src's dout. */
-static void grad_add(struct ddp_model *m, int src, const float *dest, int B)
+/* After a backward that wrote into l's scratch: add it to its input's dout. */
+static void grad_add(struct ddp_model *m, const struct ddp_layer *l, const float *dest, int B)
 {
-    if (dest && dest == m->gtmp) {
-        float *d = m->layers[src].dout;
-        m->be->add(d, d, m->gtmp, (size_t)B * m->layers[src].out_elems);
+    if (dest && dest == l->dtmp) {
+        float *d = m->layers[l->in].dout;
+        m->be->add(d, d, l->dtmp, (size_t)B * m->layers[l->in].out_elems);
     }
 }
 
@@ -260,10 +261,7 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
 {
     /* below the first layer with parameters no gradient is needed (flatten, linear: the
      * first linear's input gradient would be pure waste) */
-    int first = m->nlayers;
-    for (int i = 0; i < m->nlayers && first == m->nlayers; i++)
-        if (m->layers[i].w_n)
-            first = i;
+    const int first = model_first_param(m);
     for (int i = m->nlayers - 1; i >= first; i--) {
         struct ddp_layer *l = &m->layers[i];
         if (l->spec.kind == DDP_LAYER_RESIDUAL) {
@@ -275,9 +273,9 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
         /* a maxpool with its relu (5) writes the gradient of the relu's input */
         const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
         const float *inp = l->in < 0 ? x : m->layers[l->in].out;
-        float *dinp = grad_dest(m, src->in, src->acc, first);
+        float *dinp = grad_dest(m, src, first);
         layer_backward(m, i, inp, dinp, B);
-        grad_add(m, src->in, dinp, B);
+        grad_add(m, src, dinp, B);
         if (layer_done && l->w_n)
             layer_done(ctx, i);
     }
@@ -371,11 +369,13 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
                             l->pos, what),
                    0;
     }
-    ddp_model_forward(m, x, B, 1, noise_seed);
+    /* each output checked right after its layer: the memory plan lets later layers reuse
+     * its bytes */
     double prev = in_max;
     int first_param = -1;
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
+        layer_forward(m, i, x, B, 1, noise_seed);
         if (first_param < 0 && l->w_n)
             first_param = i;
         if (l->fused == 1 || l->fused == 4)

@@ -140,10 +140,12 @@ int ddp_check_print(const struct ddp_check_facts *f)
            "rank (forward + backward, batch %lld)\n",
            si(flops, b, sizeof b), si(3.0 * flops * (double)job->batch_size, c, sizeof c),
            (long long)job->batch_size);
+    char e[32];
     printf("  memory        %s per rank: parameters, gradients and optimiser state %s, "
-           "activations %s, conv scratch %s\n",
+           "activations %s (%s without the memory plan's reuse), conv scratch %s\n",
            ddp_fmt_bytes(mem.total, a, sizeof a), ddp_fmt_bytes(mem.params, b, sizeof b),
-           ddp_fmt_bytes(mem.activations, c, sizeof c), ddp_fmt_bytes(mem.scratch, d, sizeof d));
+           ddp_fmt_bytes(mem.activations, c, sizeof c), ddp_fmt_bytes(mem.unshared, e, sizeof e),
+           ddp_fmt_bytes(mem.scratch, d, sizeof d));
     print_convolutions(f);
     int64_t total = f->steps_per_epoch * job->epochs;
     if (job->max_steps > 0 && job->max_steps < total)

@@ -1,8 +1,9 @@
 /*
  * test_model.c - building models (nn/model.h) on the CPU backend: output shapes, parameter
  * counts and tensor names as PyTorch's nn.Sequential has them, PyTorch's default
- * initialisation bounds, the architecture fingerprint, the memory estimate, and layer lists
- * that do not fit their input refused with the layer named.
+ * initialisation bounds, the architecture fingerprint, the memory estimate and the memory
+ * plan (a figure worked out by hand; no two buffers live at one step share bytes), and layer
+ * lists that do not fit their input refused with the layer named.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -126,6 +127,90 @@ static void test_fingerprint(void)
     ddp_model_free(&c);
 }
 
+/* A plan of this model (built on the CPU backend for batches of 8) that the checker accepts,
+ * smaller than its buffers unshared, and laid out in the model's arena. */
+static void plan_ok(const char *layers, int ndim, int64_t c, int64_t h, int64_t w)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    CHECK(build(&m, layers, ndim, c, h, w, err, sizeof err) == 0, "%s: %s", layers, err);
+    if (!m.nlayers)
+        return;
+    struct ddp_mem_plan p;
+    ddp_mem_plan_make(&m, 8, &p);
+    CHECK(ddp_mem_plan_check(&p, err, sizeof err) == 0, "%s: %s", layers, err);
+    CHECK(p.arena < p.unshared && p.arena == m.arena_bytes, "%s: arena %zu unshared %zu model %zu",
+          layers, p.arena, p.unshared, m.arena_bytes);
+    for (int i = 0; i < m.nlayers; i++) {
+        const char *o = (const char *)m.layers[i].out, *a = (const char *)m.arena;
+        CHECK(!o || (o >= a && o < a + m.arena_bytes) || m.layers[i].spec.kind == DDP_LAYER_FLATTEN,
+              "%s: layer %d's output outside the arena", layers, i);
+    }
+    ddp_mem_plan_free(&p);
+    ddp_model_free(&m);
+}
+
+/* The plan of an MLP, worked out by hand. 64 features, batch 1: every buffer is 64 floats, 256
+ * bytes. Layers 0 flatten, 1 linear, 2 relu, 3 linear, 4 relu, 5 linear; steps: forward i,
+ * loss 6, backward 12 - i, 13 after. Outputs live 1: [1,2], 2: [2,10] (linear 3's backward at
+ * 9, relu 2's own at 10), 3: [3,4], 4: [4,8], 5 (logits): [5,13]; douts 5: [6,7], 4: [7,8],
+ * 3: [8,9], 2: [9,10], 1: [10,11]; none for the flatten below the first parameters. At steps
+ * 7 and 8 five buffers are live: 1280 bytes of 2560. */
+static void test_plan(void)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    const int64_t d[1] = {64};
+    int rc = ddp_model_create(&m, ddp_backend_cpu(),
+                              "flatten, linear(64), relu, linear(64), relu, linear(64)", 1, d, 1,
+                              err, sizeof err);
+    CHECK(rc == 0, "mlp: %s", err);
+    if (rc)
+        return;
+    struct ddp_mem_plan p;
+    ddp_mem_plan_make(&m, 1, &p);
+    CHECK(p.nblocks == 10 && p.steps == 14, "blocks %d steps %d, want 10 and 14", p.nblocks,
+          p.steps);
+    CHECK(p.unshared == 2560 && p.arena == 1280, "unshared %zu arena %zu, want 2560 and 1280",
+          p.unshared, p.arena);
+    CHECK(ddp_mem_plan_check(&p, err, sizeof err) == 0, "plan: %s", err);
+    const int spans[10][2] = {{1, 2}, {2, 10}, {3, 4}, {4, 8},  {5, 13},
+                              {6, 7}, {7, 8},  {8, 9}, {9, 10}, {10, 11}};
+    for (int i = 0; i < p.nblocks && i < 10; i++) {
+        const int k =
+            p.blocks[i].what == DDP_MEM_OUT ? p.blocks[i].layer - 1 : 5 + (5 - p.blocks[i].layer);
+        CHECK(p.blocks[i].first == spans[k][0] && p.blocks[i].last == spans[k][1],
+              "layer %d %s live %d..%d, want %d..%d", p.blocks[i].layer,
+              p.blocks[i].what == DDP_MEM_OUT ? "out" : "dout", p.blocks[i].first, p.blocks[i].last,
+              spans[k][0], spans[k][1]);
+    }
+    struct ddp_model_mem mem;
+    ddp_model_memory(&m, 1, &mem);
+    CHECK(mem.activations == 1280 && mem.unshared == 2560, "estimate %g of %g, want the plan's",
+          mem.activations, mem.unshared);
+    CHECK(m.layers[0].dout == NULL && m.layers[2].out != m.layers[1].out, "buffers");
+    /* the checker can fail: two buffers live at step 7 put on the same bytes */
+    for (int i = 0; i < p.nblocks; i++)
+        if (p.blocks[i].what == DDP_MEM_DOUT && p.blocks[i].layer == 4)
+            p.blocks[i].off = 0; /* the logits' place */
+    CHECK(ddp_mem_plan_check(&p, err, sizeof err) != 0 && strstr(err, "overlaps"),
+          "an overlap passed the checker: %s", err);
+    ddp_mem_plan_free(&p);
+    ddp_model_free(&m);
+
+    plan_ok("conv2d(8, 3, pad=1), relu, maxpool(2), conv2d(4, 3, stride=2, bias=false), flatten,"
+            " dropout(0.5), linear(10)",
+            3, 1, 28, 28);
+    plan_ok("conv2d(16, 3, pad=1, bias=false), batchnorm, relu,"
+            " residual(conv2d(16, 3, pad=1, bias=false), batchnorm, relu,"
+            " conv2d(16, 3, pad=1, bias=false), batchnorm), relu,"
+            " residual(conv2d(32, 3, stride=2, pad=1, bias=false), batchnorm), relu,"
+            " globalavgpool, flatten, linear(10)",
+            3, 3, 16, 16);
+    plan_ok("residual(conv2d(3, 3, pad=1), relu), avgpool(2), flatten, linear(10)", 3, 3, 8, 8);
+    plan_ok("flatten, dropout(0.2), linear(32), relu, dropout(0.5), linear(10)", 3, 1, 8, 8);
+}
+
 /* layers must be refused for this input with a one-line message holding frag. */
 static void refused(const char *layers, int64_t c, int64_t h, int64_t w, const char *frag)
 {
@@ -155,6 +240,7 @@ int main(void)
     test_cnn();
     test_batchnorm_residual();
     test_fingerprint();
+    test_plan();
     test_refusals();
     return check_report("test_model");
 }

@@ -1,0 +1,323 @@
+/*
+ * model_plan.c - the model's memory plan (model.h): which batch-sized buffers a training step
+ * needs, from which step of the schedule to which, and where each lies in one arena, so that
+ * buffers whose lifetimes do not overlap share bytes. Made at build for max_batch; nothing is
+ * allocated during training. The arena itself is allocated by model.c.
+ *
+ * The schedule of a step over n layers: forward of layer i is step i, the loss step n,
+ * backward of layer i step 2n - i, and step 2n + 1 stands for "after backward" (the logits
+ * stay valid until then). A block is live from the step that first writes it to the step that
+ * last reads it, both included: a layer never reads and writes the same bytes, so no result
+ * depends on the plan.
+ *
+ * What backward reads (model_run.c): a linear or conv2d its input, a relu its own output,
+ * batchnorm its xhat (aux), dropout its mask (aux), maxpool its argmax, every layer its
+ * dout. A relu fused into the maxpool after it (model.h, fused 4 and 5) owns nothing: the
+ * pool reads the relu's input forward (or the conv2d before ran all three and wrote the
+ * pool's output and byte argmax at its own step), and backward reads its own output, dout
+ * and byte argmax and writes the gradient of the relu's input. Flatten owns nothing: its output is its input's, its dout its input's dout. Layers
+ * below the first with parameters get no dout (backward stops there).
+ *
+ * Dimension letters: B batch.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "nn/model.h"
+#include "nn/model_impl.h"
+
+#define PLAN_ALIGN 256 /* bytes: every block starts at a multiple (cuDNN, vector loads) */
+
+/* The layer that owns the bytes of layer i's output (-1: the model's input). */
+static int out_owner(const struct ddp_model *m, int i)
+{
+    while (i >= 0 && m->layers[i].spec.kind == DDP_LAYER_FLATTEN)
+        i = m->layers[i].in;
+    return i;
+}
+
+/* The layer that owns layer i's dout: a flatten at the model's input owns its own. */
+static int dout_owner(const struct ddp_model *m, int i)
+{
+    while (m->layers[i].spec.kind == DDP_LAYER_FLATTEN && m->layers[i].in >= 0)
+        i = m->layers[i].in;
+    return i;
+}
+
+int model_first_param(const struct ddp_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].w_n)
+            return i;
+    return m->nlayers;
+}
+
+/* Lifetimes under construction: out and dout per layer, [lo, hi], lo > hi while unused. */
+struct span {
+    int lo, hi;
+};
+
+static void touch(struct span *s, int t)
+{
+    s->lo = t < s->lo ? t : s->lo;
+    s->hi = t > s->hi ? t : s->hi;
+}
+
+/* The step where maxpool i writes its output and argmax: its own, or with a relu fused into
+ * it (5) whose conv2d ran all three (3), the conv2d's. */
+static int pool_step(const struct ddp_model *m, int i)
+{
+    const int c = m->layers[i].fused == 5 ? m->layers[m->layers[i].in].in : -1;
+    return c >= 0 && m->layers[c].fused == 3 ? c : i;
+}
+
+/* Maxpool i with its relu fused into it (5): forward reads the relu's input (unless the
+ * conv2d before ran all three), backward the pool's own output and dout, and writes the
+ * gradient of the relu's input. The relu (4) reads and writes nothing of its own. */
+static void pool_relu_spans(const struct ddp_model *m, int i, int first, struct span *out,
+                            struct span *dout)
+{
+    const int bwd = 2 * m->nlayers - i, below = m->layers[m->layers[i].in].in;
+    touch(&out[i], pool_step(m, i));
+    if (pool_step(m, i) == i && out_owner(m, below) >= 0)
+        touch(&out[out_owner(m, below)], i);
+    if (i < first)
+        return;
+    touch(&out[i], bwd);
+    touch(&dout[i], bwd);
+    if (below >= first)
+        touch(&dout[dout_owner(m, below)], bwd);
+}
+
+/* Widen the lifetimes of the outputs and douts that layer i writes and reads. */
+static void layer_spans(const struct ddp_model *m, int i, int first, struct span *out,
+                        struct span *dout)
+{
+    const struct ddp_layer *l = &m->layers[i];
+    const enum ddp_layer_kind k = l->spec.kind;
+    const int n = m->nlayers, bwd = 2 * n - i, two = k == DDP_LAYER_RESIDUAL;
+    const int src[2] = {l->in, two ? l->in2 : -1};
+    if (l->fused == 4 || l->fused == 5) {
+        if (l->fused == 5)
+            pool_relu_spans(m, i, first, out, dout);
+        return;
+    }
+    if (k != DDP_LAYER_FLATTEN && l->fused != 1)
+        touch(&out[i], l->fused == 2 ? i - 1 : i); /* a fused relu's output: its conv writes */
+    for (int s = 0; s < 1 + two; s++)
+        if (out_owner(m, src[s]) >= 0)
+            touch(&out[out_owner(m, src[s])], i);
+    if (i < first || k == DDP_LAYER_FLATTEN)
+        return;
+    if ((k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D) && out_owner(m, l->in) >= 0)
+        touch(&out[out_owner(m, l->in)], bwd);
+    if (k == DDP_LAYER_RELU)
+        touch(&out[i], bwd);
+    touch(&dout[i], bwd);
+    for (int s = 0; s < 1 + two; s++)
+        if (src[s] >= first)
+            touch(&dout[dout_owner(m, src[s])], bwd);
+}
+
+/* Append a block of B x elems values of 4 bytes, live over [first, last]. */
+static void add_block(struct ddp_mem_plan *p, int layer, enum ddp_mem_what what, int first,
+                      int last, size_t elems, int B)
+{
+    struct ddp_mem_block *b = &p->blocks[p->nblocks++];
+    const size_t bytes = (size_t)B * elems * 4;
+    b->layer = layer;
+    b->what = what;
+    b->first = first;
+    b->last = last;
+    b->bytes = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+    b->off = 0;
+    p->unshared += b->bytes;
+}
+
+/* The blocks of layer i: output, dout, saved tensor, input-gradient scratch. */
+static void layer_blocks(const struct ddp_model *m, int i, int first, const struct span *out,
+                         const struct span *dout, int B, struct ddp_mem_plan *p)
+{
+    const struct ddp_layer *l = &m->layers[i];
+    const enum ddp_layer_kind k = l->spec.kind;
+    const int n = m->nlayers, bwd = i >= first ? 2 * n - i : i;
+    if (out[i].lo <= out[i].hi)
+        add_block(p, i, DDP_MEM_OUT, out[i].lo, out[i].hi, l->out_elems, B);
+    if (dout[i].lo <= dout[i].hi)
+        add_block(p, i, DDP_MEM_DOUT, dout[i].lo, dout[i].hi, l->out_elems, B);
+    if (k == DDP_LAYER_BATCHNORM || (k == DDP_LAYER_DROPOUT && l->spec.p > 0))
+        add_block(p, i, DDP_MEM_AUX, i, bwd, l->out_elems, B);
+    if (k == DDP_LAYER_MAXPOOL && l->fused == 5) /* bytes: B x out_elems, rounded up */
+        add_block(p, i, DDP_MEM_ARGMAX8, pool_step(m, i), bwd, (l->out_elems + 3) / 4, B);
+    else if (k == DDP_LAYER_MAXPOOL)
+        add_block(p, i, DDP_MEM_ARGMAX, i, bwd, l->out_elems, B);
+    /* a relu fused into its maxpool (4) takes its input's gradient at the pool's backward */
+    const int at = l->fused == 4 ? bwd - 1 : bwd;
+    if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL && k != DDP_LAYER_FLATTEN)
+        add_block(p, i, DDP_MEM_DTMP, at, at, m->layers[l->in].out_elems, B);
+}
+
+/* Order for placement: larger first, then earlier, then by position in the list. */
+static int by_size(const void *a, const void *b)
+{
+    const struct ddp_mem_block *x = *(struct ddp_mem_block *const *)a;
+    const struct ddp_mem_block *y = *(struct ddp_mem_block *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int by_off(const void *a, const void *b)
+{
+    const struct ddp_mem_block *x = *(struct ddp_mem_block *const *)a;
+    const struct ddp_mem_block *y = *(struct ddp_mem_block *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static int overlap(const struct ddp_mem_block *a, const struct ddp_mem_block *b)
+{
+    return a->first <= b->last && b->first <= a->last;
+}
+
+/* Greedy by size: each block, largest first, at the lowest offset where it meets no block
+ * already placed that is live at the same time. */
+static void place(struct ddp_mem_plan *p)
+{
+    const int n = p->nblocks;
+    struct ddp_mem_block **order = ddp_calloc((size_t)n + 1, sizeof *order);
+    struct ddp_mem_block **live = ddp_calloc((size_t)n + 1, sizeof *live);
+    for (int i = 0; i < n; i++)
+        order[i] = &p->blocks[i];
+    qsort(order, (size_t)n, sizeof *order, by_size);
+    p->arena = 0;
+    for (int i = 0; i < n; i++) {
+        struct ddp_mem_block *b = order[i];
+        int nl = 0;
+        for (int j = 0; j < i; j++)
+            if (overlap(b, order[j]))
+                live[nl++] = order[j];
+        qsort(live, (size_t)nl, sizeof *live, by_off);
+        size_t at = 0;
+        for (int j = 0; j < nl && live[j]->off < at + b->bytes; j++)
+            if (live[j]->off + live[j]->bytes > at)
+                at = live[j]->off + live[j]->bytes;
+        b->off = at;
+        if (at + b->bytes > p->arena)
+            p->arena = at + b->bytes;
+    }
+    free(order);
+    free(live);
+}
+
+void ddp_mem_plan_make(const struct ddp_model *m, int B, struct ddp_mem_plan *p)
+{
+    const int n = m->nlayers, first = model_first_param(m);
+    struct span *out = ddp_calloc((size_t)n, sizeof *out);
+    struct span *dout = ddp_calloc((size_t)n, sizeof *dout);
+    for (int i = 0; i < n; i++)
+        out[i].lo = dout[i].lo = INT_MAX, out[i].hi = dout[i].hi = -1;
+    memset(p, 0, sizeof *p);
+    p->steps = 2 * n + 2;
+    p->blocks = ddp_calloc((size_t)n * 5 + 1, sizeof *p->blocks);
+    for (int i = 0; i < n; i++)
+        layer_spans(m, i, first, out, dout);
+    if (out_owner(m, n - 1) >= 0) /* the logits: valid until after backward */
+        touch(&out[out_owner(m, n - 1)], 2 * n + 1);
+    touch(&dout[dout_owner(m, n - 1)], n); /* the loss writes dlogits */
+    for (int i = 0; i < n; i++)
+        layer_blocks(m, i, first, out, dout, B, p);
+    place(p);
+    free(out);
+    free(dout);
+}
+
+void ddp_mem_plan_free(struct ddp_mem_plan *p)
+{
+    if (!p)
+        return;
+    free(p->blocks);
+    memset(p, 0, sizeof *p);
+}
+
+static const char *what_name(enum ddp_mem_what w)
+{
+    static const char *const names[] = {"out", "dout", "aux", "argmax", "dtmp", "argmax8"};
+    return names[w];
+}
+
+int ddp_mem_plan_check(const struct ddp_mem_plan *p, char *err, size_t errlen)
+{
+    const int n = p->nblocks;
+    const struct ddp_mem_block **live = ddp_calloc((size_t)n + 1, sizeof *live);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const struct ddp_mem_block *b = &p->blocks[i];
+        if (b->off % PLAN_ALIGN || b->off + b->bytes > p->arena || b->first > b->last ||
+            b->first < 0 || b->last >= p->steps)
+            rc = ddp_err(err, errlen,
+                         "block %d (layer %d %s) at %zu+%zu, steps %d..%d, "
+                         "outside the arena of %zu or the schedule of %d steps",
+                         i, b->layer, what_name(b->what), b->off, b->bytes, b->first, b->last,
+                         p->arena, p->steps);
+    }
+    for (int t = 0; t < p->steps && rc == 0; t++) { /* at each step, the live blocks apart */
+        int nl = 0;
+        for (int i = 0; i < n; i++)
+            if (p->blocks[i].first <= t && t <= p->blocks[i].last)
+                live[nl++] = &p->blocks[i];
+        qsort(live, (size_t)nl, sizeof *live, by_off);
+        for (int j = 1; j < nl && rc == 0; j++)
+            if (live[j - 1]->off + live[j - 1]->bytes > live[j]->off)
+                rc = ddp_err(err, errlen,
+                             "step %d: layer %d %s [%zu, %zu) overlaps layer %d %s "
+                             "[%zu, %zu)",
+                             t, live[j - 1]->layer, what_name(live[j - 1]->what), live[j - 1]->off,
+                             live[j - 1]->off + live[j - 1]->bytes, live[j]->layer,
+                             what_name(live[j]->what), live[j]->off, live[j]->off + live[j]->bytes);
+    }
+    free(live);
+    return rc;
+}
+
+/* Point every layer's buffers into the arena by the plan (made for the model's max_batch). */
+void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *arena)
+{
+    for (int i = 0; i < p->nblocks; i++) {
+        const struct ddp_mem_block *b = &p->blocks[i];
+        struct ddp_layer *l = &m->layers[b->layer];
+        void *at = arena + b->off;
+        switch (b->what) {
+        case DDP_MEM_OUT:
+            l->out = at;
+            break;
+        case DDP_MEM_DOUT:
+            l->dout = at;
+            break;
+        case DDP_MEM_AUX:
+            l->aux = at;
+            break;
+        case DDP_MEM_ARGMAX:
+            l->argmax = at;
+            break;
+        case DDP_MEM_DTMP:
+            l->dtmp = at;
+            break;
+        case DDP_MEM_ARGMAX8:
+            l->argmax8 = at;
+            break;
+        }
+    }
+    for (int i = 0; i < m->nlayers; i++) { /* flatten: views of what its input owns */
+        struct ddp_layer *l = &m->layers[i];
+        if (l->spec.kind != DDP_LAYER_FLATTEN)
+            continue;
+        l->out = l->in >= 0 ? m->layers[l->in].out : NULL; /* the input's: set by forward */
+        if (l->in >= 0)
+            l->dout = m->layers[l->in].dout;
+    }
+}
