@@ -471,12 +471,37 @@ static void plan_pool_fusion(struct ddp_model *m)
     }
 }
 
+/* Fuse each batchnorm whose only reader is a relu not fused otherwise (a relu into a maxpool
+ * keeps that fusion) into that relu, where the backend has the bn_relu ops: the batchnorm
+ * applies the relu into the relu's out in its forward and runs the relu's backward with its
+ * own (6, 7); neither its out nor its dout is stored. */
+static void plan_bn_fusion(struct ddp_model *m)
+{
+    const struct ddp_backend *be = m->be;
+    if (!be->bn_relu_fwd_apply || !be->bn_relu_bwd_sums || !be->bn_relu_bwd_apply)
+        return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
+        if (l->spec.kind != DDP_LAYER_BATCHNORM || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
+            l->fused || r->fused)
+            continue;
+        int readers = 0;
+        for (int j = 0; j < m->nlayers; j++)
+            readers += (m->layers[j].in == i) + (m->layers[j].in2 == i);
+        if (readers == 1) {
+            l->fused = 6;
+            r->fused = 7;
+        }
+    }
+}
+
 /* Parameters, gradients, buffers, and each layer's activations and scratch for max_batch. */
 static void alloc_buffers(struct ddp_model *m, int max_batch)
 {
     const struct ddp_backend *be = m->be;
     plan_fusion(m);
     plan_pool_fusion(m);
+    plan_bn_fusion(m);
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
@@ -496,8 +521,9 @@ static void alloc_buffers(struct ddp_model *m, int max_batch)
             l->dout = l->in >= 0 ? m->layers[l->in].dout : be->alloc(sizeof(float) * act);
             continue;
         }
-        l->out = l->fused == 1 || l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
-        l->dout = l->fused == 4 ? NULL : be->alloc(sizeof(float) * act);
+        const int no_out = l->fused == 1 || l->fused == 4 || l->fused == 6;
+        l->out = no_out ? NULL : be->alloc(sizeof(float) * act);
+        l->dout = l->fused == 4 || l->fused == 6 ? NULL : be->alloc(sizeof(float) * act);
         switch (l->spec.kind) {
         case DDP_LAYER_MAXPOOL:
             if (l->fused == 5)
