@@ -760,6 +760,13 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
         return NULL;
     }
     ddp_model_init(&m, 42);
+    { /* off PyTorch's init (batchnorm gamma 1, beta 0), so that no sign is a given */
+        float *p = host_of(m.params, m.nparams), *e = rnd(m.nparams, 0.5f);
+        for (size_t i = 0; i < m.nparams; i++)
+            p[i] += e[i];
+        be->upload(m.params, p, sizeof(float) * m.nparams);
+        free(p), free(e);
+    }
     const size_t nx = (size_t)B * 784;
     float *x = rnd(nx, 1);
     int32_t *lab = ddp_malloc(sizeof(int32_t) * B);
