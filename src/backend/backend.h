@@ -207,6 +207,23 @@ struct ddp_backend {
     void (*bn_bwd_apply)(float *dinp, float *dgamma, float *dbeta, const float *dout,
                          const float *xhat, const float *invstd, const float *gamma,
                          const double *local_sums, const double *global_sums, int B, int C, int S);
+    /* batchnorm followed by relu (optional; all three or none). The model uses them for a
+     * batchnorm whose only reader is a relu: the batchnorm's out and the relu's input gradient
+     * are never stored. Statistics, update and any SyncBatchNorm all-reduce stay as above.
+     * bn_relu_fwd_apply: out = max(0, gamma * xhat + beta) (xhat saved; NULL in eval), bit for
+     *     bit bn_fwd_apply then relu_fwd.
+     * bn_relu_bwd_sums, bn_relu_bwd_apply: bn_bwd_sums, bn_bwd_apply on dy = dout where out
+     *     (the relu's output) > 0, else 0, with dout the relu's output gradient; bit for bit
+     *     relu_bwd then those two. */
+    void (*bn_relu_fwd_apply)(float *out, float *xhat, const float *inp, const float *mean,
+                              const float *invstd, const float *gamma, const float *beta, int B,
+                              int C, int S);
+    void (*bn_relu_bwd_sums)(double *sums, const float *dout, const float *out, const float *xhat,
+                             int B, int C, int S);
+    void (*bn_relu_bwd_apply)(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                              const float *out, const float *xhat, const float *invstd,
+                              const float *gamma, const double *local_sums,
+                              const double *global_sums, int B, int C, int S);
 
     /* dropout: keep with probability 1-p from a counter-based hash of (seed, i); mask holds
      * 0 or 1/(1-p). */

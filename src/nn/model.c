@@ -457,6 +457,30 @@ static void plan_pool_fusion(struct ddp_model *m)
     }
 }
 
+/* Fuse each batchnorm whose only reader is a relu not fused otherwise (a relu into a maxpool
+ * keeps that fusion) into that relu, where the backend has the bn_relu ops: the batchnorm
+ * applies the relu into the relu's out in its forward and runs the relu's backward with its
+ * own (6, 7); neither its out nor its dout is stored. */
+static void plan_bn_fusion(struct ddp_model *m)
+{
+    const struct ddp_backend *be = m->be;
+    if (!be->bn_relu_fwd_apply || !be->bn_relu_bwd_sums || !be->bn_relu_bwd_apply)
+        return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
+        if (l->spec.kind != DDP_LAYER_BATCHNORM || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
+            l->fused || r->fused)
+            continue;
+        int readers = 0;
+        for (int j = 0; j < m->nlayers; j++)
+            readers += (m->layers[j].in == i) + (m->layers[j].in2 == i);
+        if (readers == 1) {
+            l->fused = 6;
+            r->fused = 7;
+        }
+    }
+}
+
 /* Parameters, gradients, buffers, conv scratch, and the arena of every layer's batch-sized
  * buffers laid out by the memory plan for max_batch. */
 static void alloc_buffers(struct ddp_model *m, int max_batch)
@@ -765,6 +789,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
         return -1;
     plan_fusion(m); /* before the memory estimate: a fused layer's own output is not stored */
     plan_pool_fusion(m);
+    plan_bn_fusion(m);
     if (check_tensor_limit(m, max_batch, err, errlen) != 0 ||
         check_memory(m, max_batch, err, errlen) != 0)
         return -1;

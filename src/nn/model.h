@@ -85,7 +85,10 @@ struct ddp_layer {
                 * 3: a conv2d whose forward also runs the next relu and the maxpool after it
                 * (conv2d_relu_maxpool_fwd; its out is the pre-activation, scratch);
                 * 4: a relu whose only reader is a maxpool (5) that runs it both ways
-                * (relu_maxpool_fwd, maxpool_relu_bwd): nothing of its own, no out */
+                * (relu_maxpool_fwd, maxpool_relu_bwd): nothing of its own, no out;
+                * 6: a batchnorm whose forward applies the next layer's relu into that
+                * layer's out and whose backward runs the relu's too (bn_relu_*): no out,
+                * no dout; 7: that relu (its out and dout stored, nothing run) */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */

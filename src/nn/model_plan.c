@@ -15,7 +15,9 @@
  * dout. A relu fused into the maxpool after it (model.h, fused 4 and 5) owns nothing: the
  * pool reads the relu's input forward (or the conv2d before ran all three and wrote the
  * pool's output and byte argmax at its own step), and backward reads its own output, dout
- * and byte argmax and writes the gradient of the relu's input. Flatten owns nothing: its output is its input's, its dout its input's dout. Layers
+ * and byte argmax and writes the gradient of the relu's input. A batchnorm with the relu
+ * after it (6, 7) owns no output or dout: its forward writes the relu's output, its backward
+ * reads the relu's output and dout (the step after the relu's own). Flatten owns nothing: its output is its input's, its dout its input's dout. Layers
  * below the first with parameters get no dout (backward stops there).
  *
  * Dimension letters: B batch.
@@ -105,18 +107,25 @@ static void layer_spans(const struct ddp_model *m, int i, int first, struct span
             pool_relu_spans(m, i, first, out, dout);
         return;
     }
-    if (k != DDP_LAYER_FLATTEN && l->fused != 1)
-        touch(&out[i], l->fused == 2 ? i - 1 : i); /* a fused relu's output: its conv writes */
-    for (int s = 0; s < 1 + two; s++)
+    /* a relu fused into the layer before (2, 7): that layer writes its output */
+    if (k != DDP_LAYER_FLATTEN && l->fused != 1 && l->fused != 6)
+        touch(&out[i], l->fused == 2 || l->fused == 7 ? i - 1 : i);
+    for (int s = 0; l->fused != 7 && s < 1 + two; s++)
         if (out_owner(m, src[s]) >= 0)
             touch(&out[out_owner(m, src[s])], i);
     if (i < first || k == DDP_LAYER_FLATTEN)
         return;
+    if (l->fused == 7) { /* its batchnorm's backward (the next step) reads its out and dout */
+        touch(&out[i], bwd + 1);
+        touch(&dout[i], bwd + 1);
+        return;
+    }
     if ((k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D) && out_owner(m, l->in) >= 0)
         touch(&out[out_owner(m, l->in)], bwd);
     if (k == DDP_LAYER_RELU)
         touch(&out[i], bwd);
-    touch(&dout[i], bwd);
+    if (l->fused != 6) /* a batchnorm with its relu reads the relu's dout */
+        touch(&dout[i], bwd);
     for (int s = 0; s < 1 + two; s++)
         if (src[s] >= first)
             touch(&dout[dout_owner(m, src[s])], bwd);
@@ -156,7 +165,8 @@ static void layer_blocks(const struct ddp_model *m, int i, int first, const stru
         add_block(p, i, DDP_MEM_ARGMAX, i, bwd, l->out_elems, B);
     /* a relu fused into its maxpool (4) takes its input's gradient at the pool's backward */
     const int at = l->fused == 4 ? bwd - 1 : bwd;
-    if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL && k != DDP_LAYER_FLATTEN)
+    if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL &&
+        k != DDP_LAYER_FLATTEN && l->fused != 7)
         add_block(p, i, DDP_MEM_DTMP, at, at, m->layers[l->in].out_elems, B);
 }
 

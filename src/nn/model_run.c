@@ -33,7 +33,8 @@ static void bn_dims(const struct ddp_layer *l, int *C, int *S)
 
 /* Batchnorm forward. The statistics stay in backend memory from the reduction through the
  * SyncBatchNorm all-reduce (sync_sums) to mean, invstd and the running statistics: on a GPU
- * no host round trip. */
+ * no host round trip. With its relu (fused 6) only the final apply changes: it writes the
+ * relu's out. */
 static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x, int B, int train)
 {
     const struct ddp_backend *be = m->be;
@@ -41,9 +42,11 @@ static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x,
     bn_dims(l, &C, &S);
     float *gamma = m->params + l->w_off, *beta = m->params + l->b_off;
     float *rm = m->buffers + l->rm_off, *rv = m->buffers + l->rv_off;
+    float *out = l->fused == 6 ? l[1].out : l->out;
+    __typeof__(be->bn_fwd_apply) apply = l->fused == 6 ? be->bn_relu_fwd_apply : be->bn_fwd_apply;
     if (!train) {
         be->bn_update(l->mean, l->invstd, rm, rv, NULL, C, BN_EPS, BN_MOMENTUM);
-        be->bn_fwd_apply(l->out, NULL, x, l->mean, l->invstd, gamma, beta, B, C, S);
+        apply(out, NULL, x, l->mean, l->invstd, gamma, beta, B, C, S);
         return;
     }
     double *sums = l->sums; /* [0,2C): sum, sumsq; [2C]: count */
@@ -52,7 +55,7 @@ static void bn_forward(struct ddp_model *m, struct ddp_layer *l, const float *x,
         m->sync_sums(m->sync_ctx, sums, 2 * (size_t)C + 1);
     be->bn_update(l->mean, l->invstd, rm, rv, sums, C, BN_EPS, BN_MOMENTUM);
     l->num_batches_tracked++;
-    be->bn_fwd_apply(l->out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
+    apply(out, l->aux, x, l->mean, l->invstd, gamma, beta, B, C, S);
 }
 
 /* Spatial positions per channel of a (C,H,W) layer input. */
@@ -95,7 +98,7 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
             be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
         break;
     case DDP_LAYER_RELU:
-        if (l->fused != 2 && l->fused != 4)
+        if (l->fused != 2 && l->fused != 4 && l->fused != 7)
             be->relu_fwd(l->out, inp, n);
         break;
     case DDP_LAYER_CONV2D: {
@@ -174,17 +177,29 @@ static void grad_add(struct ddp_model *m, const struct ddp_layer *l, const float
     }
 }
 
+/* Batchnorm backward; with its relu (fused 6) from the relu's dout and out, both passes
+ * taking dout through the relu's backward as they read it. */
 static void bn_backward(struct ddp_model *m, struct ddp_layer *l, float *dinp, int B)
 {
+    const struct ddp_backend *be = m->be;
     int C, S;
     bn_dims(l, &C, &S);
     double *local = l->sums + 2 * C + 1, *global = local + 2 * C + 1;
-    m->be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
-    m->be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
+    float *dgamma = m->grads + l->w_off, *dbeta = m->grads + l->b_off;
+    const float *gamma = m->params + l->w_off;
+    if (l->fused == 6)
+        be->bn_relu_bwd_sums(local, l[1].dout, l[1].out, l->aux, B, C, S);
+    else
+        be->bn_bwd_sums(local, l->dout, l->aux, B, C, S);
+    be->upload(global, local, sizeof(double) * (2 * (size_t)C + 1)); /* on the device */
     if (m->sync_sums)
         m->sync_sums(m->sync_ctx, global, 2 * (size_t)C + 1);
-    m->be->bn_bwd_apply(dinp, m->grads + l->w_off, m->grads + l->b_off, l->dout, l->aux, l->invstd,
-                        m->params + l->w_off, local, global, B, C, S);
+    if (l->fused == 6)
+        be->bn_relu_bwd_apply(dinp, dgamma, dbeta, l[1].dout, l[1].out, l->aux, l->invstd, gamma,
+                              local, global, B, C, S);
+    else
+        be->bn_bwd_apply(dinp, dgamma, dbeta, l->dout, l->aux, l->invstd, gamma, local, global, B,
+                         C, S);
 }
 
 /* The join's gradient goes unchanged to both of its inputs. */
@@ -268,8 +283,8 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             join_backward(m, l, B, first);
             continue;
         }
-        if (l->spec.kind == DDP_LAYER_FLATTEN || l->fused == 4)
-            continue; /* a relu fused into its maxpool: the pool's backward is both */
+        if (l->spec.kind == DDP_LAYER_FLATTEN || l->fused == 4 || l->fused == 7)
+            continue; /* a relu fused into its maxpool (batchnorm): whose backward is both */
         /* a maxpool with its relu (5) writes the gradient of the relu's input */
         const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
         const float *inp = l->in < 0 ? x : m->layers[l->in].out;
@@ -378,14 +393,14 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         layer_forward(m, i, x, B, 1, noise_seed);
         if (first_param < 0 && l->w_n)
             first_param = i;
-        if (l->fused == 1 || l->fused == 4)
+        if (l->fused == 1 || l->fused == 4 || l->fused == 6)
             continue; /* its relu's (its maxpool's) output stands for it */
         double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
         if (!bad) {
             prev = out;
             continue;
         }
-        if (l->fused == 2) /* the linear and its relu ran as one: name the linear */
+        if (l->fused == 2 || l->fused == 7) /* it and its relu ran as one: name it */
             l = &m->layers[--i];
         model_layer_str(&l->spec, what, sizeof what);
         if (first_param < 0 || first_param == i)

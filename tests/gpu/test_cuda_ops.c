@@ -760,6 +760,13 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
         return NULL;
     }
     ddp_model_init(&m, 42);
+    { /* off PyTorch's init (batchnorm gamma 1, beta 0), so that no sign is a given */
+        float *p = host_of(m.params, m.nparams), *e = rnd(m.nparams, 0.5f);
+        for (size_t i = 0; i < m.nparams; i++)
+            p[i] += e[i];
+        be->upload(m.params, p, sizeof(float) * m.nparams);
+        free(p), free(e);
+    }
     const size_t nx = (size_t)B * 784;
     float *x = rnd(nx, 1);
     int32_t *lab = ddp_malloc(sizeof(int32_t) * B);
@@ -771,11 +778,17 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
     be->xent(ddp_model_dlogits(&m), NULL, y, glab, B, 10, 1.0f / B, 0);
     ddp_model_backward(&m, gx, B, NULL, NULL);
     be->download(logits, y, sizeof(float) * B * 10);
+    y = ddp_model_forward(&m, gx, B, 0, 7); /* evaluation: the running statistics */
+    be->download(logits + B * 10, y, sizeof(float) * B * 10);
     float *g = host_of(m.grads, m.nparams);
     *np = m.nparams;
-    int fused = 0; /* the layers that run fused: 3 (conv2d, relu, maxpool), 5 (relu, maxpool) */
+    /* the layers that run fused: 3 (conv2d, relu, maxpool), 5 (relu, maxpool), 6 (batchnorm,
+     * relu) */
+    int fused = 0;
     for (int i = 0; i < m.nlayers; i++)
-        fused += m.layers[i].fused == 3 ? 100 : m.layers[i].fused == 5;
+        fused += m.layers[i].fused == 3   ? 100
+                 : m.layers[i].fused == 6 ? 1000
+                                          : m.layers[i].fused == 5;
     snprintf(desc, len, "%d", fused);
     G->free(gx), G->free(glab);
     free(x), free(lab);
@@ -785,7 +798,8 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
 
 /* A model with conv2d -> relu -> maxpool (fashion-cnn's blocks) and batchnorm -> relu ->
  * maxpool: the fused path (conv2d_relu_maxpool_fwd, relu_maxpool_fwd, maxpool_relu_bwd) gives
- * the logits and gradients of the unfused ops (a table without them), bit for bit. */
+ * the logits (train, eval) and gradients of the unfused ops (a table without them), bit for
+ * bit. */
 static void t_model_fusion(void)
 {
     if (!G->relu_maxpool_fwd)
@@ -797,7 +811,8 @@ static void t_model_fusion(void)
     plain.relu_maxpool_fwd = NULL;
     plain.maxpool_relu_bwd = NULL;
     plain.conv2d_relu_maxpool_fwd = NULL;
-    float lf[90], lp[90];
+    plain.bn_relu_fwd_apply = NULL;
+    float lf[180], lp[180];
     size_t nf = 0, np = 0;
     char df[512], dp[512];
     const uint64_t rng = g_rng;
@@ -813,6 +828,121 @@ static void t_model_fusion(void)
     check_i("model layers fused: conv+relu+pool, relu+pool", atoi(df), 102);
     g_fail += !ok;
     free(gf), free(gp);
+}
+
+/* A model with batchnorm -> relu after a conv2d (ResNet's), in a residual block, after a
+ * linear (S = 1) and before a maxpool (which keeps relu + maxpool): the bn_relu ops give the
+ * logits (train, eval) and gradients of a table without them, bit for bit. */
+static void t_model_bn_fusion(void)
+{
+    if (!G->bn_relu_fwd_apply)
+        return;
+    const char *layers = "conv2d(4, 3, pad=1), batchnorm, relu, residual(conv2d(4, 3, pad=1, "
+                         "bias=false), batchnorm, relu, conv2d(4, 3, pad=1), batchnorm), relu, "
+                         "conv2d(6, 3), batchnorm, relu, maxpool(2), flatten, linear(16), "
+                         "batchnorm, relu, linear(10)";
+    const int B = 7;
+    struct ddp_backend plain = *G;
+    plain.bn_relu_fwd_apply = NULL;
+    plain.bn_relu_bwd_sums = NULL;
+    plain.bn_relu_bwd_apply = NULL;
+    float lf[140], lp[140];
+    size_t nf = 0, np = 0;
+    char df[512], dp[512];
+    const uint64_t rng = g_rng;
+    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
+    g_rng = rng;
+    float *gp = model_step(&plain, layers, B, lp, &np, dp, sizeof dp);
+    g_checks++;
+    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof lf) == 0 &&
+                   memcmp(gf, gp, sizeof(float) * nf) == 0;
+    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL",
+           "model fused vs unfused batchnorm", nf,
+           ok ? "logits and gradients bit-identical" : "differ", df, dp);
+    check_i("model layers fused: 3 batchnorm+relu, relu+pool", atoi(df), 3001);
+    g_fail += !ok;
+    free(gf), free(gp);
+}
+
+/* Per-channel statistics of x (B,C,S) on the device into mean, invstd (batch statistics). */
+static void dev_bn_stats(float *gmean, float *ginv, const float *gx, int B, int Cc, int S)
+{
+    const size_t c2 = 2 * (size_t)Cc + 1;
+    double *sums = G->alloc(sizeof(double) * c2);
+    float *rm = G->alloc(sizeof(float) * 2 * (size_t)Cc);
+    G->bn_stats(sums, gx, B, Cc, S);
+    G->bn_update(gmean, ginv, rm, rm + Cc, sums, Cc, 1e-5, 0.1);
+    G->free(sums);
+    G->free(rm);
+}
+
+/* Doubles in backend memory equal bit for bit. */
+static void check_same_d(const char *op, const double *a_dev, const double *b_dev, size_t n)
+{
+    double *a = ddp_malloc(sizeof(double) * n), *b = ddp_malloc(sizeof(double) * n);
+    G->download(a, a_dev, sizeof(double) * n);
+    G->download(b, b_dev, sizeof(double) * n);
+    const int ok = memcmp(a, b, sizeof(double) * n) == 0;
+    g_checks++;
+    printf("%-4s %-34s n=%-9zu %s\n", ok ? "ok" : "FAIL", op, n, ok ? "bit-identical" : "differ");
+    g_fail += !ok;
+    free(a), free(b);
+}
+
+/* The fused batchnorm + relu ops against bn_fwd_apply + relu_fwd (train and eval) and relu_bwd
+ * + bn_bwd_sums + bn_bwd_apply on the GPU, bit for bit: out, xhat, the sums, dinp, dgamma,
+ * dbeta. gamma has both signs so that the relu's mask differs from xhat's. */
+static void t_bn_relu(int B, int Cc, int S)
+{
+    char name[96];
+    if (!G->bn_relu_fwd_apply || !G->bn_relu_bwd_sums || !G->bn_relu_bwd_apply)
+        return;
+    const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
+    float *x = rnd(n, 2), *dy = rnd(n, 1), *gamma = rnd(c, 1), *beta = rnd(c, 0.5f);
+    float *gx = dev_f(x, n), *gdy = dev_f(dy, n), *ggam = dev_f(gamma, c), *gbet = dev_f(beta, c);
+    float *gmean = G->alloc(sizeof(float) * c), *ginv = G->alloc(sizeof(float) * c);
+    dev_bn_stats(gmean, ginv, gx, B, Cc, S);
+    float *gy = G->alloc(sizeof(float) * n), *gr = G->alloc(sizeof(float) * n),
+          *gxh = G->alloc(sizeof(float) * n), *gf = G->alloc(sizeof(float) * n),
+          *gxhf = G->alloc(sizeof(float) * n);
+    G->bn_fwd_apply(gy, gxh, gx, gmean, ginv, ggam, gbet, B, Cc, S); /* the unfused path */
+    G->relu_fwd(gr, gy, n);
+    G->bn_relu_fwd_apply(gf, gxhf, gx, gmean, ginv, ggam, gbet, B, Cc, S);
+    snprintf(name, sizeof name, "bn_relu_fwd_apply B%d C%d S%d", B, Cc, S);
+    check_same(name, gf, gr, n);
+    check_same("bn_relu_fwd_apply xhat", gxhf, gxh, n);
+    G->bn_relu_fwd_apply(gf, NULL, gx, gmean, ginv, ggam, gbet, B, Cc, S); /* eval */
+    check_same("bn_relu_fwd_apply out, no xhat", gf, gr, n);
+
+    double *s1 = G->alloc(sizeof(double) * c2), *s2 = G->alloc(sizeof(double) * c2);
+    float *gd = G->alloc(sizeof(float) * n);
+    G->relu_bwd(gd, gdy, gr, n);
+    G->bn_bwd_sums(s1, gd, gxh, B, Cc, S);
+    G->bn_relu_bwd_sums(s2, gdy, gr, gxh, B, Cc, S);
+    check_same_d("bn_relu_bwd_sums", s2, s1, c2);
+    /* global sums differ from local ones (SyncBatchNorm), the count too */
+    double *glob = ddp_malloc(sizeof(double) * c2), *gglob = G->alloc(sizeof(double) * c2);
+    G->download(glob, s1, sizeof(double) * c2);
+    for (size_t i = 0; i + 1 < c2; i++)
+        glob[i] = glob[i] * 1.7 + 0.1;
+    glob[c2 - 1] *= 2;
+    G->upload(gglob, glob, sizeof(double) * c2);
+    float *dg0 = rnd(c, 0.1f), *db0 = rnd(c, 0.1f);
+    float *gdx = G->alloc(sizeof(float) * n), *gdg = dev_f(dg0, c), *gdb = dev_f(db0, c);
+    float *gdxf = G->alloc(sizeof(float) * n), *gdgf = dev_f(dg0, c), *gdbf = dev_f(db0, c);
+    G->bn_bwd_apply(gdx, gdg, gdb, gd, gxh, ginv, ggam, s1, gglob, B, Cc, S);
+    G->bn_relu_bwd_apply(gdxf, gdgf, gdbf, gdy, gr, gxh, ginv, ggam, s2, gglob, B, Cc, S);
+    check_same("bn_relu_bwd_apply dinp", gdxf, gdx, n);
+    check_same("bn_relu_bwd_apply dgamma (+=)", gdgf, gdg, c);
+    check_same("bn_relu_bwd_apply dbeta (+=)", gdbf, gdb, c);
+    G->bn_relu_bwd_apply(NULL, gdgf, gdbf, gdy, gr, gxh, ginv, ggam, s2, gglob, B, Cc, S);
+    G->bn_bwd_apply(NULL, gdg, gdb, gd, gxh, ginv, ggam, s1, gglob, B, Cc, S);
+    check_same("bn_relu_bwd_apply dgamma, no dinp", gdgf, gdg, c);
+    G->free(gx), G->free(gdy), G->free(ggam), G->free(gbet), G->free(gmean), G->free(ginv);
+    G->free(gy), G->free(gr), G->free(gxh), G->free(gf), G->free(gxhf), G->free(s1);
+    G->free(s2), G->free(gd), G->free(gglob), G->free(gdx), G->free(gdg), G->free(gdb);
+    G->free(gdxf), G->free(gdgf), G->free(gdbf);
+    free(x), free(dy), free(gamma), free(beta), free(glob), free(dg0), free(db0);
 }
 
 /* bn_update, train (from the sums cs, on the CPU; gsd, the same on the device) and eval:
@@ -1579,6 +1709,18 @@ static int want(const char *group)
     return 0;
 }
 
+/* The batchnorm group: the ops against the CPU, the fused batchnorm + relu against them. */
+static void t_batchnorm_group(void)
+{
+    t_batchnorm(6, 5, 49);
+    t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
+    t_batchnorm(64, 8, 3136); /* several partial sums per channel */
+    t_bn_relu(6, 5, 49);
+    t_bn_relu(3, 7, 13);      /* odd shapes */
+    t_bn_relu(33, 17, 1);     /* after a linear: S = 1 */
+    t_bn_relu(16, 256, 3136); /* many channels, many positions: 12.8 Mi values */
+}
+
 #endif /* HAVE_CUDA */
 
 int main(void)
@@ -1625,8 +1767,10 @@ int main(void)
         t_relu_pool(1, 2, 33, 33, 16);     /* the largest window a byte argmax holds */
         t_relu_pool(1, 16, 2049, 2049, 2); /* 16 Mi + outputs: past 65535 blocks of 256 */
     }
-    if (want("fusion"))
+    if (want("fusion")) {
         t_model_fusion();
+        t_model_bn_fusion();
+    }
     if (want("elementwise")) {
         t_vec(100003, 0);
         t_vec(100003, 1);
@@ -1642,11 +1786,8 @@ int main(void)
         t_residual_ops(5, 16, 49);
         t_residual_ops(3, 64, 16);
     }
-    if (want("batchnorm")) {
-        t_batchnorm(6, 5, 49);
-        t_batchnorm(33, 17, 1);   /* batchnorm after linear: S = 1 */
-        t_batchnorm(64, 8, 3136); /* several partial sums per channel */
-    }
+    if (want("batchnorm"))
+        t_batchnorm_group();
     if (want("xent")) {
         t_xent(67, 10, 0);
         t_xent(9, 1000, 0); /* K > 32: lanes loop */

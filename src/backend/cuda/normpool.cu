@@ -308,10 +308,19 @@ static void cuda_add(float *out, const float *a, const float *b, size_t n)
 
 /* ---- batchnorm --------------------------------------------------------------------------- */
 
+/* relu's backward on one element, as elementwise.cu's relu_grad: dy where the relu's output
+ * y is > 0, else 0. */
+__device__ __forceinline__ float bn_relu_grad(float y, float dy)
+{
+    return y > 0 ? dy : 0;
+}
+
 /* Partial per-channel sums over (B, S): block (c, y) covers elements y, y + splits, ... (in
  * blocks of THREADS) of channel c and writes part[(c * splits + y) * 2 + {0, 1}]:
- * with b == NULL, sum a and sum a^2; else sum a and sum a*b. In double, as the CPU. */
-__global__ void k_bn_partial(double *part, const float *a, const float *b, int B, int C, int S)
+ * with b == NULL, sum a and sum a^2; else sum a and sum a*b. In double, as the CPU. With
+ * mask (a relu's output), a is first taken through the relu's backward (bn_relu_grad). */
+__global__ void k_bn_partial(double *part, const float *a, const float *b, const float *mask, int B,
+                             int C, int S)
 {
     const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
     const size_t n = (size_t)B * S;
@@ -319,7 +328,7 @@ __global__ void k_bn_partial(double *part, const float *a, const float *b, int B
     for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
         const size_t bi = j / S, si = j % S;
         const size_t off = (bi * C + c) * S + si;
-        const double v = a[off];
+        const double v = mask ? bn_relu_grad(mask[off], a[off]) : a[off];
         s += v;
         s2 += b ? v * (double)b[off] : v * v;
     }
@@ -350,8 +359,9 @@ __global__ void k_bn_finish(double *sums, const double *part, int C, int splits,
 }
 
 /* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) and the count B*S into the device
- * array sums (2C+1). Never waits. */
-static void bn_reduce(double *sums, const float *a, const float *b, int B, int C, int S)
+ * array sums (2C+1); mask as k_bn_partial's. Never waits. */
+static void bn_reduce(double *sums, const float *a, const float *b, const float *mask, int B, int C,
+                      int S)
 {
     if (C <= 0)
         return;
@@ -365,7 +375,7 @@ static void bn_reduce(double *sums, const float *a, const float *b, int B, int C
         splits = BN_MAX_SPLITS;
     double *part = (double *)ws_get(sizeof(double) * 2 * (size_t)C * splits);
     dim3 grid((unsigned)C, (unsigned)splits);
-    LAUNCH(k_bn_partial, grid, THREADS, part, a, b, B, C, S);
+    LAUNCH(k_bn_partial, grid, THREADS, part, a, b, mask, B, C, S);
     LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits,
            (double)n);
 }
@@ -405,18 +415,27 @@ static void cuda_bn_update(float *mean, float *invstd, float *rm, float *rv, con
 
 static void cuda_bn_stats(double *sums, const float *inp, int B, int C, int S)
 {
-    bn_reduce(sums, inp, NULL, B, C, S);
+    bn_reduce(sums, inp, NULL, NULL, B, C, S);
 }
 
 static void cuda_bn_bwd_sums(double *sums, const float *dout, const float *xhat, int B, int C,
                              int S)
 {
-    bn_reduce(sums, dout, xhat, B, C, S);
+    bn_reduce(sums, dout, xhat, NULL, B, C, S);
 }
 
+/* bn_bwd_sums of the relu's input gradient: dout (the relu's) where out > 0, else 0. */
+static void cuda_bn_relu_bwd_sums(double *sums, const float *dout, const float *out,
+                                  const float *xhat, int B, int C, int S)
+{
+    bn_reduce(sums, dout, xhat, out, B, C, S);
+}
+
+/* out = gamma * xhat + beta, with relu then max(0, that) as elementwise.cu's relu1: one
+ * expression for both, so that the fused op is bn_fwd_apply + relu_fwd bit for bit. */
 __global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
                                const float *invstd, const float *gamma, const float *beta, size_t n,
-                               int C, int S)
+                               int C, int S, int relu)
 {
     GRID_STRIDE(i, n)
     {
@@ -424,19 +443,35 @@ __global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const 
         const float xh = (inp[i] - mean[c]) * invstd[c];
         if (xhat)
             xhat[i] = xh;
-        out[i] = gamma[c] * xh + beta[c];
+        const float y = gamma[c] * xh + beta[c];
+        out[i] = relu ? (y > 0 ? y : 0) : y;
     }
+}
+
+/* The batchnorm's apply over (B,C,S), then relu (relu != 0). */
+static void bn_apply(float *out, float *xhat, const float *inp, const float *mean,
+                     const float *invstd, const float *gamma, const float *beta, int B, int C,
+                     int S, int relu)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
+           S, relu);
 }
 
 static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
                               const float *invstd, const float *gamma, const float *beta, int B,
                               int C, int S)
 {
-    const size_t n = (size_t)B * C * S;
-    if (!n)
-        return;
-    LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
-           S);
+    bn_apply(out, xhat, inp, mean, invstd, gamma, beta, B, C, S, 0);
+}
+
+static void cuda_bn_relu_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+                                   const float *invstd, const float *gamma, const float *beta,
+                                   int B, int C, int S)
+{
+    bn_apply(out, xhat, inp, mean, invstd, gamma, beta, B, C, S, 1);
 }
 
 /* dbeta[c] += local[c], dgamma[c] += local[C + c] (rounded to float, as the CPU). */
@@ -449,7 +484,9 @@ __global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *loca
     dgamma[c] += (float)local[C + c];
 }
 
-__global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat,
+/* dinp = gamma invstd (dy - mean dy - xhat mean dy*xhat), dy = dout, or with mask (a relu's
+ * output) dout through the relu's backward (bn_relu_grad). */
+__global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *mask, const float *xhat,
                                const float *invstd, const float *gamma, const double *global,
                                size_t n, int C, int S)
 {
@@ -459,14 +496,16 @@ __global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *xhat
         const int c = (int)((i / (size_t)S) % (size_t)C);
         const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
         const float f = gamma[c] * invstd[c];
-        dinp[i] = f * (dout[i] - mdy - xhat[i] * mdyx);
+        const float dy = mask ? bn_relu_grad(mask[i], dout[i]) : dout[i];
+        dinp[i] = f * (dy - mdy - xhat[i] * mdyx);
     }
 }
 
-static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
-                              const float *xhat, const float *invstd, const float *gamma,
-                              const double *local_sums, const double *global_sums, int B, int C,
-                              int S)
+/* The parameter gradients from local_sums, then dinp (NULL: not needed); mask as above. */
+static void bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                         const float *mask, const float *xhat, const float *invstd,
+                         const float *gamma, const double *local_sums, const double *global_sums,
+                         int B, int C, int S)
 {
     if (C <= 0)
         return;
@@ -474,8 +513,26 @@ static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const fl
     const size_t n = (size_t)B * C * S;
     if (!dinp || !n)
         return;
-    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, xhat, invstd, gamma, global_sums, n,
-           C, S);
+    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, mask, xhat, invstd, gamma,
+           global_sums, n, C, S);
+}
+
+static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                              const float *xhat, const float *invstd, const float *gamma,
+                              const double *local_sums, const double *global_sums, int B, int C,
+                              int S)
+{
+    bn_bwd_apply(dinp, dgamma, dbeta, dout, NULL, xhat, invstd, gamma, local_sums, global_sums, B,
+                 C, S);
+}
+
+static void cuda_bn_relu_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
+                                   const float *out, const float *xhat, const float *invstd,
+                                   const float *gamma, const double *local_sums,
+                                   const double *global_sums, int B, int C, int S)
+{
+    bn_bwd_apply(dinp, dgamma, dbeta, dout, out, xhat, invstd, gamma, local_sums, global_sums, B, C,
+                 S);
 }
 
 /* This part's entries of the ops table. */
@@ -495,4 +552,7 @@ void cuda_table_normpool(struct ddp_backend *t)
     t->bn_fwd_apply = cuda_bn_fwd_apply;
     t->bn_bwd_sums = cuda_bn_bwd_sums;
     t->bn_bwd_apply = cuda_bn_bwd_apply;
+    t->bn_relu_fwd_apply = cuda_bn_relu_fwd_apply;
+    t->bn_relu_bwd_sums = cuda_bn_relu_bwd_sums;
+    t->bn_relu_bwd_apply = cuda_bn_relu_bwd_apply;
 }
