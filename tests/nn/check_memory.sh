@@ -1,7 +1,7 @@
 #!/bin/bash
 # check_memory.sh - `ddptrain check` builds the model as a run does but computes nothing, so it
 # must not pay for the activations it never touches: configs/cifar-resnet18.ini at batch 256
-# (11 M parameters, about 4.8 GB of activations and gradients on the CPU) must be checked with
+# (11 M parameters, about 1.2 GB of activations and gradients on the CPU in the memory plan's arena) must be checked with
 # a peak resident size well under that (the limit: 1 GiB; the parameters, gradients and
 # optimiser state are 135 MB). The CPU backend's blocks come zeroed from calloc, untouched.
 set -u
