@@ -403,6 +403,15 @@ static int layout_params(struct ddp_model *m, char *err, size_t errlen)
     return 0;
 }
 
+/* How many layers read layer i's output (a residual join counts each of its two inputs). */
+static int readers_of(const struct ddp_model *m, int i)
+{
+    int n = 0;
+    for (int j = 0; j < m->nlayers; j++)
+        n += (m->layers[j].in == i) + (m->layers[j].in2 == i);
+    return n;
+}
+
 /* Fuse each linear or conv2d layer whose output only a relu reads (the next layer) into one
  * backend op, where the backend has one: the relu's forward is done by the layer's, and the
  * pre-activation is never stored (the relu's backward needs only its own output). */
@@ -416,10 +425,7 @@ static void plan_fusion(struct ddp_model *m)
             continue;
         if (r->spec.kind != DDP_LAYER_RELU || r->in != i || l->fused)
             continue;
-        int readers = 0;
-        for (int j = 0; j < m->nlayers; j++)
-            readers += (m->layers[j].in == i) + (m->layers[j].in2 == i);
-        if (readers == 1) {
+        if (readers_of(m, i) == 1) {
             l->fused = 1;
             r->fused = 2;
         }
@@ -441,10 +447,7 @@ static void plan_pool_fusion(struct ddp_model *m)
         if (p->spec.kind != DDP_LAYER_MAXPOOL || p->in != i - 1 || r->spec.kind != DDP_LAYER_RELU ||
             p->spec.k > 16 || p->spec.k < 1)
             continue;
-        int readers = 0;
-        for (int j = 0; j < m->nlayers; j++)
-            readers += (m->layers[j].in == i - 1) + (m->layers[j].in2 == i - 1);
-        if (readers != 1)
+        if (readers_of(m, i - 1) != 1)
             continue;
         if (r->fused == 2) { /* conv2d (or linear) + relu */
             struct ddp_layer *c = &m->layers[r->in];
@@ -471,10 +474,7 @@ static void plan_bn_fusion(struct ddp_model *m)
         if (l->spec.kind != DDP_LAYER_BATCHNORM || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
             l->fused || r->fused)
             continue;
-        int readers = 0;
-        for (int j = 0; j < m->nlayers; j++)
-            readers += (m->layers[j].in == i) + (m->layers[j].in2 == i);
-        if (readers == 1) {
+        if (readers_of(m, i) == 1) {
             l->fused = 6;
             r->fused = 7;
         }
