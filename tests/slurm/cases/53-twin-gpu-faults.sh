@@ -21,8 +21,9 @@ restore() { sr scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || tr
 trap restore EXIT
 export DDP_EMU_GPUS=2 LD_LIBRARY_PATH=$NVML_DIR
 
-# Tiny sizes; min_fraction 0.05: a faulty GPU runs at a hundredth, a healthy one sharing the
-# test machine's 2 cores with 3 other ranks never falls to a twentieth of the others.
+# Tiny sizes. A twin GPU is an outlier only below 0.001 x the others (src/validate/gpu.c): a
+# faulty one reports a ten-thousandth, a healthy one whose copy thread shares a core with a
+# bound rank can fall to a hundredth.
 cat >q.ini <<'INI'
 [validate]
 min_fraction = 0.05
