@@ -796,72 +796,68 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
     return g;
 }
 
+/* One training step of `layers` (batch B) through G and through plain (G with fused ops
+ * removed): logits (train, eval) and gradients bit for bit; the fused layers G reports (a
+ * number per kind, model_step) must be `fused`. */
+static void model_fused_vs_plain(const char *name, const char *layers, int B,
+                                 const struct ddp_backend *plain, int fused)
+{
+    float lf[180], lp[180];
+    size_t nf = 0, np = 0;
+    char df[512], dp[512], what[96];
+    const uint64_t rng = g_rng;
+    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
+    g_rng = rng;
+    float *gp = model_step(plain, layers, B, lp, &np, dp, sizeof dp);
+    g_checks++;
+    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof(float) * 2 * B * 10) == 0 &&
+                   memcmp(gf, gp, sizeof(float) * nf) == 0;
+    snprintf(what, sizeof what, "model fused vs unfused %s", name);
+    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL", what, nf,
+           ok ? "logits and gradients bit-identical" : "differ", df, dp);
+    snprintf(what, sizeof what, "model layers fused (%s)", name);
+    check_i(what, atoi(df), fused);
+    g_fail += !ok;
+    free(gf), free(gp);
+}
+
 /* A model with conv2d -> relu -> maxpool (fashion-cnn's blocks) and batchnorm -> relu ->
  * maxpool: the fused path (conv2d_relu_maxpool_fwd, relu_maxpool_fwd, maxpool_relu_bwd) gives
  * the logits (train, eval) and gradients of the unfused ops (a table without them), bit for
- * bit. */
+ * bit; conv+relu+pool and relu+pool are fused. */
 static void t_model_fusion(void)
 {
     if (!G->relu_maxpool_fwd)
         return;
-    const char *layers = "conv2d(4, 5), relu, maxpool(2), conv2d(6, 3), batchnorm, relu, "
-                         "maxpool(2), flatten, linear(16), relu, linear(10)";
-    const int B = 9;
     struct ddp_backend plain = *G;
     plain.relu_maxpool_fwd = NULL;
     plain.maxpool_relu_bwd = NULL;
     plain.conv2d_relu_maxpool_fwd = NULL;
     plain.bn_relu_fwd_apply = NULL;
-    float lf[180], lp[180];
-    size_t nf = 0, np = 0;
-    char df[512], dp[512];
-    const uint64_t rng = g_rng;
-    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
-    g_rng = rng;
-    float *gp = model_step(&plain, layers, B, lp, &np, dp, sizeof dp);
-    g_checks++;
-    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof lf) == 0 &&
-                   memcmp(gf, gp, sizeof(float) * nf) == 0;
-    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL",
-           "model fused vs unfused pools", nf, ok ? "logits and gradients bit-identical" : "differ",
-           df, dp);
-    check_i("model layers fused: conv+relu+pool, relu+pool", atoi(df), 102);
-    g_fail += !ok;
-    free(gf), free(gp);
+    model_fused_vs_plain("pools",
+                         "conv2d(4, 5), relu, maxpool(2), conv2d(6, 3), batchnorm, relu, "
+                         "maxpool(2), flatten, linear(16), relu, linear(10)",
+                         9, &plain, 102);
 }
 
 /* A model with batchnorm -> relu after a conv2d (ResNet's), in a residual block, after a
  * linear (S = 1) and before a maxpool (which keeps relu + maxpool): the bn_relu ops give the
- * logits (train, eval) and gradients of a table without them, bit for bit. */
+ * logits (train, eval) and gradients of a table without them, bit for bit; 3 batchnorm+relu
+ * and one relu+pool fused. */
 static void t_model_bn_fusion(void)
 {
     if (!G->bn_relu_fwd_apply)
         return;
-    const char *layers = "conv2d(4, 3, pad=1), batchnorm, relu, residual(conv2d(4, 3, pad=1, "
-                         "bias=false), batchnorm, relu, conv2d(4, 3, pad=1), batchnorm), relu, "
-                         "conv2d(6, 3), batchnorm, relu, maxpool(2), flatten, linear(16), "
-                         "batchnorm, relu, linear(10)";
-    const int B = 7;
     struct ddp_backend plain = *G;
     plain.bn_relu_fwd_apply = NULL;
     plain.bn_relu_bwd_sums = NULL;
     plain.bn_relu_bwd_apply = NULL;
-    float lf[140], lp[140];
-    size_t nf = 0, np = 0;
-    char df[512], dp[512];
-    const uint64_t rng = g_rng;
-    float *gf = model_step(G, layers, B, lf, &nf, df, sizeof df);
-    g_rng = rng;
-    float *gp = model_step(&plain, layers, B, lp, &np, dp, sizeof dp);
-    g_checks++;
-    const int ok = gf && gp && nf == np && memcmp(lf, lp, sizeof lf) == 0 &&
-                   memcmp(gf, gp, sizeof(float) * nf) == 0;
-    printf("%-4s %-34s n=%-9zu %s (fused layers %s vs %s)\n", ok ? "ok" : "FAIL",
-           "model fused vs unfused batchnorm", nf,
-           ok ? "logits and gradients bit-identical" : "differ", df, dp);
-    check_i("model layers fused: 3 batchnorm+relu, relu+pool", atoi(df), 3001);
-    g_fail += !ok;
-    free(gf), free(gp);
+    model_fused_vs_plain("batchnorm",
+                         "conv2d(4, 3, pad=1), batchnorm, relu, residual(conv2d(4, 3, pad=1, "
+                         "bias=false), batchnorm, relu, conv2d(4, 3, pad=1), batchnorm), relu, "
+                         "conv2d(6, 3), batchnorm, relu, maxpool(2), flatten, linear(16), "
+                         "batchnorm, relu, linear(10)",
+                         7, &plain, 3001);
 }
 
 /* Per-channel statistics of x (B,C,S) on the device into mean, invstd (batch statistics). */

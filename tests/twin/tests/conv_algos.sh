@@ -11,10 +11,9 @@
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
-$PY -c 'import h5py, numpy' 2>/dev/null || { echo "python3-h5py needed"; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+. "$DDP_SRC/tests/lib.sh"
+need_h5py
+enter_workdir
 fail=0
 "$DDPTRAIN" data synth -o d.h5 --shape 1,12,12 --classes 4 --train 480 --test 16 --seed 3 \
     >/dev/null || exit 1
