@@ -6,10 +6,10 @@
  *
  * Dimension letters: B batch, C channels in, O channels (or features) out, H W input height and
  * width, P output positions (OH*OW), S spatial positions per channel, K classes, N elements.
- * All tensors are dense, row-major, NCHW like PyTorch. Pointers are backend memory (host for the
- * CPU backend; device for CUDA). Every backward function ADDS into weight gradients (the
- * caller zeroes them once per step) and OVERWRITES the input gradient (which may be NULL when
- * not needed, for the first layer).
+ * All tensors are dense, row-major, NCHW like PyTorch (activations NHWC after set_layout,
+ * below). Pointers are backend memory (host for the CPU backend; device for CUDA). Every
+ * backward function ADDS into weight gradients (the caller zeroes them once per step) and
+ * OVERWRITES the input gradient (which may be NULL when not needed, for the first layer).
  *
  * Optional members may be NULL; the caller checks.
  */
@@ -42,6 +42,10 @@ struct ddp_graph_scalars {
     int64_t t;      /* adam_step's t; sgd_step's first_step is t == 1 */
     uint64_t noise; /* the step's dropout seed: each layer's seed is noise ^ a constant */
 };
+
+/* Memory layout of activations (set_layout below): NCHW, as PyTorch's default, or NHWC
+ * (channels-last). The job schema ([train] layout) names auto before these. */
+enum ddp_layout { DDP_LAYOUT_NCHW, DDP_LAYOUT_NHWC };
 
 /* The shape of a conv2d (the table's conv entries): inp (B, C, H, W), w (O, C, k, k), a k x k
  * window moved by stride over the input padded with pad zeros on every side; out (B, O, OH, OW)
@@ -153,6 +157,27 @@ struct ddp_backend {
      * which its descriptors are refused); 0 where the path has no such limit. The model checks
      * it at build, before conv_plan sees a batch size past it. */
     size_t (*conv_tensor_max)(const char **path);
+
+    /* Activation layout (optional: set_layout, layout, to_nhwc and to_nchw together; NULL:
+     * always NCHW). A backend starts in DDP_LAYOUT_NCHW. After set_layout(DDP_LAYOUT_NHWC),
+     * every (B, C, H, W) activation the spatial entries read or write is channels-last, (B, H,
+     * W, C) in memory, as PyTorch's channels_last (the layout of cuDNN's tensor-core
+     * convolutions): conv2d_* (inp, out, act, dinp, dout), maxpool_*, relu_maxpool_fwd,
+     * maxpool_relu_bwd, avgpool_*, gap_fwd's inp and gap_bwd's dinp (out and dout (B, C) as
+     * before), and bn_* where S > 1 (their (B, C, S) tensors are (B, S, C)). A pool's argmax is
+     * the backend's own, read only by its backward. Weights, biases and every other tensor keep
+     * their layout, element-wise entries read both alike, and where S = 1 (H = W = 1, a
+     * batchnorm after flatten) the two layouts are the same bytes.
+     * set_layout returns 0, or -1 with one line in err when this backend cannot (CUDA: only on
+     * the cuDNN convolution path). It is called before the model is built (conv_plan plans for
+     * the layout in force) and before any op of a step.
+     * layout(): the layout in force (enum ddp_layout).
+     * to_nhwc: out (B, S, C) = inp (B, C, S); to_nchw: out (B, C, S) = inp (B, S, C); queued as
+     * any op, capturable; out and inp never overlap. */
+    int (*set_layout)(int layout, char *err, size_t errlen);
+    int (*layout)(void);
+    void (*to_nhwc)(float *out, const float *inp, int B, int C, int S);
+    void (*to_nchw)(float *out, const float *inp, int B, int C, int S);
 
     /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
     void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,

@@ -428,9 +428,36 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
     return 1;
 }
 
+/* set_layout and layout of the table (backend.h): channels-last activations only where the
+ * convolutions run through cuDNN, whose tensor-core kernels want them; im2col's kernels read
+ * NCHW. */
+static int set_layout_any(int layout, char *err, size_t errlen)
+{
+    if (layout == DDP_LAYOUT_NHWC) {
+#ifdef DDP_DNN
+        if (dnn_active()) {
+            g_cuda.layout = DDP_LAYOUT_NHWC;
+            return 0;
+        }
+#endif
+        return ddp_err(err, errlen,
+                       "channels-last activations need cuDNN's convolutions, and this run's "
+                       "convolutions use im2col + cuBLAS");
+    }
+    g_cuda.layout = DDP_LAYOUT_NCHW;
+    return 0;
+}
+
+static int layout_any(void)
+{
+    return g_cuda.layout;
+}
+
 /* This part's entries of the ops table. */
 void cuda_table_conv(struct ddp_backend *t)
 {
+    t->set_layout = set_layout_any;
+    t->layout = layout_any;
     t->conv_col_elems = cuda_conv_col_elems;
     t->conv_plan = conv2d_plan_any;
     t->conv_tensor_max = conv_tensor_max_any;

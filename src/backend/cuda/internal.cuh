@@ -236,6 +236,7 @@ struct cuda_state {
     /* device and compute stream (table.cu sets them once) */
     int device = -1;   /* -1 until ddp_backend_cuda succeeds */
     int precision = 0; /* [train] precision: enum ddp_precision (backend.h) */
+    int layout = 0;    /* activations: enum ddp_layout (backend.h set_layout; conv.cu) */
     cudaStream_t stream;
     cublasHandle_t blas;
     char devname[320]; /* "NAME (sm_XY, N GiB)", ddp_cuda_device_string */
