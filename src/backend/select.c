@@ -19,6 +19,9 @@ _Static_assert(sizeof ddp_device_names / sizeof *ddp_device_names == DDP_DEVICE_
 const char *const ddp_conv_names[DDP_CONV_COUNT] = {"auto", "im2col"};
 _Static_assert(sizeof ddp_conv_names / sizeof *ddp_conv_names == DDP_CONV_COUNT,
                "one name per convolution path");
+const char *const ddp_layout_names[DDP_LAYOUT_CHOICE_COUNT] = {"auto", "nchw", "nhwc"};
+_Static_assert(sizeof ddp_layout_names / sizeof *ddp_layout_names == DDP_LAYOUT_CHOICE_COUNT,
+               "one name per layout");
 
 int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *cvd, char *err,
                             size_t errlen)
@@ -81,6 +84,31 @@ void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int de
 #else
     (void)dev, (void)want, (void)deterministic;
 #endif
+}
+
+int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precision, char *line,
+                       size_t len, char *err, size_t errlen)
+{
+    const struct ddp_backend *be = dev->be;
+    char why[DDP_ERR_LEN];
+    if (len)
+        line[0] = 0;
+    if (dev->device < 0 || !be->set_layout || !be->to_nhwc) /* the CPU: NCHW, whatever */
+        return 0;
+    const int nhwc = want == DDP_LAYOUT_CHOICE_NHWC ||
+                     (want == DDP_LAYOUT_CHOICE_AUTO && precision != DDP_PRECISION_FP32);
+    if (nhwc && be->set_layout(DDP_LAYOUT_NHWC, why, sizeof why) == 0) {
+        snprintf(line, len, "activations channels-last (NHWC%s)",
+                 want == DDP_LAYOUT_CHOICE_AUTO ? ": [train] layout = auto for tensor-core math"
+                                                : "");
+        return 0;
+    }
+    if (nhwc && want == DDP_LAYOUT_CHOICE_NHWC)
+        return ddp_err(err, errlen, "%s", why);
+    be->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
+    snprintf(line, len, "activations NCHW%s%s%s", nhwc ? " (channels-last needs cuDNN: " : "",
+             nhwc ? why : "", nhwc ? ")" : "");
+    return 0;
 }
 
 int ddp_backend_conv_report(char *out, size_t len)

@@ -51,6 +51,25 @@ extern const char *const ddp_conv_names[DDP_CONV_COUNT];
 void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int deterministic,
                            char *line, size_t len);
 
+/* [train] layout: the activations' memory layout on the GPU. auto: channels-last (NHWC) where
+ * the convolutions run through cuDNN in tf32 or bf16 (tensor cores; PyTorch's channels_last
+ * advice), else NCHW; nchw; nhwc (a GPU on the cuDNN path, any precision). */
+enum ddp_layout_choice {
+    DDP_LAYOUT_CHOICE_AUTO,
+    DDP_LAYOUT_CHOICE_NCHW,
+    DDP_LAYOUT_CHOICE_NHWC,
+    DDP_LAYOUT_CHOICE_COUNT
+};
+extern const char *const ddp_layout_names[DDP_LAYOUT_CHOICE_COUNT];
+
+/* Set the chosen device's activation layout for want (enum ddp_layout_choice) and [train]
+ * precision, after ddp_backend_conv_path and before the model is built; what it chose and why
+ * in line ("" on the CPU, which keeps NCHW whatever want says). Returns 0, or -1 with one line
+ * in err when want is nhwc and the GPU cannot (its convolutions use im2col): the caller names
+ * the key. */
+int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precision, char *line,
+                       size_t len, char *err, size_t errlen);
+
 /* After the model is built: the convolution algorithms its build chose, one line per shape
  * and batch size (backend/cuda.h ddp_cuda_conv_report); "" and 0 on the CPU or without cuDNN.
  * Returns the number of lines. */

@@ -213,7 +213,8 @@ int ddp_model_memory(const struct ddp_model *m, int max_batch, struct ddp_model_
     struct ddp_mem_plan p;
     ddp_mem_plan_make(m, max_batch, &p);
     for (int i = 0; i < p.nblocks; i++)
-        per[p.blocks[i].layer] += (double)p.blocks[i].bytes;
+        if (p.blocks[i].layer >= 0) /* not the channels-last input */
+            per[p.blocks[i].layer] += (double)p.blocks[i].bytes;
     int worst = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const struct ddp_layer *l = &m->layers[i];
@@ -478,6 +479,19 @@ static void plan_bn_fusion(struct ddp_model *m)
             l->fused = 6;
             r->fused = 7;
         }
+    }
+}
+
+/* Channels-last activations (the backend's layout at build, backend.h set_layout): a flatten
+ * of a (C,H,W) input whose two orders differ turns it back into PyTorch's order, so that the
+ * linear layers after it, their weights and every checkpoint are the same in both layouts. */
+static void plan_layout(struct ddp_model *m)
+{
+    m->nhwc = m->be->layout && m->be->layout() == DDP_LAYOUT_NHWC;
+    for (int i = 0; m->nhwc && i < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i];
+        l->relayout = l->spec.kind == DDP_LAYER_FLATTEN && l->in >= 0 && l->in_ndim == 3 &&
+                      l->ishape[0] > 1 && l->ishape[1] * l->ishape[2] > 1;
     }
 }
 
@@ -790,6 +804,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     plan_fusion(m); /* before the memory estimate: a fused layer's own output is not stored */
     plan_pool_fusion(m);
     plan_bn_fusion(m);
+    plan_layout(m);
     if (check_tensor_limit(m, max_batch, err, errlen) != 0 ||
         check_memory(m, max_batch, err, errlen) != 0)
         return -1;

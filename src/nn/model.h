@@ -89,6 +89,8 @@ struct ddp_layer {
                 * 6: a batchnorm whose forward applies the next layer's relu into that
                 * layer's out and whose backward runs the relu's too (bn_relu_*): no out,
                 * no dout; 7: that relu (its out and dout stored, nothing run) */
+    int relayout;  /* a flatten of a channels-last (C,H,W) input with C > 1 and H*W > 1: its out
+                   * and dout are its own, in PyTorch's order (to_nchw forward, to_nhwc back) */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */
     int out_ndim, oshape[3];
     size_t in_elems, out_elems;    /* per sample */
@@ -97,7 +99,7 @@ struct ddp_layer {
     int64_t num_batches_tracked;
     /* out, dout, aux, argmax, dtmp lie in the model's arena where the memory plan puts them:
      * valid only over the part of a step the plan gives them (see ddp_mem_plan) */
-    float *out;      /* (B, out_elems); flatten aliases its input */
+    float *out;      /* (B, out_elems); flatten aliases its input (unless relayout) */
     float *dout;     /* (B, out_elems) gradient of out; NULL below the first parameters */
     float *aux;      /* batchnorm xhat / dropout mask, (B, out_elems) */
     float *dtmp;     /* (B, in's out_elems) in's gradient before it is added into in's dout (acc) */
@@ -125,6 +127,12 @@ struct ddp_model {
     size_t arena_bytes;
     uint64_t fingerprint; /* hash of the architecture and input shape */
     int err_at;           /* after ddp_model_create failed: the character of layers to blame */
+    /* Channels-last: the backend's layout (backend.h set_layout) was NHWC at build. The
+     * model's input arrives in PyTorch's order; where a layer other than flatten reads it and
+     * the two orders differ (C > 1 and H*W > 1), forward first writes it channels-last into
+     * xin (a block of the arena) and those layers read xin. */
+    int nhwc;
+    float *xin;
 
     /* Sum of n doubles (backend memory) over all ranks, in place (SyncBatchNorm), ordered
      * before the backend's later work; NULL: local statistics. */
@@ -192,10 +200,11 @@ enum ddp_mem_what {
     DDP_MEM_AUX,
     DDP_MEM_ARGMAX,
     DDP_MEM_DTMP,
-    DDP_MEM_ARGMAX8
+    DDP_MEM_ARGMAX8,
+    DDP_MEM_XIN /* layer -1: the model's input, channels-last (struct ddp_model xin) */
 };
 struct ddp_mem_block {
-    int layer;
+    int layer; /* -1: the model's input (DDP_MEM_XIN) */
     enum ddp_mem_what what;
     int first, last;   /* steps */
     size_t bytes, off; /* in the arena, both multiples of 256 */

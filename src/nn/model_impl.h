@@ -24,6 +24,10 @@ struct ddp_conv_geom model_conv_geom(const struct ddp_layer *l);
 
 /* The first layer with parameters (nlayers: none): backward stops there. */
 int model_first_param(const struct ddp_model *m);
+/* 1 when the model's input needs a channels-last copy (struct ddp_model xin): the model is
+ * channels-last, its input (C,H,W) has C > 1 and H*W > 1, and a layer other than flatten
+ * reads it. */
+int model_input_relayout(const struct ddp_model *m);
 /* Point the layers' batch-sized buffers into arena by plan p (model_plan.c). */
 void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *arena);
 

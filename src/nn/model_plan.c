@@ -17,8 +17,12 @@
  * pool's output and byte argmax at its own step), and backward reads its own output, dout
  * and byte argmax and writes the gradient of the relu's input. A batchnorm with the relu
  * after it (6, 7) owns no output or dout: its forward writes the relu's output, its backward
- * reads the relu's output and dout (the step after the relu's own). Flatten owns nothing: its output is its input's, its dout its input's dout. Layers
- * below the first with parameters get no dout (backward stops there).
+ * reads the relu's output and dout (the step after the relu's own). Flatten owns nothing: its
+ * output is its input's, its dout its input's dout; unless it turns a channels-last input
+ * back into PyTorch's order (relayout), which owns both like any layer. Layers below the first
+ * with parameters get no dout (backward stops there). The model's input is the trainer's,
+ * except its channels-last copy (model.h xin): a block of layer -1, written at step 0 before
+ * layer 0 and live while any layer reads the input.
  *
  * Dimension letters: B batch.
  */
@@ -33,10 +37,16 @@
 
 #define PLAN_ALIGN 256 /* bytes: every block starts at a multiple (cuDNN, vector loads) */
 
+/* 1 for a flatten that is a view of its input's bytes (every flatten but a relayout). */
+static int is_view(const struct ddp_layer *l)
+{
+    return l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout;
+}
+
 /* The layer that owns the bytes of layer i's output (-1: the model's input). */
 static int out_owner(const struct ddp_model *m, int i)
 {
-    while (i >= 0 && m->layers[i].spec.kind == DDP_LAYER_FLATTEN)
+    while (i >= 0 && is_view(&m->layers[i]))
         i = m->layers[i].in;
     return i;
 }
@@ -44,9 +54,22 @@ static int out_owner(const struct ddp_model *m, int i)
 /* The layer that owns layer i's dout: a flatten at the model's input owns its own. */
 static int dout_owner(const struct ddp_model *m, int i)
 {
-    while (m->layers[i].spec.kind == DDP_LAYER_FLATTEN && m->layers[i].in >= 0)
+    while (is_view(&m->layers[i]) && m->layers[i].in >= 0)
         i = m->layers[i].in;
     return i;
+}
+
+int model_input_relayout(const struct ddp_model *m)
+{
+    if (!m->nhwc || m->in_ndim != 3 || m->ishape[0] < 2 || m->ishape[1] * m->ishape[2] < 2)
+        return 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct ddp_layer *l = &m->layers[i];
+        if (l->spec.kind != DDP_LAYER_FLATTEN &&
+            (l->in < 0 || (l->spec.kind == DDP_LAYER_RESIDUAL && l->in2 < 0)))
+            return 1;
+    }
+    return 0;
 }
 
 int model_first_param(const struct ddp_model *m)
@@ -84,7 +107,7 @@ static void pool_relu_spans(const struct ddp_model *m, int i, int first, struct 
 {
     const int bwd = 2 * m->nlayers - i, below = m->layers[m->layers[i].in].in;
     touch(&out[i], pool_step(m, i));
-    if (pool_step(m, i) == i && out_owner(m, below) >= 0)
+    if (pool_step(m, i) == i)
         touch(&out[out_owner(m, below)], i);
     if (i < first)
         return;
@@ -94,7 +117,8 @@ static void pool_relu_spans(const struct ddp_model *m, int i, int first, struct 
         touch(&dout[dout_owner(m, below)], bwd);
 }
 
-/* Widen the lifetimes of the outputs and douts that layer i writes and reads. */
+/* Widen the lifetimes of the outputs and douts that layer i writes and reads; out[-1] is the
+ * model's input (its channels-last copy where it has one). */
 static void layer_spans(const struct ddp_model *m, int i, int first, struct span *out,
                         struct span *dout)
 {
@@ -108,19 +132,18 @@ static void layer_spans(const struct ddp_model *m, int i, int first, struct span
         return;
     }
     /* a relu fused into the layer before (2, 7): that layer writes its output */
-    if (k != DDP_LAYER_FLATTEN && l->fused != 1 && l->fused != 6)
+    if (!is_view(l) && l->fused != 1 && l->fused != 6)
         touch(&out[i], l->fused == 2 || l->fused == 7 ? i - 1 : i);
     for (int s = 0; l->fused != 7 && s < 1 + two; s++)
-        if (out_owner(m, src[s]) >= 0)
-            touch(&out[out_owner(m, src[s])], i);
-    if (i < first || k == DDP_LAYER_FLATTEN)
+        touch(&out[out_owner(m, src[s])], i);
+    if (i < first || is_view(l))
         return;
     if (l->fused == 7) { /* its batchnorm's backward (the next step) reads its out and dout */
         touch(&out[i], bwd + 1);
         touch(&dout[i], bwd + 1);
         return;
     }
-    if ((k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D) && out_owner(m, l->in) >= 0)
+    if (k == DDP_LAYER_LINEAR || k == DDP_LAYER_CONV2D)
         touch(&out[out_owner(m, l->in)], bwd);
     if (k == DDP_LAYER_RELU)
         touch(&out[i], bwd);
@@ -165,8 +188,8 @@ static void layer_blocks(const struct ddp_model *m, int i, int first, const stru
         add_block(p, i, DDP_MEM_ARGMAX, i, bwd, l->out_elems, B);
     /* a relu fused into its maxpool (4) takes its input's gradient at the pool's backward */
     const int at = l->fused == 4 ? bwd - 1 : bwd;
-    if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL &&
-        k != DDP_LAYER_FLATTEN && l->fused != 7)
+    if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL && !is_view(l) &&
+        l->fused != 7)
         add_block(p, i, DDP_MEM_DTMP, at, at, m->layers[l->in].out_elems, B);
 }
 
@@ -227,22 +250,25 @@ static void place(struct ddp_mem_plan *p)
 void ddp_mem_plan_make(const struct ddp_model *m, int B, struct ddp_mem_plan *p)
 {
     const int n = m->nlayers, first = model_first_param(m);
-    struct span *out = ddp_calloc((size_t)n, sizeof *out);
-    struct span *dout = ddp_calloc((size_t)n, sizeof *dout);
+    struct span *out_all = ddp_calloc((size_t)n + 1, sizeof *out_all); /* [0]: the input */
+    struct span *dout = ddp_calloc((size_t)n, sizeof *dout), *out = out_all + 1;
+    for (int i = -1; i < n; i++)
+        out[i].lo = INT_MAX, out[i].hi = -1;
     for (int i = 0; i < n; i++)
-        out[i].lo = dout[i].lo = INT_MAX, out[i].hi = dout[i].hi = -1;
+        dout[i].lo = INT_MAX, dout[i].hi = -1;
     memset(p, 0, sizeof *p);
     p->steps = 2 * n + 2;
-    p->blocks = ddp_calloc((size_t)n * 5 + 1, sizeof *p->blocks);
+    p->blocks = ddp_calloc((size_t)n * 5 + 2, sizeof *p->blocks);
     for (int i = 0; i < n; i++)
         layer_spans(m, i, first, out, dout);
-    if (out_owner(m, n - 1) >= 0) /* the logits: valid until after backward */
-        touch(&out[out_owner(m, n - 1)], 2 * n + 1);
-    touch(&dout[dout_owner(m, n - 1)], n); /* the loss writes dlogits */
+    touch(&out[out_owner(m, n - 1)], 2 * n + 1); /* the logits: valid until after backward */
+    touch(&dout[dout_owner(m, n - 1)], n);       /* the loss writes dlogits */
+    if (model_input_relayout(m))                 /* written before layer 0, at step 0 */
+        add_block(p, -1, DDP_MEM_XIN, 0, out[-1].hi, m->in_elems, B);
     for (int i = 0; i < n; i++)
         layer_blocks(m, i, first, out, dout, B, p);
     place(p);
-    free(out);
+    free(out_all);
     free(dout);
 }
 
@@ -256,7 +282,7 @@ void ddp_mem_plan_free(struct ddp_mem_plan *p)
 
 static const char *what_name(enum ddp_mem_what w)
 {
-    static const char *const names[] = {"out", "dout", "aux", "argmax", "dtmp", "argmax8"};
+    static const char *const names[] = {"out", "dout", "aux", "argmax", "dtmp", "argmax8", "xin"};
     return names[w];
 }
 
@@ -299,8 +325,12 @@ void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *
 {
     for (int i = 0; i < p->nblocks; i++) {
         const struct ddp_mem_block *b = &p->blocks[i];
-        struct ddp_layer *l = &m->layers[b->layer];
         void *at = arena + b->off;
+        if (b->what == DDP_MEM_XIN) {
+            m->xin = at;
+            continue;
+        }
+        struct ddp_layer *l = &m->layers[b->layer];
         switch (b->what) {
         case DDP_MEM_OUT:
             l->out = at;
@@ -320,11 +350,13 @@ void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *
         case DDP_MEM_ARGMAX8:
             l->argmax8 = at;
             break;
+        case DDP_MEM_XIN:
+            break;
         }
     }
     for (int i = 0; i < m->nlayers; i++) { /* flatten: views of what its input owns */
         struct ddp_layer *l = &m->layers[i];
-        if (l->spec.kind != DDP_LAYER_FLATTEN)
+        if (!is_view(l))
             continue;
         l->out = l->in >= 0 ? m->layers[l->in].out : NULL; /* the input's: set by forward */
         if (l->in >= 0)

@@ -64,10 +64,18 @@ static int spatial(const struct ddp_layer *l)
     return l->ishape[1] * l->ishape[2];
 }
 
-/* The output of layer i, or the model's input x for i = -1 (what in and in2 name). */
+/* The output of layer i, or the model's input x for i = -1 (what in and in2 name; its
+ * channels-last copy where the model keeps one). */
 static const float *value_of(const struct ddp_model *m, int i, const float *x)
 {
-    return i < 0 ? x : m->layers[i].out;
+    return i >= 0 ? m->layers[i].out : m->xin ? m->xin : x;
+}
+
+/* Before layer 0: the channels-last copy of the input x, where the model keeps one. */
+static void input_forward(struct ddp_model *m, const float *x, int B)
+{
+    if (m->xin)
+        m->be->to_nhwc(m->xin, x, B, m->ishape[0], m->ishape[1] * m->ishape[2]);
 }
 
 /* 1 when relu layer r's forward ran with the layers before it (a conv2d with fused 3). */
@@ -88,8 +96,11 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
     float *w = m->params + l->w_off, *b = l->b_n ? m->params + l->b_off : NULL;
     size_t n = (size_t)B * l->out_elems;
     switch (s->kind) {
-    case DDP_LAYER_FLATTEN:
-        l->out = (float *)inp;
+    case DDP_LAYER_FLATTEN: /* a view, of the input in PyTorch's order at the model's input */
+        if (l->relayout)
+            be->to_nchw(l->out, inp, B, l->ishape[0], spatial(l));
+        else
+            l->out = (float *)(l->in < 0 ? x : inp);
         break;
     case DDP_LAYER_LINEAR:
         if (l->fused == 1)
@@ -148,6 +159,7 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
 const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
                                uint64_t noise_seed)
 {
+    input_forward(m, x, B);
     for (int i = 0; i < m->nlayers; i++)
         layer_forward(m, i, x, B, train, noise_seed);
     return m->layers[m->nlayers - 1].out;
@@ -266,8 +278,12 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
     case DDP_LAYER_BATCHNORM:
         bn_backward(m, l, dinp, B);
         break;
+    case DDP_LAYER_FLATTEN: /* a relayout; a view shares its input's dout */
+        if (dinp)
+            be->to_nhwc(dinp, l->dout, B, l->ishape[0], spatial(l));
+        break;
     default:
-        break; /* flatten: dout is shared with the input layer's; joins: join_backward */
+        break; /* joins: join_backward */
     }
 }
 
@@ -283,11 +299,11 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             join_backward(m, l, B, first);
             continue;
         }
-        if (l->spec.kind == DDP_LAYER_FLATTEN || l->fused == 4 || l->fused == 7)
+        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7)
             continue; /* a relu fused into its maxpool (batchnorm): whose backward is both */
         /* a maxpool with its relu (5) writes the gradient of the relu's input */
         const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
-        const float *inp = l->in < 0 ? x : m->layers[l->in].out;
+        const float *inp = value_of(m, l->in, x);
         float *dinp = grad_dest(m, src, first);
         layer_backward(m, i, inp, dinp, B);
         grad_add(m, src, dinp, B);
@@ -386,6 +402,7 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
     }
     /* each output checked right after its layer: the memory plan lets later layers reuse
      * its bytes */
+    input_forward(m, x, B);
     double prev = in_max;
     int first_param = -1;
     for (int i = 0; i < m->nlayers; i++) {

@@ -24,6 +24,7 @@ static const char *const g_may_differ[] = {
     "dist.check_every", "job.report",      "job.tensorboard",
     "train.early_stop", /* when the run ends, as train.epochs; not what it trains */
     "train.conv",       /* how the GPU convolves, as train.device; not what it trains */
+    "train.layout",     /* how the GPU lays out activations; not what it trains */
     "train.cuda_graph", /* how the step is issued, not what it computes */
 };
 

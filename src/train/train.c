@@ -294,6 +294,25 @@ static int refuse_cpu_bf16(const struct trainer *t)
     return 1;
 }
 
+/* [train] layout on the chosen device (select.h ddp_backend_layout), what it chose appended to
+ * the convolution line of the log and summary. Returns 0, or 1 with the reason printed. */
+static int start_layout(struct trainer *t, const struct ddp_device_choice *dev)
+{
+    char line[160], err[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
+    if (ddp_backend_layout(dev, t->job.layout, t->job.precision, line, sizeof line, err,
+                           sizeof err) != 0) {
+        ddp_warn("%s: nhwc asks for channels-last activations, but %s; set [train] layout = "
+                 "auto (or nchw), or conv = auto on a node where cuDNN loads",
+                 ddp_job_where(&t->job, "train", "layout", where, sizeof where), err);
+        return 1;
+    }
+    if (line[0] && t->conv_path[0]) {
+        const size_t used = strlen(t->conv_path);
+        snprintf(t->conv_path + used, sizeof t->conv_path - used, "; %s", line);
+    }
+    return 0;
+}
+
 /* How the NCCL id travels (dist/bootstrap.h ddp_bootstrap_decide: auto takes MPI wherever MPI
  * started the process), into o and t->bootstrap_why for the banner; the MPI communicator that
  * carries it when that is the way. Returns 0 or an exit code (the reason printed). */
@@ -341,6 +360,8 @@ static int start_comm(struct trainer *t)
         t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
     ddp_backend_conv_path(&dev, job->conv, job->deterministic, t->conv_path, sizeof t->conv_path);
+    if (start_layout(t, &dev) != 0)
+        return DDP_EXIT_USAGE;
     const int gpu = dev.device >= 0;
     if (!gpu && refuse_cpu_bf16(t))
         return DDP_EXIT_USAGE;

@@ -24,7 +24,8 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 
 def conv_path(log):
     """A short name of the convolution path from a run's log: 'cuDNN det', 'cuDNN any',
-    'im2col' or '' (no convolution, or the line is missing)."""
+    'im2col' or '' (no convolution, or the line is missing); ' NHWC' after a cuDNN path whose
+    activations were channels-last ([train] layout)."""
     try:
         text = open(log, errors="replace").read()
     except OSError:
@@ -34,7 +35,8 @@ def conv_path(log):
         return ""  # no convolution (cuDNN loaded, no layer planned), or no such line
     line = m.group(1)
     if line.startswith("cuDNN") and "im2col" not in line:
-        return "cuDNN any" if "deterministic or not" in line else "cuDNN det"
+        nhwc = " NHWC" if "channels-last" in line else ""
+        return ("cuDNN any" if "deterministic or not" in line else "cuDNN det") + nhwc
     return "im2col"
 
 
@@ -108,9 +110,10 @@ def table(rows, dry, W):
     head = ["samples/s: ddptrain the median of its logged rates after the first log interval; "
             "PyTorch timed after its warm-up, data preloaded on the device (channels_last under "
             "bf16 for convolutional models). ddptrain / PyTorch: the faster of graph off and on. "
-            "conv: ddptrain's convolution path (cuDNN det = cuDNN's deterministic algorithms in "
-            "its own ranking, the default; cuDNN any = the fastest measured, deterministic or "
-            "not: [train] deterministic = false). Peak MiB: device memory allocated by the framework (ddptrain "
+            "conv: ddptrain's convolution path (cuDNN det = the fastest measured of cuDNN's "
+            "deterministic algorithms, the default; cuDNN any = the fastest measured, "
+            "deterministic or not: [train] deterministic = false; NHWC = channels-last "
+            "activations, [train] layout = auto under tf32 and bf16). Peak MiB: device memory allocated by the framework (ddptrain "
             "gpu_mem_peak_bytes; torch.cuda.max_memory_allocated less the preloaded data); "
             "- = not run."]
     head.insert(0, versions(W))
