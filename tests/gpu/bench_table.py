@@ -20,6 +20,9 @@ import sys
 MODELS = {"cifar-resnet18": "ResNet-18 3x32x32", "fashion-cnn": "CNN (fashion-cnn)",
           "fashion-mlp": "MLP 784-512-512-10"}
 PRECISIONS = ("fp32", "tf32", "bf16")
+# device-check.sh ddp_run's variants: "" (the defaults), nd ([train] deterministic = false),
+# nchw ([train] layout = nchw), nd-nchw
+VARIANTS = ("", "nd", "nchw", "nd-nchw")
 
 
 def conv_path(log):
@@ -40,8 +43,8 @@ def conv_path(log):
     return "im2col"
 
 
-def ddp(W, model, b, prec, graph, nd=False):
-    base = os.path.join(W, f"ddp-{model}-{b}-{prec}-graph{graph}" + ("-nd" if nd else ""))
+def ddp(W, model, b, prec, graph, variant=""):
+    base = os.path.join(W, f"ddp-{model}-{b}-{prec}-graph{graph}" + (f"-{variant}" if variant else ""))
     try:
         recs = [json.loads(l) for l in open(os.path.join(base, "metrics.jsonl"))]
     except (OSError, ValueError):
@@ -73,10 +76,11 @@ def rows_of(W):
     order = list(MODELS)
     rows = []
     for model, b in sorted(found, key=lambda x: (order.index(x[0]), x[1])):
-        for prec, nd in [(p, nd) for p in PRECISIONS for nd in (False, True)]:
-            off, on = ddp(W, model, b, prec, "off", nd), ddp(W, model, b, prec, "on", nd)
-            if nd and not (off or on):
+        for prec, variant in [(p, v) for p in PRECISIONS for v in VARIANTS]:
+            off, on = ddp(W, model, b, prec, "off", variant), ddp(W, model, b, prec, "on", variant)
+            if variant and not (off or on):
                 continue
+            nd = "nd" in variant
             eager = torch_result(W, model, b, "eager", prec)
             comp = torch_result(W, model, b, "compile", prec)
             rate = lambda x: x and x.get("rate")

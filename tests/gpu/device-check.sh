@@ -172,16 +172,16 @@ if [ $DRY = 1 ]; then
     # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
     STEPS_MLP="6 2" STEPS_CNN="4 2" STEPS_R18="3 1" NTRAIN=600 NTRAIN_R18=64 SAN_BATCH=4
     SAN_CFG=fashion-mlp R18_SHAPE=3,8,8 FULLRUN_ARGS=(--set train.max_steps=4 --set data.batch_size=8)
-    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd:60"
+    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd,tf32-on,tf32-on-nchw:60"
     CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32 CURVE_MIN_ACC=0) SAN_STEPS=5
     GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
 else
     setup_bundle "${1:-.dev/gpu}"
     STEPS_MLP="400 100" STEPS_CNN="250 50" STEPS_R18="100 20" NTRAIN=60000 NTRAIN_R18=8192
     SAN_BATCH=32 R18_SHAPE=3,32,32 FULLRUN_ARGS=()
-    # model:batch:ddptrain runs (precision-graph[-nd], nd: [train] deterministic = false):
-    # PyTorch's seconds, in priority order
-    BENCH_PLAN=${BENCH_PLAN:-"cifar-resnet18:256:fp32-on,tf32-on,bf16-on:150
+    # model:batch:ddptrain runs (precision-graph[-variant], ddp_run): PyTorch's seconds, in
+    # priority order
+    BENCH_PLAN=${BENCH_PLAN:-"cifar-resnet18:256:fp32-on,tf32-on,bf16-on,tf32-on-nchw,bf16-on-nchw:150
         fashion-cnn:1024:fp32-on,tf32-on,bf16-on,fp32-off:75 fashion-cnn:256:fp32-on,tf32-on,bf16-on,fp32-off:60
         fashion-mlp:256:fp32-on,bf16-on,tf32-on,fp32-off:40 fashion-mlp:1024:fp32-on,bf16-on,tf32-on:30"}
     SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20 GRAPH_CFG=fashion-resnet GRAPH_STEPS=12
@@ -207,12 +207,14 @@ steps_of() {
     esac
 }
 data_of() { [ "$1" = cifar-resnet18 ] && echo "$W/c10.h5" || echo "$W/fm.h5"; }
-# one ddptrain run: model batch precision graph [nd] -> $W/ddp-<model>-<batch>-<precision>-
-# graph<on|off>[-nd]/ (nd: [train] deterministic = false)
+# one ddptrain run: model batch precision graph [variant] -> $W/ddp-<model>-<batch>-<precision>-
+# graph<on|off>[-<variant>]/; variant: nd ([train] deterministic = false), nchw ([train]
+# layout = nchw: tf32 and bf16 are channels-last by default), or nd-nchw
 ddp_run() {
-    local cfg=$1 b=$2 prec=$3 graph=$4 nd=${5:-} steps warm id=ddp-$1-$2-$3-graph$4${5:+-nd} t
-    local det=(--set train.deterministic=true)
-    [ -n "$nd" ] && det=(--set train.deterministic=false)
+    local cfg=$1 b=$2 prec=$3 graph=$4 v=${5:-} steps warm id=ddp-$1-$2-$3-graph$4${5:+-$5} t
+    local det=(--set train.deterministic=true --set train.layout=auto)
+    [[ $v == *nd* ]] && det[1]=train.deterministic=false
+    [[ $v == *nchw* ]] && det[3]=train.layout=nchw
     read -r steps warm <<< "$(steps_of "$cfg")"
     if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ] ||
        [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ]; then
@@ -286,7 +288,8 @@ timeout "$(budget 20)" "$GPU_PROBE" || { echo "gpu_probe: no usable GPU"; missin
 timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,28,28 --classes 10 --train 2000 \
     --test 200 --seed 1 >/dev/null || missing=1
 declare -A KEY_OK
-for kv in train.precision=tf32 train.precision=bf16 train.cuda_graph=off train.cuda_graph=on; do
+for kv in train.precision=tf32 train.precision=bf16 train.cuda_graph=off train.cuda_graph=on \
+    train.layout=nchw; do
     if timeout 30 "$DDPTRAIN" check configs/fashion-cnn.ini --set data.file="$W/san.h5" \
             --set job.output="$W/check" --set train.device=cuda --set "$kv" > "$W/key.txt" 2>&1; then
         KEY_OK[$kv]=1
@@ -520,8 +523,8 @@ if on bench; then
             IFS=: read -r cfg b runs torch_cap <<< "$item"
             echo "-- $cfg batch $b (t=$(elapsed) s)"
             for run in ${runs//,/ }; do
-                IFS=- read -r prec graph nd <<< "$run"
-                ddp_run "$cfg" "$b" "$prec" "$graph" $nd
+                IFS=- read -r prec graph variant <<< "$run"
+                ddp_run "$cfg" "$b" "$prec" "$graph" $variant
             done
             torch_run "$cfg" "$b" "$torch_cap"
         done
