@@ -13,6 +13,8 @@
  *   conv.cu         conv2d: im2col + cuBLAS; the path choice and the table's conv entries
  *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the report
  *   normpool.cu     batchnorm, max/avg pools, global average pool, add
+ *   layout.cu       channels-last activations: to_nhwc / to_nchw, the (B, H, W, C) kernels of
+ *                   the pools and gap, per-channel column sums (batchnorm, bias gradients)
  *   elementwise.cu  bias broadcast, bias + relu epilogue, relu, dropout, scale
  *   loss_optim.cu   softmax cross-entropy, sum of squares and clip_grad_norm, sgd and adam
  *   graph.cu        CUDA graphs (capture, per-step values, launch) and the stall clock
@@ -154,6 +156,9 @@ struct dnn_api {
 #define BN_MAX_SPLITS 64
 /* Elements one reduction block should cover before another split is worth it. */
 #define BN_ELEMS_PER_SPLIT 8192
+/* Most partial sums per channel of the channels-last column sums (layout.cu): a block covers
+ * up to 32 channels, so more splits than BN_MAX_SPLITS keep as many blocks busy. */
+#define COLSUM_MAX_SPLITS 128
 
 /* Device allocations whose sizes are kept for the accounting of mem_info (frees come only at
  * the end; beyond this many live blocks a free is not subtracted from `allocated`). */
@@ -453,6 +458,40 @@ void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b,
                   int H, int W, int k);
 void cuda_table_normpool(struct ddp_backend *t);
 void cuda_table_loss_optim(struct ddp_backend *t);
+
+/* layout.cu: channels-last (backend.h set_layout). normpool.cu's entries take these where
+ * nhwc_on(S); each equals its NCHW op on the permuted tensors bit for bit. Shapes are given
+ * as (B, C, H, W) as in backend.h; the tensors are (B, H, W, C). */
+/* 1 when the spatial ops' (B, C, S) activations are stored (B, S, C): the layout in force is
+ * NHWC and S > 1 (where S = 1 both layouts are the same bytes, and the NCHW kernels run). */
+static inline int nhwc_on(size_t S)
+{
+    return g_cuda.layout == DDP_LAYOUT_NHWC && S > 1;
+}
+void nhwc_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,
+                      int k);
+void nhwc_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C, int H,
+                      int W, int k);
+/* out, argmax (B, H/k, W/k, C) = maxpool of relu(inp + b[c]) (b NULL: relu(inp)) */
+void nhwc_relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
+                       int H, int W, int k);
+void nhwc_maxpool_relu_bwd(float *dinp, const float *dout, const float *out, const uint8_t *argmax,
+                           int B, int C, int H, int W, int k);
+void nhwc_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k);
+void nhwc_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k);
+void nhwc_gap_fwd(float *out, const float *inp, int B, int C, int S); /* inp (B, S, C) */
+void nhwc_gap_bwd(float *dinp, const float *dout, int B, int C, int S);
+/* Per-channel sums over the rows of x (rows, C), deterministic, in double: colsum_splits
+ * partial sums a channel (part, doubles: np of them per channel and split, (c * splits + y)
+ * * np + j, as k_bn_finish (np 2) and rowsum_finish (np 1) read them) of a, and with np 2 of
+ * a^2 (b NULL) or a*b; mask (NULL or a relu's output): a where mask > 0, else 0. */
+size_t colsum_splits(size_t rows, int C);
+void colsum_partial(double *part, const float *a, const float *b, const float *mask, size_t rows,
+                    int C, size_t splits, int np);
+/* db (C) += the column sums of x (rows, C): a channels-last bias gradient (x the output
+ * gradient (B, OH, OW, O), rows B*OH*OW), in the workspace; never waits. */
+void colsum_add(float *db, const float *x, size_t rows, int C);
+void cuda_table_layout(struct ddp_backend *t);
 
 /* graph.cu */
 cudaError_t graph_setup(void); /* device blocks, staging slots and events of the graphs */

@@ -4,6 +4,11 @@
  * statistics as cpu.c, forward and backward application), max and average pools (windows of
  * stride k), global average pool, and add (the join of a residual block). It leaves
  * SyncBatchNorm's all-reduce of the sums to the trainer (comm/).
+ *
+ * Channels-last (backend.h set_layout): where nhwc_on(S) the entries hand the pools and gap to
+ * layout.cu's (B, H, W, C) kernels, and batchnorm sums columns of a (B*S, C) matrix there
+ * (colsum_partial) instead of channel planes; its element-wise kernels take the channel as
+ * (i / inner) % C with inner = S (NCHW) or 1 (NHWC), one expression for both layouts.
  */
 #include "backend/cuda/internal.cuh"
 
@@ -163,7 +168,9 @@ static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int 
     const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
     if (!n)
         return;
-    if (pool_idx32(B, C, H, W))
+    if (nhwc_on((size_t)H * W))
+        nhwc_maxpool_fwd(out, argmax, inp, B, C, H, W, k);
+    else if (pool_idx32(B, C, H, W))
         LAUNCH(k_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, (uint32_t)BC, H,
                W, k);
     else
@@ -176,7 +183,9 @@ static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argm
     const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
     if (!n)
         return;
-    if (pool_idx32(B, C, H, W))
+    if (nhwc_on((size_t)H * W))
+        nhwc_maxpool_bwd(dinp, dout, argmax, B, C, H, W, k);
+    else if (pool_idx32(B, C, H, W))
         LAUNCH(k_maxpool_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax, (uint32_t)BC, H,
                W, k);
     else
@@ -184,14 +193,17 @@ static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argm
 }
 
 /* out, argmax (B, C, H/k, W/k) = maxpool of relu(inp + b[c]) (b NULL: relu(inp)); conv.cu's
- * conv2d_relu_maxpool_fwd passes the bias it left out of the convolution. */
+ * conv2d_relu_maxpool_fwd passes the bias it left out of the convolution. Channels-last where
+ * nhwc_on(H*W): inp (B, H, W, C), out and argmax (B, H/k, W/k, C). */
 void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
                   int H, int W, int k)
 {
     const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
     if (!n)
         return;
-    if (pool_idx32(B, C, H, W))
+    if (nhwc_on((size_t)H * W))
+        nhwc_relu_maxpool(out, argmax, inp, b, B, C, H, W, k);
+    else if (pool_idx32(B, C, H, W))
         LAUNCH(k_relu_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, b,
                (uint32_t)BC, C, H, W, k);
     else
@@ -211,7 +223,9 @@ static void cuda_maxpool_relu_bwd(float *dinp, const float *dout, const float *o
     const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
     if (!n)
         return;
-    if (pool_idx32(B, C, H, W))
+    if (nhwc_on((size_t)H * W))
+        nhwc_maxpool_relu_bwd(dinp, dout, out, argmax, B, C, H, W, k);
+    else if (pool_idx32(B, C, H, W))
         LAUNCH(k_maxpool_relu_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, out, argmax,
                (uint32_t)BC, H, W, k);
     else
@@ -224,6 +238,10 @@ static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, 
     const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
+    if (nhwc_on((size_t)H * W)) {
+        nhwc_avgpool_fwd(out, inp, B, C, H, W, k);
+        return;
+    }
     const float inv = 1.0f / (float)(k * k);
     LAUNCH(k_avgpool_fwd, blocks_for(n), THREADS, out, inp, (size_t)B * C, H, W, k, inv);
 }
@@ -233,6 +251,10 @@ static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H
     const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
+    if (nhwc_on((size_t)H * W)) {
+        nhwc_avgpool_bwd(dinp, dout, B, C, H, W, k);
+        return;
+    }
     const float inv = 1.0f / (float)(k * k);
     LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, dinp, dout, (size_t)B * C, H, W, k, inv);
 }
@@ -284,6 +306,10 @@ static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
     const size_t BC = (size_t)B * C;
     if (!BC)
         return;
+    if (nhwc_on((size_t)S)) {
+        nhwc_gap_fwd(out, inp, B, C, S);
+        return;
+    }
     LAUNCH(k_gap_fwd, blocks_for(BC), THREADS, out, inp, BC, S);
 }
 
@@ -292,6 +318,10 @@ static void cuda_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
     const size_t n = (size_t)B * C * S;
     if (!n)
         return;
+    if (nhwc_on((size_t)S)) {
+        nhwc_gap_bwd(dinp, dout, B, C, S);
+        return;
+    }
     LAUNCH(k_gap_bwd, blocks_for(n), THREADS, dinp, dout, n, S);
 }
 
@@ -358,8 +388,9 @@ __global__ void k_bn_finish(double *sums, const double *part, int C, int splits,
     sums[C + c] = s2;
 }
 
-/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) and the count B*S into the device
- * array sums (2C+1); mask as k_bn_partial's. Never waits. */
+/* Per-channel sums of (a, a^2) or (a, a*b) over (B,C,S) (channels-last: (B,S,C), the column
+ * sums of a (B*S, C) matrix) and the count B*S into the device array sums (2C+1); mask as
+ * k_bn_partial's. Never waits. */
 static void bn_reduce(double *sums, const float *a, const float *b, const float *mask, int B, int C,
                       int S)
 {
@@ -370,12 +401,19 @@ static void bn_reduce(double *sums, const float *a, const float *b, const float 
         CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(double) * (2 * (size_t)C + 1), g_cuda.stream));
         return;
     }
+    const int nhwc = nhwc_on((size_t)S);
     size_t splits = (n + BN_ELEMS_PER_SPLIT - 1) / BN_ELEMS_PER_SPLIT;
     if (splits > BN_MAX_SPLITS)
         splits = BN_MAX_SPLITS;
+    if (nhwc)
+        splits = colsum_splits(n, C);
     double *part = (double *)ws_get(sizeof(double) * 2 * (size_t)C * splits);
-    dim3 grid((unsigned)C, (unsigned)splits);
-    LAUNCH(k_bn_partial, grid, THREADS, part, a, b, mask, B, C, S);
+    if (nhwc) {
+        colsum_partial(part, a, b, mask, n, C, splits, 2);
+    } else {
+        dim3 grid((unsigned)C, (unsigned)splits);
+        LAUNCH(k_bn_partial, grid, THREADS, part, a, b, mask, B, C, S);
+    }
     LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits,
            (double)n);
 }
@@ -432,14 +470,15 @@ static void cuda_bn_relu_bwd_sums(double *sums, const float *dout, const float *
 }
 
 /* out = gamma * xhat + beta, with relu then max(0, that) as elementwise.cu's relu1: one
- * expression for both, so that the fused op is bn_fwd_apply + relu_fwd bit for bit. */
+ * expression for both, so that the fused op is bn_fwd_apply + relu_fwd bit for bit. Element
+ * i is of channel (i / inner) % C: inner S (NCHW) or 1 (NHWC). */
 __global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
                                const float *invstd, const float *gamma, const float *beta, size_t n,
-                               int C, int S, int relu)
+                               int C, int inner, int relu)
 {
     GRID_STRIDE(i, n)
     {
-        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const int c = (int)((i / (size_t)inner) % (size_t)C);
         const float xh = (inp[i] - mean[c]) * invstd[c];
         if (xhat)
             xhat[i] = xh;
@@ -448,7 +487,7 @@ __global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const 
     }
 }
 
-/* The batchnorm's apply over (B,C,S), then relu (relu != 0). */
+/* The batchnorm's apply over (B,C,S) (channels-last: (B,S,C)), then relu (relu != 0). */
 static void bn_apply(float *out, float *xhat, const float *inp, const float *mean,
                      const float *invstd, const float *gamma, const float *beta, int B, int C,
                      int S, int relu)
@@ -456,8 +495,9 @@ static void bn_apply(float *out, float *xhat, const float *inp, const float *mea
     const size_t n = (size_t)B * C * S;
     if (!n)
         return;
+    const int inner = nhwc_on((size_t)S) ? 1 : S;
     LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
-           S, relu);
+           inner, relu);
 }
 
 static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
@@ -485,15 +525,15 @@ __global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *loca
 }
 
 /* dinp = gamma invstd (dy - mean dy - xhat mean dy*xhat), dy = dout, or with mask (a relu's
- * output) dout through the relu's backward (bn_relu_grad). */
+ * output) dout through the relu's backward (bn_relu_grad); channel as k_bn_fwd_apply's. */
 __global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *mask, const float *xhat,
                                const float *invstd, const float *gamma, const double *global,
-                               size_t n, int C, int S)
+                               size_t n, int C, int inner)
 {
     const double count = global[2 * C];
     GRID_STRIDE(i, n)
     {
-        const int c = (int)((i / (size_t)S) % (size_t)C);
+        const int c = (int)((i / (size_t)inner) % (size_t)C);
         const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
         const float f = gamma[c] * invstd[c];
         const float dy = mask ? bn_relu_grad(mask[i], dout[i]) : dout[i];
@@ -513,8 +553,9 @@ static void bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *
     const size_t n = (size_t)B * C * S;
     if (!dinp || !n)
         return;
+    const int inner = nhwc_on((size_t)S) ? 1 : S;
     LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, mask, xhat, invstd, gamma,
-           global_sums, n, C, S);
+           global_sums, n, C, inner);
 }
 
 static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,

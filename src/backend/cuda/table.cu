@@ -21,6 +21,7 @@ static void fill_table(void)
     cuda_table_blas(t);
     cuda_table_conv(t);
     cuda_table_normpool(t);
+    cuda_table_layout(t);
     cuda_table_loss_optim(t);
     cuda_table_graph(t);
 }
