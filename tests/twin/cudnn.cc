@@ -96,12 +96,11 @@ cudnnStatus_t geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
 {
     if (!x || !f || !cv || !y || !cv->set || x->n <= 0 || f->k <= 0 || x->c != f->c)
         return CUDNN_STATUS_BAD_PARAM;
-    *g = Geom{x->n, x->c, x->h, x->w, f->k, f->h, f->w, cv->ph, cv->pw, cv->u, cv->v, 0, 0,
-              x->f == CUDNN_TENSOR_NHWC};
+    *g = Geom{x->n,   x->c,   x->h,  x->w,  f->k, f->h, f->w,
+              cv->ph, cv->pw, cv->u, cv->v, 0,    0,    x->f == CUDNN_TENSOR_NHWC};
     g->OH = (x->h + 2 * cv->ph - f->h) / cv->u + 1;
     g->OW = (x->w + 2 * cv->pw - f->w) / cv->v + 1;
-    if (!(g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH &&
-          y->w == g->OW))
+    if (!(g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH && y->w == g->OW))
         return CUDNN_STATUS_BAD_PARAM;
     return x->f == y->f && x->f == f->f ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
 }
@@ -212,9 +211,8 @@ bool translate(cudnnHandle_t h, const char *call, Operand *ops, int nops, size_t
     for (int i = 0; i + 1 < nops && !why[0]; i++)
         if (overlap(ops[i], ops[nops - 1]))
             snprintf(why, sizeof why,
-                     "%s: the workspace (%p, %zu bytes) overlaps operand %s (%p, %zu bytes)",
-                     call, ops[nops - 1].dev, ops[nops - 1].bytes, ops[i].name, ops[i].dev,
-                     ops[i].bytes);
+                     "%s: the workspace (%p, %zu bytes) overlaps operand %s (%p, %zu bytes)", call,
+                     ops[nops - 1].dev, ops[nops - 1].bytes, ops[i].name, ops[i].dev, ops[i].bytes);
     if (!why[0])
         return true;
     std::string line(why);

@@ -612,10 +612,9 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(g_cuda.dnn.h, &one, s->x, inp, s->y, dout,
-                                       s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
-                                       s->ws[DNN_BWD_FILTER], nhwc ? &zero : &one, pl->w,
-                                       nhwc ? sc.dw : dw));
+    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
+        g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
+        s->ws[DNN_BWD_FILTER], nhwc ? &zero : &one, pl->w, nhwc ? sc.dw : dw));
     if (nhwc) {
         const size_t n = (size_t)q->O * q->CKK;
         LAUNCH(k_add_okkc, blocks_for(n), THREADS, dw, sc.dw, q->O, q->C, q->k * q->k);
@@ -703,8 +702,8 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
 {
     const struct conv_geom *q = &pl->q;
     const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
-    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d%s, batch %d:", q->C, q->H, q->W,
-                     q->O, q->k, q->stride, q->pad, dnn_layout_tag(pl->layout), s->B);
+    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d%s, batch %d:", q->C, q->H, q->W, q->O,
+                     q->k, q->stride, q->pad, dnn_layout_tag(pl->layout), s->B);
     for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
         char t[32] = "heuristic";
         if (s->how[d] == DNN_ADOPTED)

@@ -214,9 +214,9 @@ struct dnn_slot {
  * weights transposed to (O,k,k,C) (wbytes more). */
 struct dnn_plan {
     struct conv_geom q;
-    int layout;    /* enum ddp_layout of the activations (g_cuda.layout when planned) */
-    size_t cap;    /* workspace bytes every caller's col holds for this shape */
-    size_t wbytes; /* bytes of one (O,C,k,k) weight tensor, 256-byte aligned */
+    int layout;                /* enum ddp_layout of the activations (g_cuda.layout when planned) */
+    size_t cap;                /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes;             /* bytes of one (O,C,k,k) weight tensor, 256-byte aligned */
     cudnnFilterDescriptor_t w; /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C) */
     struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
     int next;                        /* the slot (1..) a new batch size takes */
