@@ -15,6 +15,8 @@
  * gradient is summed in double in both layouts (in another order; no tf32). Shapes cover C = 1 and
  * 3, odd H and W, stride 2, pad 0, 1 and 3, k = 1, 3 and 7, bias or none, and a batch smaller
  * than the planned one (the last partial batch).
+ * conv2d_relu_maxpool_fwd (its pooled output and act) likewise, only with DDP_TEST_NHWC_POOL=1
+ * until the pooling pass reads NHWC.
  * Then the text of the algorithm choices: NHWC plans are marked, and a line without the mark
  * (text from before channels-last) is never taken by an NHWC plan; the run log names NHWC.
  *
@@ -286,6 +288,65 @@ static void t_choices_text(void)
                report);
 }
 
+/* conv2d_relu_maxpool_fwd (window pk) of case t in layout nhwc: the pooled output into *y and
+ * the convolution scratch act into *act, both NCHW host. */
+static void run_pool(const struct tcase *t, int pk, int nhwc, const struct tdata *in, float **y,
+                     float **act)
+{
+    char err[DDP_ERR_LEN];
+    G->set_layout(nhwc ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW, err, sizeof err);
+    const struct ddp_conv_geom *g = CONV_GEOM(t->C, t->H, t->W, t->O, t->k, t->stride, t->pad);
+    const int OH = (t->H + 2 * t->pad - t->k) / t->stride + 1;
+    const int OW = (t->W + 2 * t->pad - t->k) / t->stride + 1;
+    const size_t ncol = G->conv_plan(t->planB, g), nw = (size_t)t->O * t->C * t->k * t->k;
+    const size_t np = (size_t)t->B * t->O * (OH / pk) * (OW / pk);
+    float *col = G->alloc(sizeof(float) * (ncol ? ncol : 1));
+    float *gx = up(in->x, t->B, t->C, t->H * t->W, nhwc), *gw = up(in->w, 1, (int)nw, 1, 0);
+    float *gb = up(in->b, 1, t->O, 1, 0), *gy = G->alloc(sizeof(float) * (np ? np : 1));
+    float *gact = G->alloc(sizeof(float) * t->B * t->O * OH * OW);
+    uint8_t *arg = G->alloc(np ? np : 1);
+    G->conv2d_relu_maxpool_fwd(gy, arg, gact, col, gx, gw, t->bias ? gb : NULL, t->B, g, pk);
+    *y = down(gy, t->B, t->O, (OH / pk) * (OW / pk), nhwc);
+    *act = down(gact, t->B, t->O, OH * OW, nhwc);
+    G->free(arg);
+    G->free(col);
+    G->free(gx);
+    G->free(gw);
+    G->free(gb);
+}
+
+/* conv2d_relu_maxpool_fwd in NHWC against NCHW: its pooled output and its act scratch. Runs
+ * only with DDP_TEST_NHWC_POOL=1: the pooling pass (normpool.cu's relu_maxpool) reads NCHW
+ * until its channels-last kernels land; then this is to be on by default. */
+static void t_conv_relu_pool(void)
+{
+    const char *on = getenv("DDP_TEST_NHWC_POOL");
+    if (!on || strcmp(on, "1") != 0) {
+        printf("skip conv2d_relu_maxpool_fwd NHWC (DDP_TEST_NHWC_POOL=1 runs it: it needs the "
+               "NHWC relu_maxpool)\n");
+        return;
+    }
+    static const struct tcase cases[] = {{3, 3, 1, 28, 28, 32, 5, 1, 0, 1},
+                                         {2, 4, 3, 11, 12, 5, 3, 1, 0, 0}};
+    for (int i = 0; i < 2; i++) {
+        const struct tcase *t = &cases[i];
+        const int OH = t->H - t->k + 1, OW = t->W - t->k + 1;
+        const size_t ni = (size_t)t->B * t->C * t->H * t->W, nw = (size_t)t->O * t->C * t->k * t->k;
+        struct tdata in = {.x = rnd(ni, 1), .w = rnd(nw, 0.2f), .b = rnd((size_t)t->O, 0.1f)};
+        float *ya, *aa, *yb, *ab;
+        char shape[96];
+        snprintf(shape, sizeof shape, "B%d C%d %dx%d O%d k%d pool 2%s", t->B, t->C, t->H, t->W,
+                 t->O, t->k, t->bias ? "" : " nobias");
+        run_pool(t, 2, 0, &in, &ya, &aa);
+        run_pool(t, 2, 1, &in, &yb, &ab);
+        check("conv2d_relu_maxpool out", shape, yb, ya, (size_t)t->B * t->O * (OH / 2) * (OW / 2),
+              TOL_FP32, 0, 0);
+        check("conv2d_relu_maxpool act", shape, ab, aa, (size_t)t->B * t->O * OH * OW, TOL_FP32, 0,
+              0);
+        free(ya), free(aa), free(yb), free(ab), free(in.x), free(in.w), free(in.b);
+    }
+}
+
 /* Every case under the convolution choice det (ddp_cuda_conv_path) in fp32, or tf32. */
 static void t_all(int det, int tf32)
 {
@@ -330,6 +391,7 @@ int main(void)
     t_all(0, 0);                    /* timed, any ([train] deterministic = false) */
     t_all(DDP_CUDA_CONV_RANKED, 1);
     t_choices_text();
+    t_conv_relu_pool();
     char why[DDP_ERR_LEN];
     G->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
     printf("largest error NHWC vs NCHW: fp32 %.2e, tf32 %.2e\n", g_worst[0], g_worst[1]);
