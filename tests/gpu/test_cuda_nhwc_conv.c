@@ -9,12 +9,13 @@
  * nonzero values) once in NCHW and once in NHWC, the NHWC tensors being the NCHW ones
  * permuted, with the weights in PyTorch's (O,C,k,k) both times; the NHWC results are permuted
  * back and compared by normalised error ||nhwc - nchw|| / ||nchw||. Limits: TOL_FP32 in fp32
- * (the twin computes NHWC exactly as NCHW: measured 0 on every case; on a GPU the NHWC
- * algorithms sum in other orders, a few 1e-7), TOL_TF32 under [train] precision = tf32 (both
- * layouts round operands to tf32's 10-bit mantissa, in different algorithms). The bias
- * gradient is summed in double in both layouts (in another order; no tf32). Shapes cover C = 1 and
- * 3, odd H and W, stride 2, pad 0, 1 and 3, k = 1, 3 and 7, bias or none, and a batch smaller
- * than the planned one (the last partial batch).
+ * (the twin computes NHWC exactly as NCHW: measured 0 with deterministic algorithms, 1.6e-7
+ * with the non-deterministic ones; on a GPU the NHWC algorithms sum in other orders),
+ * TOL_TF32 under [train] precision = tf32 and bf16 (cuDNN's tensor-core math on fp32 data:
+ * both layouts round operands to tf32's 10-bit mantissa, in different algorithms). The bias
+ * gradient is summed in double in both layouts, in different orders. Shapes cover C = 1 and 3,
+ * odd H and W, stride 2, pad 0, 1 and 3, k = 1, 3 and 7, bias or none, O = 40 (not a multiple
+ * of 32), and a batch smaller than the planned one (the last partial batch).
  * conv2d_relu_maxpool_fwd (its pooled output and act) likewise, only with DDP_TEST_NHWC_POOL=1
  * until the pooling pass reads NHWC.
  * Then the text of the algorithm choices: NHWC plans are marked, and a line without the mark
@@ -183,7 +184,8 @@ static void check(const char *op, const char *shape, const float *got, const flo
                err, tol);
 }
 
-/* Case t in both layouts (tf32: under [train] precision = tf32), NHWC checked against NCHW. */
+/* Case t in both layouts (tf32: under [train] precision = tf32 or bf16, cuDNN's tensor-core
+ * math), NHWC checked against NCHW. */
 static void t_case(const struct tcase *t, int tf32)
 {
     const int OH = (t->H + 2 * t->pad - t->k) / t->stride + 1;
@@ -198,9 +200,9 @@ static void t_case(const struct tcase *t, int tf32)
                        .db0 = rnd((size_t)t->O, 0.01f)};
     struct tdata a = {0}, b = {0};
     char shape[128];
-    snprintf(shape, sizeof shape, "%s B%d/%d C%d %dx%d O%d k%d s%d p%d%s", tf32 ? "tf32" : "fp32",
-             t->B, t->planB, t->C, t->H, t->W, t->O, t->k, t->stride, t->pad,
-             t->bias ? "" : " nobias");
+    snprintf(shape, sizeof shape, "%s B%d/%d C%d %dx%d O%d k%d s%d p%d%s",
+             tf32 ? "tensor-op" : "fp32", t->B, t->planB, t->C, t->H, t->W, t->O, t->k, t->stride,
+             t->pad, t->bias ? "" : " nobias");
     if (run_layout(t, 0, &in, &a) == 0 && run_layout(t, 1, &in, &b) == 0) {
         const double tol = tf32 ? TOL_TF32 : TOL_FP32;
         check("conv2d_fwd", shape, b.y, a.y, no, tol, 0, tf32);
@@ -347,19 +349,20 @@ static void t_conv_relu_pool(void)
     }
 }
 
-/* Every case under the convolution choice det (ddp_cuda_conv_path) in fp32, or tf32. */
-static void t_all(int det, int tf32)
+/* Every case under the convolution choice det (ddp_cuda_conv_path) at precision (enum
+ * ddp_precision: bf16 runs cuDNN's tensor-core math on fp32 data, as tf32). */
+static void t_all(int det, int precision)
 {
     char line[480], err[DDP_ERR_LEN];
-    if (tf32 && !ddp_backend_cuda(0, DDP_PRECISION_TF32, err, sizeof err)) {
-        check_true("tf32 backend", 0, err);
+    if (precision != DDP_PRECISION_FP32 && !ddp_backend_cuda(0, precision, err, sizeof err)) {
+        check_true("tf32/bf16 backend", 0, err);
         return;
     }
     ddp_cuda_conv_path(1, det, line, sizeof line);
     printf("convolutions: %s\n", line);
     for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++)
-        t_case(&g_cases[i], tf32);
-    if (tf32)
+        t_case(&g_cases[i], precision != DDP_PRECISION_FP32);
+    if (precision != DDP_PRECISION_FP32)
         ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
 }
 
@@ -386,15 +389,16 @@ int main(void)
         return path && strcmp(path, "cudnn") == 0 ? 1 : 77;
     }
     printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
-    t_all(DDP_CUDA_CONV_RANKED, 0); /* cuDNN's ranking, as programs without the trainer */
-    t_all(1, 0);                    /* timed deterministic ([train] deterministic = true) */
-    t_all(0, 0);                    /* timed, any ([train] deterministic = false) */
-    t_all(DDP_CUDA_CONV_RANKED, 1);
+    t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_FP32); /* cuDNN's ranking, as without the trainer */
+    t_all(1, DDP_PRECISION_FP32); /* timed deterministic ([train] deterministic = true) */
+    t_all(0, DDP_PRECISION_FP32); /* timed, any ([train] deterministic = false) */
+    t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_TF32);
+    t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_BF16);
     t_choices_text();
     t_conv_relu_pool();
     char why[DDP_ERR_LEN];
     G->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
-    printf("largest error NHWC vs NCHW: fp32 %.2e, tf32 %.2e\n", g_worst[0], g_worst[1]);
+    printf("largest error NHWC vs NCHW: fp32 %.2e, tf32 and bf16 %.2e\n", g_worst[0], g_worst[1]);
     printf("test_cuda_nhwc_conv: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 #endif
