@@ -549,6 +549,7 @@ struct dnn_scratch {
     float *dw, *wt;
 };
 
+/* The parts of col for plan pl (wt NULL under NCHW). */
 static struct dnn_scratch dnn_scratch_of(const struct dnn_plan *pl, float *col)
 {
     struct dnn_scratch sc = {col, (float *)((char *)col + pl->cap), NULL};
