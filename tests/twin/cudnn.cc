@@ -4,8 +4,17 @@
  * (im2col and cblas) and queued on the handle's stream like a kernel (counted as a launch).
  * Operands are device addresses, translated and checked to lie inside one live allocation
  * each; a host or out-of-range operand, or a workspace smaller than the algorithm needs, is a
- * GPU fault with one line naming it. A tensor descriptor of more than 2^31 - 1 values is
+ * GPU fault with one line naming it, and so is a workspace that shares a byte with another
+ * operand; the workspace's first (needed) bytes are NaN when an algorithm starts, so data a
+ * caller keeps there is lost, as on a GPU. A tensor descriptor of more than 2^31 - 1 values is
  * refused with CUDNN_STATUS_NOT_SUPPORTED, as cuDNN's is.
+ *
+ * Formats: tensors and filters in CUDNN_TENSOR_NCHW or CUDNN_TENSOR_NHWC ((n,h,w,c) in
+ * memory; a filter (k,h,w,c), cuDNN's NHWC filter format), in every algorithm and direction,
+ * with the same workspace sizes. The twin computes all-NCHW or all-NHWC convolutions (x, y and
+ * the filter alike); any mix is refused with CUDNN_STATUS_NOT_SUPPORTED by the queries and the
+ * calls (cuDNN takes some mixes in some algorithms only: code relying on one fails here rather
+ * than computing NCHW on channels-last data). NCHW_VECT_C (int8x4 only) is BAD_PARAM for float.
  *
  * Algorithms the twin reports (ddptrain must pick a deterministic one):
  *   forward         IMPLICIT_PRECOMP_GEMM (workspace: one sample's im2col matrix),
@@ -46,9 +55,11 @@ struct cudnnContext {
 };
 struct cudnnTensorStruct {
     int n = 0, c = 0, h = 0, w = 0;
+    cudnnTensorFormat_t f = CUDNN_TENSOR_NCHW; /* NHWC: (n, h, w, c) in memory */
 };
 struct cudnnFilterStruct {
     int k = 0, c = 0, h = 0, w = 0;
+    cudnnTensorFormat_t f = CUDNN_TENSOR_NCHW; /* NHWC: (k, h, w, c) in memory */
 };
 struct cudnnConvolutionStruct {
     int ph = 0, pw = 0, u = 1, v = 1;
@@ -62,6 +73,7 @@ namespace
 /* One convolution's shape, from its descriptors, checked for consistency. */
 struct Geom {
     int N, C, H, W, O, R, S, ph, pw, u, v, OH, OW;
+    bool nhwc; /* x, y and the filter channels-last (all three, or none: geom_of) */
     size_t P() const
     {
         return (size_t)OH * OW;
@@ -76,15 +88,43 @@ struct Geom {
     }
 };
 
-bool geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
-             const cudnnConvolutionStruct *cv, const cudnnTensorStruct *y, Geom *g)
+/* CUDNN_STATUS_BAD_PARAM for shapes that do not fit together; CUDNN_STATUS_NOT_SUPPORTED for
+ * a mix of formats (the twin computes all-NCHW or all-NHWC; cuDNN's algorithms take only some
+ * mixes, so code that relies on one is wrong on the twin rather than silently NCHW). */
+cudnnStatus_t geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
+                      const cudnnConvolutionStruct *cv, const cudnnTensorStruct *y, Geom *g)
 {
     if (!x || !f || !cv || !y || !cv->set || x->n <= 0 || f->k <= 0 || x->c != f->c)
-        return false;
-    *g = Geom{x->n, x->c, x->h, x->w, f->k, f->h, f->w, cv->ph, cv->pw, cv->u, cv->v, 0, 0};
+        return CUDNN_STATUS_BAD_PARAM;
+    *g = Geom{x->n,   x->c,   x->h,  x->w,  f->k, f->h, f->w,
+              cv->ph, cv->pw, cv->u, cv->v, 0,    0,    x->f == CUDNN_TENSOR_NHWC};
     g->OH = (x->h + 2 * cv->ph - f->h) / cv->u + 1;
     g->OW = (x->w + 2 * cv->pw - f->w) / cv->v + 1;
-    return g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH && y->w == g->OW;
+    if (!(g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH && y->w == g->OW))
+        return CUDNN_STATUS_BAD_PARAM;
+    return x->f == y->f && x->f == f->f ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+/* (N, C, S) NCHW copy of t (N, S, C) when nhwc; else empty and t is used as it is. */
+std::vector<float> nchw_of(const float *t, int N, int C, size_t S, bool nhwc)
+{
+    std::vector<float> out(nhwc ? (size_t)N * C * S : 0);
+    for (int n = 0; nhwc && n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (size_t s = 0; s < S; s++)
+                out[((size_t)n * C + c) * S + s] = t[((size_t)n * S + s) * C + c];
+    return out;
+}
+
+/* out = alpha * v + beta * out, v (C, S); out (C, S), or (S, C) when nhwc; beta == 0 never
+ * reads out (as cuDNN). */
+void blend_to(float *out, const float *v, int C, size_t S, bool nhwc, float alpha, float beta)
+{
+    for (int c = 0; c < C; c++)
+        for (size_t s = 0; s < S; s++) {
+            float *o = out + (nhwc ? s * C + c : c * S + s);
+            *o = beta == 0 ? alpha * v[c * S + s] : alpha * v[c * S + s] + beta * *o;
+        }
 }
 
 /* col (CKK, P) of one sample x (C,H,W), zero outside the image. */
@@ -120,11 +160,13 @@ void col2im_add(float *dx, const float *dcol, const Geom &g)
             }
 }
 
-/* out = alpha * v + beta * out over n floats; beta == 0 never reads out (as cuDNN). */
-void blend(float *out, const float *v, size_t n, float alpha, float beta)
+/* The first bytes of a workspace (the algorithm's need) made NaN before the algorithm runs: a
+ * GPU algorithm leaves its workspace in any state, so data kept there by the caller is lost
+ * and shows in the result. */
+void poison_ws(float *ws, size_t bytes)
 {
-    for (size_t i = 0; i < n; i++)
-        out[i] = beta == 0 ? alpha * v[i] : alpha * v[i] + beta * out[i];
+    for (size_t i = 0; ws && i < bytes / 4; i++)
+        ws[i] = __builtin_nanf("");
 }
 
 /* One operand of a convolution: its device address, the bytes it must span, its name. */
@@ -135,8 +177,16 @@ struct Operand {
     void *host = nullptr;
 };
 
-/* Translate every operand and check the workspace; on a problem queue a fault naming it
- * (what the hardware would do) and return false. */
+/* 1 when the byte ranges of operands a and b (translated) overlap. */
+bool overlap(const struct Operand &a, const struct Operand &b)
+{
+    const char *pa = (const char *)a.host, *pb = (const char *)b.host;
+    return a.bytes && b.bytes && pa < pb + b.bytes && pb < pa + a.bytes;
+}
+
+/* Translate every operand and check the workspace (large enough, and sharing no byte with
+ * another operand: the last operand is the workspace); on a problem queue a fault naming it
+ * (what the hardware would do: a workspace over an operand corrupts it) and return false. */
 bool translate(cudnnHandle_t h, const char *call, Operand *ops, int nops, size_t ws_need,
                size_t ws_given, cudaError_t *e)
 {
@@ -158,6 +208,11 @@ bool translate(cudnnHandle_t h, const char *call, Operand *ops, int nops, size_t
                      "%s: operand %s (%p, %zu bytes) is not inside one device allocation", call,
                      ops[i].name, ops[i].dev, ops[i].bytes);
     }
+    for (int i = 0; i + 1 < nops && !why[0]; i++)
+        if (overlap(ops[i], ops[nops - 1]))
+            snprintf(why, sizeof why,
+                     "%s: the workspace (%p, %zu bytes) overlaps operand %s (%p, %zu bytes)", call,
+                     ops[nops - 1].dev, ops[nops - 1].bytes, ops[i].name, ops[i].dev, ops[i].bytes);
     if (!why[0])
         return true;
     std::string line(why);
@@ -233,12 +288,13 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f,
                                          cudnnDataType_t t, int n, int c, int h, int w)
 {
-    if (!d || f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT || n <= 0 || c <= 0 || h <= 0 ||
-        w <= 0)
+    /* NCHW_VECT_C needs int8x4 data: BAD_PARAM for float, as cuDNN's */
+    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || t != CUDNN_DATA_FLOAT ||
+        n <= 0 || c <= 0 || h <= 0 || w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
     if ((int64_t)n * c * h * w > INT32_MAX) /* cuDNN's 2^31 - 1 values per tensor */
         return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = cudnnTensorStruct{n, c, h, w};
+    *d = cudnnTensorStruct{n, c, h, w, f};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
@@ -254,10 +310,10 @@ cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t,
                                          cudnnTensorFormat_t f, int k, int c, int h, int w)
 {
-    if (!d || f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT || k <= 0 || c <= 0 || h <= 0 ||
-        w <= 0)
+    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || t != CUDNN_DATA_FLOAT ||
+        k <= 0 || c <= 0 || h <= 0 || w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
-    *d = cudnnFilterStruct{k, c, h, w};
+    *d = cudnnFilterStruct{k, c, h, w, f};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
@@ -302,8 +358,10 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
     int *returned, cudnnConvolutionFwdAlgoPerf_t *out)
 {
     Geom g;
-    if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, y, &g))
+    if (!h || !returned || !out || n <= 0)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(x, f, cv, y, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const cudnnMathType_t m = cv->math;
     report<cudnnConvolutionFwdAlgoPerf_t>(out, n, returned,
                                           {{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
@@ -329,8 +387,10 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     int *returned, cudnnConvolutionBwdDataAlgoPerf_t *out)
 {
     Geom g;
-    if (!h || !returned || !out || n <= 0 || !geom_of(dx, f, cv, dy, &g))
+    if (!h || !returned || !out || n <= 0)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(dx, f, cv, dy, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const cudnnMathType_t m = cv->math;
     report<cudnnConvolutionBwdDataAlgoPerf_t>(out, n, returned,
                                               {{CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
@@ -356,8 +416,10 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *out)
 {
     Geom g;
-    if (!h || !returned || !out || n <= 0 || !geom_of(x, f, cv, dy, &g))
+    if (!h || !returned || !out || n <= 0)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(x, f, cv, dy, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const cudnnMathType_t m = cv->math;
     report<cudnnConvolutionBwdFilterAlgoPerf_t>(out, n, returned,
                                                 {{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
@@ -407,8 +469,10 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h,
                                                       cudnnConvolutionFwdAlgo_t algo, size_t *sz)
 {
     Geom g;
-    if (!h || !sz || !geom_of(x, f, cv, y, &g))
+    if (!h || !sz)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(x, f, cv, y, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long b = fwd_ws(g, algo);
     if (b < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -422,8 +486,10 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
     cudnnConvolutionBwdDataAlgo_t algo, size_t *sz)
 {
     Geom g;
-    if (!h || !sz || !geom_of(dx, f, cv, dy, &g))
+    if (!h || !sz)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(dx, f, cv, dy, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long b = bwd_ws(g, algo);
     if (b < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -437,8 +503,10 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     cudnnConvolutionBwdFilterAlgo_t algo, size_t *sz)
 {
     Geom g;
-    if (!h || !sz || !geom_of(x, f, cv, dy, &g))
+    if (!h || !sz)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(x, f, cv, dy, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long b = bwd_ws(g, algo);
     if (b < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -457,8 +525,10 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                                       const void *beta, const cudnnTensorDescriptor_t yd, void *y)
 {
     Geom g;
-    if (!h || !alpha || !beta || !geom_of(xd, wd, cv, yd, &g))
+    if (!h || !alpha || !beta)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(xd, wd, cv, yd, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long need = fwd_ws(g, algo);
     if (need < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -476,18 +546,23 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
     /* IMPLICIT_GEMM sums the reduction in two halves: deterministic, but rounded differently
      * from IMPLICIT_PRECOMP_GEMM, as two algorithms of cuDNN are */
     const int K = (int)g.CKK(), half = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? K / 2 : 0;
+    const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionForward", [=] {
+        poison_ws(hws, poison);
         std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP);
+        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
+                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
+        const float *X = g.nhwc ? xn.data() : hx, *Wt = g.nhwc ? wn.data() : hw;
         float *col = hws ? hws : own.data();
         const int P = (int)g.P();
         for (int i = 0; i < g.N; i++) {
-            im2col(col, hx + i * CHW, g);
+            im2col(col, X + i * CHW, g);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, half ? half : K, 1.0f,
-                        hw, K, col, P, 0.0f, tmp.data(), P);
+                        Wt, K, col, P, 0.0f, tmp.data(), P);
             if (half)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, K - half, 1.0f,
-                            hw + half, K, col + (size_t)half * P, P, 1.0f, tmp.data(), P);
-            blend(hy + i * OP, tmp.data(), OP, a, b);
+                            Wt + half, K, col + (size_t)half * P, P, 1.0f, tmp.data(), P);
+            blend_to(hy + i * OP, tmp.data(), g.O, g.P(), g.nhwc, a, b);
         }
     });
     return status_of(e);
@@ -503,8 +578,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
     Geom g;
-    if (!h || !alpha || !beta || !geom_of(dxd, wd, cv, dyd, &g))
+    if (!h || !alpha || !beta)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(dxd, wd, cv, dyd, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long need = bwd_ws(g, algo);
     if (need < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -521,21 +598,26 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
     float *hdx = (float *)ops[2].host, *hws = (float *)ops[3].host;
     /* ALGO_0 splits the sum over output channels at a point that moves from call to call */
     const int split = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? (int)(h->calls++ % g.O) : 0;
+    const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionBackwardData", [=] {
+        poison_ws(hws, poison);
         std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW);
+        const std::vector<float> dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc),
+                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
+        const float *DY = g.nhwc ? dyn.data() : hdy, *Wt = g.nhwc ? wn.data() : hw;
         float *dcol = hws ? hws : own.data();
         const int P = (int)g.P(), CKK = (int)g.CKK();
         for (int i = 0; i < g.N; i++) {
-            const float *d = hdy + i * OP;
+            const float *d = DY + i * OP;
             /* dcol (CKK,P) = w^T (CKK,O) dy_i (O,P), in two parts when split */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, split ? split : g.O, 1.0f,
-                        hw, CKK, d, P, 0.0f, dcol, P);
+                        Wt, CKK, d, P, 0.0f, dcol, P);
             if (split)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, g.O - split, 1.0f,
-                            hw + (size_t)split * CKK, CKK, d + (size_t)split * P, P, 1.0f, dcol, P);
+                            Wt + (size_t)split * CKK, CKK, d + (size_t)split * P, P, 1.0f, dcol, P);
             memset(tmp.data(), 0, 4 * CHW);
             col2im_add(tmp.data(), dcol, g);
-            blend(hdx + i * CHW, tmp.data(), CHW, a, b);
+            blend_to(hdx + i * CHW, tmp.data(), g.C, (size_t)g.H * g.W, g.nhwc, a, b);
         }
     });
     return status_of(e);
@@ -551,8 +633,10 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              const cudnnFilterDescriptor_t dwd, void *dw)
 {
     Geom g;
-    if (!h || !alpha || !beta || !geom_of(xd, dwd, cv, dyd, &g))
+    if (!h || !alpha || !beta)
         return CUDNN_STATUS_BAD_PARAM;
+    if (const cudnnStatus_t st_ = geom_of(xd, dwd, cv, dyd, &g); st_ != CUDNN_STATUS_SUCCESS)
+        return st_;
     const long long need = bwd_ws(g, algo);
     if (need < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -570,18 +654,25 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     float *hdw = (float *)ops[2].host, *hws = (float *)ops[3].host;
     /* ALGO_0 sums the samples starting at one that moves from call to call */
     const int first = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? (int)(h->calls++ % g.N) : 0;
+    const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionBackwardFilter", [=] {
+        poison_ws(hws, poison);
         std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw);
+        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
+                                 dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc);
+        const float *X = g.nhwc ? xn.data() : hx, *DY = g.nhwc ? dyn.data() : hdy;
         float *col = hws ? hws : own.data();
         const int P = (int)g.P(), CKK = (int)g.CKK();
         for (int j = 0; j < g.N; j++) {
             const int i = (first + j) % g.N;
-            im2col(col, hx + i * CHW, g);
+            im2col(col, X + i * CHW, g);
             /* acc (O,CKK) += dy_i (O,P) col_i^T (P,CKK) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.O, CKK, P, 1.0f, hdy + i * OP, P,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.O, CKK, P, 1.0f, DY + i * OP, P,
                         col, P, j ? 1.0f : 0.0f, acc.data(), CKK);
         }
-        blend(hdw, acc.data(), nw, a, b);
+        for (int o = 0; o < g.O; o++) /* (C, R*S) per output channel; (R*S, C) when NHWC */
+            blend_to(hdw + (size_t)o * CKK, acc.data() + (size_t)o * CKK, g.C, (size_t)g.R * g.S,
+                     g.nhwc, a, b);
     });
     return status_of(e);
 }

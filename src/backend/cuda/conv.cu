@@ -6,7 +6,9 @@
  * (every algorithm of each direction timed, three times, with cudnnFind*AlgorithmEx on scratch
  * of the real shapes at model build, and at a new batch size's first call on its own buffers;
  * cuDNN's heuristic inside a graph capture), keeping the fastest that [train] deterministic
- * allows, ties within 10% or 5 us to the least workspace. It leaves opening cuDNN to
+ * allows, ties within 10% or 5 us to the least workspace. Channels-last (NHWC) activations
+ * (set_layout) run only there: cuDNN's NHWC descriptors, the weights transposed per call. It
+ * leaves opening cuDNN to
  * dlopen.cu, bf16 casts and GEMMs to blas.cu, the bias and relu epilogues to elementwise.cu.
  */
 #include "backend/cuda/internal.cuh"
@@ -172,6 +174,15 @@ __global__ void k_col2im(float *dinp, const float *dcol, int i0, int nb, struct 
     }
 }
 
+/* im2col's kernels read NCHW: channels-last activations reaching them are a bug (set_layout
+ * takes NHWC only on the cuDNN path; a later switch to im2col must set NCHW first). */
+static void im2col_layout_check(void)
+{
+    if (g_cuda.layout != DDP_LAYOUT_NCHW)
+        ddp_die("conv2d on channels-last (NHWC) activations reached im2col + cuBLAS, which reads "
+                "NCHW only: set_layout(DDP_LAYOUT_NCHW) before choosing im2col (a bug)");
+}
+
 static size_t cuda_conv_col_elems(int B, const struct ddp_conv_geom *g)
 {
     const struct conv_geom q = conv_geom_of(g);
@@ -187,6 +198,7 @@ static void cuda_conv2d_fwd(float *out, float *col, const float *inp, const floa
     const size_t n_out = (size_t)B * O * q.P;
     if (n_out == 0)
         return;
+    im2col_layout_check();
     if (b) {
         fill_bias(out, b, n_out, O, q.P);
     } else {
@@ -233,6 +245,7 @@ static void cuda_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const
     const int C = q.C, H = q.H, W = q.W, O = q.O;
     if (B == 0 || q.P == 0)
         return;
+    im2col_layout_check();
     const int nbmax = conv_chunk(B, q.CKK, q.P);
     float *dcol = col + (size_t)q.CKK * nbmax * q.P;
     /* the workspace: dyT of a chunk, then the bias row sums' partials */

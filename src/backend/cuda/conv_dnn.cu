@@ -36,6 +36,19 @@
  * ddp_cuda_conv_report() lists each plan's choices for the run log; ddp_cuda_conv_choices()
  * writes them as text that ddp_cuda_conv_adopt() takes back (rank 0 to the others, a
  * checkpoint to the run that resumes it).
+ *
+ * Channels-last (g_cuda.layout NHWC, backend.h set_layout): plans are per shape and layout,
+ * made under the layout in force. Activations are described as CUDNN_TENSOR_NHWC, the filter
+ * in cuDNN's NHWC format (O,k,k,C); the caller's weights stay PyTorch's (O,C,k,k), so each
+ * forward and backward data call first transposes them into col (after the workspace and the
+ * weight gradient room: conv_plan's answer counts it), and backward filter writes the
+ * (O,k,k,C) gradient into the room (beta 0) and adds it transposed into dw. The bias add and
+ * bias+relu epilogue take the channel as the innermost index; the bias gradient sums dout as a
+ * (B*P, O) matrix, whole rows at a time, in double and a fixed order (its bits differ from
+ * NCHW's in the last place: another order). The choices' text marks an NHWC
+ * plan's line with a seventeenth number (1); a line without it is NCHW, so text written before
+ * channels-last existed is still taken, by NCHW plans only. The run log's line of an NHWC
+ * plan names it ("... p1 NHWC, batch 64: ...").
  */
 #include "backend/cuda/internal.cuh"
 
@@ -126,6 +139,13 @@ static int dnn_pick(const Perf *p, int n, size_t cap, int tf32, int timed, struc
     return keep;
 }
 
+/* cuDNN's format of activations (and filters) in layout (enum ddp_layout): (B,H,W,C) and
+ * (O,k,k,C) for NHWC. */
+static cudnnTensorFormat_t dnn_format(int layout)
+{
+    return layout == DDP_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 /* Descriptors of slot s for batch B, no algorithm chosen yet. */
 static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
 {
@@ -139,10 +159,9 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
         }
     }
-    DNN_CHECK(
-        g_cuda.dnn_fn.set_tensor(s->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
-    DNN_CHECK(
-        g_cuda.dnn_fn.set_tensor(s->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
+    const cudnnTensorFormat_t f = dnn_format(pl->layout);
+    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->x, f, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
+    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->y, f, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
     for (int d = 0; d < DNN_DIRS; d++) {
         DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d],
                                          dnn_tensor_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
@@ -276,22 +295,30 @@ static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
            a->stride == b->stride && a->pad == b->pad;
 }
 
-static struct dnn_plan *dnn_find(const struct conv_geom *q)
+/* The plan of shape q in layout (enum ddp_layout), or NULL. */
+static struct dnn_plan *dnn_find(const struct conv_geom *q, int layout)
 {
     for (int i = 0; i < g_cuda.dnn.nplans; i++)
-        if (geom_eq(&g_cuda.dnn.plans[i].q, q))
+        if (geom_eq(&g_cuda.dnn.plans[i].q, q) && g_cuda.dnn.plans[i].layout == layout)
             return &g_cuda.dnn.plans[i];
     return NULL;
 }
 
 static const char *const dnn_dir_names[DNN_DIRS] = {"forward", "backward data", "backward filter"};
 
-[[noreturn]] static void dnn_no_algo(const struct conv_geom *q, int B, size_t cap, int d)
+/* The name of a plan's layout in messages and the run log: "" for NCHW, " NHWC" else. */
+static const char *dnn_layout_tag(int layout)
 {
-    ddp_die("cuDNN has no %s%s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d pad %d at "
+    return layout == DDP_LAYOUT_NHWC ? " NHWC" : "";
+}
+
+[[noreturn]] static void dnn_no_algo(const struct dnn_plan *pl, int B, size_t cap, int d)
+{
+    const struct conv_geom *q = &pl->q;
+    ddp_die("cuDNN has no %s%s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d pad %d%s at "
             "batch %d within a %zu-byte workspace; set [train] conv = im2col",
             g_cuda.dnn.det ? "deterministic " : "", dnn_dir_names[d], q->C, q->H, q->W, q->O, q->k,
-            q->stride, q->pad, B, cap);
+            q->stride, q->pad, dnn_layout_tag(pl->layout), B, cap);
 }
 
 /* 1 while the compute stream is being captured into a CUDA graph: nothing may be timed (or
@@ -371,7 +398,7 @@ static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_
     const size_t most = big > cap ? big : cap;
     for (int d = 0; left && d < DNN_DIRS; d++)
         if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, NULL, most) != 0)
-            dnn_no_algo(&pl->q, B, most, d);
+            dnn_no_algo(pl, B, most, d);
 }
 
 /* 1 when slot s already holds batch B's algorithms under the current math and determinism
@@ -386,22 +413,30 @@ static int dnn_slot_ready(const struct dnn_slot *s, int B)
     return 1;
 }
 
-/* conv_plan of the table with cuDNN: the plan of this shape for batch B (made or re-made),
- * the floats of col it needs: the workspace, then room for one weight gradient. */
+/* Bytes of col a plan needs: workspace, weight gradient room, under NHWC the weights. */
+static size_t dnn_col_bytes(const struct dnn_plan *pl)
+{
+    return pl->cap + (pl->layout == DDP_LAYOUT_NHWC ? 2 : 1) * pl->wbytes;
+}
+
+/* conv_plan of the table with cuDNN: the plan of this shape in the layout in force for batch
+ * B (made or re-made), the floats of col it needs: the workspace, then room for one weight
+ * gradient, then under NHWC room for the transposed weights. */
 size_t dnn_plan_shape(const struct conv_geom *q, int B)
 {
-    struct dnn_plan *pl = dnn_find(q);
+    struct dnn_plan *pl = dnn_find(q, g_cuda.layout);
     if (!pl) {
         if (g_cuda.dnn.nplans == DNN_PLANS)
             ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
         pl = &g_cuda.dnn.plans[g_cuda.dnn.nplans++];
         memset(pl, 0, sizeof *pl);
         pl->q = *q;
+        pl->layout = g_cuda.layout;
         pl->wbytes = align256(sizeof(float) * q->O * q->C * q->k * q->k);
         pl->next = 1;
         DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
-        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, q->O, q->C,
-                                           q->k, q->k));
+        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, dnn_format(pl->layout), q->O,
+                                           q->C, q->k, q->k));
         const size_t io = sizeof(float) * B * (q->C * q->H * q->W + q->O * q->P);
         dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io), dnn_budget(DNN_WS_MAX));
         const struct dnn_slot *s = &pl->slot[0];
@@ -411,7 +446,7 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
     } else if (!dnn_slot_ready(&pl->slot[0], B)) {
         dnn_plan_build(pl, &pl->slot[0], B, pl->cap, 0); /* planned again: within its cap */
     }
-    return (pl->cap + pl->wbytes) / sizeof(float);
+    return dnn_col_bytes(pl) / sizeof(float);
 }
 
 /* The slot for a call with batch B: a prepared one, or one described now (its algorithms
@@ -429,14 +464,14 @@ static struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
     return s;
 }
 
-/* The plan of q; dies when conv_plan never sized it. */
+/* The plan of q in the layout in force; dies when conv_plan never sized it. */
 static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
 {
-    struct dnn_plan *pl = dnn_find(q);
+    struct dnn_plan *pl = dnn_find(q, g_cuda.layout);
     if (!pl)
-        ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d was not planned: the backend's "
+        ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d%s was not planned: the backend's "
                 "conv_plan must size col before the convolution runs (a bug)",
-                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad);
+                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad, dnn_layout_tag(g_cuda.layout));
     return pl;
 }
 
@@ -451,7 +486,7 @@ static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
     const struct dnn_operands *timed = g_cuda.dnn.det || dnn_capturing() ? NULL : o;
     if (dnn_choose(pl, s, d, timed, pl->cap) != 0 &&
         (!timed || dnn_choose(pl, s, d, NULL, pl->cap) != 0))
-        dnn_no_algo(&pl->q, s->B, pl->cap, d);
+        dnn_no_algo(pl, s->B, pl->cap, d);
 }
 
 /* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
@@ -481,50 +516,154 @@ static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
     rowsum_finish(db, part, O, splits);
 }
 
+/* wt (O, kk, C) = w (O, C, kk): the weights in cuDNN's NHWC filter format. */
+__global__ void k_w_to_okkc(float *wt, const float *w, int O, int C, int kk)
+{
+    const size_t n = (size_t)O * C * kk;
+    GRID_STRIDE(i, n)
+    {
+        const int c = (int)(i % C);
+        const size_t t = i / C;
+        const int r = (int)(t % kk), o = (int)(t / kk);
+        wt[i] = w[((size_t)o * C + c) * kk + r];
+    }
+}
+
+/* dw (O, C, kk) += dwt (O, kk, C): an NHWC filter gradient added in PyTorch's order. */
+__global__ void k_add_okkc(float *dw, const float *dwt, int O, int C, int kk)
+{
+    const size_t n = (size_t)O * C * kk;
+    GRID_STRIDE(i, n)
+    {
+        const int r = (int)(i % kk);
+        const size_t t = i / kk;
+        const int c = (int)(t % C), o = (int)(t / C);
+        dw[i] += dwt[((size_t)o * kk + r) * C + c];
+    }
+}
+
+/* The parts of col (the caller's scratch of dnn_col_bytes): the algorithm workspace, the
+ * weight gradient room, and under NHWC the transposed weights. */
+struct dnn_scratch {
+    void *ws;
+    float *dw, *wt;
+};
+
+/* The parts of col for plan pl (wt NULL under NCHW). */
+static struct dnn_scratch dnn_scratch_of(const struct dnn_plan *pl, float *col)
+{
+    struct dnn_scratch sc = {col, (float *)((char *)col + pl->cap), NULL};
+    if (pl->layout == DDP_LAYOUT_NHWC)
+        sc.wt = (float *)((char *)col + pl->cap + pl->wbytes);
+    return sc;
+}
+
+/* The weights as the plan's filter descriptor says: w itself under NCHW; under NHWC w
+ * transposed into sc's room (queued now: small, and w changes every step). */
+static const float *dnn_weights(const struct dnn_plan *pl, const struct dnn_scratch *sc,
+                                const float *w)
+{
+    if (pl->layout != DDP_LAYOUT_NHWC)
+        return w;
+    const struct conv_geom *q = &pl->q;
+    const size_t n = (size_t)q->O * q->CKK;
+    LAUNCH(k_w_to_okkc, blocks_for(n), THREADS, sc->wt, w, q->O, q->C, q->k * q->k);
+    return sc->wt;
+}
+
+/* Per-channel sums of dout (N, O) channels-last (N = B*P rows): block (x, y) takes channels
+ * 32x .. 32x + 31 (lane l channel 32x + l: a warp reads 32 consecutive floats of a row) over
+ * rows y*nw + r, y*nw + r + splits*nw, ... (warp r of nw); the warps' sums then added in warp
+ * order, in double, into part[o * splits + y]: a fixed order, as k_chan_partial's. */
+__global__ void k_chan_partial_nhwc(double *part, const float *dout, size_t N, int O)
+{
+    __shared__ double sh[THREADS / 32][32];
+    const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int o = blockIdx.x * 32 + lane, y = blockIdx.y, splits = gridDim.y;
+    double s = 0;
+    if (o < O)
+        for (size_t j = (size_t)y * nw + r; j < N; j += (size_t)splits * nw)
+            s += dout[j * O + o];
+    sh[r][lane] = s;
+    __syncthreads();
+    if (r == 0 && o < O) {
+        double t = 0;
+        for (int i = 0; i < nw; i++)
+            t += sh[i][lane];
+        part[(size_t)o * splits + y] = t;
+    }
+}
+
+/* db (O) += column sums of dout (N, O), channels-last (N = B*P): the two-level deterministic
+ * reduction of conv_bias_grad, its first pass reading whole rows (coalesced). */
+static void conv_bias_grad_nhwc(float *db, const float *dout, size_t N, int O)
+{
+    if (O <= 0 || N == 0)
+        return;
+    const size_t splits = rowsum_splits(N);
+    double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
+    const dim3 grid((unsigned)((O + 31) / 32), (unsigned)splits);
+    LAUNCH(k_chan_partial_nhwc, grid, THREADS, part, dout, N, O);
+    rowsum_finish(db, part, O, splits);
+}
+
 /* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
- * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer. */
+ * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer.
+ * NHWC: the channel is the innermost index (a run of 1 per channel). */
 void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
                     const struct conv_geom *q, int relu)
 {
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
-    const struct dnn_operands o = {(float *)inp, (float *)w, out, NULL, col, pl->cap};
+    const struct dnn_scratch sc = dnn_scratch_of(pl, col);
+    const float *wd = dnn_weights(pl, &sc, w);
+    const struct dnn_operands o = {(float *)inp, (float *)wd, out, NULL, sc.ws, pl->cap};
     dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
+    const int inner = pl->layout == DDP_LAYOUT_NHWC ? 1 : q->P;
     if (b && !relu) {
-        fill_bias(out, b, n_out, q->O, q->P);
+        fill_bias(out, b, n_out, q->O, inner);
     }
     const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
-    DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, pl->w, w, s->cv[DNN_FWD], s->fwd,
-                                col, s->ws[DNN_FWD], &beta, s->y, out));
+    DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, pl->w, wd, s->cv[DNN_FWD], s->fwd,
+                                sc.ws, s->ws[DNN_FWD], &beta, s->y, out));
     if (relu) {
-        bias_relu(out, b, n_out, q->O, q->P);
+        bias_relu(out, b, n_out, q->O, inner);
     }
 }
 
-/* Backward filter accumulates into dw (beta 1): its timing writes the scratch that col holds
- * after the workspace; backward data's writes dinp, which the call then overwrites. */
+/* Backward filter accumulates into dw (beta 1): its timing writes the weight gradient room of
+ * col; backward data's writes dinp, which the call then overwrites. Under NHWC backward filter
+ * writes (beta 0) the (O,k,k,C) gradient into that room, added transposed into dw; the bias
+ * gradient sums dout as a (B*P, O) matrix (conv_bias_grad_nhwc). */
 void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
                     const float *inp, const float *w, int B, const struct conv_geom *q)
 {
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
-    float *dw_scratch = (float *)((char *)col + pl->cap);
-    const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout,
-                                    dw_scratch,   col,        pl->cap};
-    const struct dnn_operands od = {dinp, (float *)w, (float *)dout, NULL, col, pl->cap};
+    const struct dnn_scratch sc = dnn_scratch_of(pl, col);
+    const int nhwc = pl->layout == DDP_LAYOUT_NHWC;
+    const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout, sc.dw, sc.ws, pl->cap};
     const float one = 1, zero = 0;
-    if (db)
+    if (db && nhwc)
+        conv_bias_grad_nhwc(db, dout, (size_t)B * q->P, q->O);
+    else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(g_cuda.dnn.h, &one, s->x, inp, s->y, dout,
-                                       s->cv[DNN_BWD_FILTER], s->bwd_filter, col,
-                                       s->ws[DNN_BWD_FILTER], &one, pl->w, dw));
+    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
+        g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
+        s->ws[DNN_BWD_FILTER], nhwc ? &zero : &one, pl->w, nhwc ? sc.dw : dw));
+    if (nhwc) {
+        const size_t n = (size_t)q->O * q->CKK;
+        LAUNCH(k_add_okkc, blocks_for(n), THREADS, dw, sc.dw, q->O, q->C, q->k * q->k);
+    }
     if (dinp) {
+        const float *wd = dnn_weights(pl, &sc, w);
+        const struct dnn_operands od = {dinp, (float *)wd, (float *)dout, NULL, sc.ws, pl->cap};
         dnn_ensure(pl, s, DNN_BWD_DATA, &od);
-        DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, w, s->y, dout,
-                                         s->cv[DNN_BWD_DATA], s->bwd_data, col, s->ws[DNN_BWD_DATA],
-                                         &zero, s->x, dinp));
+        DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, wd, s->y, dout,
+                                         s->cv[DNN_BWD_DATA], s->bwd_data, sc.ws,
+                                         s->ws[DNN_BWD_DATA], &zero, s->x, dinp));
     }
 }
 
@@ -601,8 +740,8 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
 {
     const struct conv_geom *q = &pl->q;
     const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
-    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d, batch %d:", q->C, q->H, q->W, q->O,
-                     q->k, q->stride, q->pad, s->B);
+    int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d%s, batch %d:", q->C, q->H, q->W, q->O,
+                     q->k, q->stride, q->pad, dnn_layout_tag(pl->layout), s->B);
     for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
         char t[32] = "heuristic";
         if (s->how[d] == DNN_ADOPTED)
@@ -655,11 +794,12 @@ static void dnn_text_head(char *out, size_t len)
     snprintf(out, len, DNN_TEXT_FORMAT "; cuDNN %s; %s", v, g_cuda.devname);
 }
 
-/* Take one line of sixteen numbers (ddp_cuda_conv_choices): the directions taken. */
+/* Take one line of ddp_cuda_conv_choices (v: its numbers; the layout NCHW where the line has
+ * no seventeenth): the directions taken. A plan of the other layout never takes it. */
 static int dnn_adopt_line(const int *v)
 {
     const struct conv_geom want = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-    struct dnn_plan *pl = dnn_find(&want);
+    struct dnn_plan *pl = dnn_find(&want, v[16]);
     const int B = v[7];
     if (!pl || B < 1 || B > pl->slot[0].B || v[8] != dnn_tensor_math() || v[9] != g_cuda.dnn.det)
         return 0; /* not a shape, batch size or mode of this run */
@@ -675,17 +815,25 @@ static int dnn_adopt_line(const int *v)
     return taken;
 }
 
-/* Sixteen whole numbers of int range separated by blanks, the line ending after them, into v:
- * 1, else 0. */
+/* Sixteen whole numbers of int range separated by blanks, then optionally a seventeenth (the
+ * layout: 1 NHWC; lines without it, as every line before channels-last existed, are NCHW),
+ * the line ending after them, into v (17 entries): 1, else 0. */
 static int dnn_parse_line(const char *p, int *v)
 {
-    for (int i = 0; i < 16; i++) {
+    v[16] = DDP_LAYOUT_NCHW;
+    for (int i = 0; i < 17; i++) {
         char *end;
+        if (i == 16 && (*p == '\n' || *p == 0))
+            return 1;
+        if (i == 16 && *p++ != ' ') /* the blank before the layout */
+            return 0;
         if (!isdigit((unsigned char)*p) && *p != '-')
             return 0;
         errno = 0;
         const long x = strtol(p, &end, 10);
         if (end == p || errno || x < INT_MIN || x > INT_MAX || (*end != ' ' && i < 15))
+            return 0;
+        if (i == 16 && x != DDP_LAYOUT_NHWC)
             return 0;
         v[i] = (int)x;
         p = end + (i < 15);
@@ -719,6 +867,8 @@ extern "C" size_t ddp_cuda_conv_choices(char *out, size_t len)
                     n += snprintf(line + n, sizeof line - n, " %d %d",
                                   s->how[d] == DNN_UNCHOSEN ? -1 : algo[d],
                                   s->how[d] == DNN_UNCHOSEN ? -1 : (int)s->math[d]);
+                if (pl->layout == DDP_LAYOUT_NHWC) /* NCHW lines stay as they always were */
+                    snprintf(line + n, sizeof line - n, " %d", DDP_LAYOUT_NHWC);
             }
             const size_t n = strlen(line);
             if (used + n + 2 > len)
@@ -753,7 +903,7 @@ extern "C" int ddp_cuda_conv_adopt(const char *text, int same_device, char *why,
     }
     int taken = 0;
     for (const char *p = nl ? nl + 1 : text + hn; *p;) {
-        int v[16];
+        int v[17];
         const char *end = strchr(p, '\n');
         if (dnn_parse_line(p, v))
             taken += dnn_adopt_line(v);

@@ -213,12 +213,16 @@ struct dnn_slot {
     cudnnMathType_t math[DNN_DIRS];
 };
 
-/* The cuDNN plan of one convolution shape. */
+/* The cuDNN plan of one convolution shape in one activation layout. col holds the workspace
+ * (cap bytes), then one weight gradient's room (wbytes: backward filter's timing writes there;
+ * under NHWC the (O,k,k,C) filter gradient, added transposed into dw), then under NHWC the
+ * weights transposed to (O,k,k,C) (wbytes more). */
 struct dnn_plan {
     struct conv_geom q;
-    size_t cap;    /* workspace bytes every caller's col holds for this shape */
-    size_t wbytes; /* bytes of a weight gradient: col holds them after the workspace */
-    cudnnFilterDescriptor_t w;
+    int layout;                /* enum ddp_layout of the activations (g_cuda.layout when planned) */
+    size_t cap;                /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes;             /* bytes of one (O,C,k,k) weight tensor, 256-byte aligned */
+    cudnnFilterDescriptor_t w; /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C) */
     struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
     int next;                        /* the slot (1..) a new batch size takes */
 };

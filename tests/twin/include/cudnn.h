@@ -34,7 +34,11 @@ typedef enum {
     CUDNN_STATUS_EXECUTION_FAILED = 5000
 } cudnnStatus_t;
 typedef enum { CUDNN_DATA_FLOAT = 0 } cudnnDataType_t;
-typedef enum { CUDNN_TENSOR_NCHW = 0 } cudnnTensorFormat_t;
+typedef enum {
+    CUDNN_TENSOR_NCHW = 0,
+    CUDNN_TENSOR_NHWC = 1,
+    CUDNN_TENSOR_NCHW_VECT_C = 2
+} cudnnTensorFormat_t;
 typedef enum { CUDNN_CONVOLUTION = 0, CUDNN_CROSS_CORRELATION = 1 } cudnnConvolutionMode_t;
 typedef enum {
     CUDNN_DEFAULT_MATH = 0,
