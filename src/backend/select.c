@@ -106,8 +106,8 @@ int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precis
     if (nhwc && want == DDP_LAYOUT_CHOICE_NHWC)
         return ddp_err(err, errlen, "%s", why);
     be->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
-    snprintf(line, len, "activations NCHW%s%s%s", nhwc ? " (channels-last needs cuDNN: " : "",
-             nhwc ? why : "", nhwc ? ")" : "");
+    snprintf(line, len, "activations NCHW%s%s", nhwc ? ": channels-last needs cuDNN, and " : "",
+             nhwc ? why : "");
     return 0;
 }
 

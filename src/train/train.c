@@ -301,8 +301,9 @@ static int start_layout(struct trainer *t, const struct ddp_device_choice *dev)
     char line[160], err[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
     if (ddp_backend_layout(dev, t->job.layout, t->job.precision, line, sizeof line, err,
                            sizeof err) != 0) {
-        ddp_warn("%s: nhwc asks for channels-last activations, but %s; set [train] layout = "
-                 "auto (or nchw), or conv = auto on a node where cuDNN loads",
+        ddp_warn("%s: nhwc keeps the activations channels-last, which needs cuDNN's "
+                 "convolutions, but %s; set [train] layout = auto (or nchw), or conv = auto on a "
+                 "node where cuDNN loads",
                  ddp_job_where(&t->job, "train", "layout", where, sizeof where), err);
         return 1;
     }

@@ -16,8 +16,7 @@
  * gradient is summed in double in both layouts, in different orders. Shapes cover C = 1 and 3,
  * odd H and W, stride 2, pad 0, 1 and 3, k = 1, 3 and 7, bias or none, O = 40 (not a multiple
  * of 32), and a batch smaller than the planned one (the last partial batch).
- * conv2d_relu_maxpool_fwd (its pooled output and act) likewise, only with DDP_TEST_NHWC_POOL=1
- * until the pooling pass reads NHWC.
+ * conv2d_relu_maxpool_fwd (its pooled output and act) likewise.
  * Then the text of the algorithm choices: NHWC plans are marked, and a line without the mark
  * (text from before channels-last) is never taken by an NHWC plan; the run log names NHWC.
  *
@@ -317,17 +316,10 @@ static void run_pool(const struct tcase *t, int pk, int nhwc, const struct tdata
     G->free(gb);
 }
 
-/* conv2d_relu_maxpool_fwd in NHWC against NCHW: its pooled output and its act scratch. Runs
- * only with DDP_TEST_NHWC_POOL=1: the pooling pass (normpool.cu's relu_maxpool) reads NCHW
- * until its channels-last kernels land; then this is to be on by default. */
+/* conv2d_relu_maxpool_fwd in NHWC against NCHW: its pooled output and its act scratch (the
+ * convolution, then the pooling pass that adds the bias per channel). */
 static void t_conv_relu_pool(void)
 {
-    const char *on = getenv("DDP_TEST_NHWC_POOL");
-    if (!on || strcmp(on, "1") != 0) {
-        printf("skip conv2d_relu_maxpool_fwd NHWC (DDP_TEST_NHWC_POOL=1 runs it: it needs the "
-               "NHWC relu_maxpool)\n");
-        return;
-    }
     static const struct tcase cases[] = {{3, 3, 1, 28, 28, 32, 5, 1, 0, 1},
                                          {2, 4, 3, 11, 12, 5, 3, 1, 0, 0}};
     for (int i = 0; i < 2; i++) {

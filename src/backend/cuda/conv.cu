@@ -454,8 +454,8 @@ static int set_layout_any(int layout, char *err, size_t errlen)
         }
 #endif
         return ddp_err(err, errlen,
-                       "channels-last activations need cuDNN's convolutions, and this run's "
-                       "convolutions use im2col + cuBLAS");
+                       "this run's convolutions use im2col + cuBLAS (no cuDNN, or [train] conv "
+                       "= im2col)");
     }
     g_cuda.layout = DDP_LAYOUT_NCHW;
     return 0;

@@ -571,42 +571,6 @@ static const float *dnn_weights(const struct dnn_plan *pl, const struct dnn_scra
     return sc->wt;
 }
 
-/* Per-channel sums of dout (N, O) channels-last (N = B*P rows): block (x, y) takes channels
- * 32x .. 32x + 31 (lane l channel 32x + l: a warp reads 32 consecutive floats of a row) over
- * rows y*nw + r, y*nw + r + splits*nw, ... (warp r of nw); the warps' sums then added in warp
- * order, in double, into part[o * splits + y]: a fixed order, as k_chan_partial's. */
-__global__ void k_chan_partial_nhwc(double *part, const float *dout, size_t N, int O)
-{
-    __shared__ double sh[THREADS / 32][32];
-    const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int o = blockIdx.x * 32 + lane, y = blockIdx.y, splits = gridDim.y;
-    double s = 0;
-    if (o < O)
-        for (size_t j = (size_t)y * nw + r; j < N; j += (size_t)splits * nw)
-            s += dout[j * O + o];
-    sh[r][lane] = s;
-    __syncthreads();
-    if (r == 0 && o < O) {
-        double t = 0;
-        for (int i = 0; i < nw; i++)
-            t += sh[i][lane];
-        part[(size_t)o * splits + y] = t;
-    }
-}
-
-/* db (O) += column sums of dout (N, O), channels-last (N = B*P): the two-level deterministic
- * reduction of conv_bias_grad, its first pass reading whole rows (coalesced). */
-static void conv_bias_grad_nhwc(float *db, const float *dout, size_t N, int O)
-{
-    if (O <= 0 || N == 0)
-        return;
-    const size_t splits = rowsum_splits(N);
-    double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
-    const dim3 grid((unsigned)((O + 31) / 32), (unsigned)splits);
-    LAUNCH(k_chan_partial_nhwc, grid, THREADS, part, dout, N, O);
-    rowsum_finish(db, part, O, splits);
-}
-
 /* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
  * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer.
  * NHWC: the channel is the innermost index (a run of 1 per channel). */
@@ -635,7 +599,8 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
 /* Backward filter accumulates into dw (beta 1): its timing writes the weight gradient room of
  * col; backward data's writes dinp, which the call then overwrites. Under NHWC backward filter
  * writes (beta 0) the (O,k,k,C) gradient into that room, added transposed into dw; the bias
- * gradient sums dout as a (B*P, O) matrix (conv_bias_grad_nhwc). */
+ * gradient is the column sums of dout as a (B*P, O) matrix (layout.cu colsum_add, as
+ * batchnorm's channels-last sums). */
 void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
                     const float *inp, const float *w, int B, const struct conv_geom *q)
 {
@@ -646,7 +611,7 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout, sc.dw, sc.ws, pl->cap};
     const float one = 1, zero = 0;
     if (db && nhwc)
-        conv_bias_grad_nhwc(db, dout, (size_t)B * q->P, q->O);
+        colsum_add(db, dout, (size_t)B * q->P, q->O);
     else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);

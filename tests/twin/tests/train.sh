@@ -37,23 +37,28 @@ for model in plain syncbn resnet recipe aug plainf32; do
     "$DDPTRAIN" $model.ini --set data.batch_size=$G --set job.output=$model-cpu >/dev/null ||
         { echo "FAIL $model: CPU run"; fail=1; continue; }
     # W=2n: the convolutions of the CNNs through im2col + cuBLAS, cuDNN missing (the fallback);
-    # aug and plainf32 (crops and flips on uint8 bytes, float32 data) on one twin GPU
+    # W=2c: channels-last activations ([train] layout = nhwc; syncbn's flatten turns 4x4x4 back
+    # into PyTorch's order); aug and plainf32 (crops and flips on uint8 bytes, float32 data) on
+    # one twin GPU
     runs="1 2 4"
     case $model in
-    syncbn | resnet) runs="2 4 2n" ;;
+    syncbn | resnet) runs="2 4 2n 2c" ;;
     recipe) runs="2 4" ;;
     aug | plainf32) runs="1" ;;
     esac
     for W in $runs; do
         nocudnn=0; [ $W = 2n ] && nocudnn=1
+        layout=nchw; [ $W = 2c ] && layout=nhwc
+        n=${W%[nc]}
         if ! DDP_EMU_NO_CUDNN=$nocudnn timeout 300 "$DDPTRAIN_TWIN" launch \
-                --nproc-per-node ${W%n} $model.ini \
-                --set data.batch_size=$((G / ${W%n})) --set job.output=$model-w$W \
+                --nproc-per-node $n $model.ini --set train.layout=$layout \
+                --set data.batch_size=$((G / n)) --set job.output=$model-w$W \
                 > $model-w$W.log 2>&1; then
             echo "FAIL $model W=$W: run failed"; tail -5 $model-w$W.log; fail=1; continue
         fi
         want="convolutions: cuDNN 9"
         [ $nocudnn = 1 ] && want="convolutions: cuDNN not found (.*): convolutions use im2col"
+        [ $layout = nhwc ] && want="convolutions: cuDNN 9.*; activations channels-last (NHWC)"
         if ! grep -q "$want" $model-w$W.log; then
             echo "FAIL $model W=$W: no line '$want':"; grep 'convolutions' $model-w$W.log
             fail=1; continue
