@@ -46,8 +46,11 @@ twin() { # twin OUT [ENV=V ...] [-- --set ...]: one twin GPU
         > "$out.log" 2>&1
 }
 expect() { # expect WHAT FILE PATTERN
-    grep -q -- "$3" "$2" && echo "ok   $1" ||
-        { echo "FAIL $1: no '$3' in $2:"; grep -i -e convolutions -e layout "$2"; fail=1; }
+    if grep -q -- "$3" "$2"; then
+        echo "ok   $1"
+    else
+        echo "FAIL $1: no '$3' in $2:"; grep -i -e convolutions -e layout "$2"; fail=1
+    fi
 }
 
 # the choice, in check and in the run's log
