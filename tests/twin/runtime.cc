@@ -8,7 +8,15 @@
  * device work (kernels, copies, cuBLAS, NCCL) reaches, through dev_to_host. Addresses are never
  * reused, so a freed pointer is no longer device memory. cudaMalloc'd bytes are garbage.
  * Streams: a FIFO each, executed by its own worker thread; events are (stream, ticket) pairs;
- * cudaStreamWaitEvent queues a wait. Copies from page-locked memory read their source when
+ * cudaStreamWaitEvent queues a wait.
+ * Clock: a device's clock (what an event records, so cudaEventElapsedTime) is the CPU time
+ * (CLOCK_THREAD_CPUTIME_ID) the workers of its streams spent running operations, summed over
+ * the device's streams: the device's busy time. A worker the scheduler holds off, or one waiting
+ * for the kernel lock, another stream or an NCCL peer, does not advance it, so a twin GPU
+ * sharing its core with other processes times its work as on an idle core (what `ddptrain
+ * validate` compares between GPUs). Events on one stream give the time of the work between
+ * them, other streams' work that ran meanwhile included. The stall clock of cuda/graph.cu
+ * (globaltimer_ns in twin_kernels.h) stays the host's monotonic clock: it times waiting. Copies from page-locked memory read their source when
  * they execute; from pageable memory they follow CUDA's documented rules (H2D staged at the
  * call, D2H returns when done). DDP_EMU_LATE=1: a stream runs an operation only once someone
  * needs its result (a synchronisation, an event query, a waiting stream), i.e. as late as is
@@ -146,11 +154,41 @@ std::vector<int> g_phys; /* visible ordinal -> physical twin GPU */
 int g_ngpus;
 size_t g_mem_bytes;
 
-double now_ms()
+/* The device clock (header): per device ordinal, nanoseconds of CPU time its streams' workers
+ * spent running operations; the worker running one adds it when the operation ends. */
+constexpr int CLOCK_DEVICES = 256;
+std::atomic<uint64_t> g_busy_ns[CLOCK_DEVICES];
+thread_local int t_op_device = -1; /* a worker: its stream's device */
+thread_local uint64_t t_op_start;  /* a worker: its thread's CPU time when its operation began */
+
+uint64_t thread_cpu_ns()
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+std::atomic<uint64_t> &busy_of(int device)
+{
+    return g_busy_ns[(unsigned)device % CLOCK_DEVICES];
+}
+
+/* Run one operation of a stream of `device` on its worker, adding its CPU time to the clock. */
+void run_timed(int device, const std::function<void()> &fn)
+{
+    t_op_device = device;
+    t_op_start = thread_cpu_ns();
+    fn();
+    busy_of(device) += thread_cpu_ns() - t_op_start;
+}
+
+/* The device clock in milliseconds, read by an operation running on a worker: the device's
+ * busy time so far, the running operation's part included (a graph launch runs many). */
+double device_ms()
+{
+    if (t_op_device < 0)
+        return 0;
+    return (double)(busy_of(t_op_device).load() + (thread_cpu_ns() - t_op_start)) / 1e6;
 }
 
 /* 1 when a lies in page-locked host memory (racy read of the table; for messages only). */
@@ -283,7 +321,7 @@ void worker_loop(twin_stream *s)
         s->q.pop_front();
         lk.unlock();
         if (!g_sticky.load())
-            op.second();
+            run_timed(s->device, op.second);
         lk.lock();
         s->done++;
         g_cv.notify_all();
@@ -1114,7 +1152,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
     if (!(e->flags & cudaEventDisableTiming)) {
-        cudaError_t r = enqueue(s, "cudaEventRecord", [e] { e->time_ms = now_ms(); });
+        cudaError_t r = enqueue(s, "cudaEventRecord", [e] { e->time_ms = device_ms(); });
         if (r != cudaSuccess)
             return r;
     }
