@@ -288,8 +288,7 @@ void judge_gpu(struct report *rep, const struct vrun *v)
                             "rank %d on %s (PCI %s): %s %.4g %s is %.2f x the median %.4g of the "
                             "other GPUs (an outlier: below %.3g x and %g MADs)",
                             r, x->where, m->pci_bus_id, g_metric[k].name, y, g_metric[k].unit,
-                            y / med, med, v->cfg.min_fraction,
-                            v->cfg.outlier_mads);
+                            y / med, med, v->cfg.min_fraction, v->cfg.outlier_mads);
         }
         char b[32];
         if (m->pat_bad)
