@@ -430,24 +430,40 @@ void pin_table_del(uintptr_t lo)
 
 /* The pages of [p, p + n): read-only to the host while a queued copy reads them (delta +1 at
  * the enqueue), read-write again when the last such copy ran (delta -1). Whole pages: a host
- * write to other bytes of a page that a queued copy reads faults too (allocate slots apart). */
+ * write to other bytes of a page that a queued copy reads faults too (allocate slots apart).
+ * One mprotect per run of pages that change. The twin's bookkeeping, not the copy's work: on a
+ * worker its CPU time is left out of the device clock (how long it takes depends on whether
+ * the host queued the next copy before this one ran, i.e. on the host's scheduling). */
 void lock_pages(const char *p, size_t n, int delta)
 {
-    std::lock_guard<std::mutex> lk(g_amu);
-    const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
-    const uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
-    for (uintptr_t pg = lo; pg < hi; pg += PAGE) {
-        int &c = g_locked[pg];
-        const int before = c;
-        c += delta;
-        if (before == 0 && c > 0)
-            mprotect((void *)pg, PAGE, PROT_READ);
-        if (c <= 0) {
-            if (before > 0)
-                mprotect((void *)pg, PAGE, PROT_READ | PROT_WRITE);
-            g_locked.erase(pg);
+    const uint64_t t0 = t_op_device >= 0 ? thread_cpu_ns() : 0;
+    {
+        std::lock_guard<std::mutex> lk(g_amu);
+        const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
+        const uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+        uintptr_t run = 0, run_end = 0; /* pages whose protection changes, not yet applied */
+        const int prot = delta > 0 ? PROT_READ : PROT_READ | PROT_WRITE;
+        for (uintptr_t pg = lo; pg < hi; pg += PAGE) {
+            int &c = g_locked[pg];
+            const int before = c;
+            c += delta;
+            const bool change = (before == 0 && c > 0) || (before > 0 && c <= 0);
+            if (c <= 0)
+                g_locked.erase(pg);
+            if (change && run_end == pg) {
+                run_end += PAGE;
+                continue;
+            }
+            if (run_end > run)
+                mprotect((void *)run, run_end - run, prot);
+            run = run_end = change ? pg : 0;
+            run_end += change ? PAGE : 0;
         }
+        if (run_end > run)
+            mprotect((void *)run, run_end - run, prot);
     }
+    if (t_op_device >= 0)
+        t_op_start += thread_cpu_ns() - t0; /* untimed */
 }
 
 /* Under g_mu: invalidate capture c because `call` did what a capture forbids; one line on
