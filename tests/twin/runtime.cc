@@ -8,19 +8,20 @@
  * device work (kernels, copies, cuBLAS, NCCL) reaches, through dev_to_host. Addresses are never
  * reused, so a freed pointer is no longer device memory. cudaMalloc'd bytes are garbage.
  * Streams: a FIFO each, executed by its own worker thread; events are (stream, ticket) pairs;
- * cudaStreamWaitEvent queues a wait.
- * Clock: a device's clock (what an event records, so cudaEventElapsedTime) is the CPU time
- * (CLOCK_THREAD_CPUTIME_ID) the workers of its streams spent running operations, summed over
- * the device's streams: the device's busy time. A worker the scheduler holds off, or one waiting
- * for the kernel lock, another stream or an NCCL peer, does not advance it, so a twin GPU
- * sharing its core with other processes times its work as on an idle core (what `ddptrain
- * validate` compares between GPUs). Events on one stream give the time of the work between
- * them, other streams' work that ran meanwhile included. The stall clock of cuda/graph.cu
- * (globaltimer_ns in twin_kernels.h) stays the host's monotonic clock: it times waiting. Copies from page-locked memory read their source when
+ * cudaStreamWaitEvent queues a wait. Copies from page-locked memory read their source when
  * they execute; from pageable memory they follow CUDA's documented rules (H2D staged at the
  * call, D2H returns when done). DDP_EMU_LATE=1: a stream runs an operation only once someone
  * needs its result (a synchronisation, an event query, a waiting stream), i.e. as late as is
  * legal, so a missing wait shows as stale data.
+ * Clock: a device's clock (what an event records, so cudaEventElapsedTime) is the CPU time
+ * (CLOCK_THREAD_CPUTIME_ID) the workers of its streams spent running operations, summed over
+ * the device's streams: its busy time, the twin's own bookkeeping (lock_pages) left out. A
+ * worker the scheduler holds off, or one waiting for the kernel lock, another stream or an
+ * NCCL peer, does not advance it, so a twin GPU sharing its core with other processes times
+ * its work as on an idle core (what `ddptrain validate` compares between GPUs). Events on one
+ * stream time the work between them, other streams' work that ran meanwhile included. The
+ * stall clock of cuda/graph.cu (globaltimer_ns in twin_kernels.h) stays the host's monotonic
+ * clock: it times waiting.
  * Faults: errors found on the device are sticky (every later call returns them), as on a GPU.
  * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch (cuBLAS calls
  * count) or allocation; with DDP_EMU_FAIL_RANK=R only in the process whose rank (RANK,
