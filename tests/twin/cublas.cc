@@ -28,22 +28,14 @@ extern "C" {
 const char *cublasGetStatusName(cublasStatus_t s)
 {
     switch (s) {
-    case CUBLAS_STATUS_SUCCESS:
-        return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-        return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-        return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-        return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default:
-        return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_EXECUTION_FAILED";
     }
 }
-const char *cublasGetStatusString(cublasStatus_t s)
-{
-    return cublasGetStatusName(s);
-}
+const char *cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
 cublasStatus_t cublasCreate(cublasHandle_t *h)
 {
     /* A GEMM runs on the stream's worker alone, as the device clock (runtime.cc) assumes: with
@@ -72,19 +64,17 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
 }
 cublasStatus_t cublasGetProperty(libraryPropertyType t, int *v)
 {
-    *v = t == MAJOR_VERSION   ? CUBLAS_VER_MAJOR
-         : t == MINOR_VERSION ? CUBLAS_VER_MINOR
-                              : CUBLAS_VER_PATCH;
+    *v = t == MAJOR_VERSION ? CUBLAS_VER_MAJOR : t == MINOR_VERSION ? CUBLAS_VER_MINOR
+                                                                     : CUBLAS_VER_PATCH;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 } /* extern "C" */
 
-namespace
-{
+namespace {
 
-bool gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
-                  int ldc)
+bool gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda,
+                  int ldb, int ldc)
 {
     const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
     return m >= 0 && n >= 0 && k >= 0 && lda >= (rows_a > 1 ? rows_a : 1) &&
@@ -96,7 +86,8 @@ size_t span(int rows, int cols, int ld, long long stride, int batch)
 {
     if (rows == 0 || cols == 0 || batch == 0)
         return 0;
-    return (size_t)stride * (size_t)(batch - 1) + (size_t)ld * (size_t)(cols - 1) + (size_t)rows;
+    return (size_t)stride * (size_t)(batch - 1) + (size_t)ld * (size_t)(cols - 1) +
+           (size_t)rows;
 }
 
 /* n bf16 values at x widened to float (exact). */
@@ -122,8 +113,8 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     const bool inject = twin::inject_kernel_fault();
     const int ra = ta == CUBLAS_OP_N ? m : k, ca = ta == CUBLAS_OP_N ? k : m;
     const int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
-    const size_t na = k ? span(ra, ca, lda, sA, batch) : 0,
-                 nb = k ? span(rb, cb, ldb, sB, batch) : 0;
+    const size_t na = k ? span(ra, ca, lda, sA, batch) : 0, nb = k ? span(rb, cb, ldb, sB, batch)
+                                                                    : 0;
     const size_t esz = bf16 ? 2 : 4;
     const void *a = na ? twin::dev_to_host(A, esz * na) : nullptr;
     const void *b = nb ? twin::dev_to_host(B, esz * nb) : nullptr;
@@ -136,15 +127,9 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                 twin::device_fault(cudaErrorIllegalAddress,
                                    "cublasSgemm: fault injected by DDP_EMU_FAIL");
             else
-                twin::device_fault(cudaErrorIllegalAddress,
-                                   "cublasSgemm: operand %s (%p) is "
+                twin::device_fault(cudaErrorIllegalAddress, "cublasSgemm: operand %s (%p) is "
                                    "not inside one device allocation",
-                                   !a   ? "A"
-                                   : !b ? "B"
-                                        : "C",
-                                   !a   ? pa
-                                   : !b ? pb
-                                        : pc);
+                                   !a ? "A" : !b ? "B" : "C", !a ? pa : !b ? pb : pc);
         });
     } else {
         e = twin::enqueue(h->stream, bf16 ? "cublasGemmEx" : "cublasSgemm", [=] {
@@ -168,21 +153,20 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
 
 } // namespace
 
-extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
-                                      int m, int n, int k, const float *alpha, const float *A,
-                                      int lda, const float *B, int ldb, const float *beta, float *C,
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
+                                      cublasOperation_t tb, int m, int n, int k,
+                                      const float *alpha, const float *A, int lda,
+                                      const float *B, int ldb, const float *beta, float *C,
                                       int ldc)
 {
     /* alpha and beta are host values (CUBLAS_POINTER_MODE_HOST): read at the call */
     return gemm(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1);
 }
 
-extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
-                                                    cublasOperation_t tb, int m, int n, int k,
-                                                    const float *alpha, const float *A, int lda,
-                                                    long long sA, const float *B, int ldb,
-                                                    long long sB, const float *beta, float *C,
-                                                    int ldc, long long sC, int batch)
+extern "C" cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const float *alpha, const float *A, int lda, long long sA, const float *B, int ldb,
+    long long sB, const float *beta, float *C, int ldc, long long sC, int batch)
 {
     return gemm(h, ta, tb, m, n, k, *alpha, A, lda, sA, B, ldb, sB, *beta, C, ldc, sC, batch);
 }
@@ -202,12 +186,12 @@ static int ex_kind(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComp
     return at == CUDA_R_16BF ? 1 : at == CUDA_R_32F ? 0 : -1;
 }
 
-extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
-                                       int m, int n, int k, const void *alpha, const void *A,
-                                       cudaDataType Atype, int lda, const void *B,
-                                       cudaDataType Btype, int ldb, const void *beta, void *C,
-                                       cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                                       cublasGemmAlgo_t algo)
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta,
+                                       cublasOperation_t tb, int m, int n, int k,
+                                       const void *alpha, const void *A, cudaDataType Atype,
+                                       int lda, const void *B, cudaDataType Btype, int ldb,
+                                       const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                       cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
     const int kind = ex_kind(Atype, Btype, Ctype, compute);
     if (kind < 0 || algo != CUBLAS_GEMM_DEFAULT)
