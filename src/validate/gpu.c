@@ -44,20 +44,15 @@
 #define PAT_LONG_SHARE 0.9
 /* Device memory left free at least (the driver, cuBLAS workspaces, the backend's buffers). */
 #define HEADROOM_MIB 512
-/* Outliers among twin GPUs: below this fraction of the others' median. A twin GPU's rates are
- * a host thread's, which the scheduler can hold off a hundredfold (a copy thread sharing its
- * core with a rank bound there); the faults on the twin report a ten-thousandth. */
-#define GPU_TWIN_MIN_FRACTION 0.001
 
 /* The twin: every size tiny (its kernels run on the CPU; quick must stay fast there). */
 #define TWIN_MIB 4
 #define TWIN_GEMM_N 128
 /* Timed calls per measurement at levels quick, standard, long. */
 static const int g_reps[3] = {5, 20, 40};
-/* Fault injection: a slow GPU's rate is a hundredth (bench.c's factor); on the twin a
- * ten-thousandth (GPU_TWIN_MIN_FRACTION). */
+/* Fault injection: a slow GPU's rate is a hundredth (bench.c's factor), on the twin too (its
+ * events count the CPU time its stream workers ran, not time they waited for a core). */
 #define SLOW_DIVISOR 100.0
-#define SLOW_DIVISOR_TWIN 10000.0
 
 /* ---- measuring ----------------------------------------------------------------------------- */
 
@@ -91,11 +86,10 @@ static void gpu_sizes(struct gpu_meas *m, const struct ddp_cuda_vinfo *vi, int l
 static void gpu_measure(struct vrun *v, struct gpu_meas *m, int pattern)
 {
     const int reps = g_reps[v->a->level], me = v->me;
-    const double slow = m->twin ? SLOW_DIVISOR_TWIN : SLOW_DIVISOR;
     const double slow_hbm =
-        ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_HBM, me) ? slow : 1;
+        ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_HBM, me) ? SLOW_DIVISOR : 1;
     const double slow_tc =
-        ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TENSOR, me) ? slow : 1;
+        ddp_validate_fault_here(&v->faults, DDP_VALIDATE_FAULT_SLOW_TENSOR, me) ? SLOW_DIVISOR : 1;
     m->copy = ddp_cuda_vcheck_stream(0, (size_t)m->hbm_bytes, reps) / slow_hbm;
     m->triad = ddp_cuda_vcheck_stream(1, (size_t)m->hbm_bytes, reps) / slow_hbm;
     const int greps = reps < 10 ? reps : reps / 2;
@@ -196,10 +190,7 @@ static int gpu_short(const struct vrun *v, const struct rank_info *ri, int r, in
     const double m = median_gpus(ri, v->W, k, r, &lm, &lmad);
     if (m <= 0)
         return 0; /* no other GPU to compare with */
-    /* twin GPUs run on the host's CPUs, whose share other processes change many times over:
-     * only a rate far below the others' (the slow_* faults report a hundredth) is an outlier */
-    const double frac = ri[r].gm.twin ? GPU_TWIN_MIN_FRACTION : v->cfg.min_fraction;
-    const double a = frac * m, b = exp(lm - v->cfg.outlier_mads * 1.4826 * lmad);
+    const double a = v->cfg.min_fraction * m, b = exp(lm - v->cfg.outlier_mads * 1.4826 * lmad);
     *limit = a < b ? a : b;
     *median = m;
     return *limit > 0 && x < *limit;
@@ -297,8 +288,7 @@ void judge_gpu(struct report *rep, const struct vrun *v)
                             "rank %d on %s (PCI %s): %s %.4g %s is %.2f x the median %.4g of the "
                             "other GPUs (an outlier: below %.3g x and %g MADs)",
                             r, x->where, m->pci_bus_id, g_metric[k].name, y, g_metric[k].unit,
-                            y / med, med, m->twin ? GPU_TWIN_MIN_FRACTION : v->cfg.min_fraction,
-                            v->cfg.outlier_mads);
+                            y / med, med, v->cfg.min_fraction, v->cfg.outlier_mads);
         }
         char b[32];
         if (m->pat_bad)

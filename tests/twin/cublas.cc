@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <stdio.h>
 
+#include <mutex>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -37,6 +38,12 @@ const char *cublasGetStatusName(cublasStatus_t s)
 const char *cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
 cublasStatus_t cublasCreate(cublasHandle_t *h)
 {
+    /* A GEMM runs on the stream's worker alone, as the device clock (runtime.cc) assumes: with
+     * OpenBLAS's own threads the worker's CPU time would miss their share and count its spin
+     * while it waits for them, which other processes on their cores stretch (the CPU backend
+     * runs OpenBLAS single-threaded too). */
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
     *h = new twin_blas;
     return CUBLAS_STATUS_SUCCESS;
 }

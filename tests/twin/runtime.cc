@@ -13,6 +13,15 @@
  * call, D2H returns when done). DDP_EMU_LATE=1: a stream runs an operation only once someone
  * needs its result (a synchronisation, an event query, a waiting stream), i.e. as late as is
  * legal, so a missing wait shows as stale data.
+ * Clock: a device's clock (what an event records, so cudaEventElapsedTime) is the CPU time
+ * (CLOCK_THREAD_CPUTIME_ID) the workers of its streams spent running operations, summed over
+ * the device's streams: its busy time, the twin's own bookkeeping (lock_pages) left out. A
+ * worker the scheduler holds off, or one waiting for the kernel lock, another stream or an
+ * NCCL peer, does not advance it, so a twin GPU sharing its core with other processes times
+ * its work as on an idle core (what `ddptrain validate` compares between GPUs). Events on one
+ * stream time the work between them, other streams' work that ran meanwhile included. The
+ * stall clock of cuda/graph.cu (globaltimer_ns in twin_kernels.h) stays the host's monotonic
+ * clock: it times waiting.
  * Faults: errors found on the device are sticky (every later call returns them), as on a GPU.
  * DDP_EMU_FAIL=kernel:N or alloc:N injects a fault at the Nth kernel launch (cuBLAS calls
  * count) or allocation; with DDP_EMU_FAIL_RANK=R only in the process whose rank (RANK,
@@ -146,11 +155,41 @@ std::vector<int> g_phys; /* visible ordinal -> physical twin GPU */
 int g_ngpus;
 size_t g_mem_bytes;
 
-double now_ms()
+/* The device clock (header): per device ordinal, nanoseconds of CPU time its streams' workers
+ * spent running operations; the worker running one adds it when the operation ends. */
+constexpr int CLOCK_DEVICES = 256;
+std::atomic<uint64_t> g_busy_ns[CLOCK_DEVICES];
+thread_local int t_op_device = -1; /* a worker: its stream's device */
+thread_local uint64_t t_op_start;  /* a worker: its thread's CPU time when its operation began */
+
+uint64_t thread_cpu_ns()
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+std::atomic<uint64_t> &busy_of(int device)
+{
+    return g_busy_ns[(unsigned)device % CLOCK_DEVICES];
+}
+
+/* Run one operation of a stream of `device` on its worker, adding its CPU time to the clock. */
+void run_timed(int device, const std::function<void()> &fn)
+{
+    t_op_device = device;
+    t_op_start = thread_cpu_ns();
+    fn();
+    busy_of(device) += thread_cpu_ns() - t_op_start;
+}
+
+/* The device clock in milliseconds, read by an operation running on a worker: the device's
+ * busy time so far, the running operation's part included (a graph launch runs many). */
+double device_ms()
+{
+    if (t_op_device < 0)
+        return 0;
+    return (double)(busy_of(t_op_device).load() + (thread_cpu_ns() - t_op_start)) / 1e6;
 }
 
 /* 1 when a lies in page-locked host memory (racy read of the table; for messages only). */
@@ -283,7 +322,7 @@ void worker_loop(twin_stream *s)
         s->q.pop_front();
         lk.unlock();
         if (!g_sticky.load())
-            op.second();
+            run_timed(s->device, op.second);
         lk.lock();
         s->done++;
         g_cv.notify_all();
@@ -392,24 +431,40 @@ void pin_table_del(uintptr_t lo)
 
 /* The pages of [p, p + n): read-only to the host while a queued copy reads them (delta +1 at
  * the enqueue), read-write again when the last such copy ran (delta -1). Whole pages: a host
- * write to other bytes of a page that a queued copy reads faults too (allocate slots apart). */
+ * write to other bytes of a page that a queued copy reads faults too (allocate slots apart).
+ * One mprotect per run of pages that change. The twin's bookkeeping, not the copy's work: on a
+ * worker its CPU time is left out of the device clock (how long it takes depends on whether
+ * the host queued the next copy before this one ran, i.e. on the host's scheduling). */
 void lock_pages(const char *p, size_t n, int delta)
 {
-    std::lock_guard<std::mutex> lk(g_amu);
-    const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
-    const uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
-    for (uintptr_t pg = lo; pg < hi; pg += PAGE) {
-        int &c = g_locked[pg];
-        const int before = c;
-        c += delta;
-        if (before == 0 && c > 0)
-            mprotect((void *)pg, PAGE, PROT_READ);
-        if (c <= 0) {
-            if (before > 0)
-                mprotect((void *)pg, PAGE, PROT_READ | PROT_WRITE);
-            g_locked.erase(pg);
+    const uint64_t t0 = t_op_device >= 0 ? thread_cpu_ns() : 0;
+    {
+        std::lock_guard<std::mutex> lk(g_amu);
+        const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
+        const uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+        uintptr_t run = 0, run_end = 0; /* pages whose protection changes, not yet applied */
+        const int prot = delta > 0 ? PROT_READ : PROT_READ | PROT_WRITE;
+        for (uintptr_t pg = lo; pg < hi; pg += PAGE) {
+            int &c = g_locked[pg];
+            const int before = c;
+            c += delta;
+            const bool change = (before == 0 && c > 0) || (before > 0 && c <= 0);
+            if (c <= 0)
+                g_locked.erase(pg);
+            if (change && run_end == pg) {
+                run_end += PAGE;
+                continue;
+            }
+            if (run_end > run)
+                mprotect((void *)run, run_end - run, prot);
+            run = run_end = change ? pg : 0;
+            run_end += change ? PAGE : 0;
         }
+        if (run_end > run)
+            mprotect((void *)run, run_end - run, prot);
     }
+    if (t_op_device >= 0)
+        t_op_start += thread_cpu_ns() - t0; /* untimed */
 }
 
 /* Under g_mu: invalidate capture c because `call` did what a capture forbids; one line on
@@ -1114,7 +1169,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
     if (!(e->flags & cudaEventDisableTiming)) {
-        cudaError_t r = enqueue(s, "cudaEventRecord", [e] { e->time_ms = now_ms(); });
+        cudaError_t r = enqueue(s, "cudaEventRecord", [e] { e->time_ms = device_ms(); });
         if (r != cudaSuccess)
             return r;
     }

@@ -50,7 +50,8 @@ static inline float __fmul_rn(float a, float b)
     return r;
 }
 
-/* The device clock of cuda/graph.cu's stall clock: the host's monotonic clock, in nanoseconds. */
+/* The device clock of cuda/graph.cu's stall clock: the host's monotonic clock, in nanoseconds
+ * (the stall clock times waiting; events count busy time instead, runtime.cc). */
 static inline unsigned long long globaltimer_ns(void)
 {
     struct timespec ts;

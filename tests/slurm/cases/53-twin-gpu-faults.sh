@@ -21,9 +21,9 @@ restore() { sr scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1 || tr
 trap restore EXIT
 export DDP_EMU_GPUS=2 LD_LIBRARY_PATH=$NVML_DIR
 
-# Tiny sizes. A twin GPU is an outlier only below 0.001 x the others (src/validate/gpu.c): a
-# faulty one reports a ten-thousandth, a healthy one whose copy thread shares a core with a
-# bound rank can fall to a hundredth.
+# Tiny sizes. A faulty GPU reports a hundredth of its rate, an outlier below min_fraction; a
+# healthy one whose stream threads share a core with a bound rank is not, since a twin GPU's
+# events count the CPU time its threads ran (docs/gpu.md, the twin's clock).
 cat >q.ini <<'INI'
 [validate]
 min_fraction = 0.05

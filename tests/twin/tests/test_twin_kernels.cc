@@ -8,13 +8,17 @@
  *     grids larger and smaller than the items and counts that do not divide evenly;
  *   - a kernel whose threads wait at different barriers (half a warp at a shuffle, the rest
  *     at __syncthreads) is a GPU fault: cudaErrorLaunchFailure from the next synchronisation
- *     and a line naming the kernel, not a hang.
+ *     and a line naming the kernel, not a hang;
+ *   - the device clock (cudaEventElapsedTime) counts the CPU time the stream's worker ran: a
+ *     kernel that sleeps 300 ms (a worker the scheduler holds off) or a wait for another
+ *     stream's sleeping kernel times about 0, a kernel that computes 60 ms of CPU time 60 ms.
  * Exit 0 or 1.
  */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <functional>
 #include <vector>
 
 #include "twin_kernels.h"
@@ -158,6 +162,75 @@ static void t_cover(void)
     cudaFree(d);
 }
 
+static void k_sleep(int ms)
+{
+    if (threadIdx.x == 0)
+        usleep((useconds_t)ms * 1000);
+}
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Spin until this thread (the stream's worker) has run ms milliseconds of CPU time. */
+static void k_spin(int ms)
+{
+    const double t0 = cpu_ms();
+    volatile double x = 0;
+    while (cpu_ms() - t0 < ms)
+        x = x + 1;
+}
+
+/* Milliseconds between two events around fn's work on stream s. */
+static float timed_ms(cudaStream_t s, const std::function<void()> &fn)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, s);
+    fn();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = -1;
+    if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess)
+        ms = -1;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms;
+}
+
+static void t_clock(void)
+{
+    cudaStream_t s, o;
+    cudaStreamCreate(&s);
+    cudaStreamCreate(&o);
+    char what[160];
+    float ms =
+        timed_ms(s, [&] { twin::launch_kernel("k_sleep", dim3(1), dim3(1), s, k_sleep, 300); });
+    snprintf(what, sizeof what, "a kernel sleeping 300 ms times %.1f ms (< 100: busy time only)",
+             ms);
+    expect(ms >= 0 && ms < 100, what);
+    ms = timed_ms(s, [&] { twin::launch_kernel("k_spin", dim3(1), dim3(1), s, k_spin, 60); });
+    snprintf(what, sizeof what, "a kernel computing 60 ms of CPU time times %.1f ms (>= 60)", ms);
+    expect(ms >= 60 && ms < 6000, what);
+    cudaEvent_t done;
+    cudaEventCreate(&done);
+    ms = timed_ms(s, [&] {
+        twin::launch_kernel("k_sleep", dim3(1), dim3(1), o, k_sleep, 300);
+        cudaEventRecord(done, o);
+        cudaStreamWaitEvent(s, done, 0);
+    });
+    snprintf(what, sizeof what, "a wait for another stream's sleeping kernel times %.1f ms (< 100)",
+             ms);
+    expect(ms >= 0 && ms < 100, what);
+    cudaEventDestroy(done);
+    cudaStreamDestroy(s);
+    cudaStreamDestroy(o);
+}
+
 static void t_diverge(void)
 {
     float *d = nullptr;
@@ -190,6 +263,7 @@ int main(void)
     t_block_sum();
     t_rotate();
     t_cover();
+    t_clock();
     t_diverge(); /* last: the fault is sticky, as on a GPU */
     printf("%s\n", g_fail ? "FAIL" : "all passed");
     return g_fail ? 1 : 0;

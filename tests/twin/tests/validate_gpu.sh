@@ -5,8 +5,8 @@
 # a clean run passes (or is "retest", exit 6, when the machine is loaded: timing never decides
 # a test). Each GPU fault (DDP_TEST_VALIDATE_FAULT) fails the run with exit 1 and a FAIL line
 # for its check naming the rank that injected it, and no GPU failure of the other rank:
-#   slow_hbm:R     gpu_hbm   (copy and triad at a ten-thousandth of the rate on the twin)
-#   slow_tensor:R  gpu_gemm  (TF32 and BF16 GEMMs at a ten-thousandth)
+#   slow_hbm:R     gpu_hbm   (copy and triad at a hundredth of the rate, as on a GPU)
+#   slow_tensor:R  gpu_gemm  (TF32 and BF16 GEMMs at a hundredth)
 #   bad_devmem:R   gpu_mem   (the pattern test finds wrong words)
 # An expectation file's [gpu] floor above any twin's rate fails every rank for it.
 set -u
