@@ -875,7 +875,7 @@ static void t_model_join_fusion(void)
     struct ddp_backend plain = *G;
     plain.add_relu_fwd = NULL;
     plain.relu_bwd_join = NULL;
-    model_fused_vs_plain("residual join",
+    model_fused_vs_plain("joins",
                          "residual(conv2d(1, 3, pad=1), batchnorm, relu, conv2d(1, 3, pad=1)), "
                          "relu, conv2d(4, 3, pad=1), relu, residual(residual(conv2d(4, 3, pad=1, "
                          "bias=false), batchnorm), relu, conv2d(4, 3, pad=1)), relu, "
