@@ -149,7 +149,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
         bn_forward(m, l, inp, B, train);
         break;
     case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
-        if (l->fused == 8) /* with its relu: into the relu's out */
+        /* with its relu (8): max(0, the sum) into the relu's out */
+        if (l->fused == 8)
             be->add_relu_fwd(m->layers[i + 1].out, inp, value_of(m, l->in2, x), n);
         else
             be->add(l->out, inp, value_of(m, l->in2, x), n);
@@ -310,8 +311,8 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             join_backward(m, l, B, first);
             continue;
         }
-        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 ||
-            l->fused == 7 || l->fused == 9)
+        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7 ||
+            l->fused == 9)
             continue; /* a relu fused into its maxpool (batchnorm, join): whose backward is both */
         /* a maxpool with its relu (5) writes the gradient of the relu's input */
         const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;

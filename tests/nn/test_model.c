@@ -294,8 +294,10 @@ static void test_join_plan(void)
     CHECK(ddp_mem_plan_check(&p, err, sizeof err) == 0, "join plan: %s", err);
     CHECK(p.nblocks == 9, "blocks %d, want 9", p.nblocks);
     /* [layer][what]: out, dout, dtmp spans ({0, -1}: none) */
-    const int want[5][3][2] = {{{0, 9}, {8, 10}, {0, -1}}, {{1, 2}, {8, 9}, {9, 9}},
-                               {{0, -1}, {0, -1}, {0, -1}}, {{2, 8}, {6, 8}, {0, -1}},
+    const int want[5][3][2] = {{{0, 9}, {8, 10}, {0, -1}},
+                               {{1, 2}, {8, 9}, {9, 9}},
+                               {{0, -1}, {0, -1}, {0, -1}},
+                               {{2, 8}, {6, 8}, {0, -1}},
                                {{4, 11}, {5, 6}, {0, -1}}};
     for (int i = 0; i < p.nblocks; i++) {
         const struct ddp_mem_block *b = &p.blocks[i];
