@@ -210,6 +210,18 @@ struct ddp_backend {
 
     /* residual join and gradient sums: out = a + b elementwise (out may be a) */
     void (*add)(float *out, const float *a, const float *b, size_t n);
+    /* residual join followed by relu (optional; both or neither). The model uses them for a
+     * join whose only reader is the relu after it (ResNet's out = relu(body(x) + shortcut(x))):
+     * the join's output and gradient are never stored. Element-wise, layout-agnostic.
+     * add_relu_fwd: out = max(0, a + b), bit for bit add then relu_fwd (out never a or b).
+     * relu_bwd_join: g = dout where out (the relu's output) > 0, else 0, with dout the relu's
+     *     output gradient, goes to both inputs of the join: da (a's gradient) = g, or with
+     *     acc_a da = da + g (add's rounding); db likewise with acc_b. Either may be NULL (not
+     *     wanted); da and db may be the same buffer (da's update comes first, as two calls
+     *     would); neither is dout or out. Bit for bit relu_bwd and then add or a copy into each. */
+    void (*add_relu_fwd)(float *out, const float *a, const float *b, size_t n);
+    void (*relu_bwd_join)(float *da, int acc_a, float *db, int acc_b, const float *dout,
+                          const float *out, size_t n);
 
     /* batchnorm over (B,C,S): statistics per channel. Every sums array is backend memory of
      * 2C+1 doubles, the last one the count of elements per channel (B*S here; after a

@@ -482,6 +482,28 @@ static void plan_bn_fusion(struct ddp_model *m)
     }
 }
 
+/* Fuse each residual join whose only reader is the relu after it, where that relu is not
+ * fused otherwise (a relu into a maxpool keeps that fusion), where the backend has
+ * add_relu_fwd and relu_bwd_join: the join writes the relu's out in its forward and takes the
+ * relu's gradient into both its inputs' douts in its backward (8, 9); neither the join's out
+ * nor its dout is stored. */
+static void plan_join_fusion(struct ddp_model *m)
+{
+    const struct ddp_backend *be = m->be;
+    if (!be->add_relu_fwd || !be->relu_bwd_join)
+        return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
+        if (l->spec.kind != DDP_LAYER_RESIDUAL || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
+            l->fused || r->fused)
+            continue;
+        if (readers_of(m, i) == 1) {
+            l->fused = 8;
+            r->fused = 9;
+        }
+    }
+}
+
 /* Channels-last activations (the backend's layout at build, backend.h set_layout): a flatten
  * of a (C,H,W) input whose two orders differ turns it back into PyTorch's order, so that the
  * linear layers after it, their weights and every checkpoint are the same in both layouts. */
@@ -804,6 +826,7 @@ int ddp_model_create(struct ddp_model *m, const struct ddp_backend *be, const ch
     plan_fusion(m); /* before the memory estimate: a fused layer's own output is not stored */
     plan_pool_fusion(m);
     plan_bn_fusion(m);
+    plan_join_fusion(m);
     plan_layout(m);
     if (check_tensor_limit(m, max_batch, err, errlen) != 0 ||
         check_memory(m, max_batch, err, errlen) != 0)

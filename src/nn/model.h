@@ -88,7 +88,11 @@ struct ddp_layer {
                 * (relu_maxpool_fwd, maxpool_relu_bwd): nothing of its own, no out;
                 * 6: a batchnorm whose forward applies the next layer's relu into that
                 * layer's out and whose backward runs the relu's too (bn_relu_*): no out,
-                * no dout; 7: that relu (its out and dout stored, nothing run) */
+                * no dout; 7: that relu (its out and dout stored, nothing run);
+                * 8: a residual join whose only reader is the relu after it: its forward
+                * writes max(0, in + in2) into that relu's out (add_relu_fwd), its backward
+                * takes the relu's dout through the relu's backward into in's and in2's
+                * douts (relu_bwd_join): no out, no dout; 9: that relu (as 7) */
     int relayout;  /* a flatten of a channels-last (C,H,W) input with C > 1 and H*W > 1: its out
                    * and dout are its own, in PyTorch's order (to_nchw forward, to_nhwc back) */
     int in_ndim, ishape[3]; /* (D) or (C,H,W) per sample */

@@ -17,12 +17,13 @@
  * pool's output and byte argmax at its own step), and backward reads its own output, dout
  * and byte argmax and writes the gradient of the relu's input. A batchnorm with the relu
  * after it (6, 7) owns no output or dout: its forward writes the relu's output, its backward
- * reads the relu's output and dout (the step after the relu's own). Flatten owns nothing: its
- * output is its input's, its dout its input's dout; unless it turns a channels-last input
- * back into PyTorch's order (relayout), which owns both like any layer. Layers below the first
- * with parameters get no dout (backward stops there). The model's input is the trainer's,
- * except its channels-last copy (model.h xin): a block of layer -1, written at step 0 before
- * layer 0 and live while any layer reads the input.
+ * reads the relu's output and dout (the step after the relu's own); a residual join with the
+ * relu after it (8, 9) likewise, its backward writing both its inputs' douts. Flatten owns
+ * nothing: its output is its input's, its dout its input's dout; unless it turns a
+ * channels-last input back into PyTorch's order (relayout), which owns both like any layer.
+ * Layers below the first with parameters get no dout (backward stops there). The model's
+ * input is the trainer's, except its channels-last copy (model.h xin): a block of layer -1,
+ * written at step 0 before layer 0 and live while any layer reads the input.
  *
  * Dimension letters: B batch.
  */
@@ -131,14 +132,15 @@ static void layer_spans(const struct ddp_model *m, int i, int first, struct span
             pool_relu_spans(m, i, first, out, dout);
         return;
     }
-    /* a relu fused into the layer before (2, 7): that layer writes its output */
-    if (!is_view(l) && l->fused != 1 && l->fused != 6)
-        touch(&out[i], l->fused == 2 || l->fused == 7 ? i - 1 : i);
-    for (int s = 0; l->fused != 7 && s < 1 + two; s++)
+    /* a relu fused into the layer before (2, 7, 9): that layer writes its output */
+    const int by_before = l->fused == 2 || l->fused == 7 || l->fused == 9;
+    if (!is_view(l) && l->fused != 1 && l->fused != 6 && l->fused != 8)
+        touch(&out[i], by_before ? i - 1 : i);
+    for (int s = 0; l->fused != 7 && l->fused != 9 && s < 1 + two; s++)
         touch(&out[out_owner(m, src[s])], i);
     if (i < first || is_view(l))
         return;
-    if (l->fused == 7) { /* its batchnorm's backward (the next step) reads its out and dout */
+    if (l->fused == 7 || l->fused == 9) { /* read by the next step: the layer before's backward */
         touch(&out[i], bwd + 1);
         touch(&dout[i], bwd + 1);
         return;
@@ -147,7 +149,7 @@ static void layer_spans(const struct ddp_model *m, int i, int first, struct span
         touch(&out[out_owner(m, l->in)], bwd);
     if (k == DDP_LAYER_RELU)
         touch(&out[i], bwd);
-    if (l->fused != 6) /* a batchnorm with its relu reads the relu's dout */
+    if (l->fused != 6 && l->fused != 8) /* a batchnorm (join) with its relu reads the relu's */
         touch(&dout[i], bwd);
     for (int s = 0; s < 1 + two; s++)
         if (src[s] >= first)

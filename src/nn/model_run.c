@@ -109,7 +109,7 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
             be->linear_fwd(l->out, inp, w, b, B, l->ishape[0], l->oshape[0]);
         break;
     case DDP_LAYER_RELU:
-        if (l->fused != 2 && l->fused != 4 && l->fused != 7)
+        if (l->fused != 2 && l->fused != 4 && l->fused != 7 && l->fused != 9)
             be->relu_fwd(l->out, inp, n);
         break;
     case DDP_LAYER_CONV2D: {
@@ -149,7 +149,11 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
         bn_forward(m, l, inp, B, train);
         break;
     case DDP_LAYER_RESIDUAL: /* a block at the model's input adds the input itself */
-        be->add(l->out, inp, value_of(m, l->in2, x), n);
+        /* with its relu (8): max(0, the sum) into the relu's out */
+        if (l->fused == 8)
+            be->add_relu_fwd(m->layers[i + 1].out, inp, value_of(m, l->in2, x), n);
+        else
+            be->add(l->out, inp, value_of(m, l->in2, x), n);
         break;
     case DDP_LAYER_RESIDUAL_END:
         break;
@@ -214,11 +218,19 @@ static void bn_backward(struct ddp_model *m, struct ddp_layer *l, float *dinp, i
                          C, S);
 }
 
-/* The join's gradient goes unchanged to both of its inputs. */
+/* The join's gradient goes unchanged to both of its inputs. With its relu (fused 8) the
+ * relu's backward runs in the same pass, from the relu's dout and out. */
 static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B, int first)
 {
     const size_t n = (size_t)B * l->out_elems;
     const int src[2] = {l->in, l->in2}, acc[2] = {l->acc, l->acc2};
+    if (l->fused == 8) {
+        float *d[2];
+        for (int k = 0; k < 2; k++)
+            d[k] = src[k] < first ? NULL : m->layers[src[k]].dout;
+        m->be->relu_bwd_join(d[0], acc[0], d[1], acc[1], l[1].dout, l[1].out, n);
+        return;
+    }
     for (int k = 0; k < 2; k++) {
         if (src[k] < first)
             continue;
@@ -299,8 +311,9 @@ void ddp_model_backward(struct ddp_model *m, const float *x, int B,
             join_backward(m, l, B, first);
             continue;
         }
-        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7)
-            continue; /* a relu fused into its maxpool (batchnorm): whose backward is both */
+        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7 ||
+            l->fused == 9)
+            continue; /* a relu fused into its maxpool (batchnorm, join): whose backward is both */
         /* a maxpool with its relu (5) writes the gradient of the relu's input */
         const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
         const float *inp = value_of(m, l->in, x);
@@ -410,14 +423,15 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
         layer_forward(m, i, x, B, 1, noise_seed);
         if (first_param < 0 && l->w_n)
             first_param = i;
-        if (l->fused == 1 || l->fused == 4 || l->fused == 6)
+        if (l->fused == 1 || l->fused == 4 || l->fused == 6 || l->fused == 8)
             continue; /* its relu's (its maxpool's) output stands for it */
         double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
         if (!bad) {
             prev = out;
             continue;
         }
-        if (l->fused == 2 || l->fused == 7) /* it and its relu ran as one: name it */
+        /* the layer before and its relu ran as one (2, 7, 9): name that layer */
+        if (l->fused == 2 || l->fused == 7 || l->fused == 9)
             l = &m->layers[--i];
         model_layer_str(&l->spec, what, sizeof what);
         if (first_param < 0 || first_param == i)

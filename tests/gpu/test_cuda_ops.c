@@ -783,11 +783,12 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
     float *g = host_of(m.grads, m.nparams);
     *np = m.nparams;
     /* the layers that run fused: 3 (conv2d, relu, maxpool), 5 (relu, maxpool), 6 (batchnorm,
-     * relu) */
+     * relu), 8 (residual join, relu) */
     int fused = 0;
     for (int i = 0; i < m.nlayers; i++)
         fused += m.layers[i].fused == 3   ? 100
                  : m.layers[i].fused == 6 ? 1000
+                 : m.layers[i].fused == 8 ? 10000
                                           : m.layers[i].fused == 5;
     snprintf(desc, len, "%d", fused);
     G->free(gx), G->free(glab);
@@ -842,8 +843,8 @@ static void t_model_fusion(void)
 
 /* A model with batchnorm -> relu after a conv2d (ResNet's), in a residual block, after a
  * linear (S = 1) and before a maxpool (which keeps relu + maxpool): the bn_relu ops give the
- * logits (train, eval) and gradients of a table without them, bit for bit; 3 batchnorm+relu
- * and one relu+pool fused. */
+ * logits (train, eval) and gradients of a table without them, bit for bit; 3 batchnorm+relu,
+ * one relu+pool and (in both tables) the block's join+relu fused. */
 static void t_model_bn_fusion(void)
 {
     if (!G->bn_relu_fwd_apply)
@@ -857,7 +858,89 @@ static void t_model_bn_fusion(void)
                          "bias=false), batchnorm, relu, conv2d(4, 3, pad=1), batchnorm), relu, "
                          "conv2d(6, 3), batchnorm, relu, maxpool(2), flatten, linear(16), "
                          "batchnorm, relu, linear(10)",
-                         7, &plain, 3001);
+                         7, &plain, 13001);
+}
+
+/* ResNet blocks, out = relu(body(x) + shortcut(x)): one at the model's input (its shortcut
+ * gradient not wanted), one nested in another (the inner join adds into its shortcut's
+ * gradient, which the outer join and the inner body also take: acc), a projection shortcut,
+ * and a join whose relu feeds a maxpool (which keeps relu + maxpool, the join stays plain):
+ * add_relu_fwd and relu_bwd_join give the logits (train, eval) and gradients of a table
+ * without them, bit for bit; 4 joins+relu fused (and, in both tables, 2 batchnorm+relu and
+ * one relu+pool). */
+static void t_model_join_fusion(void)
+{
+    if (!G->add_relu_fwd)
+        return;
+    struct ddp_backend plain = *G;
+    plain.add_relu_fwd = NULL;
+    plain.relu_bwd_join = NULL;
+    model_fused_vs_plain("joins",
+                         "residual(conv2d(1, 3, pad=1), batchnorm, relu, conv2d(1, 3, pad=1)), "
+                         "relu, conv2d(4, 3, pad=1), relu, residual(residual(conv2d(4, 3, pad=1, "
+                         "bias=false), batchnorm), relu, conv2d(4, 3, pad=1)), relu, "
+                         "residual(conv2d(6, 3, stride=2, pad=1), batchnorm, relu, conv2d(6, 3, "
+                         "pad=1)), relu, residual(conv2d(6, 3, pad=1)), relu, maxpool(2), flatten, "
+                         "linear(10)",
+                         6, &plain, 42001);
+}
+
+/* out = d + g (acc) or g, the CPU's way: one join input's gradient, added into or copied. */
+static void join_grad_ref(float *out, const float *d, const float *g, int acc, size_t n)
+{
+    if (acc)
+        C->add(out, d, g, n);
+    else
+        memcpy(out, g, sizeof(float) * n);
+}
+
+/* The residual join + relu ops against the CPU's add and relu_fwd, relu_bwd and add (acc) or
+ * a copy, bit for bit: pointers off floats past 16-byte alignment (1: the scalar kernels), n
+ * not a multiple of 4 (the tail), every accumulate pattern, one gradient NULL, and one buffer
+ * for both (overwritten, then added into: twice the gradient). */
+static void t_join_relu(size_t n, int off)
+{
+    char name[96];
+    if (!G->add_relu_fwd || !G->relu_bwd_join)
+        return;
+    float *a = rnd(n, 1), *b = rnd(n, 1), *dy = rnd(n, 1), *d0 = rnd(n, 1), *d1 = rnd(n, 1);
+    float *cy = ddp_malloc(sizeof(float) * n), *cg = ddp_malloc(sizeof(float) * n);
+    float *ca = ddp_malloc(sizeof(float) * n), *cb = ddp_malloc(sizeof(float) * n);
+    float *buf[6], *g[6]; /* a, b, dy, y, da, db */
+    for (int k = 0; k < 6; k++)
+        buf[k] = G->alloc(sizeof(float) * (n + 4)), g[k] = buf[k] + off;
+    G->upload(g[0], a, sizeof(float) * n);
+    G->upload(g[1], b, sizeof(float) * n);
+    G->upload(g[2], dy, sizeof(float) * n);
+    C->add(cy, a, b, n);
+    C->relu_fwd(cy, cy, n);
+    G->add_relu_fwd(g[3], g[0], g[1], n);
+    snprintf(name, sizeof name, "add_relu_fwd n%zu off%d", n, off);
+    check(name, g[3], cy, NULL, n, 1);
+    C->relu_bwd(cg, dy, cy, n);
+    for (int acc = 0; acc < 4; acc++) {
+        G->upload(g[4], d0, sizeof(float) * n);
+        G->upload(g[5], d1, sizeof(float) * n);
+        G->relu_bwd_join(g[4], acc & 1, g[5], acc >> 1, g[2], g[3], n);
+        join_grad_ref(ca, d0, cg, acc & 1, n);
+        join_grad_ref(cb, d1, cg, acc >> 1, n);
+        snprintf(name, sizeof name, "relu_bwd_join n%zu off%d acc %d %d", n, off, acc & 1,
+                 acc >> 1);
+        check(name, g[4], ca, NULL, n, 1);
+        check("relu_bwd_join db", g[5], cb, NULL, n, 1);
+    }
+    G->upload(g[4], d0, sizeof(float) * n);
+    G->relu_bwd_join(g[4], 1, NULL, 0, g[2], g[3], n);
+    join_grad_ref(ca, d0, cg, 1, n);
+    check("relu_bwd_join db NULL", g[4], ca, NULL, n, 1);
+    G->relu_bwd_join(NULL, 0, g[5], 0, g[2], g[3], n);
+    check("relu_bwd_join da NULL", g[5], cg, NULL, n, 1);
+    G->relu_bwd_join(g[4], 0, g[4], 1, g[2], g[3], n);
+    C->add(ca, cg, cg, n);
+    check("relu_bwd_join da == db", g[4], ca, NULL, n, 1);
+    for (int k = 0; k < 6; k++)
+        G->free(buf[k]);
+    free(a), free(b), free(dy), free(d0), free(d1), free(cy), free(cg), free(ca), free(cb);
 }
 
 /* Per-channel statistics of x (B,C,S) on the device into mean, invstd (batch statistics). */
@@ -1766,6 +1849,7 @@ int main(void)
     if (want("fusion")) {
         t_model_fusion();
         t_model_bn_fusion();
+        t_model_join_fusion();
     }
     if (want("elementwise")) {
         t_vec(100003, 0);
@@ -1781,6 +1865,9 @@ int main(void)
     if (want("residual")) {
         t_residual_ops(5, 16, 49);
         t_residual_ops(3, 64, 16);
+        t_join_relu(100003, 0);
+        t_join_relu(100003, 1);
+        t_join_relu(3, 0); /* the tail alone */
     }
     if (want("batchnorm"))
         t_batchnorm_group();

@@ -2,8 +2,9 @@
  * test_model.c - building models (nn/model.h) on the CPU backend: output shapes, parameter
  * counts and tensor names as PyTorch's nn.Sequential has them, PyTorch's default
  * initialisation bounds, the architecture fingerprint, the memory estimate and the memory
- * plan (a figure worked out by hand; no two buffers live at one step share bytes), and layer
- * lists that do not fit their input refused with the layer named.
+ * plan (figures worked out by hand, also for a residual join fused with its relu on a table
+ * that has the ops; no two buffers live at one step share bytes), and layer lists that do not
+ * fit their input refused with the layer named.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -211,6 +212,116 @@ static void test_plan(void)
     plan_ok("flatten, dropout(0.2), linear(32), relu, dropout(0.5), linear(10)", 3, 1, 8, 8);
 }
 
+/* The join + relu ops (backend.h add_relu_fwd, relu_bwd_join) the CPU backend leaves out, in
+ * plain C, so that a copy of its table plans and runs the fusion here. */
+static void join_add_relu_fwd(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float v = a[i] + b[i];
+        out[i] = v > 0 ? v : 0;
+    }
+}
+
+static void join_relu_bwd(float *da, int acc_a, float *db, int acc_b, const float *dout,
+                          const float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float g = out[i] > 0 ? dout[i] : 0;
+        if (da)
+            da[i] = acc_a ? da[i] + g : g;
+        if (db)
+            db[i] = acc_b ? db[i] + g : g;
+    }
+}
+
+/* One training step (B = 8 of D = 16 features, labels i % 4) of layers on be: the train
+ * logits, the eval logits and the gradients into out (16 * 4 + nparams floats). */
+static size_t join_step(const struct ddp_backend *be, const char *layers, float *out, int *fused)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    const int64_t d[1] = {16};
+    int rc = ddp_model_create(&m, be, layers, 1, d, 8, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", layers, err);
+    if (rc)
+        return 0;
+    ddp_model_init(&m, 3);
+    float x[128];
+    int32_t lab[8];
+    for (int i = 0; i < 128; i++)
+        x[i] = (float)((i * 37 % 23) - 11) / 7.0f;
+    for (int i = 0; i < 8; i++)
+        lab[i] = i % 4;
+    const float *y = ddp_model_forward(&m, x, 8, 1, 1);
+    memcpy(out, y, sizeof(float) * 32);
+    be->xent(ddp_model_dlogits(&m), NULL, y, lab, 8, 4, 1.0f / 8, 0);
+    ddp_model_backward(&m, x, 8, NULL, NULL);
+    memcpy(out + 64, m.grads, sizeof(float) * m.nparams);
+    memcpy(out + 32, ddp_model_forward(&m, x, 8, 0, 1), sizeof(float) * 32);
+    *fused = 0;
+    for (int i = 0; i < m.nlayers; i++)
+        *fused += m.layers[i].fused == 8;
+    const size_t np = m.nparams;
+    ddp_model_free(&m);
+    return np;
+}
+
+/* A residual join read only by a relu, on a table with the join + relu ops: fused (8, 9), the
+ * join's out and dout never planned, the relu's out live from the join's forward to the
+ * join's backward. An MLP of 64 features, batch 1, layers 0 linear, 1 linear (body), 2 join
+ * (in 1, in2 0), 3 relu, 4 linear; steps: forward i, loss 5, backward 10 - i, 11 after.
+ * Outputs 0: [0,9] (read by the body's backward at 9), 1: [1,2], 3: [2,8] (written by the
+ * join at 2, read by the join's backward at 8), 4: [4,11]; douts 4: [5,6], 3: [6,8],
+ * 1: [8,9], 0: [8,10]; layer 1's dtmp at 9 (layer 0's output has two readers): 9 blocks. Then
+ * models with nested and input blocks give a step bit for bit the plain table's. */
+static void test_join_plan(void)
+{
+    struct ddp_backend be = *ddp_backend_cpu();
+    be.add_relu_fwd = join_add_relu_fwd;
+    be.relu_bwd_join = join_relu_bwd;
+    struct ddp_model m;
+    char err[512] = "";
+    const int64_t d[1] = {64};
+    int rc = ddp_model_create(&m, &be, "linear(64), residual(linear(64)), relu, linear(64)", 1, d,
+                              1, err, sizeof err);
+    CHECK(rc == 0, "join: %s", err);
+    if (rc)
+        return;
+    CHECK(m.layers[2].fused == 8 && m.layers[3].fused == 9, "fused %d %d, want 8 9",
+          m.layers[2].fused, m.layers[3].fused);
+    struct ddp_mem_plan p;
+    ddp_mem_plan_make(&m, 1, &p);
+    CHECK(ddp_mem_plan_check(&p, err, sizeof err) == 0, "join plan: %s", err);
+    CHECK(p.nblocks == 9, "blocks %d, want 9", p.nblocks);
+    /* [layer][what]: out, dout, dtmp spans ({0, -1}: none) */
+    const int want[5][3][2] = {{{0, 9}, {8, 10}, {0, -1}},
+                               {{1, 2}, {8, 9}, {9, 9}},
+                               {{0, -1}, {0, -1}, {0, -1}},
+                               {{2, 8}, {6, 8}, {0, -1}},
+                               {{4, 11}, {5, 6}, {0, -1}}};
+    for (int i = 0; i < p.nblocks; i++) {
+        const struct ddp_mem_block *b = &p.blocks[i];
+        const int w = b->what == DDP_MEM_OUT ? 0 : b->what == DDP_MEM_DOUT ? 1 : 2;
+        CHECK(b->layer >= 0 && b->layer < 5 && b->first == want[b->layer][w][0] &&
+                  b->last == want[b->layer][w][1],
+              "layer %d block %d live %d..%d", b->layer, (int)b->what, b->first, b->last);
+    }
+    ddp_mem_plan_free(&p);
+    ddp_model_free(&m);
+    const char *nets[] = {"residual(linear(16), relu, linear(16)), relu, linear(4)",
+                          "linear(16), relu, residual(residual(linear(16)), relu, linear(16)),"
+                          " relu, residual(linear(16), relu), relu, linear(4)"};
+    for (int k = 0; k < 2; k++) {
+        float a[64 + 2048], b[64 + 2048];
+        int fa = 0, fb = 0;
+        const size_t na = join_step(&be, nets[k], a, &fa);
+        const size_t nb = join_step(ddp_backend_cpu(), nets[k], b, &fb);
+        CHECK(na && na == nb && na <= 2048 && memcmp(a, b, sizeof(float) * (64 + na)) == 0,
+              "%s: fused step differs from the plain one", nets[k]);
+        CHECK(fa == (k ? 3 : 1) && fb == 0, "%s: %d joins fused, want %d", nets[k], fa, k ? 3 : 1);
+    }
+}
+
 /* layers must be refused for this input with a one-line message holding frag. */
 static void refused(const char *layers, int64_t c, int64_t h, int64_t w, const char *frag)
 {
@@ -241,6 +352,7 @@ int main(void)
     test_batchnorm_residual();
     test_fingerprint();
     test_plan();
+    test_join_plan();
     test_refusals();
     return check_report("test_model");
 }

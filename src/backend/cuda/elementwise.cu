@@ -1,7 +1,8 @@
 /*
  * elementwise.cu - the CUDA backend's elementwise ops (see internal.cuh for the parts): relu,
- * dropout (also as captured in a CUDA graph), scale, and for linear and conv2d the bias
- * broadcast and the fused bias + relu epilogue. One thread per element, grid-stride loops.
+ * dropout (also as captured in a CUDA graph), scale, the residual join fused with the relu
+ * after it (add_relu_fwd, relu_bwd_join), and for linear and conv2d the bias broadcast and the
+ * fused bias + relu epilogue. One thread per element, grid-stride loops.
  * It leaves the GEMMs and convolutions to blas.cu and conv.cu, the graphs' values to graph.cu.
  */
 #include "backend/cuda/internal.cuh"
@@ -114,6 +115,114 @@ static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size
         LAUNCH(k_relu_bwd, blocks_for((n + 3) / 4), THREADS, dinp, dout, out, n);
     else
         LAUNCH(k_relu_bwd1, blocks_for(n), THREADS, dinp, dout, out, n);
+}
+
+/* ---- residual join + relu ---------------------------------------------------------------- */
+
+/* out = relu(a + b) on float4 vectors, the n % 4 tail one at a time: k_add's sum, then relu1. */
+__global__ void k_add_relu(float *out, const float *a, const float *b, size_t n)
+{
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
+        float4 r;
+        r.x = relu1(x.x + y.x);
+        r.y = relu1(x.y + y.y);
+        r.z = relu1(x.z + y.z);
+        r.w = relu1(x.w + y.w);
+        ((float4 *)out)[i] = r;
+    }
+    GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = relu1(a[4 * n4 + t] + b[4 * n4 + t]);
+}
+
+__global__ void k_add_relu1(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = relu1(a[i] + b[i]);
+}
+
+/* One join input's gradient d (NULL: none) at element i gets g: added (acc, k_add's d + g) or
+ * stored. */
+__device__ __forceinline__ void join_grad1(float *d, int acc, size_t i, float g)
+{
+    if (d)
+        d[i] = acc ? d[i] + g : g;
+}
+
+/* join_grad1 on float4 vector i. */
+__device__ __forceinline__ void join_grad4(float *d, int acc, size_t i, float4 g)
+{
+    if (!d)
+        return;
+    if (acc) {
+        const float4 o = ((const float4 *)d)[i];
+        g.x = o.x + g.x;
+        g.y = o.y + g.y;
+        g.z = o.z + g.z;
+        g.w = o.w + g.w;
+    }
+    ((float4 *)d)[i] = g;
+}
+
+/* The relu's input gradient into both join inputs' gradients (backend.h relu_bwd_join), float4
+ * vectors then the n % 4 tail; da before db per element, so one buffer for both adds twice. */
+__global__ void k_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const float *dout,
+                                const float *out, size_t n)
+{
+    const size_t n4 = n / 4;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 y = ((const float4 *)out)[i], dy = ((const float4 *)dout)[i];
+        float4 g;
+        g.x = relu_grad(y.x, dy.x);
+        g.y = relu_grad(y.y, dy.y);
+        g.z = relu_grad(y.z, dy.z);
+        g.w = relu_grad(y.w, dy.w);
+        join_grad4(da, acc_a, i, g);
+        join_grad4(db, acc_b, i, g);
+    }
+    GRID_STRIDE(t, n - 4 * n4)
+    {
+        const size_t i = 4 * n4 + t;
+        const float g = relu_grad(out[i], dout[i]);
+        join_grad1(da, acc_a, i, g);
+        join_grad1(db, acc_b, i, g);
+    }
+}
+
+__global__ void k_relu_bwd_join1(float *da, int acc_a, float *db, int acc_b, const float *dout,
+                                 const float *out, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = relu_grad(out[i], dout[i]);
+        join_grad1(da, acc_a, i, g);
+        join_grad1(db, acc_b, i, g);
+    }
+}
+
+static void cuda_add_relu_fwd(float *out, const float *a, const float *b, size_t n)
+{
+    if (!n)
+        return;
+    const void *p[] = {out, a, b};
+    if (vec4_ok(p, 3))
+        LAUNCH(k_add_relu, blocks_for((n + 3) / 4), THREADS, out, a, b, n);
+    else
+        LAUNCH(k_add_relu1, blocks_for(n), THREADS, out, a, b, n);
+}
+
+static void cuda_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const float *dout,
+                               const float *out, size_t n)
+{
+    if (!n || (!da && !db))
+        return;
+    const void *p[] = {da, db, dout, out};
+    if (vec4_ok(p, 4))
+        LAUNCH(k_relu_bwd_join, blocks_for((n + 3) / 4), THREADS, da, acc_a, db, acc_b, dout, out,
+               n);
+    else
+        LAUNCH(k_relu_bwd_join1, blocks_for(n), THREADS, da, acc_a, db, acc_b, dout, out, n);
 }
 
 /* out (n, O per `inner` run) = relu(out + b), in place; b NULL: relu alone. The sum is the
@@ -247,6 +356,8 @@ void cuda_table_elementwise(struct ddp_backend *t)
     t->scale = cuda_scale;
     t->relu_fwd = cuda_relu_fwd;
     t->relu_bwd = cuda_relu_bwd;
+    t->add_relu_fwd = cuda_add_relu_fwd;
+    t->relu_bwd_join = cuda_relu_bwd_join;
     t->dropout_fwd = cuda_dropout_fwd;
     t->dropout_bwd = cuda_dropout_bwd;
 }

@@ -15,7 +15,8 @@
  *   normpool.cu     batchnorm, max/avg pools, global average pool, add
  *   layout.cu       channels-last activations: to_nhwc / to_nchw, the (B, H, W, C) kernels of
  *                   the pools and gap, per-channel column sums (batchnorm, bias gradients)
- *   elementwise.cu  bias broadcast, bias + relu epilogue, relu, dropout, scale
+ *   elementwise.cu  bias broadcast, bias + relu epilogue, relu, residual join + relu, dropout,
+ *                   scale
  *   loss_optim.cu   softmax cross-entropy, sum of squares and clip_grad_norm, sgd and adam
  *   graph.cu        CUDA graphs (capture, per-step values, launch) and the stall clock
  *   table.cu        the ddp_backend table, backend creation and cuda.h's queries
