@@ -43,23 +43,6 @@ static enum ddp_run_mode mode_of(const char *subcommand)
     return DDP_RUN_TRAIN;
 }
 
-int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
-{
-    enum ddp_run_mode mode = mode_of(argv[0]);
-    for (size_t k = 0; k < sizeof g_opts / sizeof g_opts[0]; k++) {
-        if (g_opts[k].mode != mode || strcmp(argv[*i], g_opts[k].name) != 0)
-            continue;
-        if (*i + 1 >= argc) {
-            ddp_warn("%s needs a value", g_opts[k].name);
-            a->bad = 1;
-            return 1;
-        }
-        *(const char **)((char *)a + g_opts[k].off) = argv[++*i];
-        return 1;
-    }
-    return 0;
-}
-
 /* profile's --steps (--warmup): text as a count in [lo, DDP_PROFILE_STEPS_MAX] into *out, else
  * -1 after one line naming the option. */
 static int parse_count(const char *opt, const char *text, int lo, int *out)
@@ -78,16 +61,33 @@ static int parse_count(const char *opt, const char *text, int lo, int *out)
     return 0;
 }
 
+int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
+{
+    enum ddp_run_mode mode = mode_of(argv[0]);
+    for (size_t k = 0; k < sizeof g_opts / sizeof g_opts[0]; k++) {
+        if (g_opts[k].mode != mode || strcmp(argv[*i], g_opts[k].name) != 0)
+            continue;
+        if (*i + 1 >= argc) {
+            ddp_warn("%s needs a value", g_opts[k].name);
+            a->bad = 1;
+            return 1;
+        }
+        *(const char **)((char *)a + g_opts[k].off) = argv[++*i];
+        if (parse_count("--steps", a->steps_text, 1, &a->steps) != 0 ||
+            parse_count("--warmup", a->warmup_text, 0, &a->warmup) != 0)
+            a->bad = 1; /* one line, no usage: the value is wrong, not the command */
+        return 1;
+    }
+    return 0;
+}
+
 int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand)
 {
     a->mode = mode_of(subcommand);
-    if (a->mode == DDP_RUN_PROFILE) {
-        a->steps = 10;
-        a->warmup = 3;
-        return parse_count("--steps", a->steps_text, 1, &a->steps) != 0 ||
-                       parse_count("--warmup", a->warmup_text, 0, &a->warmup) != 0
-                   ? -1
-                   : 0;
+    if (a->mode == DDP_RUN_PROFILE) { /* the counts were parsed as they came */
+        a->steps = a->steps_text ? a->steps : 10;
+        a->warmup = a->warmup_text ? a->warmup : 3;
+        return 0;
     }
     if (a->mode == DDP_RUN_EXPORT || a->mode == DDP_RUN_PREDICT)
         a->finish = ddp_run_args_finish;

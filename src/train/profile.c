@@ -216,8 +216,8 @@ static void note_of(const struct prof *pr, int i, int fr, int br, char *buf, siz
     for (int j = 0, n = 0; j < pr->L && used < len; j++) {
         if (j == i || (ddp_model_runner(m, j, 0) != i && ddp_model_runner(m, j, 1) != i))
             continue;
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", n++ ? ", " : "(runs ",
-                                 m->layers[j].pos);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 n++ ? ", " : used ? " (runs " : "(runs ", m->layers[j].pos);
     }
     if (strstr(buf, "(runs ") && used < len)
         snprintf(buf + used, len - used, ")");
