@@ -480,7 +480,7 @@ int ddp_model_runner(const struct ddp_model *m, int i, int backward)
     if (backward && i < model_first_param(m))
         return -1;
     if (l->fused == 7 || (l->fused == 2 && !backward))
-        return i - 1; /* the batchnorm (linear, conv2d) before it */
+        return i - 1;    /* the batchnorm (linear, conv2d) before it */
     if (l->fused == 4) { /* its maxpool, or in forward the conv2d that runs both */
         int p = i + 1;
         while (p < m->nlayers && !(m->layers[p].in == i && m->layers[p].fused == 5))

@@ -18,12 +18,14 @@
 /* The parts of a step besides the layers, in the order of the table's last rows. */
 enum part { P_INPUT, P_ZERO, P_LOSS, P_SYNC, P_OPTIM, P_LAYERED, P_WHOLE, P_COUNT };
 static const char *const PART_NAMES[P_COUNT] = {
-    "input",          "zero_grad", "loss", "grad_sync", "optimizer", "step_layered",
-    "step_whole"};
-static const char *const PART_TEXT[P_COUNT] = {
-    "the input to channels-last", "zero the gradients", "loss (cross-entropy)",
-    "gradient buckets (1 rank)",  "optimiser step",     "",
-    ""};
+    "input", "zero_grad", "loss", "grad_sync", "optimizer", "step_layered", "step_whole"};
+static const char *const PART_TEXT[P_COUNT] = {"the input to channels-last",
+                                               "zero the gradients",
+                                               "loss (cross-entropy)",
+                                               "gradient buckets (1 rank)",
+                                               "optimiser step",
+                                               "",
+                                               ""};
 _Static_assert(sizeof PART_NAMES / sizeof *PART_NAMES == P_COUNT, "part names");
 _Static_assert(sizeof PART_TEXT / sizeof *PART_TEXT == P_COUNT, "part texts");
 
@@ -84,8 +86,8 @@ static void loss_of(const struct prof *pr, const float *logits)
     struct ddp_model *m = pr->m;
     const float gscale = 1.0f / (float)pr->B, ls = (float)pr->p->job->label_smoothing;
     if (pr->p->acc)
-        pr->be->xent_acc(ddp_model_dlogits(m), pr->p->acc, logits, pr->y, pr->B, m->classes,
-                         gscale, ls);
+        pr->be->xent_acc(ddp_model_dlogits(m), pr->p->acc, logits, pr->y, pr->B, m->classes, gscale,
+                         ls);
     else
         pr->be->xent(ddp_model_dlogits(m), NULL, logits, pr->y, pr->B, m->classes, gscale, ls);
 }
@@ -209,6 +211,9 @@ static void note_of(const struct prof *pr, int i, int fr, int br, char *buf, siz
     buf[0] = 0;
     if (fr >= 0 && fr != i && (br == fr || br < 0))
         used = (size_t)snprintf(buf, len, "(fused into %s)", m->layers[fr].pos);
+    else if (fr >= 0 && fr != i && br != i)
+        used = (size_t)snprintf(buf, len, "(fused into %s forward, %s backward)", m->layers[fr].pos,
+                                m->layers[br].pos);
     else if (fr >= 0 && fr != i)
         used = (size_t)snprintf(buf, len, "(forward fused into %s)", m->layers[fr].pos);
     else if (br >= 0 && br != i)
@@ -217,7 +222,10 @@ static void note_of(const struct prof *pr, int i, int fr, int br, char *buf, siz
         if (j == i || (ddp_model_runner(m, j, 0) != i && ddp_model_runner(m, j, 1) != i))
             continue;
         used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                 n++ ? ", " : used ? " (runs " : "(runs ", m->layers[j].pos);
+                                 n++    ? ", "
+                                 : used ? " (runs "
+                                        : "(runs ",
+                                 m->layers[j].pos);
     }
     if (strstr(buf, "(runs ") && used < len)
         snprintf(buf + used, len - used, ")");
@@ -244,8 +252,8 @@ static void print_head(const struct prof *pr)
     const struct ddp_profile_setup *p = pr->p;
     printf("profile of %s (%s) on %s: batch %d, precision %s, %d warm-up and %d timed steps, "
            "medians\n",
-           p->job->name, p->job->path, p->device, pr->B,
-           ddp_job_precision_name(p->job->precision), p->warmup, pr->N);
+           p->job->name, p->job->path, p->device, pr->B, ddp_job_precision_name(p->job->precision),
+           p->warmup, pr->N);
     if (p->conv_path && p->conv_path[0])
         printf("convolutions: %s\n", p->conv_path);
     if (pr->be->sync)
@@ -336,11 +344,12 @@ static int write_json(const struct prof *pr, const char *path)
     }
     fprintf(f, "{\"job\":\"%s\",", ddp_json_str(p->job->name, s, sizeof s));
     fprintf(f, "\"device\":\"%s\",", ddp_json_str(p->device, s, sizeof s));
-    fprintf(f, "\"convolutions\":\"%s\",", ddp_json_str(p->conv_path ? p->conv_path : "", s, sizeof s));
-    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,", ddp_job_precision_name(p->job->precision),
-            pr->m->nhwc ? "true" : "false");
-    fprintf(f, "\"batch\":%d,\"warmup\":%d,\"steps\":%d,\"per_layer_sync\":%s,", pr->B,
-            p->warmup, pr->N, pr->be->sync ? "true" : "false");
+    fprintf(f, "\"convolutions\":\"%s\",",
+            ddp_json_str(p->conv_path ? p->conv_path : "", s, sizeof s));
+    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,",
+            ddp_job_precision_name(p->job->precision), pr->m->nhwc ? "true" : "false");
+    fprintf(f, "\"batch\":%d,\"warmup\":%d,\"steps\":%d,\"per_layer_sync\":%s,", pr->B, p->warmup,
+            pr->N, pr->be->sync ? "true" : "false");
     json_layers(f, pr);
     for (int k = 0; k < P_COUNT; k++) {
         fprintf(f, ",\"%s_ms\":", PART_NAMES[k]);

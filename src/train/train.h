@@ -30,7 +30,7 @@ struct ddp_run_args {
     const char *checkpoint; /* eval, export, predict: the weights (a checkpoint or model.h5) */
     const char *onnx;       /* export */
     const char *onnx_input; /* export: "uint8", "float", or NULL (by the data's dtype) */
-    const char *input, *output, *group; /* predict: X.h5, Y.h5, the group in X.h5 */
+    const char *input, *output, *group;   /* predict: X.h5, Y.h5, the group in X.h5 */
     const char *steps_text, *warmup_text; /* profile: --steps, --warmup as given */
     const char *json;                     /* profile: --json FILE, or NULL */
     int steps, warmup;                    /* profile: parsed (defaults 10 and 3) */

@@ -66,7 +66,7 @@ flat = L[want.index("7")]
 check(flat["fwd_ms"] is None and flat["fwd_runner"] is None, "flatten is a view: no time")
 check(L[0]["bwd_ms"] is not None and L[-1]["fwd_ms"] > 0, "times in the JSON")
 for r, l in zip(rows, L):
-    if l["fwd_ms"] is not None and abs(float(r[2]) - l["fwd_ms"]) > 0.0011:
+    if l["fwd_ms"] is not None and abs(float(r[4]) - l["fwd_ms"]) > 0.0011:
         check(False, "table and JSON agree on layer %s" % l["pos"])
 jshare = sum(l["share_pct"] for l in L) + sum(
     100 * js[k] / js["sum_ms"] for k in ("zero_grad_ms", "loss_ms", "grad_sync_ms", "optimizer_ms"))
