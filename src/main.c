@@ -38,6 +38,8 @@ static const struct subcommand COMMANDS[] = {
     {"launch", ddp_cmd_launch, 0, "launch --nproc-per-node N JOB.ini ...",
      "start N local ranks (torchrun-like)"},
     {"check", ddp_cmd_train, 1, "check JOB.ini [--set ...]", "everything before the first step"},
+    {"profile", ddp_cmd_train, 1, "profile JOB.ini [--steps N] [--json FILE]",
+     "a training step's time per layer"},
     {"report", ddp_cmd_report, 0, "report RUN_DIR [RUN_DIR...]", "RUN_DIR/report.html: the curves"},
     {"export", ddp_cmd_train, 1, "export JOB.ini --checkpoint F --onnx OUT", "the model as ONNX"},
     {"predict", ddp_cmd_train, 1, "predict JOB.ini --checkpoint F --input X --output Y",

@@ -1,6 +1,7 @@
 /* run_args.c - options and final acts of eval, check, export and predict. See run_args.h. */
 #include "cli/run_args.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "dist/world.h"
 #include "report/onnx.h"
 #include "core/util.h"
+#include "train/profile.h" /* DDP_PROFILE_STEPS_MAX */
 
 static const struct {
     const char *name;
@@ -26,15 +28,37 @@ static const struct {
     {"--input", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, input)},
     {"--output", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, output)},
     {"--group", DDP_RUN_PREDICT, offsetof(struct ddp_run_args, group)},
+    {"--steps", DDP_RUN_PROFILE, offsetof(struct ddp_run_args, steps_text)},
+    {"--warmup", DDP_RUN_PROFILE, offsetof(struct ddp_run_args, warmup_text)},
+    {"--json", DDP_RUN_PROFILE, offsetof(struct ddp_run_args, json)},
 };
 
 static enum ddp_run_mode mode_of(const char *subcommand)
 {
-    static const char *names[] = {"train", "eval", "check", "export", "predict"};
-    for (int i = 0; i < 5; i++)
+    static const char *names[] = {"train", "eval", "check", "export", "predict", "profile"};
+    _Static_assert(sizeof names / sizeof *names == DDP_RUN_PROFILE + 1, "one name per mode");
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
         if (strcmp(subcommand, names[i]) == 0)
             return (enum ddp_run_mode)i;
     return DDP_RUN_TRAIN;
+}
+
+/* profile's --steps (--warmup): text as a count in [lo, DDP_PROFILE_STEPS_MAX] into *out, else
+ * -1 after one line naming the option. */
+static int parse_count(const char *opt, const char *text, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    const long v = text ? strtol(text, &end, 10) : 0;
+    if (!text)
+        return 0;
+    if (errno || end == text || *end || v < lo || v > DDP_PROFILE_STEPS_MAX) {
+        ddp_warn("profile: %s %s: expected a whole number from %d to %d", opt, text, lo,
+                 DDP_PROFILE_STEPS_MAX);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
 }
 
 int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
@@ -49,6 +73,9 @@ int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
             return 1;
         }
         *(const char **)((char *)a + g_opts[k].off) = argv[++*i];
+        if (parse_count("--steps", a->steps_text, 1, &a->steps) != 0 ||
+            parse_count("--warmup", a->warmup_text, 0, &a->warmup) != 0)
+            a->bad = 1; /* one line, no usage: the value is wrong, not the command */
         return 1;
     }
     return 0;
@@ -57,6 +84,11 @@ int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
 int ddp_run_args_check(struct ddp_run_args *a, const char *subcommand)
 {
     a->mode = mode_of(subcommand);
+    if (a->mode == DDP_RUN_PROFILE) { /* the counts were parsed as they came */
+        a->steps = a->steps_text ? a->steps : 10;
+        a->warmup = a->warmup_text ? a->warmup : 3;
+        return 0;
+    }
     if (a->mode == DDP_RUN_EXPORT || a->mode == DDP_RUN_PREDICT)
         a->finish = ddp_run_args_finish;
     const char *need = NULL;
@@ -101,9 +133,14 @@ int ddp_run_args_check_files(const struct ddp_run_args *a, const char *subcomman
                              const char *job_path, const struct ddp_job *job, char *err,
                              size_t errlen)
 {
-    const char *opt = a->mode == DDP_RUN_EXPORT ? "--onnx" : "--output";
-    const char *out = a->mode == DDP_RUN_EXPORT ? a->onnx : a->output;
-    if ((a->mode != DDP_RUN_EXPORT && a->mode != DDP_RUN_PREDICT) || !out)
+    const char *opt = a->mode == DDP_RUN_EXPORT    ? "--onnx"
+                      : a->mode == DDP_RUN_PROFILE ? "--json"
+                                                   : "--output";
+    const char *out = a->mode == DDP_RUN_EXPORT    ? a->onnx
+                      : a->mode == DDP_RUN_PROFILE ? a->json
+                                                   : a->output;
+    if ((a->mode != DDP_RUN_EXPORT && a->mode != DDP_RUN_PREDICT && a->mode != DDP_RUN_PROFILE) ||
+        !out)
         return 0;
     const struct input_file in[] = {
         {"the job file", job_path},

@@ -1,6 +1,6 @@
 /*
- * cli/train.c - the arguments of `ddptrain [train] JOB.ini`, `eval`, `check`, `export` and
- * `predict`: the job file, --set overrides (applied after the file), and the options of the
+ * cli/train.c - the arguments of `ddptrain [train] JOB.ini`, `eval`, `check`, `export`,
+ * `predict` and `profile`: the job file, --set overrides (applied after the file), and the options of the
  * mode (cli/run_args.h). Loads and validates the
  * job, then hands it to the trainer (train/train.h).
  */
@@ -57,6 +57,16 @@ static const struct {
                 "  --output Y.h5     the file to write (never one of the inputs)\n"
                 "  --group G         the group of X.h5 to read\n"
                 "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"},
+    {"profile",
+     "usage: ddptrain profile JOB.ini [--steps N] [--warmup N] [--json FILE] [--set ...]\n"
+     "Where a training step's time goes, per layer: the job's model on this rank's\n"
+     "device, as a run would choose it, on a random batch of the data's sample shape\n"
+     "(only the data file's shape and classes are read). One process (docs/training.md).\n"
+     "  --steps N         timed steps (default 10; medians)\n"
+     "  --warmup N        untimed steps first (default 3)\n"
+     "  --json FILE       the same numbers as JSON\n"
+     "  --set, -s S.K=V   override a job key (docs/job-file.md)\n"
+     "Exit 0 done, 1 runtime failure, 2 bad job or usage, 3 bad data, 4 launch.\n"},
 };
 
 static void usage(FILE *f, const char *subcommand)

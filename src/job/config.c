@@ -324,3 +324,8 @@ void ddp_job_free(struct ddp_job *job)
     if (job)
         DDP_FREE(job->text);
 }
+
+const char *ddp_job_precision_name(int precision)
+{
+    return precision >= 0 && precision < DDP_PRECISION_COUNT ? PRECISION_NAMES[precision] : "?";
+}

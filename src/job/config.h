@@ -145,5 +145,7 @@ void ddp_job_log_lines(const struct ddp_job *job, void (*emit)(const char *line)
 /* The schema as Markdown (docs/job-file.md is generated from it). */
 void ddp_job_write_reference(FILE *f);
 void ddp_job_free(struct ddp_job *job); /* frees text; accepts a zeroed job */
+/* [train] precision's name ("fp32", "tf32", "bf16"), as the job file spells it. */
+const char *ddp_job_precision_name(int precision);
 
 #endif

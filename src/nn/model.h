@@ -229,4 +229,23 @@ int ddp_mem_plan_check(const struct ddp_mem_plan *p, char *err, size_t errlen);
 /* Human summary "flatten, linear(784->512), ..." into buf. */
 void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);
 
+/* One layer at a time, for `ddptrain profile` (train/profile.h), which times each call; the
+ * trainer runs the whole passes above. ddp_model_forward is ddp_model_forward_input (the
+ * channels-last copy of the input, struct ddp_model xin; nothing when there is none) and then
+ * ddp_model_forward_layer for i = 0 .. nlayers - 1; ddp_model_backward is
+ * ddp_model_backward_layer for i = nlayers - 1 down to 0, with layer_done after each layer
+ * with parameters (w_n > 0), which these leave to the caller. A layer whose work another
+ * layer's call does (the `fused` codes) does nothing in its own call. */
+void ddp_model_forward_input(struct ddp_model *m, const float *x, int B);
+void ddp_model_forward_layer(struct ddp_model *m, int i, const float *x, int B, int train,
+                             uint64_t noise_seed);
+void ddp_model_backward_layer(struct ddp_model *m, int i, const float *x, int B);
+/* The layer whose call runs layer i's forward (backward: its backward), by the fused codes:
+ * i itself, a fused partner (a relu's conv2d, linear, batchnorm, join or maxpool; a maxpool's
+ * conv2d), or -1 when nothing runs (a flatten that is a view; backward below the first layer
+ * with parameters, where no gradient is needed). */
+int ddp_model_runner(const struct ddp_model *m, int i, int backward);
+/* "conv2d -> 64x32x32", "linear -> 10": layer i's kind and output shape per sample. */
+void ddp_model_layer_text(const struct ddp_model *m, int i, char *buf, size_t len);
+
 #endif

@@ -299,30 +299,36 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
     }
 }
 
+/* Backward of layer i (>= first, the first layer with parameters): its parameter gradients
+ * added, its input's gradient written or added. Returns 0 where the layer's backward runs
+ * elsewhere or nowhere: a view, or a relu fused into its maxpool (batchnorm, join). */
+static int backward_at(struct ddp_model *m, int i, const float *x, int B, int first)
+{
+    struct ddp_layer *l = &m->layers[i];
+    if (l->spec.kind == DDP_LAYER_RESIDUAL) {
+        join_backward(m, l, B, first);
+        return 1;
+    }
+    if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7 ||
+        l->fused == 9)
+        return 0;
+    /* a maxpool with its relu (5) writes the gradient of the relu's input */
+    const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
+    float *dinp = grad_dest(m, src, first);
+    layer_backward(m, i, value_of(m, l->in, x), dinp, B);
+    grad_add(m, src, dinp, B);
+    return 1;
+}
+
 void ddp_model_backward(struct ddp_model *m, const float *x, int B,
                         void (*layer_done)(void *ctx, int layer), void *ctx)
 {
     /* below the first layer with parameters no gradient is needed (flatten, linear: the
      * first linear's input gradient would be pure waste) */
     const int first = model_first_param(m);
-    for (int i = m->nlayers - 1; i >= first; i--) {
-        struct ddp_layer *l = &m->layers[i];
-        if (l->spec.kind == DDP_LAYER_RESIDUAL) {
-            join_backward(m, l, B, first);
-            continue;
-        }
-        if ((l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout) || l->fused == 4 || l->fused == 7 ||
-            l->fused == 9)
-            continue; /* a relu fused into its maxpool (batchnorm, join): whose backward is both */
-        /* a maxpool with its relu (5) writes the gradient of the relu's input */
-        const struct ddp_layer *src = l->fused == 5 ? &m->layers[l->in] : l;
-        const float *inp = value_of(m, l->in, x);
-        float *dinp = grad_dest(m, src, first);
-        layer_backward(m, i, inp, dinp, B);
-        grad_add(m, src, dinp, B);
-        if (layer_done && l->w_n)
+    for (int i = m->nlayers - 1; i >= first; i--)
+        if (backward_at(m, i, x, B, first) && layer_done && m->layers[i].w_n)
             layer_done(ctx, i);
-    }
 }
 
 /* Blocks around layer l: one per ".body." or ".shortcut." in its name. */
@@ -453,4 +459,54 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
                     "is not: training diverged; lower [optim] lr",
                     prev),
            0;
+}
+
+/* ---- one layer at a time (ddptrain profile) --------------------------------------------- */
+
+void ddp_model_forward_input(struct ddp_model *m, const float *x, int B)
+{
+    input_forward(m, x, B);
+}
+
+void ddp_model_forward_layer(struct ddp_model *m, int i, const float *x, int B, int train,
+                             uint64_t noise_seed)
+{
+    layer_forward(m, i, x, B, train, noise_seed);
+}
+
+void ddp_model_backward_layer(struct ddp_model *m, int i, const float *x, int B)
+{
+    const int first = model_first_param(m);
+    if (i >= first)
+        backward_at(m, i, x, B, first);
+}
+
+int ddp_model_runner(const struct ddp_model *m, int i, int backward)
+{
+    const struct ddp_layer *l = &m->layers[i];
+    if (l->spec.kind == DDP_LAYER_FLATTEN && !l->relayout)
+        return -1; /* a view */
+    if (backward && i < model_first_param(m))
+        return -1;
+    if (l->fused == 7 || l->fused == 9 || (l->fused == 2 && !backward))
+        return l->in;    /* the batchnorm (join, linear, conv2d) before it */
+    if (l->fused == 4) { /* its maxpool, or in forward the conv2d that runs both */
+        int p = i + 1;
+        while (p < m->nlayers && !(m->layers[p].in == i && m->layers[p].fused == 5))
+            p++;
+        return !backward && relu_ran(m, i) ? l->in : p;
+    }
+    if (l->fused == 5 && !backward && relu_ran(m, l->in))
+        return m->layers[l->in].in;
+    return i;
+}
+
+void ddp_model_layer_text(const struct ddp_model *m, int i, char *buf, size_t len)
+{
+    const struct ddp_layer *l = &m->layers[i];
+    if (l->out_ndim == 1)
+        snprintf(buf, len, "%s -> %d", model_kind_name(l->spec.kind), l->oshape[0]);
+    else
+        snprintf(buf, len, "%s -> %dx%dx%d", model_kind_name(l->spec.kind), l->oshape[0],
+                 l->oshape[1], l->oshape[2]);
 }

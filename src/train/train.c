@@ -148,8 +148,8 @@ static int init_weights(struct trainer *t, char *err, size_t errlen)
  * so a run that fails during setup leaves an earlier run's files as they were. */
 static int prepare_output(struct trainer *t, char *err, size_t errlen)
 {
-    if (t->world.rank != 0 || t->eval_only)
-        return 0;
+    if (t->world.rank != 0 || t->eval_only || t->args.mode == DDP_RUN_PROFILE)
+        return 0; /* eval and profile write nothing there */
     char where[DDP_PATH_MAX + 64], why[DDP_ERR_LEN];
     if (t->args.mode == DDP_RUN_CHECK) { /* what the lock would say, touching nothing */
         if (ddp_outdir_probe(t->job.output, why, sizeof why) == 0)
@@ -284,7 +284,8 @@ static int check_job(struct trainer *t)
 static int refuse_cpu_bf16(const struct trainer *t)
 {
     if (t->job.precision != DDP_PRECISION_BF16 ||
-        (t->args.mode != DDP_RUN_TRAIN && t->args.mode != DDP_RUN_CHECK))
+        (t->args.mode != DDP_RUN_TRAIN && t->args.mode != DDP_RUN_CHECK &&
+         t->args.mode != DDP_RUN_PROFILE))
         return 0;
     char where[DDP_PATH_MAX + 64];
     ddp_warn("%s: bf16 needs a GPU (bf16 GEMMs are CUDA-only), but this rank computes on the "
@@ -411,6 +412,14 @@ static int start_world(struct trainer *t)
     ddp_log_set_identity(w->host, w->rank, w->world_size);
     if (w->warning[0] && w->rank == 0)
         ddp_warn("warning: %s", w->warning);
+    if (t->args.mode == DDP_RUN_PROFILE && w->world_size > 1) {
+        if (w->rank == 0)
+            ddp_warn("profile: %d ranks started (launcher %s); profile runs in one process on "
+                     "this node's device: run it without srun, mpirun or launch (or with one "
+                     "task)",
+                     w->world_size, ddp_launcher_name(w->launcher));
+        return DDP_EXIT_USAGE;
+    }
     int rc = start_comm(t);
     if (rc)
         return rc;
@@ -735,6 +744,24 @@ static int run_training(struct trainer *t, double t_setup)
     return rc;
 }
 
+/* `ddptrain profile`: the optimiser, then train/profile.h on the built model. */
+static int run_profile(struct trainer *t)
+{
+    ddp_optim_init(&t->optim, t->be, &t->job, t->model.nparams, t->world.world_size);
+    t->optim.steps_per_epoch = 1;
+    const struct ddp_profile_setup p = {.model = &t->model,
+                                        .sync = &t->sync,
+                                        .optim = &t->optim,
+                                        .job = &t->job,
+                                        .device = t->device,
+                                        .conv_path = t->conv_path,
+                                        .acc = t->acc,
+                                        .warmup = t->args.warmup,
+                                        .steps = t->args.steps,
+                                        .json = t->args.json};
+    return ddp_profile_run(&p);
+}
+
 /* The one cleanup path: everything the trainer holds, in reverse order of setup; accepts a
  * trainer at any point of its setup. */
 static void teardown(struct trainer *t)
@@ -786,6 +813,10 @@ int ddp_train_run(struct ddp_job *job, const struct ddp_run_args *args)
     t->eval_only = args->checkpoint;
     t->lock_fd = -1;
     t->hooks = ddp_test_hooks();
+    if (args->mode == DDP_RUN_PROFILE) { /* no samples read; the step timed without graphs */
+        t->job.cache_mb = 0;
+        t->job.cuda_graph = DDP_CUDA_GRAPH_OFF;
+    }
     int rc = check_job(t);
     if (!rc)
         rc = start_world(t);
@@ -795,6 +826,8 @@ int ddp_train_run(struct ddp_job *job, const struct ddp_run_args *args)
     if (!rc && t->args.finish) {
         char err[DDP_ERR_LEN * 2];
         rc = t->args.finish(&t->args, &t->model, &t->job, err, sizeof err);
+    } else if (!rc && t->args.mode == DDP_RUN_PROFILE) {
+        rc = run_profile(t);
     } else if (!rc) {
         rc = t->eval_only ? run_eval(t) : run_training(t, t_setup);
     }

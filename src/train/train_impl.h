@@ -40,6 +40,7 @@
 #include "train/jobdiff.h"
 #include "train/signals.h"
 #include "train/step.h"
+#include "train/profile.h"
 #include "train/summary.h"
 #include "train/valsel.h"
 #include "job/recipe.h"

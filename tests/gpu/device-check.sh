@@ -45,12 +45,21 @@
 #                   GPU (tests/gpu/torch_gpu_bench.py: data preloaded on the GPU, eager and
 #                   torch.compile); tests/gpu/bench_table.py makes the table, each row naming the
 #                   convolution path; what did not fit is "-"
-# STAGES (default all) runs a subset of 3-9 (e.g. STAGES="ops fullrun bench"); the others are
+#  10. profile      (PROFILE_S, default 60 s, kept from the benchmark's time) `ddptrain profile`
+#                   of configs/cifar-resnet18.ini at batch 256 (the benchmark's 3x32x32 synthetic
+#                   data) in bf16 (channels-last, the default layout), bf16 with train.layout =
+#                   nchw, and tf32: per-layer forward and backward times (each with one device
+#                   synchronisation) and the unsynchronised step, 3 warm-up and 10 timed steps;
+#                   each run's table and JSON (profile-bf16.txt, profile-bf16.json, ...) go into
+#                   validate.tar, the tables also into the log (--dry: configs/fashion-cnn.ini at
+#                   batch 2, one step each, for the plumbing)
+# STAGES (default all) runs a subset of 3-10 (e.g. STAGES="ops fullrun bench"); the others are
 # reported "not run".
 #
 # Writes under $OUT/gpu 8 files (the device tool brings back 8): device-check.log (all of it),
 # ops.txt (test_cuda_ops, test_nccl, then the sanitizer's runs), validate.tar (validate.json,
-# validate.txt: both runs' output, cuda-w1.ref, expect-CARD.ini), curve.txt, fullrun.json,
+# validate.txt: both runs' output, cuda-w1.ref, expect-CARD.ini; the profile stage's tables and
+# JSON files), curve.txt, fullrun.json,
 # bench.json, bench.md (the table, ready for bench/RESULTS-gpu.md) and bench-runs.txt (the last
 # lines of every benchmark run). Prints the table last. Exit 0 when
 # every check that ran passed, else 1 (the summary names the stage).
@@ -75,8 +84,9 @@ SANITIZER_S=${SANITIZER_S:-20}
 SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck}
 RACE_OPS=${RACE_OPS:-elementwise,linear,residual,batchnorm,xent,sumsq,optim,clip,u8}
 VALIDATE_S=${VALIDATE_S:-40}
+PROFILE_S=${PROFILE_S:-60}
 # STAGES: the stages to run after device and libraries (default all): ops validate sanitizer
-# curves graphs fullrun bench; a stage left out is reported as "not run" and does not fail the check
+# curves graphs fullrun bench profile; a stage left out is reported as "not run" and does not fail the check
 STAGES=${STAGES:-all}
 on() { [[ " $STAGES " == *" all "* || " $STAGES " == *" $1 "* ]]; }
 W=$(mktemp -d)
@@ -175,6 +185,8 @@ if [ $DRY = 1 ]; then
     BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd,tf32-on,tf32-on-nchw:60"
     CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32 CURVE_MIN_ACC=0) SAN_STEPS=5
     GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
+    # the twin runs ResNet-18 at seconds a step: the profile's plumbing on the small CNN
+    PROFILE_CFG=fashion-cnn PROFILE_ARGS=(--set data.batch_size=2 --warmup 1 --steps 1)
 else
     setup_bundle "${1:-.dev/gpu}"
     STEPS_MLP="400 100" STEPS_CNN="250 50" STEPS_R18="100 20" NTRAIN=60000 NTRAIN_R18=8192
@@ -185,6 +197,7 @@ else
         fashion-cnn:1024:fp32-on,tf32-on,bf16-on,fp32-off:75 fashion-cnn:256:fp32-on,tf32-on,bf16-on,fp32-off:60
         fashion-mlp:256:fp32-on,bf16-on,tf32-on,fp32-off:40 fashion-mlp:1024:fp32-on,bf16-on,tf32-on:30"}
     SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20 GRAPH_CFG=fashion-resnet GRAPH_STEPS=12
+    PROFILE_CFG=cifar-resnet18 PROFILE_ARGS=(--set data.batch_size=256 --warmup 3 --steps 10)
     FMNIST_DIR=$(realpath "${1:-.dev/gpu}")/fashion-mnist
 fi
 # wrappers: the carried libraries for our binaries only, never for python/PyTorch
@@ -505,6 +518,9 @@ fi
 
 # ---- benchmark --------------------------------------------------------------------------------
 if on bench; then
+    # the profile's seconds are kept from the benchmark, which takes whatever is left
+    TOTAL_BENCH=$TOTAL_S
+    on profile && TOTAL_S=$((TOTAL_S - PROFILE_S))
     step "bench (what is left of $TOTAL_S s)"
     BENCH_FAIL=0
     : > "$R/bench-runs.txt.new"
@@ -531,6 +547,40 @@ if on bench; then
     fi
     "$PY" tests/gpu/bench_table.py "$W" "$R" "$DRY" || BENCH_FAIL=1
     [ $BENCH_FAIL = 0 ] && result bench done || result bench "FAIL (bench-runs.txt)"
+    TOTAL_S=$TOTAL_BENCH
+fi
+
+# ---- per-layer profile ------------------------------------------------------------------------
+# profile_stage: ResNet-18 (--dry: the small CNN) in bf16 (default layout: channels-last), bf16
+# NCHW and tf32; each run's table and JSON into $W/validate, then validate.tar again (the 8 files
+# the tool brings back)
+profile_stage() {
+    local pd=$W/validate data v t rc prof_fail=0 args
+    data=$(data_of $PROFILE_CFG)
+    mkdir -p "$pd"
+    [ -s "$data" ] || [ $PROFILE_CFG != cifar-resnet18 ] ||
+        timeout "$(budget 30)" "$DDPTRAIN" data synth -o "$data" --shape $R18_SHAPE \
+            --classes 10 --train 64 --test 16 --seed 1 >/dev/null || prof_fail=1
+    [ $PROFILE_CFG = cifar-resnet18 ] || data=$W/san.h5 # the libraries stage's 1x28x28
+    for v in bf16 bf16-nchw tf32; do
+        args=(--set train.precision=${v%%-*})
+        [[ $v == *nchw ]] && args+=(--set train.layout=nchw)
+        t=$(budget $((PROFILE_S / 3)))
+        [ "$t" -lt 5 ] && { echo "skipped: profile $v: out of time"; prof_fail=1; continue; }
+        timeout "$t" "$DDPTRAIN" profile configs/$PROFILE_CFG.ini --set train.device=cuda \
+            --set data.file="$data" "${PROFILE_ARGS[@]}" "${args[@]}" \
+            --json "$pd/profile-$v.json" > "$pd/profile-$v.txt" 2>&1
+        rc=$?
+        echo "-- profile $v (exit $rc)"
+        cat "$pd/profile-$v.txt"
+        [ $rc = 0 ] || { echo "FAIL: profile $v exit $rc"; prof_fail=1; }
+    done
+    pack_validate "$pd"
+    [ $prof_fail = 0 ] && result profile done || result profile "FAIL (validate.tar: profile-*.txt)"
+}
+if on profile; then
+    step "profile"
+    profile_stage
 fi
 
 step "summary"
@@ -539,7 +589,7 @@ for k in "${ORDER[@]}"; do
     printf '  %-10s %s\n' "$k" "${RESULT[$k]}"
     case ${RESULT[$k]} in pass | done) ;; *) fail=1 ;; esac
 done
-for k in ops validate sanitizer curves graphs fullrun bench; do
+for k in ops validate sanitizer curves graphs fullrun bench profile; do
     on $k || printf '  %-10s %s\n' "$k" "not run (STAGES=$STAGES)"
 done
 nfiles=$(find "$R" -type f | wc -l)

@@ -3,8 +3,9 @@
  * counts and tensor names as PyTorch's nn.Sequential has them, PyTorch's default
  * initialisation bounds, the architecture fingerprint, the memory estimate and the memory
  * plan (figures worked out by hand, also for a residual join fused with its relu on a table
- * that has the ops; no two buffers live at one step share bytes), and layer lists that do not
- * fit their input refused with the layer named.
+ * that has the ops; no two buffers live at one step share bytes), layer lists that do not fit
+ * their input refused with the layer named, and the layer-at-a-time calls of `ddptrain
+ * profile` equal to the whole passes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -346,6 +347,74 @@ static void test_refusals(void)
     refused("flatten, linear(0)", 1, 28, 28, "linear");
 }
 
+/* One pass of a step on x, y: the logits and gradients into logits, grads (host copies), by the
+ * whole passes (layered = 0) or one layer at a time (ddptrain profile's calls). */
+static void run_pass(struct ddp_model *m, const float *x, const int32_t *y, int layered,
+                     float *logits, float *grads)
+{
+    const struct ddp_backend *be = m->be;
+    const int B = 8;
+    be->zero(m->grads, m->nparams);
+    const float *out;
+    if (layered) {
+        ddp_model_forward_input(m, x, B);
+        for (int i = 0; i < m->nlayers; i++)
+            ddp_model_forward_layer(m, i, x, B, 1, 7);
+        out = m->layers[m->nlayers - 1].out;
+    } else {
+        out = ddp_model_forward(m, x, B, 1, 7);
+    }
+    memcpy(logits, out, sizeof(float) * (size_t)B * (size_t)m->classes);
+    be->xent(ddp_model_dlogits(m), NULL, out, y, B, m->classes, 1.0f / B, 0);
+    if (layered)
+        for (int i = m->nlayers - 1; i >= 0; i--)
+            ddp_model_backward_layer(m, i, x, B);
+    else
+        ddp_model_backward(m, x, B, NULL, NULL);
+    memcpy(grads, m->grads, sizeof(float) * m->nparams);
+}
+
+/* The layer-at-a-time calls compute what the whole passes do, bit for bit, and each layer's
+ * runner is itself on the CPU (no fusions) or -1 (a view; no backward below the first
+ * parameters). */
+static void test_layer_by_layer(void)
+{
+    struct ddp_model m;
+    char err[512] = "";
+    int rc = build(&m,
+                   "conv2d(4, 3, pad=1), batchnorm, relu, maxpool(2),"
+                   " residual(conv2d(4, 3, pad=1), batchnorm, relu, conv2d(4, 3, pad=1)), relu,"
+                   " flatten, linear(8), relu, dropout(0.2), linear(3)",
+                   3, 3, 8, 8, err, sizeof err);
+    CHECK(rc == 0, "layered model: %s", err);
+    if (rc)
+        return;
+    ddp_model_init(&m, 3);
+    float x[8 * 3 * 8 * 8], la[8 * 3], lb[8 * 3];
+    int32_t y[8];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)((i * 37) % 101) / 101.0f;
+    for (int i = 0; i < 8; i++)
+        y[i] = i % 3;
+    float *ga = malloc(sizeof(float) * m.nparams), *gb = malloc(sizeof(float) * m.nparams);
+    run_pass(&m, x, y, 0, la, ga);
+    run_pass(&m, x, y, 1, lb, gb);
+    CHECK(memcmp(la, lb, sizeof la) == 0, "layer by layer: the same logits");
+    CHECK(memcmp(ga, gb, sizeof(float) * m.nparams) == 0, "layer by layer: the same gradients");
+    for (int i = 0; i < m.nlayers; i++) {
+        const int f = ddp_model_runner(&m, i, 0), b = ddp_model_runner(&m, i, 1);
+        const int view = m.layers[i].spec.kind == DDP_LAYER_FLATTEN;
+        CHECK(f == (view ? -1 : i) && b == (view ? -1 : i),
+              "layer %s runs itself (forward %d, backward %d)", m.layers[i].pos, f, b);
+    }
+    char what[64];
+    ddp_model_layer_text(&m, 0, what, sizeof what);
+    CHECK(strcmp(what, "conv2d -> 4x8x8") == 0, "layer text '%s'", what);
+    free(ga);
+    free(gb);
+    ddp_model_free(&m);
+}
+
 int main(void)
 {
     test_cnn();
@@ -354,5 +423,6 @@ int main(void)
     test_plan();
     test_join_plan();
     test_refusals();
+    test_layer_by_layer();
     return check_report("test_model");
 }
