@@ -1,9 +1,9 @@
 #!/bin/bash
 # profile.sh - `ddptrain profile` on one twin GPU (suite twin): a residual CNN under tf32, so
 # channels-last (the input's copy is a row) with the GPU's fusions (conv2d + relu + maxpool,
-# batchnorm + relu, linear + relu): every layer has its row, the fused partners name the layer
-# that runs them, the header names the twin and says that each row includes one device
-# synchronisation, and the JSON agrees.
+# batchnorm + relu, residual join + relu, linear + relu): every layer has its row, the fused
+# partners name the layer that runs them, the header names the twin and says that each row
+# includes one device synchronisation, and the JSON agrees.
 set -u
 DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDPTRAIN=${DDPTRAIN:?} DDP_SRC=${DDP_SRC:?}
 PY=/usr/bin/python3
@@ -55,6 +55,9 @@ check("(runs" in rows["1"], "the conv2d's row names what it runs")
 check(L["4.3"]["fwd_runner"] == "4.2" and L["4.3"]["bwd_runner"] == "4.2"
       and "(fused into 4.2)" in rows["4.3"], "the body's relu is fused into its batchnorm")
 check(L["4.3"]["fwd_ms"] is None and L["4.2"]["fwd_ms"] is not None, "timed once, by its runner")
+# the residual join + relu both ways
+check(L["5"]["fwd_runner"] == "4" and L["5"]["bwd_runner"] == "4" and "(fused into 4)" in rows["5"],
+      "the join runs its relu: " + rows["5"].strip())
 check(js["per_layer_sync"] and js["step_whole_ms"] > 0, "the whole step without syncs")
 check(abs(sum(l["share_pct"] for l in js["layers"]) + sum(
     100 * js[k] / js["sum_ms"] for k in ("input_ms", "zero_grad_ms", "loss_ms", "grad_sync_ms",
