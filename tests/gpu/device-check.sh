@@ -243,7 +243,7 @@ ddp_run() {
         --set job.report=false --set train.precision="$prec" --set train.cuda_graph="$graph" \
         "${det[@]}" --set job.output="$W/$id" > "$W/$id.log" 2>&1
     local rc=$?
-    { echo "---- $id (exit $rc)"; grep -E "convolutions|  conv C" "$W/$id.log"; tail -3 "$W/$id.log"; } >> "$R/bench-runs.txt"
+    { echo "---- $id (exit $rc)"; grep -E "convolutions|  conv " "$W/$id.log"; tail -3 "$W/$id.log"; } >> "$R/bench-runs.txt"
     [ $rc = 0 ] || { echo "FAIL: $id exit $rc: $(tail -1 "$W/$id.log")"; BENCH_FAIL=1; }
 }
 # PyTorch, one process per model and batch: its variants (mode:precision) in priority order

@@ -88,13 +88,17 @@
 /* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
  * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
  * anything but a down-conversion for tf32 and bf16). */
-template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int tf32)
+template <typename Perf> static int dnn_runs_here(const Perf &p, size_t cap, int tf32)
 {
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > cap ||
-        (g_cuda.dnn.det && p.determinism != CUDNN_DETERMINISTIC))
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > cap)
         return 0;
     return tf32 ? p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
                 : p.mathType == CUDNN_FMA_MATH;
+}
+
+template <typename Perf> static int dnn_allowed(const Perf &p, size_t cap, int tf32)
+{
+    return dnn_runs_here(p, cap, tf32) && !(g_cuda.dnn.det && p.determinism != CUDNN_DETERMINISTIC);
 }
 
 /* An algorithm asked for by name (ddp_cuda_conv_adopt): its number and math; algo -1: none. */
@@ -186,12 +190,24 @@ struct dnn_operands {
 
 /* Keep entry p for direction d of slot s (its algorithm already stored by the caller), chosen
  * as how says (DNN_HEURISTIC, DNN_MEASURED or DNN_ADOPTED). */
-template <typename Perf> static void dnn_keep(struct dnn_slot *s, int d, const Perf &p, int how)
+/* Keep entry i of list p (n entries) for direction d. Of a list timed under [train]
+ * deterministic = true, also note the fastest entry that only its non-determinism kept out,
+ * where it beat the kept one (the run log names it: what deterministic = false would gain). */
+template <typename Perf>
+static void dnn_keep(struct dnn_slot *s, int d, const Perf *p, int n, int i, int how, size_t cap)
 {
     s->how[d] = how;
-    s->ms[d] = how == DNN_MEASURED ? p.time : 0;
-    s->math[d] = p.mathType;
-    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], p.mathType));
+    s->ms[d] = how == DNN_MEASURED ? p[i].time : 0;
+    s->math[d] = p[i].mathType;
+    s->any_algo[d] = -1;
+    s->any_ms[d] = 0;
+    for (int j = 0; how == DNN_MEASURED && g_cuda.dnn.det == 1 && j < n; j++)
+        if (p[j].determinism != CUDNN_DETERMINISTIC && dnn_runs_here(p[j], cap, s->tf32) &&
+            p[j].time < (s->any_algo[d] < 0 ? p[i].time : s->any_ms[d])) {
+            s->any_algo[d] = (int)p[j].algo;
+            s->any_ms[d] = p[j].time;
+        }
+    DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], p[i].mathType));
 }
 
 /* The list of query(out, &n) into p (n entries); when timed, the query runs DNN_REPEAT times
@@ -240,7 +256,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->fwd = p[i].algo;
-        dnn_keep(s, d, p[i], how);
+        dnn_keep(s, d, p, n, i, how, cap);
         DNN_CHECK(
             g_cuda.dnn_fn.fwd_ws(g_cuda.dnn.h, s->x, pl->w, s->cv[d], s->y, s->fwd, &s->ws[d]));
     } else if (d == DNN_BWD_DATA) {
@@ -261,7 +277,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->bwd_data = p[i].algo;
-        dnn_keep(s, d, p[i], how);
+        dnn_keep(s, d, p, n, i, how, cap);
         DNN_CHECK(g_cuda.dnn_fn.bwd_data_ws(g_cuda.dnn.h, pl->w, s->y, s->cv[d], s->x, s->bwd_data,
                                             &s->ws[d]));
     } else {
@@ -282,7 +298,7 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         if (i < 0)
             return -1;
         s->bwd_filter = p[i].algo;
-        dnn_keep(s, d, p[i], how);
+        dnn_keep(s, d, p, n, i, how, cap);
         DNN_CHECK(g_cuda.dnn_fn.bwd_filter_ws(g_cuda.dnn.h, s->x, s->y, s->cv[d], pl->w,
                                               s->bwd_filter, &s->ws[d]));
     }
@@ -716,12 +732,42 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
         n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
                       s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
                       dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
+        if (s->how[d] == DNN_MEASURED && s->any_algo[d] >= 0 && n >= 0 && (size_t)n < len)
+            n += snprintf(out + n, len - n, " (non-deterministic %s %.3f ms)",
+                          dnn_algo_name(d, s->any_algo[d]), s->any_ms[d]);
     }
     char ws[32];
     if (n >= 0 && (size_t)n < len)
         snprintf(out + n, len - n, "; workspace %s", ddp_fmt_bytes((double)pl->cap, ws, sizeof ws));
 }
 #endif
+
+/* One line of what [train] deterministic = false would gain: over the timed directions of the
+ * planned batch of every convolution shape (one call each, not weighted by how many layers
+ * share a shape), the measured times kept against the same with the faster non-deterministic
+ * algorithms. Returns 0, writing nothing, where the two differ by less than 5%. */
+static int dnn_report_gain(char *out, size_t len)
+{
+    double kept = 0, any = 0;
+    int B = 0;
+    for (int i = 0; i < g_cuda.dnn.nplans; i++) {
+        const struct dnn_slot *s = &g_cuda.dnn.plans[i].slot[0];
+        for (int d = 0; s->B && d < DNN_DIRS; d++)
+            if (s->how[d] == DNN_MEASURED) {
+                kept += s->ms[d];
+                any += s->any_algo[d] >= 0 ? s->any_ms[d] : s->ms[d];
+                B = s->B;
+            }
+    }
+    if (any >= kept * 0.95) /* within timing noise: not worth a line */
+        return 0;
+    snprintf(out, len,
+             "non-deterministic algorithms measured %.3f ms against %.3f ms over one call of each "
+             "shape at batch %d (%.0f%% less): [train] deterministic = false would take them, "
+             "at the cost of bitwise repeatable results",
+             any, kept, B, 100.0 * (1.0 - any / kept));
+    return 1;
+}
 
 extern "C" int ddp_cuda_conv_report(char *out, size_t len)
 {
@@ -740,6 +786,10 @@ extern "C" int ddp_cuda_conv_report(char *out, size_t len)
             dnn_report_slot(&g_cuda.dnn.plans[i], s, out + used, len - used);
             used += strlen(out + used);
         }
+    if (lines && used + 2 < len && dnn_report_gain(out + used + 1, len - used - 1)) {
+        out[used] = '\n';
+        lines++;
+    }
 #else
     (void)used;
 #endif

@@ -212,6 +212,10 @@ struct dnn_slot {
     int how[DNN_DIRS];   /* DNN_UNCHOSEN, DNN_HEURISTIC or DNN_MEASURED */
     float ms[DNN_DIRS];  /* the measured time of the kept algorithm */
     cudnnMathType_t math[DNN_DIRS];
+    /* timed under [train] deterministic = true: the fastest algorithm that only its
+     * non-determinism kept out, where it beat the kept one (any_algo -1: none did) */
+    int any_algo[DNN_DIRS];
+    float any_ms[DNN_DIRS];
 };
 
 /* The cuDNN plan of one convolution shape in one activation layout. col holds the workspace

@@ -1,7 +1,8 @@
 #!/bin/bash
 # conv_algos.sh - cuDNN algorithms timed under [train] deterministic = true, on 2 twin GPUs
-# (suite twin). The twin's two forward algorithms round differently, and DDP_EMU_CUDNN_MS
-# changes which one "measures" fastest, on one rank or on all:
+# (suite twin). check names each choice and the faster non-deterministic algorithm left out
+# (and what deterministic = false would gain). The twin's two forward algorithms round
+# differently, and DDP_EMU_CUDNN_MS changes which one "measures" fastest, on one rank or on all:
 #  - rank 1 timing the other algorithm fastest still runs rank 0's: the model is bit-identical
 #    to the run where both ranks time alike;
 #  - a run resumed from a checkpoint where every rank now times the other algorithm fastest
@@ -51,6 +52,18 @@ run() { # run OUT [ENV=V ...] [-- --set ...]: 2 twin GPUs
 grep -q "^  convolutions  cuDNN .*fastest measured deterministic" check.txt &&
     grep -q "C6 6x6 -> 8 k3 s1 p0, batch 16: forward IMPLICIT_GEMM fma .*; workspace " check.txt ||
     { echo "FAIL: check does not name the convolution algorithms"; cat check.txt; fail=1; }
+# the twin's non-deterministic backward algorithms time faster: named beside the kept ones, and
+# what deterministic = false would gain in one line; nothing of it under false
+grep -q "backward filter ALGO_1 fma 0.600 ms (non-deterministic ALGO_0 0.300 ms)" check.txt &&
+    grep -q "non-deterministic algorithms measured 2.000 ms against 3.200 ms .*(38% less): \[train\] deterministic = false" check.txt ||
+    { echo "FAIL: check does not name the faster non-deterministic algorithms"; cat check.txt; fail=1; }
+"$DDPTRAIN_TWIN" check j.ini --set train.deterministic=false > check-nd.txt 2>&1 ||
+    { echo "FAIL: check, deterministic = false"; cat check-nd.txt; exit 1; }
+if grep -q "non-deterministic" check-nd.txt; then
+    echo "FAIL: deterministic = false still offers the non-deterministic algorithms"; fail=1
+else
+    echo "ok   deterministic = true names the faster non-deterministic algorithms; false does not"
+fi
 run full || { echo "FAIL: the 2-GPU run"; tail -5 full.log; exit 1; }
 grep -q "fastest measured deterministic algorithms" full.log ||
     { echo "FAIL: the log does not say the deterministic algorithms were timed"; fail=1; }
