@@ -93,7 +93,7 @@ int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precis
     char why[DDP_ERR_LEN];
     if (len)
         line[0] = 0;
-    if (dev->device < 0 || !be->set_layout || !be->to_nhwc) /* the CPU: NCHW, whatever */
+    if (dev->device < 0 || !be->set_layout) /* the CPU: NCHW, whatever the job says */
         return 0;
     const int nhwc = want == DDP_LAYOUT_CHOICE_NHWC ||
                      (want == DDP_LAYOUT_CHOICE_AUTO && precision != DDP_PRECISION_FP32);

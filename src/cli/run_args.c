@@ -49,9 +49,7 @@ static int parse_count(const char *opt, const char *text, int lo, int *out)
 {
     char *end;
     errno = 0;
-    const long v = text ? strtol(text, &end, 10) : 0;
-    if (!text)
-        return 0;
+    const long v = strtol(text, &end, 10);
     if (errno || end == text || *end || v < lo || v > DDP_PROFILE_STEPS_MAX) {
         ddp_warn("profile: %s %s: expected a whole number from %d to %d", opt, text, lo,
                  DDP_PROFILE_STEPS_MAX);
@@ -72,9 +70,12 @@ int ddp_run_args_option(struct ddp_run_args *a, int argc, char **argv, int *i)
             a->bad = 1;
             return 1;
         }
-        *(const char **)((char *)a + g_opts[k].off) = argv[++*i];
-        if (parse_count("--steps", a->steps_text, 1, &a->steps) != 0 ||
-            parse_count("--warmup", a->warmup_text, 0, &a->warmup) != 0)
+        const char *v = argv[++*i];
+        *(const char **)((char *)a + g_opts[k].off) = v;
+        const int is_steps = strcmp(g_opts[k].name, "--steps") == 0;
+        if ((is_steps || strcmp(g_opts[k].name, "--warmup") == 0) &&
+            parse_count(g_opts[k].name, v, is_steps ? 1 : 0, is_steps ? &a->steps : &a->warmup) !=
+                0)
             a->bad = 1; /* one line, no usage: the value is wrong, not the command */
         return 1;
     }

@@ -461,47 +461,41 @@ static void plan_pool_fusion(struct ddp_model *m)
     }
 }
 
-/* Fuse each batchnorm whose only reader is a relu not fused otherwise (a relu into a maxpool
- * keeps that fusion) into that relu, where the backend has the bn_relu ops: the batchnorm
- * applies the relu into the relu's out in its forward and runs the relu's backward with its
- * own (6, 7); neither its out nor its dout is stored. */
-static void plan_bn_fusion(struct ddp_model *m)
+/* Pair each layer of kind `kind` whose only reader is the relu right after it, neither fused
+ * otherwise (a relu into a maxpool keeps that fusion): the layer gets code `code`, the relu
+ * code + 1. */
+static void fuse_with_relu(struct ddp_model *m, enum ddp_layer_kind kind, int code)
 {
-    const struct ddp_backend *be = m->be;
-    if (!be->bn_relu_fwd_apply || !be->bn_relu_bwd_sums || !be->bn_relu_bwd_apply)
-        return;
     for (int i = 0; i + 1 < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
-        if (l->spec.kind != DDP_LAYER_BATCHNORM || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
-            l->fused || r->fused)
+        if (l->spec.kind != kind || r->spec.kind != DDP_LAYER_RELU || r->in != i || l->fused ||
+            r->fused || readers_of(m, i) != 1)
             continue;
-        if (readers_of(m, i) == 1) {
-            l->fused = 6;
-            r->fused = 7;
-        }
+        l->fused = code;
+        r->fused = code + 1;
     }
 }
 
+/* Fuse each batchnorm whose only reader is a relu not fused otherwise into that relu, where
+ * the backend has the bn_relu ops: the batchnorm applies the relu into the relu's out in its
+ * forward and runs the relu's backward with its own (6, 7); neither its out nor its dout is
+ * stored. */
+static void plan_bn_fusion(struct ddp_model *m)
+{
+    const struct ddp_backend *be = m->be;
+    if (be->bn_relu_fwd_apply && be->bn_relu_bwd_sums && be->bn_relu_bwd_apply)
+        fuse_with_relu(m, DDP_LAYER_BATCHNORM, 6);
+}
+
 /* Fuse each residual join whose only reader is the relu after it, where that relu is not
- * fused otherwise (a relu into a maxpool keeps that fusion), where the backend has
- * add_relu_fwd and relu_bwd_join: the join writes the relu's out in its forward and takes the
- * relu's gradient into both its inputs' douts in its backward (8, 9); neither the join's out
- * nor its dout is stored. */
+ * fused otherwise, where the backend has add_relu_fwd and relu_bwd_join: the join writes the
+ * relu's out in its forward and takes the relu's gradient into both its inputs' douts in its
+ * backward (8, 9); neither the join's out nor its dout is stored. */
 static void plan_join_fusion(struct ddp_model *m)
 {
     const struct ddp_backend *be = m->be;
-    if (!be->add_relu_fwd || !be->relu_bwd_join)
-        return;
-    for (int i = 0; i + 1 < m->nlayers; i++) {
-        struct ddp_layer *l = &m->layers[i], *r = &m->layers[i + 1];
-        if (l->spec.kind != DDP_LAYER_RESIDUAL || r->spec.kind != DDP_LAYER_RELU || r->in != i ||
-            l->fused || r->fused)
-            continue;
-        if (readers_of(m, i) == 1) {
-            l->fused = 8;
-            r->fused = 9;
-        }
-    }
+    if (be->add_relu_fwd && be->relu_bwd_join)
+        fuse_with_relu(m, DDP_LAYER_RESIDUAL, 8);
 }
 
 /* Channels-last activations (the backend's layout at build, backend.h set_layout): a flatten

@@ -112,6 +112,16 @@ struct tdata {
     float *y, *yr, *dx, *dw, *db;
 };
 
+static void inputs_free(struct tdata *r)
+{
+    free(r->x);
+    free(r->w);
+    free(r->b);
+    free(r->dy);
+    free(r->dw0);
+    free(r->db0);
+}
+
 static void outputs_free(struct tdata *r)
 {
     free(r->y);
@@ -213,12 +223,7 @@ static void t_case(const struct tcase *t, int tf32)
     }
     outputs_free(&a);
     outputs_free(&b);
-    free(in.x);
-    free(in.w);
-    free(in.b);
-    free(in.dy);
-    free(in.dw0);
-    free(in.db0);
+    inputs_free(&in);
 }
 
 static const struct tcase g_cases[] = {
@@ -259,12 +264,7 @@ static void t_choices_text(void)
     struct tdata out = {0};
     run_layout(&t, 1, &in, &out);
     outputs_free(&out);
-    free(in.x);
-    free(in.w);
-    free(in.b);
-    free(in.dy);
-    free(in.dw0);
-    free(in.db0);
+    inputs_free(&in);
     static char text[1 << 16], report[1 << 16], mine[1024], stripped[1024];
     ddp_cuda_conv_choices(text, sizeof text);
     ddp_cuda_conv_report(report, sizeof report);
@@ -337,7 +337,8 @@ static void t_conv_relu_pool(void)
               TOL_FP32, 0, 0);
         check("conv2d_relu_maxpool act", shape, ab, aa, (size_t)t->B * t->O * OH * OW, TOL_FP32, 0,
               0);
-        free(ya), free(aa), free(yb), free(ab), free(in.x), free(in.w), free(in.b);
+        free(ya), free(aa), free(yb), free(ab);
+        inputs_free(&in);
     }
 }
 
