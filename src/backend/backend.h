@@ -47,6 +47,10 @@ struct ddp_graph_scalars {
  * (channels-last). The job schema ([train] layout) names auto before these. */
 enum ddp_layout { DDP_LAYOUT_NCHW, DDP_LAYOUT_NHWC };
 
+/* Storage of activations (set_act_type below): fp32, or bf16 (2 bytes a value, as PyTorch's
+ * autocast keeps them). The job schema ([train] activations) names auto before these. */
+enum ddp_act_type { DDP_ACT_FP32, DDP_ACT_BF16 };
+
 /* The shape of a conv2d (the table's conv entries): inp (B, C, H, W), w (O, C, k, k), a k x k
  * window moved by stride over the input padded with pad zeros on every side; out (B, O, OH, OW)
  * with OH = (H + 2 pad - k) / stride + 1, OW likewise. The batch B travels beside it. */
@@ -178,6 +182,28 @@ struct ddp_backend {
     int (*layout)(void);
     void (*to_nhwc)(float *out, const float *inp, int B, int C, int S);
     void (*to_nchw)(float *out, const float *inp, int B, int C, int S);
+
+    /* Activation storage (optional: set_act_type, act_type, act_from_f32 and act_to_f32
+     * together; NULL: always fp32). A backend starts in DDP_ACT_FP32. After
+     * set_act_type(DDP_ACT_BF16) every activation tensor an entry reads or writes holds bf16
+     * values (2 bytes each, rounded to nearest even; the float * of such a tensor points at
+     * them): inp, out, act, dinp and dout of linear_*, relu_*, conv2d_*, the pools and their
+     * fusions, gap_*, add, add_relu_fwd, relu_bwd_join, dropout_* (not its mask, fp32),
+     * to_nhwc and to_nchw, and inp, out, xhat, dinp and dout of bn_* (their statistics,
+     * parameters and gradients stay fp32, sums double). Every computation runs in fp32 on the
+     * values read and rounds what it stores. Weights, biases, their gradients, optimiser
+     * state, xent's logits and dlogits, u8_to_float's output and every other entry stay fp32.
+     * set_act_type returns 0, or -1 with one line in err when this backend cannot (CUDA: only
+     * on the cuDNN convolution path); it is called with set_layout, before the model is built.
+     * act_type(): the storage in force (enum ddp_act_type).
+     * act_from_f32: out (activation storage, the layout in force: (B, S, C) under NHWC where
+     *     S > 1) = inp (B, C, S) fp32, NCHW (the model's input; S = 1 for a flat input).
+     * act_to_f32: out (n floats) = inp (n values in activation storage), exact (the logits).
+     * Both queued as any op, capturable; out and inp never overlap. */
+    int (*set_act_type)(int type, char *err, size_t errlen);
+    int (*act_type)(void);
+    void (*act_from_f32)(float *out, const float *inp, int B, int C, int S);
+    void (*act_to_f32)(float *out, const float *inp, size_t n);
 
     /* pools with window k and stride k, floor mode: inp (B,C,H,W) -> out (B,C,H/k,W/k) */
     void (*maxpool_fwd)(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,

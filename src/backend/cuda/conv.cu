@@ -181,6 +181,9 @@ static void im2col_layout_check(void)
     if (g_cuda.layout != DDP_LAYOUT_NCHW)
         ddp_die("conv2d on channels-last (NHWC) activations reached im2col + cuBLAS, which reads "
                 "NCHW only: set_layout(DDP_LAYOUT_NCHW) before choosing im2col (a bug)");
+    if (g_cuda.act16)
+        ddp_die("conv2d on bf16 activations reached im2col + cuBLAS, which reads fp32 only: "
+                "set_act_type(DDP_ACT_FP32) before choosing im2col (a bug)");
 }
 
 static size_t cuda_conv_col_elems(int B, const struct ddp_conv_geom *g)
@@ -466,11 +469,37 @@ static int layout_any(void)
     return g_cuda.layout;
 }
 
+/* set_act_type and act_type of the table (backend.h): bf16 activations only where the
+ * convolutions run through cuDNN, which reads and writes them; im2col's kernels read fp32. */
+static int set_act_type_any(int type, char *err, size_t errlen)
+{
+    if (type == DDP_ACT_BF16) {
+#ifdef DDP_DNN
+        if (dnn_active()) {
+            g_cuda.act16 = 1;
+            return 0;
+        }
+#endif
+        return ddp_err(err, errlen,
+                       "this run's convolutions use im2col + cuBLAS (no cuDNN, or [train] conv "
+                       "= im2col)");
+    }
+    g_cuda.act16 = 0;
+    return 0;
+}
+
+static int act_type_any(void)
+{
+    return g_cuda.act16 ? DDP_ACT_BF16 : DDP_ACT_FP32;
+}
+
 /* This part's entries of the ops table. */
 void cuda_table_conv(struct ddp_backend *t)
 {
     t->set_layout = set_layout_any;
     t->layout = layout_any;
+    t->set_act_type = set_act_type_any;
+    t->act_type = act_type_any;
     t->conv_col_elems = cuda_conv_col_elems;
     t->conv_plan = conv2d_plan_any;
     t->conv_tensor_max = conv_tensor_max_any;

@@ -251,6 +251,7 @@ struct cuda_state {
     int device = -1;   /* -1 until ddp_backend_cuda succeeds */
     int precision = 0; /* [train] precision: enum ddp_precision (backend.h) */
     int layout = 0;    /* activations: enum ddp_layout (backend.h set_layout; conv.cu) */
+    int act16 = 0;     /* 1: activations stored as bf16 (backend.h set_act_type; conv.cu) */
     cudaStream_t stream;
     cublasHandle_t blas;
     char devname[320]; /* "NAME (sm_XY, N GiB)", ddp_cuda_device_string */
@@ -377,6 +378,50 @@ static inline int vec4_ok(const void *const *p, int k)
     return 1;
 }
 
+/* ---- activation storage ------------------------------------------------------------------------
+ * After set_act_type(DDP_ACT_BF16) (g_cuda.act16) every activation tensor is bf16 (backend.h).
+ * A kernel that reads or writes activations is a template over their storage type A (float or
+ * bf16) and computes in float: act_ld(v) is a stored value as float (exact), act_st<A>(f) the
+ * float f as stored (bf16: round to nearest even). Its entry launches the instance g_cuda.act16
+ * asks for, casting the activation pointers (ACT_LAUNCH). Every other tensor stays float. */
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float act_ld(float v)
+{
+    return v;
+}
+__device__ __forceinline__ float act_ld(bf16 v)
+{
+    return __bfloat162float(v);
+}
+template <typename A> __device__ __forceinline__ A act_st(float f);
+template <> __device__ __forceinline__ float act_st<float>(float f)
+{
+    return f;
+}
+template <> __device__ __forceinline__ bf16 act_st<bf16>(float f)
+{
+    return __float2bfloat16_rn(f);
+}
+
+/* Bytes of one stored activation. */
+static inline size_t act_bytes(void)
+{
+    return g_cuda.act16 ? sizeof(bf16) : sizeof(float);
+}
+
+/* LAUNCH of a kernel template's instance for the storage in force: ACT_LAUNCH(k, grid, block,
+ * (args for float), (args for bf16)); each argument list casts its activation pointers, e.g.
+ * ACT_LAUNCH(k_relu, g, b, ((float *)o, (const float *)x, n), ((bf16 *)o, (const bf16 *)x, n)). */
+#define ACT_ARGS_(...) __VA_ARGS__
+#define ACT_LAUNCH(kernel, grid, block, f32args, bf16args)              \
+    do {                                                                \
+        if (g_cuda.act16)                                               \
+            LAUNCH(kernel<bf16>, grid, block, ACT_ARGS_ bf16args);      \
+        else                                                            \
+            LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args);      \
+    } while (0)
+
 /* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */
 
 /* Sum of v over the warp; the result is valid in lane 0. */
@@ -500,6 +545,7 @@ void colsum_partial(double *part, const float *a, const float *b, const float *m
 /* db (C) += the column sums of x (rows, C): a channels-last bias gradient (x the output
  * gradient (B, OH, OW, O), rows B*OH*OW), in the workspace; never waits. */
 void colsum_add(float *db, const float *x, size_t rows, int C);
+/* backend.h act_from_f32 and act_to_f32 are this part's (cuda_table_layout fills them). */
 void cuda_table_layout(struct ddp_backend *t);
 
 /* graph.cu */
