@@ -9,16 +9,33 @@
  * layout.cu's (B, H, W, C) kernels, and batchnorm sums columns of a (B*S, C) matrix there
  * (colsum_partial) instead of channel planes; its element-wise kernels take the channel as
  * (i / inner) % C with inner = S (NCHW) or 1 (NHWC), one expression for both layouts.
+ *
+ * Activation storage (backend.h set_act_type): every kernel that reads or writes activations
+ * (inp, out, xhat, dout, dinp) is a template over their storage type A (internal.cuh), computes
+ * in float as the fp32 instance does and stores through act_st; the statistics, parameters,
+ * their gradients, argmax and the double sums are the same in both. The entries launch the
+ * instance g_cuda.act16 asks for; the NHWC kernels and colsum_partial (layout.cu) read it
+ * themselves.
  */
 #include "backend/cuda/internal.cuh"
+
+/* LAUNCH of kernel<A, I> (storage A, index type I) through a pointer named after the kernel:
+ * the comma of the template arguments would split LAUNCH's first argument. */
+#define LAUNCH_AI(kernel, A, I, grid, ...)             \
+    do {                                               \
+        auto *const kernel##_ = kernel<A, I>;          \
+        LAUNCH(kernel##_, grid, THREADS, __VA_ARGS__); \
+    } while (0)
+
+/* f<bf16>(args) or f<float>(args), by the activation storage in force (f returns void). */
+#define ACT_CALL(f, ...) (g_cuda.act16 ? f<bf16>(__VA_ARGS__) : f<float>(__VA_ARGS__))
 
 /* ---- pools ------------------------------------------------------------------------------- */
 
 /* The pools index with I: uint32_t where the input has fewer than 2^32 elements (32-bit
  * divisions, several times cheaper than 64-bit ones), else size_t. */
-template <typename I>
-__global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, I BC, int H, int W,
-                              int k)
+template <typename A, typename I>
+__global__ void k_maxpool_fwd(A *out, int32_t *argmax, const A *inp, I BC, int H, int W, int k)
 {
     const I OH = (I)(H / k), OW = (I)(W / k);
     const I n = BC * OH * OW;
@@ -26,27 +43,28 @@ __global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *inp, I B
     {
         const I o = (I)o_, bc = o / (OH * OW), r = o - bc * (OH * OW);
         const int oh = (int)(r / OW), ow = (int)(r - (I)oh * OW);
-        const float *x = inp + (size_t)bc * H * W;
+        const A *x = inp + (size_t)bc * H * W;
         int best = (oh * k) * W + ow * k;
-        float m = x[best];
+        float m = act_ld(x[best]);
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
                 const int idx = (oh * k + i) * W + ow * k + j;
-                if (x[idx] > m) { /* strict: the first maximum wins, as PyTorch */
-                    m = x[idx];
+                const float v = act_ld(x[idx]);
+                if (v > m) { /* strict: the first maximum wins, as PyTorch */
+                    m = v;
                     best = idx;
                 }
             }
-        out[o] = m;
+        out[o] = act_st<A>(m);
         argmax[o] = best;
     }
 }
 
 /* Windows do not overlap (stride k): each input pixel has at most one window, so the
  * gradient is gathered, not scattered, and needs no atomics. */
-template <typename I>
-__global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, I BC, int H,
-                              int W, int k)
+template <typename A, typename I>
+__global__ void k_maxpool_bwd(A *dinp, const A *dout, const int32_t *argmax, I BC, int H, int W,
+                              int k)
 {
     const I OH = (I)(H / k), OW = (I)(W / k), HW = (I)H * (I)W;
     const I n = BC * HW;
@@ -59,19 +77,21 @@ __global__ void k_maxpool_bwd(float *dinp, const float *dout, const int32_t *arg
         if (oh < (int)OH && ow < (int)OW) {
             const I o = bc * OH * OW + (I)oh * OW + (I)ow;
             if (argmax[o] == hw)
-                v = dout[o];
+                v = act_ld(dout[o]);
         }
-        dinp[idx] = v;
+        dinp[idx] = act_st<A>(v);
     }
 }
 
 /* relu then maxpool in one pass (backend.h relu_maxpool_fwd): out = the first maximum of
  * relu(x + b[c]) over each window (b NULL: relu(x)), argmax its place i*k + j in the window
  * as one byte (k <= 16). The values are those of bias_relu and k_maxpool_fwd in turn, bit for
- * bit: the same sum, the same relu, the same strict comparison. */
-template <typename I>
-__global__ void k_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp, const float *b,
-                                   I BC, int C, int H, int W, int k)
+ * bit: the same sum, the same relu, the same strict comparison; with bf16 storage each value
+ * is rounded to bf16 before the comparison, as bias_relu would have stored it (a no-op without
+ * b: the input is bf16 already), so the argmax too is that of the two ops in turn. */
+template <typename A, typename I>
+__global__ void k_relu_maxpool_fwd(A *out, uint8_t *argmax, const A *inp, const float *b, I BC,
+                                   int C, int H, int W, int k)
 {
     const I OH = (I)(H / k), OW = (I)(W / k);
     const I n = BC * OH * OW;
@@ -79,20 +99,20 @@ __global__ void k_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp
     {
         const I o = (I)o_, bc = o / (OH * OW), r = o - bc * (OH * OW);
         const int oh = (int)(r / OW), ow = (int)(r - (I)oh * OW);
-        const float *x = inp + (size_t)bc * H * W + (size_t)(oh * k) * W + ow * k;
+        const A *x = inp + (size_t)bc * H * W + (size_t)(oh * k) * W + ow * k;
         const float bias = b ? b[bc % (I)C] : 0.0f;
         float m = 0;
         int best = -1;
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
-                float v = b ? x[i * W + j] + bias : x[i * W + j];
-                v = v > 0 ? v : 0;
+                float v = b ? act_ld(x[i * W + j]) + bias : act_ld(x[i * W + j]);
+                v = act_ld(act_st<A>(v > 0 ? v : 0));
                 if (best < 0 || v > m) {
                     m = v;
                     best = i * k + j;
                 }
             }
-        out[o] = m;
+        out[o] = act_st<A>(m);
         argmax[o] = (uint8_t)best;
     }
 }
@@ -102,9 +122,9 @@ __global__ void k_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp
  * maximum gets dout where the pool's output (the relu's output there) is > 0; every other
  * pixel 0: what k_maxpool_bwd and relu_bwd give in turn, without the two full-size passes
  * between them and without reading the activation. */
-template <typename I>
-__global__ void k_maxpool_relu_bwd(float *dinp, const float *dout, const float *out,
-                                   const uint8_t *argmax, I BC, int H, int W, int k)
+template <typename A, typename I>
+__global__ void k_maxpool_relu_bwd(A *dinp, const A *dout, const A *out, const uint8_t *argmax,
+                                   I BC, int H, int W, int k)
 {
     const I OH = (I)(H / k), OW = (I)(W / k), HW = (I)H * (I)W;
     const I n = BC * HW;
@@ -116,15 +136,15 @@ __global__ void k_maxpool_relu_bwd(float *dinp, const float *dout, const float *
         float v = 0;
         if (oh < (int)OH && ow < (int)OW) {
             const I o = bc * OH * OW + (I)oh * OW + (I)ow;
-            if (argmax[o] == (h - oh * k) * k + (w - ow * k) && out[o] > 0)
-                v = dout[o];
+            if (argmax[o] == (h - oh * k) * k + (w - ow * k) && act_ld(out[o]) > 0)
+                v = act_ld(dout[o]);
         }
-        dinp[idx] = v;
+        dinp[idx] = act_st<A>(v);
     }
 }
 
-__global__ void k_avgpool_fwd(float *out, const float *inp, size_t BC, int H, int W, int k,
-                              float inv)
+template <typename A>
+__global__ void k_avgpool_fwd(A *out, const A *inp, size_t BC, int H, int W, int k, float inv)
 {
     const int OH = H / k, OW = W / k;
     const size_t n = BC * OH * OW;
@@ -133,17 +153,17 @@ __global__ void k_avgpool_fwd(float *out, const float *inp, size_t BC, int H, in
         const size_t bc = o / ((size_t)OH * OW);
         const int r = (int)(o % ((size_t)OH * OW));
         const int oh = r / OW, ow = r % OW;
-        const float *x = inp + bc * H * W;
+        const A *x = inp + bc * H * W;
         float s = 0;
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++)
-                s += x[(oh * k + i) * W + ow * k + j];
-        out[o] = s * inv;
+                s += act_ld(x[(oh * k + i) * W + ow * k + j]);
+        out[o] = act_st<A>(s * inv);
     }
 }
 
-__global__ void k_avgpool_bwd(float *dinp, const float *dout, size_t BC, int H, int W, int k,
-                              float inv)
+template <typename A>
+__global__ void k_avgpool_bwd(A *dinp, const A *dout, size_t BC, int H, int W, int k, float inv)
 {
     const int OH = H / k, OW = W / k;
     const size_t n = BC * H * W;
@@ -152,7 +172,9 @@ __global__ void k_avgpool_bwd(float *dinp, const float *dout, size_t BC, int H, 
         const size_t bc = idx / ((size_t)H * W);
         const int hw = (int)(idx % ((size_t)H * W));
         const int oh = (hw / W) / k, ow = (hw % W) / k;
-        dinp[idx] = (oh < OH && ow < OW) ? dout[bc * OH * OW + (size_t)oh * OW + ow] * inv : 0.0f;
+        const float v =
+            (oh < OH && ow < OW) ? act_ld(dout[bc * OH * OW + (size_t)oh * OW + ow]) * inv : 0.0f;
+        dinp[idx] = act_st<A>(v);
     }
 }
 
@@ -162,34 +184,83 @@ static int pool_idx32(int B, int C, int H, int W)
     return (size_t)B * C * H * W <= UINT32_MAX;
 }
 
+/* The NCHW launches of the pools for storage A, n the items of the grid (outputs forward,
+ * inputs backward), non-zero. */
+template <typename A>
+static void maxpool_fwd_nchw(float *out, int32_t *argmax, const float *inp, int B, int C, int H,
+                             int W, int k, size_t n)
+{
+    const size_t BC = (size_t)B * C;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH_AI(k_maxpool_fwd, A, uint32_t, blocks_for(n), (A *)out, argmax, (const A *)inp,
+                  (uint32_t)BC, H, W, k);
+    else
+        LAUNCH_AI(k_maxpool_fwd, A, size_t, blocks_for(n), (A *)out, argmax, (const A *)inp, BC, H,
+                  W, k);
+}
+
+template <typename A>
+static void maxpool_bwd_nchw(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
+                             int H, int W, int k, size_t n)
+{
+    const size_t BC = (size_t)B * C;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH_AI(k_maxpool_bwd, A, uint32_t, blocks_for(n), (A *)dinp, (const A *)dout, argmax,
+                  (uint32_t)BC, H, W, k);
+    else
+        LAUNCH_AI(k_maxpool_bwd, A, size_t, blocks_for(n), (A *)dinp, (const A *)dout, argmax, BC,
+                  H, W, k);
+}
+
+template <typename A>
+static void relu_maxpool_nchw(float *out, uint8_t *argmax, const float *inp, const float *b, int B,
+                              int C, int H, int W, int k, size_t n)
+{
+    const size_t BC = (size_t)B * C;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH_AI(k_relu_maxpool_fwd, A, uint32_t, blocks_for(n), (A *)out, argmax, (const A *)inp,
+                  b, (uint32_t)BC, C, H, W, k);
+    else
+        LAUNCH_AI(k_relu_maxpool_fwd, A, size_t, blocks_for(n), (A *)out, argmax, (const A *)inp, b,
+                  BC, C, H, W, k);
+}
+
+template <typename A>
+static void maxpool_relu_bwd_nchw(float *dinp, const float *dout, const float *out,
+                                  const uint8_t *argmax, int B, int C, int H, int W, int k,
+                                  size_t n)
+{
+    const size_t BC = (size_t)B * C;
+    if (pool_idx32(B, C, H, W))
+        LAUNCH_AI(k_maxpool_relu_bwd, A, uint32_t, blocks_for(n), (A *)dinp, (const A *)dout,
+                  (const A *)out, argmax, (uint32_t)BC, H, W, k);
+    else
+        LAUNCH_AI(k_maxpool_relu_bwd, A, size_t, blocks_for(n), (A *)dinp, (const A *)dout,
+                  (const A *)out, argmax, BC, H, W, k);
+}
+
 static void cuda_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H,
                              int W, int k)
 {
-    const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
     if (nhwc_on((size_t)H * W))
         nhwc_maxpool_fwd(out, argmax, inp, B, C, H, W, k);
-    else if (pool_idx32(B, C, H, W))
-        LAUNCH(k_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, (uint32_t)BC, H,
-               W, k);
     else
-        LAUNCH(k_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, BC, H, W, k);
+        ACT_CALL(maxpool_fwd_nchw, out, argmax, inp, B, C, H, W, k, n);
 }
 
 static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C,
                              int H, int W, int k)
 {
-    const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
+    const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
     if (nhwc_on((size_t)H * W))
         nhwc_maxpool_bwd(dinp, dout, argmax, B, C, H, W, k);
-    else if (pool_idx32(B, C, H, W))
-        LAUNCH(k_maxpool_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax, (uint32_t)BC, H,
-               W, k);
     else
-        LAUNCH(k_maxpool_bwd<size_t>, blocks_for(n), THREADS, dinp, dout, argmax, BC, H, W, k);
+        ACT_CALL(maxpool_bwd_nchw, dinp, dout, argmax, B, C, H, W, k, n);
 }
 
 /* out, argmax (B, C, H/k, W/k) = maxpool of relu(inp + b[c]) (b NULL: relu(inp)); conv.cu's
@@ -198,17 +269,13 @@ static void cuda_maxpool_bwd(float *dinp, const float *dout, const int32_t *argm
 void relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
                   int H, int W, int k)
 {
-    const size_t n = (size_t)B * C * (H / k) * (W / k), BC = (size_t)B * C;
+    const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
     if (nhwc_on((size_t)H * W))
         nhwc_relu_maxpool(out, argmax, inp, b, B, C, H, W, k);
-    else if (pool_idx32(B, C, H, W))
-        LAUNCH(k_relu_maxpool_fwd<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, b,
-               (uint32_t)BC, C, H, W, k);
     else
-        LAUNCH(k_relu_maxpool_fwd<size_t>, blocks_for(n), THREADS, out, argmax, inp, b, BC, C, H, W,
-               k);
+        ACT_CALL(relu_maxpool_nchw, out, argmax, inp, b, B, C, H, W, k, n);
 }
 
 static void cuda_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp, int B, int C,
@@ -220,17 +287,13 @@ static void cuda_relu_maxpool_fwd(float *out, uint8_t *argmax, const float *inp,
 static void cuda_maxpool_relu_bwd(float *dinp, const float *dout, const float *out,
                                   const uint8_t *argmax, int B, int C, int H, int W, int k)
 {
-    const size_t n = (size_t)B * C * H * W, BC = (size_t)B * C;
+    const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
     if (nhwc_on((size_t)H * W))
         nhwc_maxpool_relu_bwd(dinp, dout, out, argmax, B, C, H, W, k);
-    else if (pool_idx32(B, C, H, W))
-        LAUNCH(k_maxpool_relu_bwd<uint32_t>, blocks_for(n), THREADS, dinp, dout, out, argmax,
-               (uint32_t)BC, H, W, k);
     else
-        LAUNCH(k_maxpool_relu_bwd<size_t>, blocks_for(n), THREADS, dinp, dout, out, argmax, BC, H,
-               W, k);
+        ACT_CALL(maxpool_relu_bwd_nchw, dinp, dout, out, argmax, B, C, H, W, k, n);
 }
 
 static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
@@ -243,7 +306,8 @@ static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, 
         return;
     }
     const float inv = 1.0f / (float)(k * k);
-    LAUNCH(k_avgpool_fwd, blocks_for(n), THREADS, out, inp, (size_t)B * C, H, W, k, inv);
+    ACT_LAUNCH(k_avgpool_fwd, blocks_for(n), THREADS, (out, inp, (size_t)B * C, H, W, k, inv),
+               ((bf16 *)out, (const bf16 *)inp, (size_t)B * C, H, W, k, inv));
 }
 
 static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k)
@@ -256,30 +320,32 @@ static void cuda_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H
         return;
     }
     const float inv = 1.0f / (float)(k * k);
-    LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, dinp, dout, (size_t)B * C, H, W, k, inv);
+    ACT_LAUNCH(k_avgpool_bwd, blocks_for(n), THREADS, (dinp, dout, (size_t)B * C, H, W, k, inv),
+               ((bf16 *)dinp, (const bf16 *)dout, (size_t)B * C, H, W, k, inv));
 }
 
 /* ---- global average pool, add ------------------------------------------------------------- */
 
 /* out (BC) = mean of each row of inp (BC, S): one thread per row, positions in order. */
-__global__ void k_gap_fwd(float *out, const float *inp, size_t BC, int S)
+template <typename A> __global__ void k_gap_fwd(A *out, const A *inp, size_t BC, int S)
 {
     GRID_STRIDE(r, BC)
     {
-        const float *x = inp + r * (size_t)S;
+        const A *x = inp + r * (size_t)S;
         float s = 0;
         for (int i = 0; i < S; i++)
-            s += x[i];
-        out[r] = s / (float)S;
+            s += act_ld(x[i]);
+        out[r] = act_st<A>(s / (float)S);
     }
 }
 
-__global__ void k_gap_bwd(float *dinp, const float *dout, size_t n, int S)
+template <typename A> __global__ void k_gap_bwd(A *dinp, const A *dout, size_t n, int S)
 {
-    GRID_STRIDE(i, n) dinp[i] = dout[i / (size_t)S] / (float)S;
+    GRID_STRIDE(i, n) dinp[i] = act_st<A>(act_ld(dout[i / (size_t)S]) / (float)S);
 }
 
-/* out = a + b on float4 vectors, the n % 4 tail one at a time (out may be a). */
+/* out = a + b on float4 vectors, the n % 4 tail one at a time (out may be a); fp32 storage
+ * only (bf16: k_add1). */
 __global__ void k_add(float *out, const float *a, const float *b, size_t n)
 {
     const size_t n4 = n / 4;
@@ -296,9 +362,10 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
     GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = a[4 * n4 + t] + b[4 * n4 + t];
 }
 
-__global__ void k_add1(float *out, const float *a, const float *b, size_t n)
+/* out = a + b one element at a time (out may be a). */
+template <typename A> __global__ void k_add1(A *out, const A *a, const A *b, size_t n)
 {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+    GRID_STRIDE(i, n) out[i] = act_st<A>(act_ld(a[i]) + act_ld(b[i]));
 }
 
 static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
@@ -310,7 +377,8 @@ static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
         nhwc_gap_fwd(out, inp, B, C, S);
         return;
     }
-    LAUNCH(k_gap_fwd, blocks_for(BC), THREADS, out, inp, BC, S);
+    ACT_LAUNCH(k_gap_fwd, blocks_for(BC), THREADS, (out, inp, BC, S),
+               ((bf16 *)out, (const bf16 *)inp, BC, S));
 }
 
 static void cuda_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
@@ -322,7 +390,8 @@ static void cuda_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
         nhwc_gap_bwd(dinp, dout, B, C, S);
         return;
     }
-    LAUNCH(k_gap_bwd, blocks_for(n), THREADS, dinp, dout, n, S);
+    ACT_LAUNCH(k_gap_bwd, blocks_for(n), THREADS, (dinp, dout, n, S),
+               ((bf16 *)dinp, (const bf16 *)dout, n, S));
 }
 
 static void cuda_add(float *out, const float *a, const float *b, size_t n)
@@ -330,10 +399,13 @@ static void cuda_add(float *out, const float *a, const float *b, size_t n)
     if (!n)
         return;
     const void *p[] = {out, a, b};
-    if (vec4_ok(p, 3))
+    if (g_cuda.act16)
+        LAUNCH(k_add1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)a, (const bf16 *)b,
+               n);
+    else if (vec4_ok(p, 3))
         LAUNCH(k_add, blocks_for((n + 3) / 4), THREADS, out, a, b, n);
     else
-        LAUNCH(k_add1, blocks_for(n), THREADS, out, a, b, n);
+        LAUNCH(k_add1<float>, blocks_for(n), THREADS, out, a, b, n);
 }
 
 /* ---- batchnorm --------------------------------------------------------------------------- */
@@ -349,8 +421,9 @@ __device__ __forceinline__ float bn_relu_grad(float y, float dy)
  * blocks of THREADS) of channel c and writes part[(c * splits + y) * 2 + {0, 1}]:
  * with b == NULL, sum a and sum a^2; else sum a and sum a*b. In double, as the CPU. With
  * mask (a relu's output), a is first taken through the relu's backward (bn_relu_grad). */
-__global__ void k_bn_partial(double *part, const float *a, const float *b, const float *mask, int B,
-                             int C, int S)
+template <typename A>
+__global__ void k_bn_partial(double *part, const A *a, const A *b, const A *mask, int B, int C,
+                             int S)
 {
     const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
     const size_t n = (size_t)B * S;
@@ -358,9 +431,9 @@ __global__ void k_bn_partial(double *part, const float *a, const float *b, const
     for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
         const size_t bi = j / S, si = j % S;
         const size_t off = (bi * C + c) * S + si;
-        const double v = mask ? bn_relu_grad(mask[off], a[off]) : a[off];
+        const double v = mask ? bn_relu_grad(act_ld(mask[off]), act_ld(a[off])) : act_ld(a[off]);
         s += v;
-        s2 += b ? v * (double)b[off] : v * v;
+        s2 += b ? v * (double)act_ld(b[off]) : v * v;
     }
     s = block_sum(s);
     s2 = block_sum(s2);
@@ -412,7 +485,8 @@ static void bn_reduce(double *sums, const float *a, const float *b, const float 
         colsum_partial(part, a, b, mask, n, C, splits, 2);
     } else {
         dim3 grid((unsigned)C, (unsigned)splits);
-        LAUNCH(k_bn_partial, grid, THREADS, part, a, b, mask, B, C, S);
+        ACT_LAUNCH(k_bn_partial, grid, THREADS, (part, a, b, mask, B, C, S),
+                   (part, (const bf16 *)a, (const bf16 *)b, (const bf16 *)mask, B, C, S));
     }
     LAUNCH(k_bn_finish, (C + THREADS - 1) / THREADS, THREADS, sums, part, C, (int)splits,
            (double)n);
@@ -472,18 +546,19 @@ static void cuda_bn_relu_bwd_sums(double *sums, const float *dout, const float *
 /* out = gamma * xhat + beta, with relu then max(0, that) as elementwise.cu's relu1: one
  * expression for both, so that the fused op is bn_fwd_apply + relu_fwd bit for bit. Element
  * i is of channel (i / inner) % C: inner S (NCHW) or 1 (NHWC). */
-__global__ void k_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
+template <typename A>
+__global__ void k_bn_fwd_apply(A *out, A *xhat, const A *inp, const float *mean,
                                const float *invstd, const float *gamma, const float *beta, size_t n,
                                int C, int inner, int relu)
 {
     GRID_STRIDE(i, n)
     {
         const int c = (int)((i / (size_t)inner) % (size_t)C);
-        const float xh = (inp[i] - mean[c]) * invstd[c];
+        const float xh = (act_ld(inp[i]) - mean[c]) * invstd[c];
         if (xhat)
-            xhat[i] = xh;
+            xhat[i] = act_st<A>(xh);
         const float y = gamma[c] * xh + beta[c];
-        out[i] = relu ? (y > 0 ? y : 0) : y;
+        out[i] = act_st<A>(relu ? (y > 0 ? y : 0) : y);
     }
 }
 
@@ -496,8 +571,10 @@ static void bn_apply(float *out, float *xhat, const float *inp, const float *mea
     if (!n)
         return;
     const int inner = nhwc_on((size_t)S) ? 1 : S;
-    LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS, out, xhat, inp, mean, invstd, gamma, beta, n, C,
-           inner, relu);
+    ACT_LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS,
+               (out, xhat, inp, mean, invstd, gamma, beta, n, C, inner, relu),
+               ((bf16 *)out, (bf16 *)xhat, (const bf16 *)inp, mean, invstd, gamma, beta, n, C,
+                inner, relu));
 }
 
 static void cuda_bn_fwd_apply(float *out, float *xhat, const float *inp, const float *mean,
@@ -526,7 +603,8 @@ __global__ void k_bn_param_grads(float *dgamma, float *dbeta, const double *loca
 
 /* dinp = gamma invstd (dy - mean dy - xhat mean dy*xhat), dy = dout, or with mask (a relu's
  * output) dout through the relu's backward (bn_relu_grad); channel as k_bn_fwd_apply's. */
-__global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *mask, const float *xhat,
+template <typename A>
+__global__ void k_bn_bwd_apply(A *dinp, const A *dout, const A *mask, const A *xhat,
                                const float *invstd, const float *gamma, const double *global,
                                size_t n, int C, int inner)
 {
@@ -536,8 +614,8 @@ __global__ void k_bn_bwd_apply(float *dinp, const float *dout, const float *mask
         const int c = (int)((i / (size_t)inner) % (size_t)C);
         const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
         const float f = gamma[c] * invstd[c];
-        const float dy = mask ? bn_relu_grad(mask[i], dout[i]) : dout[i];
-        dinp[i] = f * (dy - mdy - xhat[i] * mdyx);
+        const float dy = mask ? bn_relu_grad(act_ld(mask[i]), act_ld(dout[i])) : act_ld(dout[i]);
+        dinp[i] = act_st<A>(f * (dy - mdy - act_ld(xhat[i]) * mdyx));
     }
 }
 
@@ -554,8 +632,10 @@ static void bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *
     if (!dinp || !n)
         return;
     const int inner = nhwc_on((size_t)S) ? 1 : S;
-    LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS, dinp, dout, mask, xhat, invstd, gamma,
-           global_sums, n, C, inner);
+    ACT_LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS,
+               (dinp, dout, mask, xhat, invstd, gamma, global_sums, n, C, inner),
+               ((bf16 *)dinp, (const bf16 *)dout, (const bf16 *)mask, (const bf16 *)xhat, invstd,
+                gamma, global_sums, n, C, inner));
 }
 
 static void cuda_bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,

@@ -1,0 +1,466 @@
+/*
+ * test_cuda_act16_norm.c - bf16 activation storage (backend.h set_act_type) of the CUDA
+ * backend's batchnorm, pools, global average pool and add (normpool.cu) against the same ops
+ * on fp32 storage (suite gpu; on the GPU twin in suite twin). Exit 0 pass, 1 fail, 77 skipped:
+ * no CUDA in this build, no usable GPU, or no cuDNN (bf16 activations run only on cuDNN's
+ * convolution path), unless DDP_GPU_REQUIRE=1: then each of those fails.
+ *
+ * Every case draws bf16-representable inputs, runs the op once with fp32 storage on float
+ * copies and once with bf16 storage on bf16 copies, and compares bit for bit: each activation
+ * the bf16 run stores equals the fp32 run's rounded to bf16 (nearest even); what stays fp32 or
+ * double (argmax, batchnorm's sums, mean, invstd, running statistics, dgamma, dbeta) is the
+ * same bits in both. Batchnorm's backward saves nothing but reads the forward's xhat and (fused
+ * with relu) its output: the fp32 run is fed the bf16 run's, rounded, as the brief of the
+ * design says; its sums then equal the bf16 run's exactly, and with them the global sums a
+ * SyncBatchNorm all-reduce would hand back (here the local ones scaled, the count doubled).
+ *
+ * Both layouts (set_layout), each with both storages; DDP_TEST_LAYOUTS=nchw runs NCHW only.
+ * Sizes: n % 4 != 0, C not a multiple of 8, floor-mode pools, S = 1 (batchnorm after a flatten,
+ * where NHWC runs the NCHW kernels).
+ *
+ * Dimension letters as in backend.h.
+ */
+#include "ddp_build.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/hash.h"
+#include "core/util.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+
+#if HAVE_CUDA
+
+static int g_fail, g_checks;
+static const struct ddp_backend *G;
+static const char *g_layout = "NCHW"; /* the layout in force, for the report */
+
+/* ---- bf16 on the host -------------------------------------------------------------------- */
+
+/* f rounded to bf16, nearest even (f finite), as the bits stored. */
+static uint16_t bf_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float f_of(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ULL;
+
+/* n values uniform in (-scale, scale) plus shift, each rounded to bf16 (representable). */
+static float *rnd(size_t n, float scale, float shift)
+{
+    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) {
+        const double u = (double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0;
+        x[i] = f_of(bf_of((float)((2 * u - 1) * scale) + shift));
+    }
+    return x;
+}
+
+static void *up(const void *host, size_t bytes)
+{
+    void *d = G->alloc(bytes ? bytes : 4);
+    if (bytes)
+        G->upload(d, host, bytes);
+    return d;
+}
+
+static void *down(const void *dev, size_t bytes)
+{
+    void *h = ddp_malloc(bytes ? bytes : 4);
+    if (bytes)
+        G->download(h, dev, bytes);
+    return h;
+}
+
+/* One activation tensor of n values on the device in both storages: f fp32, h bf16. */
+struct act {
+    float *f;
+    void *h;
+    size_t n;
+};
+
+/* x (n floats, bf16-representable) in both storages. */
+static struct act act_up(const float *x, size_t n)
+{
+    uint16_t *b = ddp_malloc(2 * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        b[i] = bf_of(x[i]);
+    struct act a = {up(x, 4 * n), up(b, 2 * n), n};
+    free(b);
+    return a;
+}
+
+static struct act act_alloc(size_t n)
+{
+    struct act a = {G->alloc(4 * n + 4), G->alloc(2 * n + 4), n};
+    return a;
+}
+
+/* The bf16 tensor's values as an fp32 tensor (the rounded intermediate for the fp32 run). */
+static struct act act_rounded(const struct act *a)
+{
+    uint16_t *b = down(a->h, 2 * a->n);
+    float *x = ddp_malloc(4 * (a->n ? a->n : 1));
+    for (size_t i = 0; i < a->n; i++)
+        x[i] = f_of(b[i]);
+    struct act r = act_up(x, a->n);
+    free(b), free(x);
+    return r;
+}
+
+static void act_free(struct act *a)
+{
+    G->free(a->f);
+    G->free(a->h);
+}
+
+/* A pair of fp32 (or other non-activation) device buffers, one per storage run. */
+struct two {
+    void *f, *h;
+};
+
+static struct two two_alloc(size_t bytes)
+{
+    struct two t = {G->alloc(bytes + 8), G->alloc(bytes + 8)};
+    return t;
+}
+
+static struct two two_up(const void *host, size_t bytes)
+{
+    struct two t = {up(host, bytes), up(host, bytes)};
+    return t;
+}
+
+static void two_free(struct two *t)
+{
+    G->free(t->f);
+    G->free(t->h);
+}
+
+/* Storage t (0 fp32, 1 bf16) in force. */
+static void storage(int t)
+{
+    char err[DDP_ERR_LEN];
+    if (G->set_act_type(t ? DDP_ACT_BF16 : DDP_ACT_FP32, err, sizeof err) != 0) {
+        printf("FAIL set_act_type(%d): %s\n", t, err);
+        exit(1);
+    }
+}
+
+/* ---- comparisons ------------------------------------------------------------------------- */
+
+static void verdict(int ok, const char *op, const char *shape, size_t n, const char *how)
+{
+    g_checks++;
+    g_fail += !ok;
+    printf("%-4s %-4s %-24s %-20s n=%-8zu %s\n", ok ? "ok" : "FAIL", g_layout, op, shape, n, how);
+}
+
+/* The bf16 run's tensor equals the fp32 run's rounded to bf16, bit for bit. */
+static void same_act(const char *op, const char *shape, const struct act *a)
+{
+    float *f = down(a->f, 4 * a->n);
+    uint16_t *h = down(a->h, 2 * a->n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (h[i] != bf_of(f[i]) && !bad++)
+            first = i;
+    char how[128] = "bf16 = round(fp32), bit for bit";
+    if (bad)
+        snprintf(how, sizeof how, "%zu differ, first at %zu: bf16 %04x, round(fp32 %.9g) %04x", bad,
+                 first, h[first], (double)f[first], bf_of(f[first]));
+    verdict(!bad, op, shape, a->n, how);
+    free(f), free(h);
+}
+
+/* Two device buffers of `bytes` bytes hold the same bits (fp32, double or argmax results). */
+static void same_bits(const char *op, const char *shape, const void *a_dev, const void *b_dev,
+                      size_t bytes, size_t esz)
+{
+    char *a = down(a_dev, bytes), *b = down(b_dev, bytes);
+    const int ok = memcmp(a, b, bytes) == 0;
+    verdict(ok, op, shape, bytes / esz, ok ? "the same bits in both" : "differ");
+    free(a), free(b);
+}
+
+#define SAME2(op, shape, t, bytes, esz) same_bits(op, shape, (t).f, (t).h, bytes, esz)
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+/* P(v): v's buffer of storage run t. */
+#define P(v) (t ? (void *)(v).h : (void *)(v).f)
+
+/* maxpool (int32 argmax), relu + maxpool (byte argmax) and avgpool with k, both ways. */
+static void t_pools(int B, int Cc, int H, int W, int k)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, Cc, H, W, k);
+    const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * (H / k) * (W / k);
+    float *x = rnd(ni, 1, 0), *dy = rnd(no, 1, 0);
+    for (size_t i = 0; i < ni; i++) /* few levels: ties, so the first-maximum rule matters */
+        x[i] = f_of(bf_of(roundf(x[i] * 3) / 3));
+    struct act X = act_up(x, ni), DY = act_up(dy, no), Y = act_alloc(no), Y2 = act_alloc(no);
+    struct act DX = act_alloc(ni), DX2 = act_alloc(ni), AY = act_alloc(no), ADX = act_alloc(ni);
+    struct two AM = two_alloc(4 * no), A8 = two_alloc(no);
+    for (int t = 0; t < 2; t++) {
+        storage(t);
+        G->maxpool_fwd(P(Y), P(AM), P(X), B, Cc, H, W, k);
+        G->maxpool_bwd(P(DX), P(DY), P(AM), B, Cc, H, W, k);
+        G->relu_maxpool_fwd(P(Y2), P(A8), P(X), B, Cc, H, W, k);
+        G->maxpool_relu_bwd(P(DX2), P(DY), P(Y2), P(A8), B, Cc, H, W, k);
+        G->avgpool_fwd(P(AY), P(X), B, Cc, H, W, k);
+        G->avgpool_bwd(P(ADX), P(DY), B, Cc, H, W, k);
+    }
+    storage(0);
+    same_act("maxpool_fwd", shape, &Y);
+    SAME2("  argmax (int32)", shape, AM, 4 * no, 4);
+    same_act("maxpool_bwd", shape, &DX);
+    same_act("relu_maxpool_fwd", shape, &Y2);
+    SAME2("  argmax (byte)", shape, A8, no, 1);
+    same_act("maxpool_relu_bwd", shape, &DX2);
+    same_act("avgpool_fwd", shape, &AY);
+    same_act("avgpool_bwd", shape, &ADX);
+    act_free(&X), act_free(&DY), act_free(&Y), act_free(&Y2), act_free(&DX), act_free(&DX2);
+    act_free(&AY), act_free(&ADX), two_free(&AM), two_free(&A8);
+    free(x), free(dy);
+}
+
+/* The global average pool, out (B, C) and dinp. */
+static void t_gap(int B, int Cc, int S)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
+    const size_t n = (size_t)B * Cc * S, bc = (size_t)B * Cc;
+    float *x = rnd(n, 1, 0.25f), *dy = rnd(bc, 1, 0);
+    struct act X = act_up(x, n), DY = act_up(dy, bc), Y = act_alloc(bc), DX = act_alloc(n);
+    for (int t = 0; t < 2; t++) {
+        storage(t);
+        G->gap_fwd(P(Y), P(X), B, Cc, S);
+        G->gap_bwd(P(DX), P(DY), B, Cc, S);
+    }
+    storage(0);
+    same_act("gap_fwd", shape, &Y);
+    same_act("gap_bwd", shape, &DX);
+    act_free(&X), act_free(&DY), act_free(&Y), act_free(&DX);
+    free(x), free(dy);
+}
+
+/* add, out = a + b: into a third tensor and in place (out = a), from element `off` of each
+ * tensor (off 1: no tensor 16-byte aligned, the fp32 run's scalar kernel). */
+static void t_add(size_t n, size_t off)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "offset %zu", off);
+    const size_t m = n + off;
+    float *a = rnd(m, 4, 0), *b = rnd(m, 4, 0);
+    struct act A = act_up(a, m), Bt = act_up(b, m), O = act_alloc(m);
+    for (int t = 0; t < 2; t++) {
+        storage(t);
+        const size_t e = off * (t ? 2 : 4); /* bytes before element `off` */
+#define AT(v) (float *)((char *)P(v) + e)
+        G->add(AT(O), AT(A), AT(Bt), n);
+        G->add(AT(A), AT(A), AT(Bt), n); /* in place */
+#undef AT
+    }
+    storage(0);
+    same_act("add", shape, &O);
+    same_act("add in place", shape, &A);
+    act_free(&A), act_free(&Bt), act_free(&O);
+    free(a), free(b);
+}
+
+/* Batchnorm's backward, plain and fused with relu: the fp32 run reads the bf16 run's xhat and
+ * output (XR, YR: rounded), dout the same values; the local sums the same bits, the dinp
+ * applied with global sums unlike them (SyncBatchNorm's all-reduce) rounded, dgamma and dbeta
+ * (+=) the same bits. */
+static void t_bn_bwd(const char *shape, int B, int Cc, int S, const struct act *XH,
+                     const struct act *Y, const struct two *IV, const float *ggam)
+{
+    const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
+    float *dy = rnd(n, 1, 0), *dg0 = rnd(c, 0.1f, 0);
+    struct act DY = act_up(dy, n), DX = act_alloc(n), XR = act_rounded(XH), YR = act_rounded(Y);
+    struct two LS = two_alloc(8 * c2), DG = two_up(dg0, 4 * c), DB = two_up(dg0, 4 * c);
+    double *glob = ddp_malloc(sizeof(double) * c2), *gglob = G->alloc(sizeof(double) * c2);
+    for (int relu = 0; relu < 2; relu++) {
+        for (int t = 0; t < 2; t++) {
+            storage(t);
+            const void *xh = t ? XH->h : XR.f, *y = t ? Y->h : YR.f;
+            if (relu)
+                G->bn_relu_bwd_sums(P(LS), P(DY), y, xh, B, Cc, S);
+            else
+                G->bn_bwd_sums(P(LS), P(DY), xh, B, Cc, S);
+        }
+        SAME2(relu ? "bn_relu_bwd_sums" : "bn_bwd_sums", shape, LS, 8 * c2, 8);
+        G->download(glob, LS.f, sizeof(double) * c2);
+        for (size_t i = 0; i + 1 < c2; i++)
+            glob[i] = glob[i] * 1.7 + 0.1;
+        glob[c2 - 1] *= 2;
+        G->upload(gglob, glob, sizeof(double) * c2);
+        for (int t = 0; t < 2; t++) {
+            storage(t);
+            const void *xh = t ? XH->h : XR.f, *y = t ? Y->h : YR.f;
+            if (relu)
+                G->bn_relu_bwd_apply(P(DX), P(DG), P(DB), P(DY), y, xh, P(*IV), ggam, P(LS), gglob,
+                                     B, Cc, S);
+            else
+                G->bn_bwd_apply(P(DX), P(DG), P(DB), P(DY), xh, P(*IV), ggam, P(LS), gglob, B, Cc,
+                                S);
+        }
+        storage(0);
+        same_act(relu ? "bn_relu_bwd_apply dinp" : "bn_bwd_apply dinp", shape, &DX);
+        SAME2("  dgamma (+=)", shape, DG, 4 * c, 4);
+        SAME2("  dbeta (+=)", shape, DB, 4 * c, 4);
+    }
+    act_free(&DY), act_free(&DX), act_free(&XR), act_free(&YR);
+    two_free(&LS), two_free(&DG), two_free(&DB);
+    G->free(gglob);
+    free(dy), free(dg0), free(glob);
+}
+
+/* Batchnorm: the sums (the same bits: bf16 values read exactly, summed in double in the same
+ * order), mean, invstd and running statistics; the applies plain (also without xhat, as in
+ * evaluation) and fused with relu; then the backward (t_bn_bwd). */
+static void t_bn(int B, int Cc, int S)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
+    const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
+    float *x = rnd(n, 2, 0.75f), *gamma = rnd(c, 1, 0), *beta = rnd(c, 0.5f, 0);
+    float *run = rnd(2 * c, 0.5f, 1); /* running mean and variance */
+    float *ggam = up(gamma, 4 * c), *gbet = up(beta, 4 * c);
+    struct act X = act_up(x, n), Y = act_alloc(n), XH = act_alloc(n), Y0 = act_alloc(n);
+    struct two SUM = two_alloc(8 * c2), M = two_alloc(4 * c), IV = two_alloc(4 * c);
+    struct two RS = two_up(run, 8 * c);
+    for (int t = 0; t < 2; t++) {
+        storage(t);
+        G->bn_stats(P(SUM), P(X), B, Cc, S);
+        G->bn_update(P(M), P(IV), P(RS), (float *)P(RS) + c, P(SUM), Cc, 1e-5, 0.1);
+        G->bn_fwd_apply(P(Y0), NULL, P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
+    }
+    SAME2("bn_stats sums", shape, SUM, 8 * c2, 8);
+    SAME2("bn_update mean", shape, M, 4 * c, 4);
+    SAME2("bn_update invstd", shape, IV, 4 * c, 4);
+    SAME2("bn_update running", shape, RS, 8 * c, 4);
+    storage(0);
+    same_act("bn_fwd_apply (no xhat)", shape, &Y0);
+    for (int relu = 0; relu < 2; relu++) { /* relu last: its Y is t_bn_bwd's mask */
+        for (int t = 0; t < 2; t++) {
+            storage(t);
+            if (relu)
+                G->bn_relu_fwd_apply(P(Y), P(XH), P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
+            else
+                G->bn_fwd_apply(P(Y), P(XH), P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
+        }
+        storage(0);
+        same_act(relu ? "bn_relu_fwd_apply" : "bn_fwd_apply", shape, &Y);
+        same_act("  xhat", shape, &XH);
+    }
+    t_bn_bwd(shape, B, Cc, S, &XH, &Y, &IV, ggam);
+    act_free(&X), act_free(&Y), act_free(&XH), act_free(&Y0);
+    two_free(&SUM), two_free(&M), two_free(&IV), two_free(&RS);
+    G->free(ggam), G->free(gbet);
+    free(x), free(gamma), free(beta), free(run);
+}
+
+#undef P
+
+/* Every case in the layout in force. */
+static void t_all(void)
+{
+    t_pools(3, 1, 10, 10, 3); /* C = 1, floor mode: a row and column left over */
+    t_pools(2, 3, 9, 13, 2);  /* odd H and W */
+    t_pools(2, 5, 7, 7, 3);
+    t_pools(4, 37, 12, 12, 2);
+    t_pools(1, 2, 33, 33, 16); /* the largest window a byte argmax holds */
+    t_pools(3, 13, 1, 1, 1);   /* S = 1 */
+    t_pools(2, 19, 31, 30, 2);
+
+    t_gap(3, 5, 49);
+    t_gap(2, 1, 9);
+    t_gap(4, 70, 1);
+    t_gap(5, 13, 64);
+
+    for (size_t off = 0; off < 2; off++) {
+        t_add(1, off);
+        t_add(7, off);
+        t_add(1001, off);
+        t_add((1u << 16) + 5, off);
+    }
+
+    t_bn(4, 3, 25);
+    t_bn(2, 1, 49);
+    t_bn(3, 37, 13 * 13);
+    t_bn(5, 16, 1); /* S = 1: batchnorm after a flatten */
+    t_bn(7, 13, 1);
+    t_bn(32, 3, 32 * 32); /* several splits a channel */
+    t_bn(9, 11, 33 * 33);
+}
+
+/* set_layout(l), or fail. */
+static void layout(int l)
+{
+    char err[DDP_ERR_LEN];
+    if (G->set_layout(l, err, sizeof err) != 0) {
+        printf("FAIL set_layout(%d): %s\n", l, err);
+        exit(1);
+    }
+    g_layout = l == DDP_LAYOUT_NHWC ? "NHWC" : "NCHW";
+}
+
+#endif /* HAVE_CUDA */
+
+/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
+static int skip(const char *why)
+{
+    const char *req = getenv("DDP_GPU_REQUIRE");
+    printf("SKIP: %s\n", why);
+    return req && strcmp(req, "1") == 0 ? 1 : 77;
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+#if !HAVE_CUDA
+    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+#else
+    char err[DDP_ERR_LEN], line[480];
+    G = ddp_backend_cuda(0, DDP_PRECISION_BF16, err, sizeof err);
+    if (!G)
+        return skip(err);
+    printf("GPU: %s\n", ddp_cuda_device_string());
+    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line) || !G->set_act_type ||
+        G->set_act_type(DDP_ACT_BF16, err, sizeof err) != 0)
+        return skip("bf16 activations need cuDNN's convolutions");
+    storage(0);
+    printf("convolutions: %s\n", line);
+    const char *only = getenv("DDP_TEST_LAYOUTS");
+    layout(DDP_LAYOUT_NCHW);
+    t_all();
+    if (!only || strcmp(only, "nchw") != 0) {
+        layout(DDP_LAYOUT_NHWC);
+        t_all();
+        layout(DDP_LAYOUT_NCHW);
+    }
+    printf("test_cuda_act16_norm: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+#endif
+}
