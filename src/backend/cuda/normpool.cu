@@ -49,9 +49,8 @@ __global__ void k_maxpool_fwd(A *out, int32_t *argmax, const A *inp, I BC, int H
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
                 const int idx = (oh * k + i) * W + ow * k + j;
-                const float v = act_ld(x[idx]);
-                if (v > m) { /* strict: the first maximum wins, as PyTorch */
-                    m = v;
+                if (act_ld(x[idx]) > m) { /* strict: the first maximum wins, as PyTorch */
+                    m = act_ld(x[idx]);
                     best = idx;
                 }
             }
