@@ -332,8 +332,8 @@ static void t_convert(int B, int C, int S)
             G->act_from_f32(A.d[s], gx, B, C, S);
         }
         snprintf(op, sizeof op, "act_from_f32 %s", l ? "NHWC" : "NCHW");
-        same(op, shape, A.d[0], gw, 4 * n);     /* fp32: the copy or transposition */
-        same(op, shape, A.d[1], gwr, 2 * n);    /* bf16: that, each value rounded */
+        same(op, shape, A.d[0], gw, 4 * n);  /* fp32: the copy or transposition */
+        same(op, shape, A.d[1], gwr, 2 * n); /* bf16: that, each value rounded */
         oracle(op, shape, A.d[0], A.d[1], n);
         G->act_to_f32(back, A.d[1], n); /* storage bf16 (s = 1) still in force */
         snprintf(op, sizeof op, "act_to_f32 %s", l ? "NHWC" : "NCHW");
@@ -368,8 +368,8 @@ static void t_pools(int B, int C, int H, int W, int k)
     struct two Y2 = two_of(z, no), Y3 = two_of(z, no), DX2 = two_of(z, ni), AY = two_of(z, no);
     struct two ADX = two_of(z, ni);
     int32_t *am[2] = {G->alloc(4 * no + 4), G->alloc(4 * no + 4)};
-    uint8_t *a8[2] = {G->alloc(no + 4), G->alloc(no + 4)}, *a9[2] = {G->alloc(no + 4),
-                                                                      G->alloc(no + 4)};
+    uint8_t *a8[2] = {G->alloc(no + 4), G->alloc(no + 4)},
+            *a9[2] = {G->alloc(no + 4), G->alloc(no + 4)};
     layout(DDP_LAYOUT_NHWC);
     for (int s = 0; s < 2; s++) {
         storage(s);

@@ -18,7 +18,8 @@ __global__ void k_scale(float *x, size_t n, float a)
 }
 
 /* out (rows, O*inner): every element of feature o = (idx / inner) % O gets b[o]. */
-template <typename A> __global__ void k_fill_bias(A *out, const float *b, size_t n, int O, int inner)
+template <typename A>
+__global__ void k_fill_bias(A *out, const float *b, size_t n, int O, int inner)
 {
     GRID_STRIDE(i, n) out[i] = act_st<A>(b[(i / (size_t)inner) % (size_t)O]);
 }
@@ -240,13 +241,13 @@ static void cuda_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const
         LAUNCH(k_relu_bwd_join, blocks_for((n + 3) / 4), THREADS, da, acc_a, db, acc_b, dout, out,
                n);
     else
-        LAUNCH(k_relu_bwd_join1<float>, blocks_for(n), THREADS, da, acc_a, db, acc_b, dout, out,
-               n);
+        LAUNCH(k_relu_bwd_join1<float>, blocks_for(n), THREADS, da, acc_a, db, acc_b, dout, out, n);
 }
 
 /* out (n, O per `inner` run) = relu(out + b), in place; b NULL: relu alone. The sum is the
  * one rounding cuBLAS's beta = 1 makes when the bias was broadcast first. */
-template <typename A> __global__ void k_bias_relu1(A *out, const float *b, size_t n, int O, int inner)
+template <typename A>
+__global__ void k_bias_relu1(A *out, const float *b, size_t n, int O, int inner)
 {
     GRID_STRIDE(i, n)
     {

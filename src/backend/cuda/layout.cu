@@ -129,8 +129,8 @@ static void cuda_act_to_f32(float *out, const float *inp, size_t n)
     if (g_cuda.act16)
         LAUNCH((k_convert<float, bf16>), blocks_for(n), THREADS, out, (const bf16 *)inp, n);
     else
-        CUDA_CHECK(cudaMemcpyAsync(out, inp, sizeof(float) * n, cudaMemcpyDeviceToDevice,
-                                   g_cuda.stream));
+        CUDA_CHECK(
+            cudaMemcpyAsync(out, inp, sizeof(float) * n, cudaMemcpyDeviceToDevice, g_cuda.stream));
 }
 
 /* ---- pools -----------------------------------------------------------------------------------
@@ -241,8 +241,8 @@ __global__ void k_maxpool_bwd_nhwc(A *dinp, const A *dout, const int32_t *argmax
 
 /* k_maxpool_relu_bwd, channel innermost. */
 template <typename A, typename I>
-__global__ void k_maxpool_relu_bwd_nhwc(A *dinp, const A *dout, const A *out,
-                                        const uint8_t *argmax, I n, I C, int H, int W, int k)
+__global__ void k_maxpool_relu_bwd_nhwc(A *dinp, const A *dout, const A *out, const uint8_t *argmax,
+                                        I n, I C, int H, int W, int k)
 {
     GRID_STRIDE(idx_, n)
     {
@@ -314,8 +314,8 @@ void nhwc_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int 
     act_idx(B, C, H, W, [&](auto a, auto i) {
         using A = decltype(a);
         using I = decltype(i);
-        LAUNCH((k_maxpool_fwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)out, argmax,
-               (const A *)inp, (I)n, (I)C, H, W, k);
+        LAUNCH((k_maxpool_fwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)out, argmax, (const A *)inp,
+               (I)n, (I)C, H, W, k);
     });
 }
 
