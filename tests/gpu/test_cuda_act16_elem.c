@@ -147,7 +147,8 @@ static void oracle(const char *op, const char *shape, const float *f32, const fl
     free(r), free(h);
 }
 
-/* Non-activations (device, bytes each) the same bits in both storages. */
+/* Two device arrays of `bytes` bytes the same bits: non-activations of both storages, or a
+ * result and its expected value. */
 static void same(const char *op, const char *shape, const void *a, const void *b, size_t bytes)
 {
     char *x = ddp_malloc(bytes + 1), *y = ddp_malloc(bytes + 1);
@@ -156,7 +157,7 @@ static void same(const char *op, const char *shape, const void *a, const void *b
         G->download(y, b, bytes);
     }
     const int ok = memcmp(x, y, bytes) == 0;
-    verdict(ok, op, shape, bytes, ok ? "same bits in both storages" : "differ");
+    verdict(ok, op, shape, bytes, ok ? "same bits (n in bytes)" : "differ (n in bytes)");
     free(x), free(y);
 }
 
