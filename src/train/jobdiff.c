@@ -25,6 +25,7 @@ static const char *const g_may_differ[] = {
     "train.early_stop", /* when the run ends, as train.epochs; not what it trains */
     "train.conv",       /* how the GPU convolves, as train.device; not what it trains */
     "train.layout",     /* how the GPU lays out activations; not what it trains */
+    "train.activations", /* how the GPU stores activations; a checkpoint is fp32 either way */
     "train.cuda_graph", /* how the step is issued, not what it computes */
 };
 

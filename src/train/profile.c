@@ -110,7 +110,7 @@ static void layered_step(struct prof *pr, int s, uint64_t noise)
         ddp_model_forward_layer(m, i, pr->x, pr->B, 1, noise);
         fwd[i] = lap(be, &t);
     }
-    loss_of(pr, m->layers[pr->L - 1].out);
+    loss_of(pr, ddp_model_forward_end(m, pr->B)); /* fp32 logits (bf16 storage: converted) */
     part[P_LOSS] = lap(be, &t);
     ddp_sync_begin(pr->p->sync);
     part[P_SYNC] = lap(be, &t);
@@ -263,6 +263,14 @@ static void print_head(const struct prof *pr)
         printf("timing: host clock around each layer\n");
 }
 
+/* What the input row times: the copy to channels-last, to bf16 storage, or both. */
+static const char *input_text(const struct ddp_model *m)
+{
+    if (!m->act16)
+        return PART_TEXT[P_INPUT];
+    return m->nhwc ? "the input to NHWC bf16" : "the input to bf16";
+}
+
 static void print_table(const struct prof *pr)
 {
     const struct ddp_model *m = pr->m;
@@ -272,7 +280,7 @@ static void print_table(const struct prof *pr)
     printf("\n%-*s  %-28s %10s %10s %7s\n", pw, "layer", "kind", "fwd", "bwd", "share");
     printf("%-*s  %-28s %10s %10s %7s\n", pw, "", "", "ms", "ms", "%");
     if (m->xin)
-        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", PART_TEXT[P_INPUT],
+        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", input_text(m),
                pr->mpart[P_INPUT], "-", share(pr, pr->mpart[P_INPUT]));
     for (int i = 0; i < pr->L; i++) {
         ddp_model_layer_text(m, i, what, sizeof what);
