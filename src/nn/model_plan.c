@@ -304,9 +304,8 @@ void ddp_mem_plan_free(struct ddp_mem_plan *p)
 
 static const char *what_name(enum ddp_mem_what w)
 {
-    static const char *const names[] = {"out",     "dout", "aux",    "argmax",
-                                        "dtmp",    "argmax8", "xin", "logits",
-                                        "dlogits"};
+    static const char *const names[] = {"out",     "dout", "aux",    "argmax", "dtmp",
+                                        "argmax8", "xin",  "logits", "dlogits"};
     _Static_assert(sizeof names / sizeof *names == DDP_MEM_DLOGITS + 1, "one name a block kind");
     return names[w];
 }

@@ -280,8 +280,8 @@ static void print_table(const struct prof *pr)
     printf("\n%-*s  %-28s %10s %10s %7s\n", pw, "layer", "kind", "fwd", "bwd", "share");
     printf("%-*s  %-28s %10s %10s %7s\n", pw, "", "", "ms", "ms", "%");
     if (m->xin)
-        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", input_text(m),
-               pr->mpart[P_INPUT], "-", share(pr, pr->mpart[P_INPUT]));
+        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", input_text(m), pr->mpart[P_INPUT],
+               "-", share(pr, pr->mpart[P_INPUT]));
     for (int i = 0; i < pr->L; i++) {
         ddp_model_layer_text(m, i, what, sizeof what);
         const int fr = cell(pr, i, 0, f, sizeof f), br = cell(pr, i, 1, b, sizeof b);
