@@ -134,8 +134,8 @@ int ddp_backend_act_type(const struct ddp_device_choice *dev, int want, int prec
     if (bf16 && want == DDP_ACT_CHOICE_BF16)
         return ddp_err(err, errlen, "%s", why);
     be->set_act_type(DDP_ACT_FP32, why, sizeof why);
-    if (bf16)
-        snprintf(line, len, "stored as fp32: bf16 storage needs cuDNN, and %s", why);
+    if (bf16) /* the convolution path before names the reason (im2col) */
+        snprintf(line, len, "stored as fp32 (bf16 storage needs cuDNN's convolutions)");
     return 0;
 }
 
