@@ -354,8 +354,9 @@ static int write_json(const struct prof *pr, const char *path)
     fprintf(f, "\"device\":\"%s\",", ddp_json_str(p->device, s, sizeof s));
     fprintf(f, "\"convolutions\":\"%s\",",
             ddp_json_str(p->conv_path ? p->conv_path : "", s, sizeof s));
-    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,",
-            ddp_job_precision_name(p->job->precision), pr->m->nhwc ? "true" : "false");
+    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,\"activations\":\"%s\",",
+            ddp_job_precision_name(p->job->precision), pr->m->nhwc ? "true" : "false",
+            pr->m->act16 ? "bf16" : "fp32");
     fprintf(f, "\"batch\":%d,\"warmup\":%d,\"steps\":%d,\"per_layer_sync\":%s,", pr->B, p->warmup,
             pr->N, pr->be->sync ? "true" : "false");
     json_layers(f, pr);
