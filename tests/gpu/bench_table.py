@@ -40,7 +40,7 @@ def conv_path(log):
     line = m.group(1)
     if line.startswith("cuDNN") and "im2col" not in line:
         nhwc = " NHWC" if "channels-last" in line else ""
-        nhwc += " bf16a" if re.search(r"activations[^;]*bf16", line) else ""
+        nhwc += " bf16a" if "stored as bf16" in line else ""
         return ("cuDNN any" if "deterministic or not" in line else "cuDNN det") + nhwc
     return "im2col"
 
