@@ -226,7 +226,6 @@ static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout
             linear_bwd16(dinp, dw, dout, inp, w, B, C, O);
         else
             linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
-        linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
         if (db)
             colsum_add(db, dout, B, O);
         return;
