@@ -24,7 +24,8 @@
  * cuBLAS pick other kernels for bf16 data (other summation orders, where a sum close to a
  * rounding boundary rounds the other way: one bf16 unit, 2^-8 relative), so there the limit is
  * TOL_GPU in normalised error ||got - want|| / ||want||, and the worst is printed.
- * Shapes: both layouts, C = 1, C and O odd or not multiples of 8, stride 2, pad 0, 1 and 3,
+ * dw0 and db0 are of the gradients' size (a gradient overwritten instead of added shows on a
+ * GPU as well). Shapes: both layouts, C = 1, C and O odd or not multiples of 8, stride 2, pad 0, 1 and 3,
  * k 1, 3 and 7, a batch below the planned one; linear with C = 1, odd sizes, O = 40.
  * Then the choices' text: a bf16 plan's line carries an eighteenth number (1), the same line
  * as fp32 (16 or 17 numbers) is not taken by the bf16 plan, an fp32 NHWC plan still takes its
@@ -77,8 +78,8 @@ static float *rnd_bf16(size_t n, float scale)
 {
     float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++)
-        x[i] = rnd((float)(((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0 * 2 - 1) *
-                           scale));
+        x[i] = rnd(
+            (float)(((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0 * 2 - 1) * scale));
     return x;
 }
 
@@ -228,7 +229,8 @@ static int run_conv(const struct tcase *t, int nhwc, int act16, const struct tda
     const size_t ncol = G->conv_plan(t->planB, g), nw = (size_t)t->O * t->C * t->k * t->k;
     const size_t ny = (size_t)t->B * t->O * P;
     float *col = G->alloc(sizeof(float) * (ncol ? ncol : 1));
-    float *gx = up(in->x, t->B, t->C, S, nhwc, act16), *gdy = up(in->dy, t->B, t->O, P, nhwc, act16);
+    float *gx = up(in->x, t->B, t->C, S, nhwc, act16),
+          *gdy = up(in->dy, t->B, t->O, P, nhwc, act16);
     float *gw = up(in->w, 1, (int)nw, 1, 0, 0), *gb = up(in->b, 1, t->O, 1, 0, 0);
     float *gdw = up(dw0, 1, (int)nw, 1, 0, 0), *gdb = up(db0, 1, t->O, 1, 0, 0);
     float *gy = G->alloc(abytes(ny, act16)), *gyb = G->alloc(abytes(ny, act16));
@@ -287,8 +289,8 @@ static void t_conv(const struct tcase *t, int nhwc, const char *mode)
                        .w = rnd_bf16(nw, 0.25f),
                        .b = rnd_bf16((size_t)t->O, 0.5f),
                        .dy = rnd_bf16(ny, 1),
-                       .dw0 = rnd_bf16(nw, 0.01f),
-                       .db0 = rnd_bf16((size_t)t->O, 0.01f)};
+                       .dw0 = rnd_bf16(nw, 4),
+                       .db0 = rnd_bf16((size_t)t->O, 4)};
     struct tdata r = {0}, h = {0}, want = {0};
     float *z = zeros(nw);
     char shape[128];
@@ -360,8 +362,8 @@ static void t_linear(int B, int C, int O)
                        .w = rnd_bf16(nw, 0.25f),
                        .b = rnd_bf16((size_t)O, 0.5f),
                        .dy = rnd_bf16(ny, 1),
-                       .dw0 = rnd_bf16(nw, 0.01f),
-                       .db0 = rnd_bf16((size_t)O, 0.01f)};
+                       .dw0 = rnd_bf16(nw, 4),
+                       .db0 = rnd_bf16((size_t)O, 4)};
     struct tdata r = {0}, h = {0};
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d O%d", B, C, O);
@@ -407,8 +409,12 @@ static int choice_line(const char *text, const char *prefix, char *out, size_t l
 static void t_choices_text(void)
 {
     static const struct tcase a = {2, 2, 3, 6, 5, 5, 3, 1, 1}, b = {2, 2, 3, 6, 7, 5, 3, 1, 1};
-    struct tdata in = {.x = rnd_bf16(252, 1), .w = rnd_bf16(135, 0.2f), .b = rnd_bf16(5, 0.1f),
-                       .dy = rnd_bf16(350, 1), .dw0 = zeros(135), .db0 = zeros(5)};
+    struct tdata in = {.x = rnd_bf16(252, 1),
+                       .w = rnd_bf16(135, 0.2f),
+                       .b = rnd_bf16(5, 0.1f),
+                       .dy = rnd_bf16(350, 1),
+                       .dw0 = zeros(135),
+                       .db0 = zeros(5)};
     struct tdata o1 = {0}, o2 = {0};
     run_conv(&a, 0, 1, &in, in.dw0, in.db0, &o1);
     run_conv(&b, 1, 0, &in, in.dw0, in.db0, &o2);

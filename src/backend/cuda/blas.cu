@@ -161,13 +161,13 @@ __global__ void k_linear_out16(bf16 *out, const float *acc, const float *b, size
 
 /* linear (+ relu) forward on bf16 activations: out (B,O) bf16 = inp (B,C) bf16 w^T + b, the
  * product in fp32 in the workspace, rounded once by k_linear_out16. */
-static void linear_fwd16(float *out, const float *inp, const float *w, const float *b, int B,
-                         int C, int O, int relu)
+static void linear_fwd16(float *out, const float *inp, const float *w, const float *b, int B, int C,
+                         int O, int relu)
 {
     const size_t n = (size_t)B * O;
     float *acc = (float *)ws_get(sizeof(float) * n);
-    gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, as_bf16(w, (size_t)O * C, 0), C, inp, C, 0.0f,
-              acc, O);
+    gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, as_bf16(w, (size_t)O * C, 0), C, inp, C, 0.0f, acc,
+              O);
     LAUNCH(k_linear_out16, blocks_for(n), THREADS, (bf16 *)out, acc, b, n, O, relu);
 }
 

@@ -419,12 +419,9 @@ static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t 
     }
     mem_note(p, total);
     CUDA_CHECK(cudaMemsetAsync(p, 0, total, g_cuda.stream));
-    const struct dnn_operands o = {p,
-                                   p + xb,
-                                   p + xb + pl->wbytes,
-                                   p + xb + pl->wbytes + yb,
-                                   p + xb + yb + 2 * pl->wbytes,
-                                   cap};
+    const struct dnn_operands o = {
+        p,  p + xb, p + xb + pl->wbytes, p + xb + pl->wbytes + yb, p + xb + yb + 2 * pl->wbytes,
+        cap};
     int left = 0;
     for (int d = 0; d < DNN_DIRS; d++)
         if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, &o, cap) != 0)
@@ -500,8 +497,8 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
         pl->wbytes = align256(dnn_esize(pl) * q->O * q->C * q->k * q->k);
         pl->next = 1;
         DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
-        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, dnn_dtype(pl), dnn_format(pl->layout), q->O,
-                                           q->C, q->k, q->k));
+        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, dnn_dtype(pl), dnn_format(pl->layout), q->O, q->C,
+                                           q->k, q->k));
         const size_t io = dnn_esize(pl) * B * (q->C * q->H * q->W + q->O * q->P);
         dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io), dnn_budget(DNN_WS_MAX));
         const struct dnn_slot *s = &pl->slot[0];
@@ -721,10 +718,9 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(g_cuda.dnn.h, &one, s->x, inp, s->y, dout,
-                                       s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
-                                       s->ws[DNN_BWD_FILTER], own ? &zero : &one, pl->w,
-                                       own ? sc.dw : (void *)dw));
+    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
+        g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
+        s->ws[DNN_BWD_FILTER], own ? &zero : &one, pl->w, own ? sc.dw : (void *)dw));
     if (own)
         dnn_add_dw(pl, &sc, dw);
     if (dinp) {
