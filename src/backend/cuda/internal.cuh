@@ -416,12 +416,12 @@ static inline size_t act_bytes(void)
  * (args for float), (args for bf16)); each argument list casts its activation pointers, e.g.
  * ACT_LAUNCH(k_relu, g, b, ((float *)o, (const float *)x, n), ((bf16 *)o, (const bf16 *)x, n)). */
 #define ACT_ARGS_(...) __VA_ARGS__
-#define ACT_LAUNCH(kernel, grid, block, f32args, bf16args)              \
-    do {                                                                \
-        if (g_cuda.act16)                                               \
-            LAUNCH(kernel<bf16>, grid, block, ACT_ARGS_ bf16args);      \
-        else                                                            \
-            LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args);      \
+#define ACT_LAUNCH(kernel, grid, block, f32args, bf16args)         \
+    do {                                                           \
+        if (g_cuda.act16)                                          \
+            LAUNCH(kernel<bf16>, grid, block, ACT_ARGS_ bf16args); \
+        else                                                       \
+            LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args); \
     } while (0)
 
 /* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */
