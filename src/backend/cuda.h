@@ -160,6 +160,22 @@ double ddp_cuda_vcheck_pcie(int d2h, size_t bytes, int reps);
  * corrupt: flip a bit of 3 words after the first write (fault injection). */
 int64_t ddp_cuda_vcheck_pattern(size_t bytes, int corrupt, int64_t *words);
 
+/* ---- Internal activation helpers, for tests/gpu/test_cuda_act16_elem.c ----------------------
+ * The kernels that take activations (in the storage in force, backend.h set_act_type) but are
+ * no entry of the table: the other parts reach them inside linear, conv2d and batchnorm. Device
+ * pointers; b, db fp32; part doubles. fill_bias: out (n) = b[(i / inner) % O]; bias_relu: out =
+ * relu(out + b) in place (b NULL: relu); colsum: part = the column sums of a (rows, C) (np 2:
+ * and of a^2, b NULL, or a*b; mask: a where mask > 0), C * splits * np doubles (room for
+ * C * 256), returns splits; colsum_add: db += the column sums of x (rows, C); relu_maxpool:
+ * out, argmax = maxpool(relu(inp + b[c])) (b NULL: relu), the layout in force. */
+void ddp_cuda_test_fill_bias(float *out, const float *b, size_t n, int O, int inner);
+void ddp_cuda_test_bias_relu(float *out, const float *b, size_t n, int O, int inner);
+size_t ddp_cuda_test_colsum(double *part, const float *a, const float *b, const float *mask,
+                            size_t rows, int C, int np);
+void ddp_cuda_test_colsum_add(float *db, const float *x, size_t rows, int C);
+void ddp_cuda_test_relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b,
+                                int B, int C, int H, int W, int k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,10 @@ const char *const ddp_layout_names[DDP_LAYOUT_CHOICE_COUNT] = {"auto", "nchw", "
 _Static_assert(sizeof ddp_layout_names / sizeof *ddp_layout_names == DDP_LAYOUT_CHOICE_COUNT,
                "one name per layout");
 
+const char *const ddp_act_names[DDP_ACT_CHOICE_COUNT] = {"auto", "fp32", "bf16"};
+_Static_assert(sizeof ddp_act_names / sizeof *ddp_act_names == DDP_ACT_CHOICE_COUNT,
+               "one name per activation storage");
+
 int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *cvd, char *err,
                             size_t errlen)
 {
@@ -108,6 +112,30 @@ int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precis
     be->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
     snprintf(line, len, "activations NCHW%s%s", nhwc ? ": channels-last needs cuDNN, and " : "",
              nhwc ? why : "");
+    return 0;
+}
+
+int ddp_backend_act_type(const struct ddp_device_choice *dev, int want, int precision, char *line,
+                         size_t len, char *err, size_t errlen)
+{
+    const struct ddp_backend *be = dev->be;
+    char why[DDP_ERR_LEN];
+    if (len)
+        line[0] = 0;
+    if (dev->device < 0 || !be->set_act_type) /* the CPU: fp32, whatever the job says */
+        return 0;
+    const int bf16 = want == DDP_ACT_CHOICE_BF16 ||
+                     (want == DDP_ACT_CHOICE_AUTO && precision == DDP_PRECISION_BF16);
+    if (bf16 && be->set_act_type(DDP_ACT_BF16, why, sizeof why) == 0) {
+        snprintf(line, len, "stored as bf16%s",
+                 want == DDP_ACT_CHOICE_AUTO ? " ([train] activations = auto under bf16)" : "");
+        return 0;
+    }
+    if (bf16 && want == DDP_ACT_CHOICE_BF16)
+        return ddp_err(err, errlen, "%s", why);
+    be->set_act_type(DDP_ACT_FP32, why, sizeof why);
+    if (bf16) /* the convolution path before names the reason (im2col) */
+        snprintf(line, len, "stored as fp32 (bf16 storage needs cuDNN's convolutions)");
     return 0;
 }
 

@@ -70,6 +70,27 @@ extern const char *const ddp_layout_names[DDP_LAYOUT_CHOICE_COUNT];
 int ddp_backend_layout(const struct ddp_device_choice *dev, int want, int precision, char *line,
                        size_t len, char *err, size_t errlen);
 
+/* [train] activations: how the GPU stores activations. auto: bf16 (2 bytes, as PyTorch's
+ * autocast keeps them) where [train] precision = bf16 and the backend can (CUDA: the cuDNN
+ * convolution path), else fp32; fp32; bf16 (needs precision = bf16, which the trainer checks
+ * first, and the cuDNN path). */
+enum ddp_act_choice {
+    DDP_ACT_CHOICE_AUTO,
+    DDP_ACT_CHOICE_FP32,
+    DDP_ACT_CHOICE_BF16,
+    DDP_ACT_CHOICE_COUNT
+};
+extern const char *const ddp_act_names[DDP_ACT_CHOICE_COUNT];
+
+/* Set the chosen device's activation storage (backend.h set_act_type) for want (enum
+ * ddp_act_choice) and [train] precision, right after ddp_backend_layout and before the model
+ * is built; a clause for the log in line when the storage is bf16, or when auto wanted bf16
+ * and the GPU cannot ("" otherwise and on the CPU, which stores fp32 whatever want says).
+ * Returns 0, or -1 with one line in err when want is bf16 and the GPU cannot (its
+ * convolutions use im2col): the caller names the key. */
+int ddp_backend_act_type(const struct ddp_device_choice *dev, int want, int precision, char *line,
+                         size_t len, char *err, size_t errlen);
+
 /* After the model is built: the convolution algorithms its build chose, one line per shape
  * and batch size (backend/cuda.h ddp_cuda_conv_report); "" and 0 on the CPU or without cuDNN.
  * Returns the number of lines. */

@@ -500,10 +500,13 @@ static void plan_join_fusion(struct ddp_model *m)
 
 /* Channels-last activations (the backend's layout at build, backend.h set_layout): a flatten
  * of a (C,H,W) input whose two orders differ turns it back into PyTorch's order, so that the
- * linear layers after it, their weights and every checkpoint are the same in both layouts. */
+ * linear layers after it, their weights and every checkpoint are the same in both layouts.
+ * The activations' storage (backend.h set_act_type) likewise, read once here. */
 static void plan_layout(struct ddp_model *m)
 {
     m->nhwc = m->be->layout && m->be->layout() == DDP_LAYOUT_NHWC;
+    m->act16 = m->be->act_type && m->be->act_type() == DDP_ACT_BF16; /* model.h act16 */
+    m->act_bytes = m->act16 ? 2 : sizeof(float);
     for (int i = 0; m->nhwc && i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         l->relayout = l->spec.kind == DDP_LAYER_FLATTEN && l->in >= 0 && l->in_ndim == 3 &&

@@ -137,6 +137,15 @@ struct ddp_model {
      * xin (a block of the arena) and those layers read xin. */
     int nhwc;
     float *xin;
+    /* bf16 storage: the backend's act_type (backend.h set_act_type) was DDP_ACT_BF16 at build.
+     * Every activation block of the arena (outputs, their gradients, batchnorm's xhat, xin)
+     * then holds act_bytes = 2 bytes a value (4 under fp32); dropout's mask and the argmaxes
+     * keep theirs. The input, fp32 from the trainer, is converted into xin (channels-last too
+     * where the model is), and the logits and their gradient pass through two fp32 blocks:
+     * forward converts the last layer's output into logits, backward dlogits into its dout. */
+    int act16;
+    size_t act_bytes;
+    float *logits, *dlogits; /* (B, K) fp32 under act16; NULL under fp32 */
 
     /* Sum of n doubles (backend memory) over all ranks, in place (SyncBatchNorm), ordered
      * before the backend's later work; NULL: local statistics. */
@@ -162,11 +171,12 @@ void ddp_model_free(struct ddp_model *m);
  * biases, batchnorm weight 1 bias 0, running mean 0 var 1) from a seeded generator. */
 void ddp_model_init(struct ddp_model *m, uint64_t seed);
 
-/* Forward a batch x (B, in_elems) in backend memory; returns the logits (B, K). train selects
- * batch statistics and dropout; noise_seed makes dropout masks a pure function of the step. */
+/* Forward a batch x (B, in_elems) in backend memory; returns the logits (B, K), fp32 whatever
+ * the activations' storage. train selects batch statistics and dropout; noise_seed makes
+ * dropout masks a pure function of the step. */
 const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int train,
                                uint64_t noise_seed);
-/* The logits' gradient buffer (B, K), to be filled by the loss before backward. */
+/* The logits' gradient buffer (B, K), fp32, to be filled by the loss before backward. */
 float *ddp_model_dlogits(struct ddp_model *m);
 /* Backward after forward (train mode). Adds into grads. After layer i's parameter gradients
  * are final, calls layer_done(ctx, i) (may be NULL). */
@@ -205,10 +215,12 @@ enum ddp_mem_what {
     DDP_MEM_ARGMAX,
     DDP_MEM_DTMP,
     DDP_MEM_ARGMAX8,
-    DDP_MEM_XIN /* layer -1: the model's input, channels-last (struct ddp_model xin) */
+    DDP_MEM_XIN,    /* layer -1: the model's input, converted (struct ddp_model xin) */
+    DDP_MEM_LOGITS, /* layer -1: fp32 logits under bf16 storage (struct ddp_model logits) */
+    DDP_MEM_DLOGITS /* layer -1: their fp32 gradient (struct ddp_model dlogits) */
 };
 struct ddp_mem_block {
-    int layer; /* -1: the model's input (DDP_MEM_XIN) */
+    int layer; /* -1: the model's (DDP_MEM_XIN, DDP_MEM_LOGITS, DDP_MEM_DLOGITS) */
     enum ddp_mem_what what;
     int first, last;   /* steps */
     size_t bytes, off; /* in the arena, both multiples of 256 */
@@ -231,12 +243,16 @@ void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len);
 
 /* One layer at a time, for `ddptrain profile` (train/profile.h), which times each call; the
  * trainer runs the whole passes above. ddp_model_forward is ddp_model_forward_input (the
- * channels-last copy of the input, struct ddp_model xin; nothing when there is none) and then
- * ddp_model_forward_layer for i = 0 .. nlayers - 1; ddp_model_backward is
- * ddp_model_backward_layer for i = nlayers - 1 down to 0, with layer_done after each layer
- * with parameters (w_n > 0), which these leave to the caller. A layer whose work another
- * layer's call does (the `fused` codes) does nothing in its own call. */
+ * converted copy of the input, struct ddp_model xin; nothing when there is none), then
+ * ddp_model_forward_layer for i = 0 .. nlayers - 1 and ddp_model_forward_end;
+ * ddp_model_backward is ddp_model_backward_layer for i = nlayers - 1 down to 0 (the last
+ * first converts dlogits under bf16 storage), with layer_done after each layer with
+ * parameters (w_n > 0), which these leave to the caller. A layer whose work another layer's
+ * call does (the `fused` codes) does nothing in its own call. */
 void ddp_model_forward_input(struct ddp_model *m, const float *x, int B);
+/* After the last layer's forward: the logits (B, K) in fp32, as ddp_model_forward returns
+ * them (converted from bf16 storage, act16; else the last layer's output). */
+const float *ddp_model_forward_end(struct ddp_model *m, int B);
 void ddp_model_forward_layer(struct ddp_model *m, int i, const float *x, int B, int train,
                              uint64_t noise_seed);
 void ddp_model_backward_layer(struct ddp_model *m, int i, const float *x, int B);

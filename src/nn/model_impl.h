@@ -28,6 +28,9 @@ int model_first_param(const struct ddp_model *m);
  * channels-last, its input (C,H,W) has C > 1 and H*W > 1, and a layer other than flatten
  * reads it. */
 int model_input_relayout(const struct ddp_model *m);
+/* 1 when the model keeps a converted copy of its input in xin: channels-last
+ * (model_input_relayout) or bf16 storage (act16). */
+int model_input_copy(const struct ddp_model *m);
 /* Point the layers' batch-sized buffers into arena by plan p (model_plan.c). */
 void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *arena);
 

@@ -22,8 +22,15 @@
  * nothing: its output is its input's, its dout its input's dout; unless it turns a
  * channels-last input back into PyTorch's order (relayout), which owns both like any layer.
  * Layers below the first with parameters get no dout (backward stops there). The model's
- * input is the trainer's, except its channels-last copy (model.h xin): a block of layer -1,
- * written at step 0 before layer 0 and live while any layer reads the input.
+ * input is the trainer's, except its converted copy (model.h xin: channels-last, bf16): a
+ * block of layer -1, written at step 0 before layer 0 and live while any layer reads the
+ * input.
+ *
+ * Bytes: outputs, douts, xin, dtmp and batchnorm's xhat hold activations, act_bytes a value
+ * (2 under bf16 storage, model.h act16); dropout's mask and argmax 4, the byte argmax 1
+ * (rounded up to 4 a sample). Under bf16 two fp32 blocks of layer -1 carry the logits,
+ * converted after the last layer's forward (step n - 1) and valid until after backward, and
+ * their gradient, written by the loss (step n) and read by the last layer's backward (n + 1).
  *
  * Dimension letters: B batch.
  */
@@ -58,6 +65,11 @@ static int dout_owner(const struct ddp_model *m, int i)
     while (is_view(&m->layers[i]) && m->layers[i].in >= 0)
         i = m->layers[i].in;
     return i;
+}
+
+int model_input_copy(const struct ddp_model *m)
+{
+    return m->act16 || model_input_relayout(m);
 }
 
 int model_input_relayout(const struct ddp_model *m)
@@ -156,12 +168,12 @@ static void layer_spans(const struct ddp_model *m, int i, int first, struct span
             touch(&dout[dout_owner(m, src[s])], bwd);
 }
 
-/* Append a block of B x elems values of 4 bytes, live over [first, last]. */
+/* Append a block of B x elems values of esize bytes, live over [first, last]. */
 static void add_block(struct ddp_mem_plan *p, int layer, enum ddp_mem_what what, int first,
-                      int last, size_t elems, int B)
+                      int last, size_t elems, size_t esize, int B)
 {
     struct ddp_mem_block *b = &p->blocks[p->nblocks++];
-    const size_t bytes = (size_t)B * elems * 4;
+    const size_t bytes = (size_t)B * elems * esize;
     b->layer = layer;
     b->what = what;
     b->first = first;
@@ -178,21 +190,24 @@ static void layer_blocks(const struct ddp_model *m, int i, int first, const stru
     const struct ddp_layer *l = &m->layers[i];
     const enum ddp_layer_kind k = l->spec.kind;
     const int n = m->nlayers, bwd = i >= first ? 2 * n - i : i;
+    const size_t a = m->act_bytes;
     if (out[i].lo <= out[i].hi)
-        add_block(p, i, DDP_MEM_OUT, out[i].lo, out[i].hi, l->out_elems, B);
+        add_block(p, i, DDP_MEM_OUT, out[i].lo, out[i].hi, l->out_elems, a, B);
     if (dout[i].lo <= dout[i].hi)
-        add_block(p, i, DDP_MEM_DOUT, dout[i].lo, dout[i].hi, l->out_elems, B);
-    if (k == DDP_LAYER_BATCHNORM || (k == DDP_LAYER_DROPOUT && l->spec.p > 0))
-        add_block(p, i, DDP_MEM_AUX, i, bwd, l->out_elems, B);
+        add_block(p, i, DDP_MEM_DOUT, dout[i].lo, dout[i].hi, l->out_elems, a, B);
+    if (k == DDP_LAYER_BATCHNORM) /* xhat: an activation */
+        add_block(p, i, DDP_MEM_AUX, i, bwd, l->out_elems, a, B);
+    if (k == DDP_LAYER_DROPOUT && l->spec.p > 0) /* the mask: fp32 */
+        add_block(p, i, DDP_MEM_AUX, i, bwd, l->out_elems, 4, B);
     if (k == DDP_LAYER_MAXPOOL && l->fused == 5) /* bytes: B x out_elems, rounded up */
-        add_block(p, i, DDP_MEM_ARGMAX8, pool_step(m, i), bwd, (l->out_elems + 3) / 4, B);
+        add_block(p, i, DDP_MEM_ARGMAX8, pool_step(m, i), bwd, (l->out_elems + 3) / 4, 4, B);
     else if (k == DDP_LAYER_MAXPOOL)
-        add_block(p, i, DDP_MEM_ARGMAX, i, bwd, l->out_elems, B);
+        add_block(p, i, DDP_MEM_ARGMAX, i, bwd, l->out_elems, 4, B);
     /* a relu fused into its maxpool (4) takes its input's gradient at the pool's backward */
     const int at = l->fused == 4 ? bwd - 1 : bwd;
     if (i >= first && l->acc && l->in >= first && k != DDP_LAYER_RESIDUAL && !is_view(l) &&
         l->fused != 7)
-        add_block(p, i, DDP_MEM_DTMP, at, at, m->layers[l->in].out_elems, B);
+        add_block(p, i, DDP_MEM_DTMP, at, at, m->layers[l->in].out_elems, a, B);
 }
 
 /* Order for placement: larger first, then earlier, then by position in the list. */
@@ -260,13 +275,18 @@ void ddp_mem_plan_make(const struct ddp_model *m, int B, struct ddp_mem_plan *p)
         dout[i].lo = INT_MAX, dout[i].hi = -1;
     memset(p, 0, sizeof *p);
     p->steps = 2 * n + 2;
-    p->blocks = ddp_calloc((size_t)n * 5 + 2, sizeof *p->blocks);
+    p->blocks = ddp_calloc((size_t)n * 5 + 4, sizeof *p->blocks);
     for (int i = 0; i < n; i++)
         layer_spans(m, i, first, out, dout);
-    touch(&out[out_owner(m, n - 1)], 2 * n + 1); /* the logits: valid until after backward */
-    touch(&dout[dout_owner(m, n - 1)], n);       /* the loss writes dlogits */
-    if (model_input_relayout(m))                 /* written before layer 0, at step 0 */
-        add_block(p, -1, DDP_MEM_XIN, 0, out[-1].hi, m->in_elems, B);
+    /* the logits: valid until after backward (under bf16 their fp32 copy) */
+    touch(&out[out_owner(m, n - 1)], m->act16 ? n - 1 : 2 * n + 1);
+    touch(&dout[dout_owner(m, n - 1)], n); /* the loss writes dlogits */
+    if (model_input_copy(m))               /* written before layer 0, at step 0 */
+        add_block(p, -1, DDP_MEM_XIN, 0, out[-1].hi, m->in_elems, m->act_bytes, B);
+    if (m->act16) {
+        add_block(p, -1, DDP_MEM_LOGITS, n - 1, 2 * n + 1, (size_t)m->classes, 4, B);
+        add_block(p, -1, DDP_MEM_DLOGITS, n, n + 1, (size_t)m->classes, 4, B);
+    }
     for (int i = 0; i < n; i++)
         layer_blocks(m, i, first, out, dout, B, p);
     place(p);
@@ -284,7 +304,9 @@ void ddp_mem_plan_free(struct ddp_mem_plan *p)
 
 static const char *what_name(enum ddp_mem_what w)
 {
-    static const char *const names[] = {"out", "dout", "aux", "argmax", "dtmp", "argmax8", "xin"};
+    static const char *const names[] = {"out",     "dout", "aux",    "argmax", "dtmp",
+                                        "argmax8", "xin",  "logits", "dlogits"};
+    _Static_assert(sizeof names / sizeof *names == DDP_MEM_DLOGITS + 1, "one name a block kind");
     return names[w];
 }
 
@@ -328,8 +350,11 @@ void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *
     for (int i = 0; i < p->nblocks; i++) {
         const struct ddp_mem_block *b = &p->blocks[i];
         void *at = arena + b->off;
-        if (b->what == DDP_MEM_XIN) {
-            m->xin = at;
+        if (b->layer < 0) { /* the model's own */
+            float **own = b->what == DDP_MEM_XIN      ? &m->xin
+                          : b->what == DDP_MEM_LOGITS ? &m->logits
+                                                      : &m->dlogits;
+            *own = at;
             continue;
         }
         struct ddp_layer *l = &m->layers[b->layer];
@@ -353,6 +378,8 @@ void model_plan_assign(struct ddp_model *m, const struct ddp_mem_plan *p, char *
             l->argmax8 = at;
             break;
         case DDP_MEM_XIN:
+        case DDP_MEM_LOGITS:
+        case DDP_MEM_DLOGITS:
             break;
         }
     }

@@ -65,17 +65,31 @@ static int spatial(const struct ddp_layer *l)
 }
 
 /* The output of layer i, or the model's input x for i = -1 (what in and in2 name; its
- * channels-last copy where the model keeps one). */
+ * converted copy where the model keeps one). */
 static const float *value_of(const struct ddp_model *m, int i, const float *x)
 {
     return i >= 0 ? m->layers[i].out : m->xin ? m->xin : x;
 }
 
-/* Before layer 0: the channels-last copy of the input x, where the model keeps one. */
+/* Before layer 0: the converted copy of the input x, where the model keeps one: bf16 (and
+ * channels-last where a spatial layer reads it) by act_from_f32, else channels-last. */
 static void input_forward(struct ddp_model *m, const float *x, int B)
 {
-    if (m->xin)
-        m->be->to_nhwc(m->xin, x, B, m->ishape[0], m->ishape[1] * m->ishape[2]);
+    if (!m->xin)
+        return;
+    const int relayout = model_input_relayout(m);
+    const int C = relayout ? m->ishape[0] : (int)m->in_elems;
+    const int S = relayout ? m->ishape[1] * m->ishape[2] : 1;
+    if (m->act16)
+        m->be->act_from_f32(m->xin, x, B, C, S);
+    else
+        m->be->to_nhwc(m->xin, x, B, C, S);
+}
+
+/* Bytes of n activations in the storage in force (model.h act_bytes). */
+static size_t act_size(const struct ddp_model *m, size_t n)
+{
+    return m->act_bytes * n;
 }
 
 /* 1 when relu layer r's forward ran with the layers before it (a conv2d with fused 3). */
@@ -99,8 +113,8 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
     case DDP_LAYER_FLATTEN: /* a view, of the input in PyTorch's order at the model's input */
         if (l->relayout)
             be->to_nchw(l->out, inp, B, l->ishape[0], spatial(l));
-        else
-            l->out = (float *)(l->in < 0 ? x : inp);
+        else /* (under bf16 the input's copy: a spatial layer never reads the same input) */
+            l->out = (float *)(l->in < 0 && !m->act16 ? x : inp);
         break;
     case DDP_LAYER_LINEAR:
         if (l->fused == 1)
@@ -143,7 +157,7 @@ static void layer_forward(struct ddp_model *m, int i, const float *x, int B, int
             be->dropout_fwd(l->out, l->aux, inp, n, s->p,
                             noise_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1)));
         else
-            be->upload(l->out, inp, sizeof(float) * n);
+            be->upload(l->out, inp, act_size(m, n));
         break;
     case DDP_LAYER_BATCHNORM:
         bn_forward(m, l, inp, B, train);
@@ -166,12 +180,21 @@ const float *ddp_model_forward(struct ddp_model *m, const float *x, int B, int t
     input_forward(m, x, B);
     for (int i = 0; i < m->nlayers; i++)
         layer_forward(m, i, x, B, train, noise_seed);
-    return m->layers[m->nlayers - 1].out;
+    return ddp_model_forward_end(m, B);
+}
+
+const float *ddp_model_forward_end(struct ddp_model *m, int B)
+{
+    const float *out = m->layers[m->nlayers - 1].out;
+    if (!m->act16)
+        return out;
+    m->be->act_to_f32(m->logits, out, (size_t)B * (size_t)m->classes);
+    return m->logits;
 }
 
 float *ddp_model_dlogits(struct ddp_model *m)
 {
-    return m->layers[m->nlayers - 1].dout;
+    return m->act16 ? m->dlogits : m->layers[m->nlayers - 1].dout;
 }
 
 /* Where layer l's input gradient goes: NULL when not needed (its input below `first`, the
@@ -238,7 +261,7 @@ static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B,
         if (acc[k])
             m->be->add(d, d, l->dout, n);
         else
-            m->be->upload(d, l->dout, sizeof(float) * n);
+            m->be->upload(d, l->dout, act_size(m, n));
     }
 }
 
@@ -285,7 +308,7 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
         if (dinp && s->p > 0)
             be->dropout_bwd(dinp, l->dout, l->aux, n);
         else if (dinp)
-            be->upload(dinp, l->dout, sizeof(float) * n);
+            be->upload(dinp, l->dout, act_size(m, n));
         break;
     case DDP_LAYER_BATCHNORM:
         bn_backward(m, l, dinp, B);
@@ -305,6 +328,8 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
 static int backward_at(struct ddp_model *m, int i, const float *x, int B, int first)
 {
     struct ddp_layer *l = &m->layers[i];
+    if (m->act16 && i == m->nlayers - 1) /* the loss's fp32 dlogits into the last dout */
+        m->be->act_from_f32(l->dout, m->dlogits, B, m->classes, 1);
     if (l->spec.kind == DDP_LAYER_RESIDUAL) {
         join_backward(m, l, B, first);
         return 1;
@@ -382,11 +407,20 @@ void ddp_model_describe(const struct ddp_model *m, char *buf, size_t len)
 
 /* ---- diagnosis -------------------------------------------------------------------------- */
 
-/* Largest |v| of n device values (NaN/inf: *bad set), via a host copy. */
-static double max_abs(const struct ddp_backend *be, const float *v, size_t n, int *bad)
+/* Largest |v| of n device values of esize bytes (4: fp32; 2: bf16, widened here) (NaN/inf:
+ * *bad set), via a host copy. */
+static double max_abs(const struct ddp_backend *be, const float *v, size_t n, size_t esize,
+                      int *bad)
 {
     float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
-    be->download(h, v, sizeof(float) * n);
+    be->download(h, v, esize * n);
+    if (esize == 2) { /* bf16: the high half of a float; widen from the end down */
+        const uint16_t *h16 = (const uint16_t *)h;
+        for (size_t i = n; i-- > 0;) {
+            const uint32_t bits = (uint32_t)h16[i] << 16;
+            memcpy(&h[i], &bits, sizeof bits);
+        }
+    }
     double mx = 0;
     *bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -405,13 +439,13 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
     const struct ddp_backend *be = m->be;
     int bad;
     char what[64];
-    double in_max = max_abs(be, x, (size_t)B * m->in_elems, &bad);
+    double in_max = max_abs(be, x, (size_t)B * m->in_elems, sizeof(float), &bad);
     if (bad)
         return snprintf(why, len, "the input batch holds NaN or inf; check the dataset"), 1;
     for (int i = 0; i < m->nlayers; i++) {
         struct ddp_layer *l = &m->layers[i];
         model_layer_str(&l->spec, what, sizeof what);
-        max_abs(be, m->params + l->w_off, l->w_n + l->b_n, &bad);
+        max_abs(be, m->params + l->w_off, l->w_n + l->b_n, sizeof(float), &bad);
         if (bad)
             return snprintf(why, len,
                             "layer %s %s has non-finite weights: training diverged; "
@@ -431,7 +465,7 @@ int ddp_model_explain_nonfinite(struct ddp_model *m, const float *x, int B, uint
             first_param = i;
         if (l->fused == 1 || l->fused == 4 || l->fused == 6 || l->fused == 8)
             continue; /* its relu's (its maxpool's) output stands for it */
-        double out = max_abs(be, l->out, (size_t)B * l->out_elems, &bad);
+        double out = max_abs(be, l->out, (size_t)B * l->out_elems, m->act_bytes, &bad);
         if (!bad) {
             prev = out;
             continue;

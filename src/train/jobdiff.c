@@ -15,17 +15,18 @@
 
 /* Keys that may differ between a checkpoint's job and the job that resumes it. */
 static const char *const g_may_differ[] = {
-    "job.name",         "job.output",      "data.test",
-    "data.cache_mb",    "data.batch_size", /* compared as the global batch */
-    "train.epochs",     "train.max_steps", "train.log_every",
-    "train.eval_every", "train.threads",   "train.device",
-    "checkpoint.*",     "dist.backend",    "dist.bucket_mb",
-    "dist.timeout_s",   "dist.port",       "dist.bootstrap",
-    "dist.check_every", "job.report",      "job.tensorboard",
-    "train.early_stop", /* when the run ends, as train.epochs; not what it trains */
-    "train.conv",       /* how the GPU convolves, as train.device; not what it trains */
-    "train.layout",     /* how the GPU lays out activations; not what it trains */
-    "train.cuda_graph", /* how the step is issued, not what it computes */
+    "job.name",          "job.output",      "data.test",
+    "data.cache_mb",     "data.batch_size", /* compared as the global batch */
+    "train.epochs",      "train.max_steps", "train.log_every",
+    "train.eval_every",  "train.threads",   "train.device",
+    "checkpoint.*",      "dist.backend",    "dist.bucket_mb",
+    "dist.timeout_s",    "dist.port",       "dist.bootstrap",
+    "dist.check_every",  "job.report",      "job.tensorboard",
+    "train.early_stop",  /* when the run ends, as train.epochs; not what it trains */
+    "train.conv",        /* how the GPU convolves, as train.device; not what it trains */
+    "train.layout",      /* how the GPU lays out activations; not what it trains */
+    "train.activations", /* how the GPU stores activations; a checkpoint is fp32 either way */
+    "train.cuda_graph",  /* how the step is issued, not what it computes */
 };
 
 struct item {

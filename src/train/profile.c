@@ -110,7 +110,7 @@ static void layered_step(struct prof *pr, int s, uint64_t noise)
         ddp_model_forward_layer(m, i, pr->x, pr->B, 1, noise);
         fwd[i] = lap(be, &t);
     }
-    loss_of(pr, m->layers[pr->L - 1].out);
+    loss_of(pr, ddp_model_forward_end(m, pr->B)); /* fp32 logits (bf16 storage: converted) */
     part[P_LOSS] = lap(be, &t);
     ddp_sync_begin(pr->p->sync);
     part[P_SYNC] = lap(be, &t);
@@ -263,6 +263,14 @@ static void print_head(const struct prof *pr)
         printf("timing: host clock around each layer\n");
 }
 
+/* What the input row times: the copy to channels-last, to bf16 storage, or both. */
+static const char *input_text(const struct ddp_model *m)
+{
+    if (!m->act16)
+        return PART_TEXT[P_INPUT];
+    return m->nhwc ? "the input to NHWC bf16" : "the input to bf16";
+}
+
 static void print_table(const struct prof *pr)
 {
     const struct ddp_model *m = pr->m;
@@ -272,8 +280,8 @@ static void print_table(const struct prof *pr)
     printf("\n%-*s  %-28s %10s %10s %7s\n", pw, "layer", "kind", "fwd", "bwd", "share");
     printf("%-*s  %-28s %10s %10s %7s\n", pw, "", "", "ms", "ms", "%");
     if (m->xin)
-        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", PART_TEXT[P_INPUT],
-               pr->mpart[P_INPUT], "-", share(pr, pr->mpart[P_INPUT]));
+        printf("%-*s  %-28s %10.3f %10s %7.1f\n", pw, "input", input_text(m), pr->mpart[P_INPUT],
+               "-", share(pr, pr->mpart[P_INPUT]));
     for (int i = 0; i < pr->L; i++) {
         ddp_model_layer_text(m, i, what, sizeof what);
         const int fr = cell(pr, i, 0, f, sizeof f), br = cell(pr, i, 1, b, sizeof b);
@@ -346,8 +354,9 @@ static int write_json(const struct prof *pr, const char *path)
     fprintf(f, "\"device\":\"%s\",", ddp_json_str(p->device, s, sizeof s));
     fprintf(f, "\"convolutions\":\"%s\",",
             ddp_json_str(p->conv_path ? p->conv_path : "", s, sizeof s));
-    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,",
-            ddp_job_precision_name(p->job->precision), pr->m->nhwc ? "true" : "false");
+    fprintf(f, "\"precision\":\"%s\",\"channels_last\":%s,\"activations\":\"%s\",",
+            ddp_job_precision_name(p->job->precision), pr->m->nhwc ? "true" : "false",
+            pr->m->act16 ? "bf16" : "fp32");
     fprintf(f, "\"batch\":%d,\"warmup\":%d,\"steps\":%d,\"per_layer_sync\":%s,", pr->B, p->warmup,
             pr->N, pr->be->sync ? "true" : "false");
     json_layers(f, pr);

@@ -295,6 +295,16 @@ static int refuse_cpu_bf16(const struct trainer *t)
     return 1;
 }
 
+/* Append clause (after sep) to the convolution line of the log and summary, where both are
+ * not empty. */
+static void append_conv_line(struct trainer *t, const char *sep, const char *clause)
+{
+    if (clause[0] && t->conv_path[0]) {
+        const size_t used = strlen(t->conv_path);
+        snprintf(t->conv_path + used, sizeof t->conv_path - used, "%s%s", sep, clause);
+    }
+}
+
 /* [train] layout on the chosen device (select.h ddp_backend_layout), what it chose appended to
  * the convolution line of the log and summary. Returns 0, or 1 with the reason printed. */
 static int start_layout(struct trainer *t, const struct ddp_device_choice *dev)
@@ -308,10 +318,33 @@ static int start_layout(struct trainer *t, const struct ddp_device_choice *dev)
                  ddp_job_where(&t->job, "train", "layout", where, sizeof where), err);
         return 1;
     }
-    if (line[0] && t->conv_path[0]) {
-        const size_t used = strlen(t->conv_path);
-        snprintf(t->conv_path + used, sizeof t->conv_path - used, "; %s", line);
+    append_conv_line(t, "; ", line);
+    return 0;
+}
+
+/* [train] activations (select.h ddp_backend_act_type), right after the layout: bf16 storage
+ * needs precision = bf16 on every device (else the job is inconsistent) and, on a GPU, the
+ * cuDNN path. What it chose is appended to the convolution line. Returns 0, or 1 with the
+ * reason printed. */
+static int start_act_type(struct trainer *t, const struct ddp_device_choice *dev)
+{
+    char line[160], err[DDP_ERR_LEN], where[DDP_PATH_MAX + 64];
+    if (t->job.activations == DDP_ACT_CHOICE_BF16 && t->job.precision != DDP_PRECISION_BF16) {
+        ddp_warn("%s: bf16 activations come with bf16 math, but [train] precision = %s; set "
+                 "[train] activations = auto (or fp32), or precision = bf16",
+                 ddp_job_where(&t->job, "train", "activations", where, sizeof where),
+                 ddp_job_precision_name(t->job.precision));
+        return 1;
     }
+    if (ddp_backend_act_type(dev, t->job.activations, t->job.precision, line, sizeof line, err,
+                             sizeof err) != 0) {
+        ddp_warn("%s: bf16 stores the activations in 2 bytes, which needs cuDNN's "
+                 "convolutions, but %s; set [train] activations = auto (or fp32), or conv = "
+                 "auto on a node where cuDNN loads",
+                 ddp_job_where(&t->job, "train", "activations", where, sizeof where), err);
+        return 1;
+    }
+    append_conv_line(t, ", ", line);
     return 0;
 }
 
@@ -362,7 +395,7 @@ static int start_comm(struct trainer *t)
         t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
     ddp_backend_conv_path(&dev, job->conv, job->deterministic, t->conv_path, sizeof t->conv_path);
-    if (start_layout(t, &dev) != 0)
+    if (start_layout(t, &dev) != 0 || start_act_type(t, &dev) != 0)
         return DDP_EXIT_USAGE;
     const int gpu = dev.device >= 0;
     if (!gpu && refuse_cpu_bf16(t))

@@ -225,6 +225,8 @@ static void test_jobdiff(void)
     set(&b, "checkpoint.every_steps=9");
     set(&b, "dist.timeout_s=20");
     set(&b, "train.threads=2");
+    set(&b, "train.layout=nhwc");
+    set(&b, "train.activations=bf16"); /* a checkpoint is fp32 whatever the storage */
     set(&b, "job.output=elsewhere");
     set(&b, "data.test=");
     set(&b, "data.batch_size=32"); /* 2 ranks x 32 = 1 rank x 64 */

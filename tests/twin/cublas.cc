@@ -6,7 +6,9 @@
  *
  * GemmEx (bf16 A and B, fp32 C, CUBLAS_COMPUTE_32F) widens the bf16 operands to float, which is
  * exact, and multiplies them with cblas_sgemm: the exact products of bf16 values summed in fp32,
- * what the tensor cores compute (up to the order of the sums).
+ * what the tensor cores compute (up to the order of the sums). With a bf16 C as well (the
+ * output of a layer on bf16 activations), C is widened where beta reads it, the product
+ * computed in fp32 as above and alpha AB + beta C rounded once into C (to nearest even).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -100,10 +102,19 @@ std::vector<float> widen(const void *x, size_t n)
     return f;
 }
 
-/* A (and B) hold bf16 values when bf16 != 0 (then 2 bytes an element), else floats. */
+/* The n values of a bf16 C rounded from c (to nearest even) into out. */
+void narrow(void *out, const float *c, size_t n)
+{
+    __nv_bfloat16 *h = (__nv_bfloat16 *)out;
+    for (size_t i = 0; i < n; i++)
+        h[i] = __float2bfloat16_rn(c[i]);
+}
+
+/* A (and B) hold bf16 values when bf16 != 0 (then 2 bytes an element), else floats; C holds
+ * bf16 values when bf16 == 2, else floats. */
 cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                     int k, float alpha, const void *A, int lda, long long sA, const void *B,
-                    int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch,
+                    int ldb, long long sB, float beta, void *C, int ldc, long long sC, int batch,
                     int bf16 = 0)
 {
     if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc) || batch < 0)
@@ -118,7 +129,8 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     const size_t esz = bf16 ? 2 : 4;
     const void *a = na ? twin::dev_to_host(A, esz * na) : nullptr;
     const void *b = nb ? twin::dev_to_host(B, esz * nb) : nullptr;
-    float *c = (float *)twin::dev_to_host(C, 4 * span(m, n, ldc, sC, batch));
+    const size_t nc = span(m, n, ldc, sC, batch);
+    void *c = twin::dev_to_host(C, (bf16 == 2 ? 2 : 4) * nc);
     cudaError_t e;
     if (inject || !c || (na && !a) || (nb && !b)) {
         const void *pa = A, *pb = B, *pc = C;
@@ -133,8 +145,13 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
         });
     } else {
         e = twin::enqueue(h->stream, bf16 ? "cublasGemmEx" : "cublasSgemm", [=] {
-            std::vector<float> wa, wb; /* bf16 operands widened when they run */
+            std::vector<float> wa, wb, wc; /* bf16 operands widened when they run */
             const float *fa = (const float *)a, *fb = (const float *)b;
+            float *fc = (float *)c;
+            if (bf16 == 2) { /* C read only where beta reads it, as cuBLAS */
+                wc = beta != 0 ? widen(c, nc) : std::vector<float>(nc, 0.0f);
+                fc = wc.data();
+            }
             if (bf16) {
                 wa = widen(a, na);
                 wb = widen(b, nb);
@@ -145,7 +162,9 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                 cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                             tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha,
                             fa ? fa + i * sA : nullptr, lda, fb ? fb + i * sB : nullptr, ldb, beta,
-                            c + i * sC, ldc);
+                            fc + i * sC, ldc);
+            if (bf16 == 2)
+                narrow(c, fc, nc);
         });
     }
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
@@ -171,12 +190,14 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(
     return gemm(h, ta, tb, m, n, k, *alpha, A, lda, sA, B, ldb, sB, *beta, C, ldc, sC, batch);
 }
 
-/* GemmEx's type combinations the twin has: 1 bf16 A and B, 0 all fp32, -1 others (cuBLAS has
- * more: those answer CUBLAS_STATUS_NOT_SUPPORTED here). C is fp32 and the compute 32F, or
- * 32F_FAST_TF32 with fp32 operands (TF32 tensor cores: the twin multiplies in full fp32, which
- * is within TF32's error). */
+/* GemmEx's type combinations the twin has: 1 bf16 A and B, 2 bf16 A, B and C (compute 32F),
+ * 0 all fp32, -1 others (cuBLAS has more: those answer CUBLAS_STATUS_NOT_SUPPORTED here). C
+ * is fp32 and the compute 32F, or 32F_FAST_TF32 with fp32 operands (TF32 tensor cores: the
+ * twin multiplies in full fp32, which is within TF32's error). */
 static int ex_kind(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute)
 {
+    if (ct == CUDA_R_16BF && at == CUDA_R_16BF && bt == CUDA_R_16BF)
+        return compute == CUBLAS_COMPUTE_32F ? 2 : -1;
     if (ct != CUDA_R_32F || at != bt)
         return -1;
     if (compute == CUBLAS_COMPUTE_32F_FAST_TF32)
@@ -198,7 +219,7 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta,
         return CUBLAS_STATUS_NOT_SUPPORTED;
     /* alpha and beta are host floats (compute 32F, CUBLAS_POINTER_MODE_HOST) */
     return gemm(h, ta, tb, m, n, k, *(const float *)alpha, A, lda, 0, B, ldb, 0,
-                *(const float *)beta, (float *)C, ldc, 0, 1, kind);
+                *(const float *)beta, C, ldc, 0, 1, kind);
 }
 
 extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
@@ -211,5 +232,5 @@ extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
     if (kind < 0 || algo != CUBLAS_GEMM_DEFAULT)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm(h, ta, tb, m, n, k, *(const float *)alpha, A, lda, sA, B, ldb, sB,
-                *(const float *)beta, (float *)C, ldc, sC, batch, kind);
+                *(const float *)beta, C, ldc, sC, batch, kind);
 }

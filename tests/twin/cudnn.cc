@@ -9,6 +9,15 @@
  * caller keeps there is lost, as on a GPU. A tensor descriptor of more than 2^31 - 1 values is
  * refused with CUDNN_STATUS_NOT_SUPPORTED, as cuDNN's is.
  *
+ * Data types: CUDNN_DATA_FLOAT, or CUDNN_DATA_BFLOAT16 tensors and filters with a
+ * CUDNN_DATA_FLOAT compute type (cuDNN's PSEUDO_BFLOAT16 configuration): bf16 operands are
+ * widened to float (exact), computed as float data are, and the output rounded to bf16 (to
+ * nearest even, the twin's cuda_bf16.h) after alpha and beta (beta reads the bf16 output
+ * widened). So a bf16 convolution's result is the rounded result of the float convolution of
+ * the same values, bit for bit. x, y and the filter must share one data type: a mix is
+ * refused with CUDNN_STATUS_NOT_SUPPORTED, as cuDNN refuses it. The workspace sizes do not
+ * depend on the data type (the twin's scratch is float).
+ *
  * Formats: tensors and filters in CUDNN_TENSOR_NCHW or CUDNN_TENSOR_NHWC ((n,h,w,c) in
  * memory; a filter (k,h,w,c), cuDNN's NHWC filter format), in every algorithm and direction,
  * with the same workspace sizes. The twin computes all-NCHW or all-NHWC convolutions (x, y and
@@ -46,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bf16.h"
 #include "cudnn.h"
 #include "twin.h"
 
@@ -56,10 +66,12 @@ struct cudnnContext {
 struct cudnnTensorStruct {
     int n = 0, c = 0, h = 0, w = 0;
     cudnnTensorFormat_t f = CUDNN_TENSOR_NCHW; /* NHWC: (n, h, w, c) in memory */
+    cudnnDataType_t t = CUDNN_DATA_FLOAT;      /* or CUDNN_DATA_BFLOAT16 */
 };
 struct cudnnFilterStruct {
     int k = 0, c = 0, h = 0, w = 0;
     cudnnTensorFormat_t f = CUDNN_TENSOR_NCHW; /* NHWC: (k, h, w, c) in memory */
+    cudnnDataType_t t = CUDNN_DATA_FLOAT;      /* or CUDNN_DATA_BFLOAT16 */
 };
 struct cudnnConvolutionStruct {
     int ph = 0, pw = 0, u = 1, v = 1;
@@ -74,6 +86,11 @@ namespace
 struct Geom {
     int N, C, H, W, O, R, S, ph, pw, u, v, OH, OW;
     bool nhwc; /* x, y and the filter channels-last (all three, or none: geom_of) */
+    bool bf16; /* x, y and the filter bf16 (all three, or none: geom_of) */
+    size_t esz() const /* bytes of one value of x, y or the filter */
+    {
+        return bf16 ? 2 : 4;
+    }
     size_t P() const
     {
         return (size_t)OH * OW;
@@ -90,19 +107,57 @@ struct Geom {
 
 /* CUDNN_STATUS_BAD_PARAM for shapes that do not fit together; CUDNN_STATUS_NOT_SUPPORTED for
  * a mix of formats (the twin computes all-NCHW or all-NHWC; cuDNN's algorithms take only some
- * mixes, so code that relies on one is wrong on the twin rather than silently NCHW). */
+ * mixes, so code that relies on one is wrong on the twin rather than silently NCHW) or of
+ * data types (cuDNN has no convolution of float data with a bf16 filter, or the reverse). */
 cudnnStatus_t geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
                       const cudnnConvolutionStruct *cv, const cudnnTensorStruct *y, Geom *g)
 {
     if (!x || !f || !cv || !y || !cv->set || x->n <= 0 || f->k <= 0 || x->c != f->c)
         return CUDNN_STATUS_BAD_PARAM;
     *g = Geom{x->n,   x->c,   x->h,  x->w,  f->k, f->h, f->w,
-              cv->ph, cv->pw, cv->u, cv->v, 0,    0,    x->f == CUDNN_TENSOR_NHWC};
+              cv->ph, cv->pw, cv->u, cv->v, 0,    0,    x->f == CUDNN_TENSOR_NHWC,
+              x->t == CUDNN_DATA_BFLOAT16};
     g->OH = (x->h + 2 * cv->ph - f->h) / cv->u + 1;
     g->OW = (x->w + 2 * cv->pw - f->w) / cv->v + 1;
     if (!(g->OH > 0 && g->OW > 0 && y->n == x->n && y->c == f->k && y->h == g->OH && y->w == g->OW))
         return CUDNN_STATUS_BAD_PARAM;
+    if (x->t != y->t || x->t != f->t)
+        return CUDNN_STATUS_NOT_SUPPORTED;
     return x->f == y->f && x->f == f->f ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+/* The n values at p (bf16 when bf16, else float) as floats: p itself, or a copy widened into
+ * buf (exact). */
+const float *as_float(const void *p, size_t n, bool bf16, std::vector<float> &buf)
+{
+    if (!bf16)
+        return (const float *)p;
+    buf.resize(n);
+    const __nv_bfloat16 *h = (const __nv_bfloat16 *)p;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = __bfloat162float(h[i]);
+    return buf.data();
+}
+
+/* The output operand p (n values) as floats to blend into: p itself, or buf (p widened where
+ * beta != 0; zeros else: beta 0 never reads the output), which store_back rounds into p. */
+float *out_float(void *p, size_t n, bool bf16, float beta, std::vector<float> &buf)
+{
+    if (!bf16)
+        return (float *)p;
+    if (beta != 0)
+        as_float(p, n, true, buf);
+    else
+        buf.assign(n, 0.0f);
+    return buf.data();
+}
+
+/* A bf16 output's floats (out_float's buf) rounded into p, to nearest even. */
+void store_back(void *p, const std::vector<float> &buf, bool bf16)
+{
+    __nv_bfloat16 *h = (__nv_bfloat16 *)p;
+    for (size_t i = 0; bf16 && i < buf.size(); i++)
+        h[i] = __float2bfloat16_rn(buf[i]);
 }
 
 /* (N, C, S) NCHW copy of t (N, S, C) when nhwc; else empty and t is used as it is. */
@@ -288,13 +343,14 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f,
                                          cudnnDataType_t t, int n, int c, int h, int w)
 {
-    /* NCHW_VECT_C needs int8x4 data: BAD_PARAM for float, as cuDNN's */
-    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || t != CUDNN_DATA_FLOAT ||
-        n <= 0 || c <= 0 || h <= 0 || w <= 0)
+    /* NCHW_VECT_C needs int8x4 data: BAD_PARAM for float and bf16, as cuDNN's */
+    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) ||
+        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || n <= 0 || c <= 0 || h <= 0 ||
+        w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
     if ((int64_t)n * c * h * w > INT32_MAX) /* cuDNN's 2^31 - 1 values per tensor */
         return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = cudnnTensorStruct{n, c, h, w, f};
+    *d = cudnnTensorStruct{n, c, h, w, f, t};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
@@ -310,10 +366,11 @@ cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t,
                                          cudnnTensorFormat_t f, int k, int c, int h, int w)
 {
-    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || t != CUDNN_DATA_FLOAT ||
-        k <= 0 || c <= 0 || h <= 0 || w <= 0)
+    if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) ||
+        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || k <= 0 || c <= 0 || h <= 0 ||
+        w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
-    *d = cudnnFilterStruct{k, c, h, w, f};
+    *d = cudnnFilterStruct{k, c, h, w, f, t};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
@@ -533,23 +590,27 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
     if (need < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
     const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
-    Operand ops[] = {{x, 4 * g.N * CHW, "x"},
-                     {w, 4 * (size_t)g.O * g.CKK(), "w"},
-                     {y, 4 * g.N * OP, "y"},
+    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
+                     {w, g.esz() * g.O * g.CKK(), "w"},
+                     {y, g.esz() * g.N * OP, "y"},
                      {ws, (size_t)need, "workSpace"}};
     cudaError_t e = cudaSuccess;
     if (!translate(h, "cudnnConvolutionForward", ops, 4, (size_t)need, ws_bytes, &e))
         return status_of(e);
     const float a = *(const float *)alpha, b = *(const float *)beta;
-    const float *hx = (const float *)ops[0].host, *hw = (const float *)ops[1].host;
-    float *hy = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    const void *hx0 = ops[0].host, *hw0 = ops[1].host;
+    void *hy0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
     /* IMPLICIT_GEMM sums the reduction in two halves: deterministic, but rounded differently
      * from IMPLICIT_PRECOMP_GEMM, as two algorithms of cuDNN are */
     const int K = (int)g.CKK(), half = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? K / 2 : 0;
     const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionForward", [=] {
         poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP), xb, wb, yb;
+        const float *hx = as_float(hx0, g.N * CHW, g.bf16, xb);
+        const float *hw = as_float(hw0, g.O * g.CKK(), g.bf16, wb);
+        float *hy = out_float(hy0, g.N * OP, g.bf16, b, yb);
         const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
                                  wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
         const float *X = g.nhwc ? xn.data() : hx, *Wt = g.nhwc ? wn.data() : hw;
@@ -564,6 +625,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                             Wt + half, K, col + (size_t)half * P, P, 1.0f, tmp.data(), P);
             blend_to(hy + i * OP, tmp.data(), g.O, g.P(), g.nhwc, a, b);
         }
+        store_back(hy0, yb, g.bf16);
     });
     return status_of(e);
 }
@@ -586,22 +648,26 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
     if (need < 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
     const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
-    Operand ops[] = {{w, 4 * (size_t)g.O * g.CKK(), "w"},
-                     {dy, 4 * g.N * OP, "dy"},
-                     {dx, 4 * g.N * CHW, "dx"},
+    Operand ops[] = {{w, g.esz() * g.O * g.CKK(), "w"},
+                     {dy, g.esz() * g.N * OP, "dy"},
+                     {dx, g.esz() * g.N * CHW, "dx"},
                      {ws, (size_t)need, "workSpace"}};
     cudaError_t e = cudaSuccess;
     if (!translate(h, "cudnnConvolutionBackwardData", ops, 4, (size_t)need, ws_bytes, &e))
         return status_of(e);
     const float a = *(const float *)alpha, b = *(const float *)beta;
-    const float *hw = (const float *)ops[0].host, *hdy = (const float *)ops[1].host;
-    float *hdx = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    const void *hw0 = ops[0].host, *hdy0 = ops[1].host;
+    void *hdx0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
     /* ALGO_0 splits the sum over output channels at a point that moves from call to call */
     const int split = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? (int)(h->calls++ % g.O) : 0;
     const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionBackwardData", [=] {
         poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW), wb, dyb, dxb;
+        const float *hw = as_float(hw0, g.O * g.CKK(), g.bf16, wb);
+        const float *hdy = as_float(hdy0, g.N * OP, g.bf16, dyb);
+        float *hdx = out_float(hdx0, g.N * CHW, g.bf16, b, dxb);
         const std::vector<float> dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc),
                                  wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
         const float *DY = g.nhwc ? dyn.data() : hdy, *Wt = g.nhwc ? wn.data() : hw;
@@ -619,6 +685,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
             col2im_add(tmp.data(), dcol, g);
             blend_to(hdx + i * CHW, tmp.data(), g.C, (size_t)g.H * g.W, g.nhwc, a, b);
         }
+        store_back(hdx0, dxb, g.bf16);
     });
     return status_of(e);
 }
@@ -642,22 +709,26 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
         return CUDNN_STATUS_NOT_SUPPORTED;
     const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
     const size_t nw = (size_t)g.O * g.CKK();
-    Operand ops[] = {{x, 4 * g.N * CHW, "x"},
-                     {dy, 4 * g.N * OP, "dy"},
-                     {dw, 4 * nw, "dw"},
+    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
+                     {dy, g.esz() * g.N * OP, "dy"},
+                     {dw, g.esz() * nw, "dw"},
                      {ws, (size_t)need, "workSpace"}};
     cudaError_t e = cudaSuccess;
     if (!translate(h, "cudnnConvolutionBackwardFilter", ops, 4, (size_t)need, ws_bytes, &e))
         return status_of(e);
     const float a = *(const float *)alpha, b = *(const float *)beta;
-    const float *hx = (const float *)ops[0].host, *hdy = (const float *)ops[1].host;
-    float *hdw = (float *)ops[2].host, *hws = (float *)ops[3].host;
+    const void *hx0 = ops[0].host, *hdy0 = ops[1].host;
+    void *hdw0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
     /* ALGO_0 sums the samples starting at one that moves from call to call */
     const int first = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? (int)(h->calls++ % g.N) : 0;
     const size_t poison = (size_t)need;
     e = twin::enqueue(h->stream, "cudnnConvolutionBackwardFilter", [=] {
         poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw), xb, dyb, dwb;
+        const float *hx = as_float(hx0, g.N * CHW, g.bf16, xb);
+        const float *hdy = as_float(hdy0, g.N * OP, g.bf16, dyb);
+        float *hdw = out_float(hdw0, nw, g.bf16, b, dwb);
         const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
                                  dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc);
         const float *X = g.nhwc ? xn.data() : hx, *DY = g.nhwc ? dyn.data() : hdy;
@@ -673,6 +744,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
         for (int o = 0; o < g.O; o++) /* (C, R*S) per output channel; (R*S, C) when NHWC */
             blend_to(hdw + (size_t)o * CKK, acc.data() + (size_t)o * CKK, g.C, (size_t)g.R * g.S,
                      g.nhwc, a, b);
+        store_back(hdw0, dwb, g.bf16);
     });
     return status_of(e);
 }

@@ -228,6 +228,13 @@ case_ "unknown --set key" 2 "\-\-set train.epoch: unknown key" good.ini --set tr
 case_ "precision bf16 on a CPU" 2 \
     "\-\-set train.precision: bf16 needs a GPU .*set \[train\] precision = fp32" \
     good.ini --set train.precision=bf16 --set train.device=cpu
+# bf16 activations come with bf16 math: refused with fp32 or tf32, on any device
+case_ "activations bf16 under precision tf32" 2 \
+    "\-\-set train.activations: bf16 activations come with bf16 math, but \[train\] precision = tf32; set \[train\] activations = auto" \
+    good.ini --set train.activations=bf16 --set train.precision=tf32
+case_ "activations: bad choice" 2 \
+    "\-\-set train.activations: 'fp16' is not a choice; expected one of auto/fp32/bf16" \
+    good.ini --set train.activations=fp16
 { base_job | sed 's/^layers = .*/layers = flatten, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4), relu, linear(4)/'; } > bad-long.ini
 case_ "line too long" 2 "bad-long.ini:7: line longer than" bad-long.ini
 

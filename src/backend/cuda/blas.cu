@@ -4,6 +4,14 @@
  * layer, forward (also fused with relu) and backward, through cuBLAS (dlopen.cu's table, the
  * handle table.cu made on the compute stream). It leaves convolutions to conv.cu and the bias
  * and relu epilogues' kernels to elementwise.cu.
+ *
+ * On bf16 activations (g_cuda.act16, backend.h set_act_type) inp, out, dinp and dout are bf16
+ * and the GEMMs read them as they are (GemmEx, bf16 operands, fp32 accumulation; the fp32
+ * weights cast by as_bf16, whatever [train] precision says): the forward's product goes into
+ * the workspace in fp32 and one kernel adds the bias (and clamps) and rounds it into out, so
+ * that out is the fp32-storage layer's output rounded once; dinp is GemmEx's bf16 output
+ * (rounded once, by cuBLAS); dw accumulates in fp32 (C fp32, beta 1) and db sums the bf16 dout
+ * in fp32 as the fp32 path sums its floats. The fp32-storage paths are unchanged.
  */
 #include "backend/cuda/internal.cuh"
 
@@ -70,7 +78,8 @@ void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
  * y*rows + rows - 1 of features 32x .. 32x + 31 into part[y * O + o]. Lane l of warp r takes
  * feature 32x + l over rows r, r + nwarps, ... of the block's rows (a warp reads 32
  * consecutive floats of a row); the warps' sums are then added in warp order. */
-__global__ void k_colsum_partial(float *part, const float *dout, int B, int O, int rows)
+template <typename A>
+__global__ void k_colsum_partial(float *part, const A *dout, int B, int O, int rows)
 {
     __shared__ float sh[THREADS / 32][32];
     const int lane = threadIdx.x & 31, r = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -80,7 +89,7 @@ __global__ void k_colsum_partial(float *part, const float *dout, int B, int O, i
     float s = 0;
     if (o < O)
         for (size_t b = b0 + r; b < b1; b += nw)
-            s += dout[b * O + o];
+            s += act_ld(dout[b * O + o]);
     sh[r][lane] = s;
     __syncthreads();
     if (r == 0 && o < O) {
@@ -104,8 +113,8 @@ __global__ void k_colsum_finish(float *db, const float *part, int O, int splits)
         db[o] += s;
 }
 
-/* db (O) += column sums of dout (B,O): a two-level reduction, parallel over rows and
- * features. The grid follows from B and O alone (COLSUM_ROWS rows per block, more where
+/* db (O) += column sums of dout (B,O) (activation storage): a two-level reduction, parallel
+ * over rows and features. The grid follows from B and O alone (COLSUM_ROWS rows per block, more where
  * B / COLSUM_ROWS would pass gridDim.y's limit), so the order of summation is fixed: the same
  * bits on every run, no atomics. */
 static void colsum_add(float *db, const float *dout, int B, int O)
@@ -118,7 +127,8 @@ static void colsum_add(float *db, const float *dout, int B, int O)
     const unsigned splits = (unsigned)(((size_t)B + rows - 1) / rows);
     float *part = (float *)ws_get(sizeof(float) * (size_t)splits * O);
     const dim3 grid((unsigned)((O + 31) / 32), splits);
-    LAUNCH(k_colsum_partial, grid, THREADS, part, dout, B, O, (int)rows);
+    ACT_LAUNCH(k_colsum_partial, grid, THREADS, (part, dout, B, O, (int)rows),
+               (part, (const bf16 *)dout, B, O, (int)rows));
     LAUNCH(k_colsum_finish, (unsigned)O, THREADS, db, part, O, (int)splits);
 }
 
@@ -136,6 +146,31 @@ static void linear_gemm(float *out, const float *inp, const float *w, int B, int
                                       inp, C, &beta, out, O));
 }
 
+/* out (n = rows * O, bf16) = acc + b[o] (b NULL: acc), relu'd when relu: the one rounding
+ * of a layer's output on bf16 activations (the float sum as k_bias_relu1 and cuBLAS's
+ * beta = 1 make it). */
+__global__ void k_linear_out16(bf16 *out, const float *acc, const float *b, size_t n, int O,
+                               int relu)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float v = b ? acc[i] + b[i % (size_t)O] : acc[i];
+        out[i] = act_st<bf16>(relu && !(v > 0) ? 0.0f : v);
+    }
+}
+
+/* linear (+ relu) forward on bf16 activations: out (B,O) bf16 = inp (B,C) bf16 w^T + b, the
+ * product in fp32 in the workspace, rounded once by k_linear_out16. */
+static void linear_fwd16(float *out, const float *inp, const float *w, const float *b, int B, int C,
+                         int O, int relu)
+{
+    const size_t n = (size_t)B * O;
+    float *acc = (float *)ws_get(sizeof(float) * n);
+    gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, O, B, C, as_bf16(w, (size_t)O * C, 0), C, inp, C, 0.0f, acc,
+              O);
+    LAUNCH(k_linear_out16, blocks_for(n), THREADS, (bf16 *)out, acc, b, n, O, relu);
+}
+
 static void cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int B,
                             int C, int O)
 {
@@ -144,6 +179,10 @@ static void cuda_linear_fwd(float *out, const float *inp, const float *w, const 
     const size_t n = (size_t)B * O;
     if (n == 0)
         return;
+    if (g_cuda.act16) {
+        linear_fwd16(out, inp, w, b, B, C, O, 0);
+        return;
+    }
     if (b) {
         fill_bias(out, b, n, O, 1);
     }
@@ -162,13 +201,31 @@ static void linear_bwd_bf16(float *dinp, float *dw, const float *dout, const flo
               dw, C);
 }
 
+/* cuda_linear_bwd on bf16 activations: dinp (B,C) bf16 = dout (B,O) w, GemmEx's bf16 output
+ * (rounded once); dw (O,C) += dout^T inp in fp32, both read as stored. */
+static void linear_bwd16(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, int B, int C, int O)
+{
+    if (dinp) {
+        const float one = 1, zero = 0;
+        CUBLAS_CHECK(g_cuda.blas_fn.gemm_ex(g_cuda.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, B, O, &one,
+                                            as_bf16(w, (size_t)O * C, 1), CUDA_R_16BF, C, dout,
+                                            CUDA_R_16BF, O, &zero, dinp, CUDA_R_16BF, C,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, C, O, B, inp, C, dout, O, 1, dw, C);
+}
+
 static void cuda_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                             const float *w, int B, int C, int O)
 {
     if (B == 0)
         return;
-    if (g_cuda.bf16.on) {
-        linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
+    if (g_cuda.act16 || g_cuda.bf16.on) {
+        if (g_cuda.act16)
+            linear_bwd16(dinp, dw, dout, inp, w, B, C, O);
+        else
+            linear_bwd_bf16(dinp, dw, dout, inp, w, B, C, O);
         if (db)
             colsum_add(db, dout, B, O);
         return;
@@ -194,6 +251,10 @@ static void cuda_linear_relu_fwd(float *out, const float *inp, const float *w, c
     const size_t n = (size_t)B * O;
     if (n == 0)
         return;
+    if (g_cuda.act16) {
+        linear_fwd16(out, inp, w, b, B, C, O, 1);
+        return;
+    }
     linear_gemm(out, inp, w, B, C, O, 0.0f);
     bias_relu(out, b, n, O, 1);
 }

@@ -438,7 +438,7 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
                                "deterministic = true)"
                              : "fastest measured algorithms, deterministic or not ([train] "
                                "deterministic = false)",
-             g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math on fp32 data"
+             g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math"
              : tf32_math()                          ? "tf32 allowed"
                                                     : "fp32 FMA math");
     return 1;

@@ -49,6 +49,22 @@
  * plan's line with a seventeenth number (1); a line without it is NCHW, so text written before
  * channels-last existed is still taken, by NCHW plans only. The run log's line of an NHWC
  * plan names it ("... p1 NHWC, batch 64: ...").
+ *
+ * bf16 activations (g_cuda.act16, backend.h set_act_type): plans are per shape, layout and
+ * storage. x, y and the filter are described as CUDNN_DATA_BFLOAT16 with a CUDNN_DATA_FLOAT
+ * compute type (cuDNN's PSEUDO_BFLOAT16 configuration: bf16 operands, fp32 accumulation, the
+ * output rounded to bf16) in tensor-op math. The caller's fp32 master weights are cast (under
+ * NHWC also transposed to (O,k,k,C)) into bf16 in col at each forward and backward data call;
+ * backward filter writes its bf16 gradient into col's gradient room (beta 0), which one
+ * kernel adds, widened (and transposed back under NHWC), into the fp32 dw. The bias gradient
+ * sums the bf16 dout in double as the fp32 path sums its floats; the bias and relu epilogues
+ * (elementwise.cu) read and write the storage in force, so a convolution with a bias but no
+ * relu rounds twice (cuDNN's bf16 output, then the bias added onto it with beta 1, as
+ * PyTorch's bf16 convolution and bias add do). Timing runs on scratch of the bf16 sizes. The
+ * choices' text marks a bf16 plan's line with an eighteenth number (1, after the layout's
+ * seventeenth, then always written); lines with 16 or 17 numbers are fp32, so an fp32 choice
+ * is never taken by a bf16 plan and text written before bf16 storage existed still loads, by
+ * fp32 plans. The run log's line of a bf16 plan says "bf16 data".
  */
 #include "backend/cuda/internal.cuh"
 
@@ -150,6 +166,27 @@ static cudnnTensorFormat_t dnn_format(int layout)
     return layout == DDP_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
 }
 
+/* cuDNN's data type of a plan's activations and filter. */
+static cudnnDataType_t dnn_dtype(const struct dnn_plan *pl)
+{
+    return pl->act16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* Bytes of one value of a plan's activations and filter. */
+static size_t dnn_esize(const struct dnn_plan *pl)
+{
+    return pl->act16 ? 2 : sizeof(float);
+}
+
+/* The math a slot's descriptors start in: bf16 data in tensor-op math (the algorithm lists
+ * then offer what runs on bf16 tensor cores), float data as [train] precision allows. */
+static cudnnMathType_t dnn_start_math(const struct dnn_plan *pl)
+{
+    if (!dnn_tensor_math())
+        return CUDNN_FMA_MATH;
+    return pl->act16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH;
+}
+
 /* Descriptors of slot s for batch B, no algorithm chosen yet. */
 static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
 {
@@ -164,11 +201,10 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
         }
     }
     const cudnnTensorFormat_t f = dnn_format(pl->layout);
-    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->x, f, CUDNN_DATA_FLOAT, B, q.C, q.H, q.W));
-    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->y, f, CUDNN_DATA_FLOAT, B, q.O, q.OH, q.OW));
+    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->x, f, dnn_dtype(pl), B, q.C, q.H, q.W));
+    DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->y, f, dnn_dtype(pl), B, q.O, q.OH, q.OW));
     for (int d = 0; d < DNN_DIRS; d++) {
-        DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d],
-                                         dnn_tensor_math() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], dnn_start_math(pl)));
         s->how[d] = DNN_UNCHOSEN;
         s->ws[d] = 0;
         s->ms[d] = 0;
@@ -181,9 +217,9 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
 /* The operands a timed choice runs on; each direction reads two and writes one: forward reads
  * x and w and writes y, backward data reads w and y (as dy) and writes x (as dx), backward
  * filter reads x and y (as dy) and writes dw. Callers pass buffers whose contents the call
- * overwrites anyway, or scratch. */
+ * overwrites anyway, or scratch; of the plan's data type. */
 struct dnn_operands {
-    float *x, *w, *y, *dw;
+    void *x, *w, *y, *dw;
     void *ws;
     size_t ws_bytes;
 };
@@ -311,21 +347,24 @@ static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
            a->stride == b->stride && a->pad == b->pad;
 }
 
-/* The plan of shape q in layout (enum ddp_layout), or NULL. */
-static struct dnn_plan *dnn_find(const struct conv_geom *q, int layout)
+/* The plan of shape q in layout (enum ddp_layout) and storage (act16 1: bf16), or NULL. */
+static struct dnn_plan *dnn_find(const struct conv_geom *q, int layout, int act16)
 {
     for (int i = 0; i < g_cuda.dnn.nplans; i++)
-        if (geom_eq(&g_cuda.dnn.plans[i].q, q) && g_cuda.dnn.plans[i].layout == layout)
+        if (geom_eq(&g_cuda.dnn.plans[i].q, q) && g_cuda.dnn.plans[i].layout == layout &&
+            g_cuda.dnn.plans[i].act16 == act16)
             return &g_cuda.dnn.plans[i];
     return NULL;
 }
 
 static const char *const dnn_dir_names[DNN_DIRS] = {"forward", "backward data", "backward filter"};
 
-/* The name of a plan's layout in messages and the run log: "" for NCHW, " NHWC" else. */
-static const char *dnn_layout_tag(int layout)
+/* The name of a plan's layout and storage in messages and the run log: "" for NCHW fp32,
+ * " NHWC" and " bf16 data" as they apply. */
+static const char *dnn_layout_tag(int layout, int act16)
 {
-    return layout == DDP_LAYOUT_NHWC ? " NHWC" : "";
+    static const char *const tags[2][2] = {{"", " bf16 data"}, {" NHWC", " NHWC bf16 data"}};
+    return tags[layout == DDP_LAYOUT_NHWC][act16 != 0];
 }
 
 [[noreturn]] static void dnn_no_algo(const struct dnn_plan *pl, int B, size_t cap, int d)
@@ -334,7 +373,7 @@ static const char *dnn_layout_tag(int layout)
     ddp_die("cuDNN has no %s%s algorithm for conv2d C%d %dx%d -> O%d k%d stride %d pad %d%s at "
             "batch %d within a %zu-byte workspace; set [train] conv = im2col",
             g_cuda.dnn.det ? "deterministic " : "", dnn_dir_names[d], q->C, q->H, q->W, q->O, q->k,
-            q->stride, q->pad, dnn_layout_tag(pl->layout), B, cap);
+            q->stride, q->pad, dnn_layout_tag(pl->layout, pl->act16), B, cap);
 }
 
 /* 1 while the compute stream is being captured into a CUDA graph: nothing may be timed (or
@@ -370,8 +409,8 @@ static size_t dnn_budget(size_t io)
 static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t cap)
 {
     const struct conv_geom *q = &pl->q;
-    const size_t xb = align256(sizeof(float) * B * q->C * q->H * q->W);
-    const size_t yb = align256(sizeof(float) * B * q->O * q->P);
+    const size_t xb = align256(dnn_esize(pl) * B * q->C * q->H * q->W);
+    const size_t yb = align256(dnn_esize(pl) * B * q->O * q->P);
     const size_t total = xb + yb + 2 * pl->wbytes + align256(cap);
     char *p = NULL;
     if (cudaMalloc((void **)&p, total) != cudaSuccess) {
@@ -380,12 +419,9 @@ static int dnn_time_pass(struct dnn_plan *pl, struct dnn_slot *s, int B, size_t 
     }
     mem_note(p, total);
     CUDA_CHECK(cudaMemsetAsync(p, 0, total, g_cuda.stream));
-    const struct dnn_operands o = {(float *)p,
-                                   (float *)(p + xb),
-                                   (float *)(p + xb + pl->wbytes),
-                                   (float *)(p + xb + pl->wbytes + yb),
-                                   p + xb + yb + 2 * pl->wbytes,
-                                   cap};
+    const struct dnn_operands o = {
+        p,  p + xb, p + xb + pl->wbytes, p + xb + pl->wbytes + yb, p + xb + yb + 2 * pl->wbytes,
+        cap};
     int left = 0;
     for (int d = 0; d < DNN_DIRS; d++)
         if (s->how[d] == DNN_UNCHOSEN && dnn_choose(pl, s, d, &o, cap) != 0)
@@ -429,18 +465,27 @@ static int dnn_slot_ready(const struct dnn_slot *s, int B)
     return 1;
 }
 
-/* Bytes of col a plan needs: workspace, weight gradient room, under NHWC the weights. */
-static size_t dnn_col_bytes(const struct dnn_plan *pl)
+/* 1 when a plan's filter is not the caller's fp32 (O,C,k,k) weights: NHWC or bf16 storage
+ * (the weights are then cast or transposed into col, the gradient added from col). */
+static int dnn_own_filter(const struct dnn_plan *pl)
 {
-    return pl->cap + (pl->layout == DDP_LAYOUT_NHWC ? 2 : 1) * pl->wbytes;
+    return pl->layout == DDP_LAYOUT_NHWC || pl->act16;
 }
 
-/* conv_plan of the table with cuDNN: the plan of this shape in the layout in force for batch
- * B (made or re-made), the floats of col it needs: the workspace, then room for one weight
- * gradient, then under NHWC room for the transposed weights. */
+/* Bytes of col a plan needs: workspace, weight gradient room, the weights in the filter's
+ * format and type (dnn_own_filter). */
+static size_t dnn_col_bytes(const struct dnn_plan *pl)
+{
+    return pl->cap + (dnn_own_filter(pl) ? 2 : 1) * pl->wbytes;
+}
+
+/* conv_plan of the table with cuDNN: the plan of this shape in the layout and storage in
+ * force for batch B (made or re-made), the floats of col it needs: the workspace, then room
+ * for one weight gradient, then under NHWC or bf16 storage room for the weights as cuDNN
+ * reads them. */
 size_t dnn_plan_shape(const struct conv_geom *q, int B)
 {
-    struct dnn_plan *pl = dnn_find(q, g_cuda.layout);
+    struct dnn_plan *pl = dnn_find(q, g_cuda.layout, g_cuda.act16);
     if (!pl) {
         if (g_cuda.dnn.nplans == DNN_PLANS)
             ddp_die("more than %d convolution shapes in one model", DNN_PLANS);
@@ -448,12 +493,13 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
         memset(pl, 0, sizeof *pl);
         pl->q = *q;
         pl->layout = g_cuda.layout;
-        pl->wbytes = align256(sizeof(float) * q->O * q->C * q->k * q->k);
+        pl->act16 = g_cuda.act16;
+        pl->wbytes = align256(dnn_esize(pl) * q->O * q->C * q->k * q->k);
         pl->next = 1;
         DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
-        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, CUDNN_DATA_FLOAT, dnn_format(pl->layout), q->O,
-                                           q->C, q->k, q->k));
-        const size_t io = sizeof(float) * B * (q->C * q->H * q->W + q->O * q->P);
+        DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, dnn_dtype(pl), dnn_format(pl->layout), q->O, q->C,
+                                           q->k, q->k));
+        const size_t io = dnn_esize(pl) * B * (q->C * q->H * q->W + q->O * q->P);
         dnn_plan_build(pl, &pl->slot[0], B, dnn_budget(io), dnn_budget(DNN_WS_MAX));
         const struct dnn_slot *s = &pl->slot[0];
         pl->cap = s->ws[0] > s->ws[1] ? s->ws[0] : s->ws[1];
@@ -480,14 +526,15 @@ static struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
     return s;
 }
 
-/* The plan of q in the layout in force; dies when conv_plan never sized it. */
+/* The plan of q in the layout and storage in force; dies when conv_plan never sized it. */
 static struct dnn_plan *dnn_plan_of(const struct conv_geom *q)
 {
-    struct dnn_plan *pl = dnn_find(q, g_cuda.layout);
+    struct dnn_plan *pl = dnn_find(q, g_cuda.layout, g_cuda.act16);
     if (!pl)
         ddp_die("conv2d C%d %dx%d -> O%d k%d stride %d pad %d%s was not planned: the backend's "
                 "conv_plan must size col before the convolution runs (a bug)",
-                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad, dnn_layout_tag(g_cuda.layout));
+                q->C, q->H, q->W, q->O, q->k, q->stride, q->pad,
+                dnn_layout_tag(g_cuda.layout, g_cuda.act16));
     return pl;
 }
 
@@ -505,15 +552,17 @@ static void dnn_ensure(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         dnn_no_algo(pl, s->B, pl->cap, d);
 }
 
-/* Per-channel sums of dout (B, O, P) over batch and positions: block (o, y) covers elements
- * y, y + splits, ... (in blocks of THREADS) of channel o; in double, in a fixed order. */
-__global__ void k_chan_partial(double *part, const float *dout, int B, int O, int P)
+/* Per-channel sums of dout (B, O, P) (activation storage) over batch and positions: block
+ * (o, y) covers elements y, y + splits, ... (in blocks of THREADS) of channel o; in double, in
+ * a fixed order. */
+template <typename A>
+__global__ void k_chan_partial(double *part, const A *dout, int B, int O, int P)
 {
     const int o = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
     const size_t n = (size_t)B * P;
     double s = 0;
     for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x)
-        s += dout[((j / P) * O + o) * P + j % P];
+        s += act_ld(dout[((j / P) * O + o) * P + j % P]);
     s = block_sum(s);
     if (threadIdx.x == 0)
         part[(size_t)o * splits + y] = s;
@@ -528,12 +577,14 @@ static void conv_bias_grad(float *db, const float *dout, int B, int O, int P)
     const size_t splits = rowsum_splits(n);
     double *part = (double *)ws_get(sizeof(double) * (size_t)O * splits);
     dim3 grid((unsigned)O, (unsigned)splits);
-    LAUNCH(k_chan_partial, grid, THREADS, part, dout, B, O, P);
+    ACT_LAUNCH(k_chan_partial, grid, THREADS, (part, dout, B, O, P),
+               (part, (const bf16 *)dout, B, O, P));
     rowsum_finish(db, part, O, splits);
 }
 
-/* wt (O, kk, C) = w (O, C, kk): the weights in cuDNN's NHWC filter format. */
-__global__ void k_w_to_okkc(float *wt, const float *w, int O, int C, int kk)
+/* wt (O, kk, C) = w (O, C, kk): the weights in cuDNN's NHWC filter format, stored as T (float,
+ * or bf16 rounded to nearest even). */
+template <typename T> __global__ void k_w_to_okkc(T *wt, const float *w, int O, int C, int kk)
 {
     const size_t n = (size_t)O * C * kk;
     GRID_STRIDE(i, n)
@@ -541,12 +592,19 @@ __global__ void k_w_to_okkc(float *wt, const float *w, int O, int C, int kk)
         const int c = (int)(i % C);
         const size_t t = i / C;
         const int r = (int)(t % kk), o = (int)(t / kk);
-        wt[i] = w[((size_t)o * C + c) * kk + r];
+        wt[i] = act_st<T>(w[((size_t)o * C + c) * kk + r]);
     }
 }
 
-/* dw (O, C, kk) += dwt (O, kk, C): an NHWC filter gradient added in PyTorch's order. */
-__global__ void k_add_okkc(float *dw, const float *dwt, int O, int C, int kk)
+/* w16 (n) = w rounded to bf16: the NCHW filter of a plan on bf16 activations. */
+__global__ void k_w_to_bf16(bf16 *w16, const float *w, size_t n)
+{
+    GRID_STRIDE(i, n) w16[i] = act_st<bf16>(w[i]);
+}
+
+/* dw (O, C, kk) += dwt (O, kk, C) (stored as T): an NHWC filter gradient added in PyTorch's
+ * order. */
+template <typename T> __global__ void k_add_okkc(float *dw, const T *dwt, int O, int C, int kk)
 {
     const size_t n = (size_t)O * C * kk;
     GRID_STRIDE(i, n)
@@ -554,50 +612,79 @@ __global__ void k_add_okkc(float *dw, const float *dwt, int O, int C, int kk)
         const int r = (int)(i % kk);
         const size_t t = i / kk;
         const int c = (int)(t % C), o = (int)(t / C);
-        dw[i] += dwt[((size_t)o * kk + r) * C + c];
+        dw[i] += act_ld(dwt[((size_t)o * kk + r) * C + c]);
     }
 }
 
+/* dw (n) += dw16 widened: an NCHW filter gradient of bf16 activations added to the fp32 one. */
+__global__ void k_add_bf16(float *dw, const bf16 *dw16, size_t n)
+{
+    GRID_STRIDE(i, n) dw[i] += act_ld(dw16[i]);
+}
+
 /* The parts of col (the caller's scratch of dnn_col_bytes): the algorithm workspace, the
- * weight gradient room, and under NHWC the transposed weights. */
+ * weight gradient room, and under NHWC or bf16 storage the weights as the filter says. */
 struct dnn_scratch {
-    void *ws;
-    float *dw, *wt;
+    void *ws, *dw, *wt;
 };
 
-/* The parts of col for plan pl (wt NULL under NCHW). */
+/* The parts of col for plan pl (wt NULL where the filter is the caller's weights). */
 static struct dnn_scratch dnn_scratch_of(const struct dnn_plan *pl, float *col)
 {
-    struct dnn_scratch sc = {col, (float *)((char *)col + pl->cap), NULL};
-    if (pl->layout == DDP_LAYOUT_NHWC)
-        sc.wt = (float *)((char *)col + pl->cap + pl->wbytes);
+    struct dnn_scratch sc = {col, (char *)col + pl->cap, NULL};
+    if (dnn_own_filter(pl))
+        sc.wt = (char *)col + pl->cap + pl->wbytes;
     return sc;
 }
 
-/* The weights as the plan's filter descriptor says: w itself under NCHW; under NHWC w
- * transposed into sc's room (queued now: small, and w changes every step). */
-static const float *dnn_weights(const struct dnn_plan *pl, const struct dnn_scratch *sc,
-                                const float *w)
+/* The weights as the plan's filter descriptor says: w itself under NCHW fp32; else w
+ * transposed (NHWC) and or cast (bf16 storage) into sc's room (queued now: small, and w
+ * changes every step). */
+static const void *dnn_weights(const struct dnn_plan *pl, const struct dnn_scratch *sc,
+                               const float *w)
 {
-    if (pl->layout != DDP_LAYOUT_NHWC)
+    if (!dnn_own_filter(pl))
         return w;
     const struct conv_geom *q = &pl->q;
     const size_t n = (size_t)q->O * q->CKK;
-    LAUNCH(k_w_to_okkc, blocks_for(n), THREADS, sc->wt, w, q->O, q->C, q->k * q->k);
+    const int kk = q->k * q->k;
+    if (pl->layout != DDP_LAYOUT_NHWC)
+        LAUNCH(k_w_to_bf16, blocks_for(n), THREADS, (bf16 *)sc->wt, w, n);
+    else if (pl->act16)
+        LAUNCH(k_w_to_okkc<bf16>, blocks_for(n), THREADS, (bf16 *)sc->wt, w, q->O, q->C, kk);
+    else
+        LAUNCH(k_w_to_okkc<float>, blocks_for(n), THREADS, (float *)sc->wt, w, q->O, q->C, kk);
     return sc->wt;
+}
+
+/* dw (O,C,k,k) fp32 += the gradient backward filter wrote into sc's room (dnn_own_filter):
+ * transposed back under NHWC, widened under bf16 storage. */
+static void dnn_add_dw(const struct dnn_plan *pl, const struct dnn_scratch *sc, float *dw)
+{
+    const struct conv_geom *q = &pl->q;
+    const size_t n = (size_t)q->O * q->CKK;
+    const int kk = q->k * q->k;
+    if (pl->layout != DDP_LAYOUT_NHWC)
+        LAUNCH(k_add_bf16, blocks_for(n), THREADS, dw, (const bf16 *)sc->dw, n);
+    else if (pl->act16)
+        LAUNCH(k_add_okkc<bf16>, blocks_for(n), THREADS, dw, (const bf16 *)sc->dw, q->O, q->C, kk);
+    else
+        LAUNCH(k_add_okkc<float>, blocks_for(n), THREADS, dw, (const float *)sc->dw, q->O, q->C,
+               kk);
 }
 
 /* relu: out = relu(conv + b) with the convolution written at beta = 0 and one bias+relu
  * pass after it, instead of a bias broadcast, beta = 1 and a relu pass into another buffer.
- * NHWC: the channel is the innermost index (a run of 1 per channel). */
+ * NHWC: the channel is the innermost index (a run of 1 per channel). On bf16 activations the
+ * epilogues read and write bf16 (elementwise.cu). */
 void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, const float *b, int B,
                     const struct conv_geom *q, int relu)
 {
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
     const struct dnn_scratch sc = dnn_scratch_of(pl, col);
-    const float *wd = dnn_weights(pl, &sc, w);
-    const struct dnn_operands o = {(float *)inp, (float *)wd, out, NULL, sc.ws, pl->cap};
+    const void *wd = dnn_weights(pl, &sc, w);
+    const struct dnn_operands o = {(void *)inp, (void *)wd, out, NULL, sc.ws, pl->cap};
     dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
     const int inner = pl->layout == DDP_LAYOUT_NHWC ? 1 : q->P;
@@ -613,34 +700,32 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
 }
 
 /* Backward filter accumulates into dw (beta 1): its timing writes the weight gradient room of
- * col; backward data's writes dinp, which the call then overwrites. Under NHWC backward filter
- * writes (beta 0) the (O,k,k,C) gradient into that room, added transposed into dw; the bias
- * gradient is the column sums of dout as a (B*P, O) matrix (layout.cu colsum_add, as
- * batchnorm's channels-last sums). */
+ * col; backward data's writes dinp, which the call then overwrites. Under NHWC or bf16
+ * storage backward filter writes (beta 0) its gradient into that room, added (transposed,
+ * widened) into dw; under NHWC the bias gradient is the column sums of dout as a (B*P, O)
+ * matrix (layout.cu colsum_add, as batchnorm's channels-last sums). */
 void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
                     const float *inp, const float *w, int B, const struct conv_geom *q)
 {
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
     const struct dnn_scratch sc = dnn_scratch_of(pl, col);
-    const int nhwc = pl->layout == DDP_LAYOUT_NHWC;
-    const struct dnn_operands of = {(float *)inp, (float *)w, (float *)dout, sc.dw, sc.ws, pl->cap};
+    const int own = dnn_own_filter(pl);
+    const struct dnn_operands of = {(void *)inp, (void *)w, (void *)dout, sc.dw, sc.ws, pl->cap};
     const float one = 1, zero = 0;
-    if (db && nhwc)
+    if (db && pl->layout == DDP_LAYOUT_NHWC)
         colsum_add(db, dout, (size_t)B * q->P, q->O);
     else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
     DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
         g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
-        s->ws[DNN_BWD_FILTER], nhwc ? &zero : &one, pl->w, nhwc ? sc.dw : dw));
-    if (nhwc) {
-        const size_t n = (size_t)q->O * q->CKK;
-        LAUNCH(k_add_okkc, blocks_for(n), THREADS, dw, sc.dw, q->O, q->C, q->k * q->k);
-    }
+        s->ws[DNN_BWD_FILTER], own ? &zero : &one, pl->w, own ? sc.dw : (void *)dw));
+    if (own)
+        dnn_add_dw(pl, &sc, dw);
     if (dinp) {
-        const float *wd = dnn_weights(pl, &sc, w);
-        const struct dnn_operands od = {dinp, (float *)wd, (float *)dout, NULL, sc.ws, pl->cap};
+        const void *wd = dnn_weights(pl, &sc, w);
+        const struct dnn_operands od = {dinp, (void *)wd, (void *)dout, NULL, sc.ws, pl->cap};
         dnn_ensure(pl, s, DNN_BWD_DATA, &od);
         DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, wd, s->y, dout,
                                          s->cv[DNN_BWD_DATA], s->bwd_data, sc.ws,
@@ -722,7 +807,7 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
     const struct conv_geom *q = &pl->q;
     const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
     int n = snprintf(out, len, "C%d %dx%d -> %d k%d s%d p%d%s, batch %d:", q->C, q->H, q->W, q->O,
-                     q->k, q->stride, q->pad, dnn_layout_tag(pl->layout), s->B);
+                     q->k, q->stride, q->pad, dnn_layout_tag(pl->layout, pl->act16), s->B);
     for (int d = 0; d < DNN_DIRS && n >= 0 && (size_t)n < len; d++) {
         char t[32] = "heuristic";
         if (s->how[d] == DNN_ADOPTED)
@@ -810,11 +895,12 @@ static void dnn_text_head(char *out, size_t len)
 }
 
 /* Take one line of ddp_cuda_conv_choices (v: its numbers; the layout NCHW where the line has
- * no seventeenth): the directions taken. A plan of the other layout never takes it. */
+ * no seventeenth, the storage fp32 where it has no eighteenth): the directions taken. A plan
+ * of another layout or storage never takes it. */
 static int dnn_adopt_line(const int *v)
 {
     const struct conv_geom want = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-    struct dnn_plan *pl = dnn_find(&want, v[16]);
+    struct dnn_plan *pl = dnn_find(&want, v[16], v[17] == DDP_ACT_BF16);
     const int B = v[7];
     if (!pl || B < 1 || B > pl->slot[0].B || v[8] != dnn_tensor_math() || v[9] != g_cuda.dnn.det)
         return 0; /* not a shape, batch size or mode of this run */
@@ -831,16 +917,19 @@ static int dnn_adopt_line(const int *v)
 }
 
 /* Sixteen whole numbers of int range separated by blanks, then optionally a seventeenth (the
- * layout: 1 NHWC; lines without it, as every line before channels-last existed, are NCHW),
- * the line ending after them, into v (17 entries): 1, else 0. */
+ * layout: 1 NHWC, 0 NCHW; lines without it, as every line before channels-last existed, are
+ * NCHW) and after it optionally an eighteenth (the storage, enum ddp_act_type: 1 bf16; lines
+ * without it, as every line before bf16 storage existed, are fp32), the line ending after
+ * them, into v (18 entries): 1, else 0. */
 static int dnn_parse_line(const char *p, int *v)
 {
     v[16] = DDP_LAYOUT_NCHW;
-    for (int i = 0; i < 17; i++) {
+    v[17] = DDP_ACT_FP32;
+    for (int i = 0; i < 18; i++) {
         char *end;
-        if (i == 16 && (*p == '\n' || *p == 0))
+        if (i >= 16 && (*p == '\n' || *p == 0))
             return 1;
-        if (i == 16 && *p++ != ' ') /* the blank before the layout */
+        if (i >= 16 && *p++ != ' ') /* the blank before the layout or the storage */
             return 0;
         if (!isdigit((unsigned char)*p) && *p != '-')
             return 0;
@@ -848,7 +937,9 @@ static int dnn_parse_line(const char *p, int *v)
         const long x = strtol(p, &end, 10);
         if (end == p || errno || x < INT_MIN || x > INT_MAX || (*end != ' ' && i < 15))
             return 0;
-        if (i == 16 && x != DDP_LAYOUT_NHWC)
+        if (i == 16 && x != DDP_LAYOUT_NCHW && x != DDP_LAYOUT_NHWC)
+            return 0;
+        if (i == 17 && x != DDP_ACT_FP32 && x != DDP_ACT_BF16)
             return 0;
         v[i] = (int)x;
         p = end + (i < 15);
@@ -882,7 +973,10 @@ extern "C" size_t ddp_cuda_conv_choices(char *out, size_t len)
                     n += snprintf(line + n, sizeof line - n, " %d %d",
                                   s->how[d] == DNN_UNCHOSEN ? -1 : algo[d],
                                   s->how[d] == DNN_UNCHOSEN ? -1 : (int)s->math[d]);
-                if (pl->layout == DDP_LAYOUT_NHWC) /* NCHW lines stay as they always were */
+                /* NCHW fp32 lines stay as they always were, NHWC fp32 ones too */
+                if (pl->act16)
+                    snprintf(line + n, sizeof line - n, " %d %d", pl->layout, DDP_ACT_BF16);
+                else if (pl->layout == DDP_LAYOUT_NHWC)
                     snprintf(line + n, sizeof line - n, " %d", DDP_LAYOUT_NHWC);
             }
             const size_t n = strlen(line);
@@ -918,7 +1012,7 @@ extern "C" int ddp_cuda_conv_adopt(const char *text, int same_device, char *why,
     }
     int taken = 0;
     for (const char *p = nl ? nl + 1 : text + hn; *p;) {
-        int v[17];
+        int v[18];
         const char *end = strchr(p, '\n');
         if (dnn_parse_line(p, v))
             taken += dnn_adopt_line(v);

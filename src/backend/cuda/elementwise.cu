@@ -3,6 +3,9 @@
  * dropout (also as captured in a CUDA graph), scale, the residual join fused with the relu
  * after it (add_relu_fwd, relu_bwd_join), and for linear and conv2d the bias broadcast and the
  * fused bias + relu epilogue. One thread per element, grid-stride loops.
+ * Every op but scale reads and writes activations in the storage in force (g_cuda.act16): fp32
+ * on float4 vectors where aligned, bf16 one element at a time (act_ld, float arithmetic as the
+ * fp32 kernels, act_st); dropout's mask and the biases stay fp32.
  * It leaves the GEMMs and convolutions to blas.cu and conv.cu, the graphs' values to graph.cu.
  */
 #include "backend/cuda/internal.cuh"
@@ -15,9 +18,10 @@ __global__ void k_scale(float *x, size_t n, float a)
 }
 
 /* out (rows, O*inner): every element of feature o = (idx / inner) % O gets b[o]. */
-__global__ void k_fill_bias(float *out, const float *b, size_t n, int O, int inner)
+template <typename A>
+__global__ void k_fill_bias(A *out, const float *b, size_t n, int O, int inner)
 {
-    GRID_STRIDE(i, n) out[i] = b[(i / (size_t)inner) % (size_t)O];
+    GRID_STRIDE(i, n) out[i] = act_st<A>(b[(i / (size_t)inner) % (size_t)O]);
 }
 
 __device__ __forceinline__ float relu1(float v)
@@ -44,9 +48,10 @@ __global__ void k_relu_fwd(float *out, const float *inp, size_t n)
     GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = relu1(inp[4 * n4 + t]);
 }
 
-__global__ void k_relu_fwd1(float *out, const float *inp, size_t n)
+/* Any storage, one element at a time (bf16 activations, or pointers not 16-byte aligned). */
+template <typename A> __global__ void k_relu_fwd1(A *out, const A *inp, size_t n)
 {
-    GRID_STRIDE(i, n) out[i] = relu1(inp[i]);
+    GRID_STRIDE(i, n) out[i] = act_st<A>(relu1(act_ld(inp[i])));
 }
 
 __device__ __forceinline__ float relu_grad(float y, float dy)
@@ -74,25 +79,27 @@ __global__ void k_relu_bwd(float *dinp, const float *dout, const float *out, siz
     }
 }
 
-__global__ void k_relu_bwd1(float *dinp, const float *dout, const float *out, size_t n)
+template <typename A> __global__ void k_relu_bwd1(A *dinp, const A *dout, const A *out, size_t n)
 {
-    GRID_STRIDE(i, n) dinp[i] = relu_grad(out[i], dout[i]);
+    GRID_STRIDE(i, n) dinp[i] = act_st<A>(relu_grad(act_ld(out[i]), act_ld(dout[i])));
 }
 
-__global__ void k_dropout_fwd(float *out, float *mask, const float *inp, size_t n, double p,
-                              float keep, uint64_t seed)
+/* The mask stays fp32 whatever the storage of out and inp. */
+template <typename A>
+__global__ void k_dropout_fwd(A *out, float *mask, const A *inp, size_t n, double p, float keep,
+                              uint64_t seed)
 {
     GRID_STRIDE(i, n)
     {
         const float m = ddp_uniform01(seed, i) >= p ? keep : 0.0f;
         mask[i] = m;
-        out[i] = inp[i] * m;
+        out[i] = act_st<A>(act_ld(inp[i]) * m);
     }
 }
 
-__global__ void k_mul(float *dinp, const float *dout, const float *mask, size_t n)
+template <typename A> __global__ void k_mul(A *dinp, const A *dout, const float *mask, size_t n)
 {
-    GRID_STRIDE(i, n) dinp[i] = dout[i] * mask[i];
+    GRID_STRIDE(i, n) dinp[i] = act_st<A>(act_ld(dout[i]) * mask[i]);
 }
 
 static void cuda_relu_fwd(float *out, const float *inp, size_t n)
@@ -100,10 +107,12 @@ static void cuda_relu_fwd(float *out, const float *inp, size_t n)
     if (!n)
         return;
     const void *p[] = {out, inp};
-    if (vec4_ok(p, 2))
+    if (g_cuda.act16)
+        LAUNCH(k_relu_fwd1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)inp, n);
+    else if (vec4_ok(p, 2))
         LAUNCH(k_relu_fwd, blocks_for((n + 3) / 4), THREADS, out, inp, n);
     else
-        LAUNCH(k_relu_fwd1, blocks_for(n), THREADS, out, inp, n);
+        LAUNCH(k_relu_fwd1<float>, blocks_for(n), THREADS, out, inp, n);
 }
 
 static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
@@ -111,10 +120,13 @@ static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size
     if (!n)
         return;
     const void *p[] = {dinp, dout, out};
-    if (vec4_ok(p, 3))
+    if (g_cuda.act16)
+        LAUNCH(k_relu_bwd1<bf16>, blocks_for(n), THREADS, (bf16 *)dinp, (const bf16 *)dout,
+               (const bf16 *)out, n);
+    else if (vec4_ok(p, 3))
         LAUNCH(k_relu_bwd, blocks_for((n + 3) / 4), THREADS, dinp, dout, out, n);
     else
-        LAUNCH(k_relu_bwd1, blocks_for(n), THREADS, dinp, dout, out, n);
+        LAUNCH(k_relu_bwd1<float>, blocks_for(n), THREADS, dinp, dout, out, n);
 }
 
 /* ---- residual join + relu ---------------------------------------------------------------- */
@@ -136,17 +148,17 @@ __global__ void k_add_relu(float *out, const float *a, const float *b, size_t n)
     GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = relu1(a[4 * n4 + t] + b[4 * n4 + t]);
 }
 
-__global__ void k_add_relu1(float *out, const float *a, const float *b, size_t n)
+template <typename A> __global__ void k_add_relu1(A *out, const A *a, const A *b, size_t n)
 {
-    GRID_STRIDE(i, n) out[i] = relu1(a[i] + b[i]);
+    GRID_STRIDE(i, n) out[i] = act_st<A>(relu1(act_ld(a[i]) + act_ld(b[i])));
 }
 
 /* One join input's gradient d (NULL: none) at element i gets g: added (acc, k_add's d + g) or
  * stored. */
-__device__ __forceinline__ void join_grad1(float *d, int acc, size_t i, float g)
+template <typename A> __device__ __forceinline__ void join_grad1(A *d, int acc, size_t i, float g)
 {
     if (d)
-        d[i] = acc ? d[i] + g : g;
+        d[i] = act_st<A>(acc ? act_ld(d[i]) + g : g);
 }
 
 /* join_grad1 on float4 vector i. */
@@ -190,12 +202,13 @@ __global__ void k_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, cons
     }
 }
 
-__global__ void k_relu_bwd_join1(float *da, int acc_a, float *db, int acc_b, const float *dout,
-                                 const float *out, size_t n)
+template <typename A>
+__global__ void k_relu_bwd_join1(A *da, int acc_a, A *db, int acc_b, const A *dout, const A *out,
+                                 size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        const float g = relu_grad(out[i], dout[i]);
+        const float g = relu_grad(act_ld(out[i]), act_ld(dout[i]));
         join_grad1(da, acc_a, i, g);
         join_grad1(db, acc_b, i, g);
     }
@@ -206,10 +219,13 @@ static void cuda_add_relu_fwd(float *out, const float *a, const float *b, size_t
     if (!n)
         return;
     const void *p[] = {out, a, b};
-    if (vec4_ok(p, 3))
+    if (g_cuda.act16)
+        LAUNCH(k_add_relu1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)a,
+               (const bf16 *)b, n);
+    else if (vec4_ok(p, 3))
         LAUNCH(k_add_relu, blocks_for((n + 3) / 4), THREADS, out, a, b, n);
     else
-        LAUNCH(k_add_relu1, blocks_for(n), THREADS, out, a, b, n);
+        LAUNCH(k_add_relu1<float>, blocks_for(n), THREADS, out, a, b, n);
 }
 
 static void cuda_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const float *dout,
@@ -218,21 +234,26 @@ static void cuda_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const
     if (!n || (!da && !db))
         return;
     const void *p[] = {da, db, dout, out};
-    if (vec4_ok(p, 4))
+    if (g_cuda.act16)
+        LAUNCH(k_relu_bwd_join1<bf16>, blocks_for(n), THREADS, (bf16 *)da, acc_a, (bf16 *)db, acc_b,
+               (const bf16 *)dout, (const bf16 *)out, n);
+    else if (vec4_ok(p, 4))
         LAUNCH(k_relu_bwd_join, blocks_for((n + 3) / 4), THREADS, da, acc_a, db, acc_b, dout, out,
                n);
     else
-        LAUNCH(k_relu_bwd_join1, blocks_for(n), THREADS, da, acc_a, db, acc_b, dout, out, n);
+        LAUNCH(k_relu_bwd_join1<float>, blocks_for(n), THREADS, da, acc_a, db, acc_b, dout, out, n);
 }
 
 /* out (n, O per `inner` run) = relu(out + b), in place; b NULL: relu alone. The sum is the
  * one rounding cuBLAS's beta = 1 makes when the bias was broadcast first. */
-__global__ void k_bias_relu1(float *out, const float *b, size_t n, int O, int inner)
+template <typename A>
+__global__ void k_bias_relu1(A *out, const float *b, size_t n, int O, int inner)
 {
     GRID_STRIDE(i, n)
     {
-        const float v = b ? out[i] + b[(i / (size_t)inner) % (size_t)O] : out[i];
-        out[i] = relu1(v);
+        const float o = act_ld(out[i]);
+        const float v = b ? o + b[(i / (size_t)inner) % (size_t)O] : o;
+        out[i] = act_st<A>(relu1(v));
     }
 }
 
@@ -279,15 +300,16 @@ __global__ void k_bias_relu(float *out, const float *b, size_t n, int O, int inn
     }
 }
 
-__global__ void k_dropout_graph(float *out, float *mask, const float *inp, size_t n, double p,
-                                float keep, uint64_t salt, const graph_vals *sc)
+template <typename A>
+__global__ void k_dropout_graph(A *out, float *mask, const A *inp, size_t n, double p, float keep,
+                                uint64_t salt, const graph_vals *sc)
 {
     const uint64_t seed = sc->noise ^ salt;
     GRID_STRIDE(i, n)
     {
         const float m = ddp_uniform01(seed, i) >= p ? keep : 0.0f;
         mask[i] = m;
-        out[i] = inp[i] * m;
+        out[i] = act_st<A>(act_ld(inp[i]) * m);
     }
 }
 
@@ -295,8 +317,10 @@ __global__ void k_dropout_graph(float *out, float *mask, const float *inp, size_
 static void graph_dropout(float *out, float *mask, const float *inp, size_t n, double p, float keep,
                           uint64_t seed)
 {
-    LAUNCH(k_dropout_graph, blocks_for(n), THREADS, out, mask, inp, n, p, keep,
-           seed ^ g_cuda.graph.noise, g_cuda.graph.dev + g_cuda.graph.slot);
+    const uint64_t salt = seed ^ g_cuda.graph.noise;
+    const graph_vals *sc = g_cuda.graph.dev + g_cuda.graph.slot;
+    ACT_LAUNCH(k_dropout_graph, blocks_for(n), THREADS, (out, mask, inp, n, p, keep, salt, sc),
+               ((bf16 *)out, mask, (const bf16 *)inp, n, p, keep, salt, sc));
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
@@ -309,21 +333,24 @@ static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n
     const float keep = p < 1 ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU: in float */
     if (g_cuda.graph.capturing)
         return graph_dropout(out, mask, inp, n, (double)p, keep, seed);
-    LAUNCH(k_dropout_fwd, blocks_for(n), THREADS, out, mask, inp, n, (double)p, keep, seed);
+    ACT_LAUNCH(k_dropout_fwd, blocks_for(n), THREADS, (out, mask, inp, n, (double)p, keep, seed),
+               ((bf16 *)out, mask, (const bf16 *)inp, n, (double)p, keep, seed));
 }
 
 static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, size_t n)
 {
     if (!n)
         return;
-    LAUNCH(k_mul, blocks_for(n), THREADS, dinp, dout, mask, n);
+    ACT_LAUNCH(k_mul, blocks_for(n), THREADS, (dinp, dout, mask, n),
+               ((bf16 *)dinp, (const bf16 *)dout, mask, n));
 }
 
 /* out (rows, O*inner) = b broadcast: every element of feature o = (idx / inner) % O gets b[o]
  * (linear and conv2d write their product onto it with beta = 1). */
 void fill_bias(float *out, const float *b, size_t n, int O, int inner)
 {
-    LAUNCH(k_fill_bias, blocks_for(n), THREADS, out, b, n, O, inner);
+    ACT_LAUNCH(k_fill_bias, blocks_for(n), THREADS, (out, b, n, O, inner),
+               ((bf16 *)out, b, n, O, inner));
 }
 
 /* out = relu(out + b) in place, b (O) per `inner` run; b NULL: relu alone. The fused
@@ -331,10 +358,23 @@ void fill_bias(float *out, const float *b, size_t n, int O, int inner)
 void bias_relu(float *out, const float *b, size_t n, int O, int inner)
 {
     const void *p[] = {out};
-    if (vec4_ok(p, 1))
+    if (g_cuda.act16)
+        LAUNCH(k_bias_relu1<bf16>, blocks_for(n), THREADS, (bf16 *)out, b, n, O, inner);
+    else if (vec4_ok(p, 1))
         LAUNCH(k_bias_relu, blocks_for((n + 3) / 4), THREADS, out, b, n, O, inner);
     else
-        LAUNCH(k_bias_relu1, blocks_for(n), THREADS, out, b, n, O, inner);
+        LAUNCH(k_bias_relu1<float>, blocks_for(n), THREADS, out, b, n, O, inner);
+}
+
+/* cuda.h's test entries of this part. */
+extern "C" void ddp_cuda_test_fill_bias(float *out, const float *b, size_t n, int O, int inner)
+{
+    fill_bias(out, b, n, O, inner);
+}
+
+extern "C" void ddp_cuda_test_bias_relu(float *out, const float *b, size_t n, int O, int inner)
+{
+    bias_relu(out, b, n, O, inner);
 }
 
 /* The attributes of a kernel of this build: fails where the binary has no code for the GPU. */

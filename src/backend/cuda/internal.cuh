@@ -218,16 +218,18 @@ struct dnn_slot {
     float any_ms[DNN_DIRS];
 };
 
-/* The cuDNN plan of one convolution shape in one activation layout. col holds the workspace
- * (cap bytes), then one weight gradient's room (wbytes: backward filter's timing writes there;
- * under NHWC the (O,k,k,C) filter gradient, added transposed into dw), then under NHWC the
- * weights transposed to (O,k,k,C) (wbytes more). */
+/* The cuDNN plan of one convolution shape in one activation layout and storage. col holds the
+ * workspace (cap bytes), then one weight gradient's room (wbytes: backward filter's timing
+ * writes there; under NHWC or bf16 storage the filter gradient as cuDNN writes it, added
+ * (transposed, widened) into dw), then under NHWC or bf16 storage the weights as the filter
+ * descriptor says (wbytes more). */
 struct dnn_plan {
     struct conv_geom q;
     int layout;                /* enum ddp_layout of the activations (g_cuda.layout when planned) */
+    int act16;                 /* 1: bf16 activations and filter (g_cuda.act16 when planned) */
     size_t cap;                /* workspace bytes every caller's col holds for this shape */
-    size_t wbytes;             /* bytes of one (O,C,k,k) weight tensor, 256-byte aligned */
-    cudnnFilterDescriptor_t w; /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C) */
+    size_t wbytes;             /* bytes of one (O,C,k,k) filter of the plan's type, 256-aligned */
+    cudnnFilterDescriptor_t w; /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C); float or bf16 */
     struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
     int next;                        /* the slot (1..) a new batch size takes */
 };
@@ -414,12 +416,12 @@ static inline size_t act_bytes(void)
  * (args for float), (args for bf16)); each argument list casts its activation pointers, e.g.
  * ACT_LAUNCH(k_relu, g, b, ((float *)o, (const float *)x, n), ((bf16 *)o, (const bf16 *)x, n)). */
 #define ACT_ARGS_(...) __VA_ARGS__
-#define ACT_LAUNCH(kernel, grid, block, f32args, bf16args)              \
-    do {                                                                \
-        if (g_cuda.act16)                                               \
-            LAUNCH(kernel<bf16>, grid, block, ACT_ARGS_ bf16args);      \
-        else                                                            \
-            LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args);      \
+#define ACT_LAUNCH(kernel, grid, block, f32args, bf16args)         \
+    do {                                                           \
+        if (g_cuda.act16)                                          \
+            LAUNCH(kernel<bf16>, grid, block, ACT_ARGS_ bf16args); \
+        else                                                       \
+            LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args); \
     } while (0)
 
 /* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */

@@ -13,6 +13,11 @@
  * may differ from the NCHW ones in the last bits of a double. The layout choice (conv.cu) and
  * the convolutions themselves are left to conv.cu and conv_dnn.cu.
  *
+ * Every kernel reads and writes activations in the storage in force (g_cuda.act16: fp32 or
+ * bf16, internal.cuh act_ld / act_st) and computes in float as the fp32 instance does; the
+ * argmax, the biases and the double sums keep their types. act_from_f32 and act_to_f32 (the
+ * model's input in, its logits out) convert between fp32 and that storage.
+ *
  * Dimension letters as in internal.cuh; with the channel innermost, an NHWC activation is a
  * (B*S, C) matrix, S = H*W positions.
  */
@@ -25,8 +30,10 @@
 
 /* out (B, Q, R) = inp (B, R, Q) transposed per sample: one block per TILE x TILE tile (tiles
  * beyond the grid taken in turn), read along Q and written along R, both coalesced, through a
- * padded shared tile (no bank conflicts). blockDim.x a multiple of TILE. */
-__global__ void k_transpose(float *out, const float *inp, size_t B, int R, int Q)
+ * padded shared tile (no bank conflicts). blockDim.x a multiple of TILE. Read as X, stored as
+ * Y (the activation storage; act_from_f32: fp32 in), through a float tile: exact when X = Y. */
+template <typename X, typename Y>
+__global__ void k_transpose(Y *out, const X *inp, size_t B, int R, int Q)
 {
     __shared__ float tile[TILE][TILE + 1];
     const size_t tr = ((size_t)R + TILE - 1) / TILE, tq = ((size_t)Q + TILE - 1) / TILE;
@@ -35,20 +42,21 @@ __global__ void k_transpose(float *out, const float *inp, size_t B, int R, int Q
     for (size_t t = blockIdx.x; t < n; t += gridDim.x) {
         const size_t b = t / (tr * tq), rem = t % (tr * tq);
         const int r0 = (int)(rem / tq) * TILE, q0 = (int)(rem % tq) * TILE;
-        const float *x = inp + b * RQ;
-        float *y = out + b * RQ;
+        const X *x = inp + b * RQ;
+        Y *y = out + b * RQ;
         for (int i = ty; i < TILE; i += rows)
             if (r0 + i < R && q0 + tx < Q)
-                tile[i][tx] = x[(size_t)(r0 + i) * Q + q0 + tx];
+                tile[i][tx] = act_ld(x[(size_t)(r0 + i) * Q + q0 + tx]);
         __syncthreads();
         for (int i = ty; i < TILE; i += rows)
             if (q0 + i < Q && r0 + tx < R)
-                y[(size_t)(q0 + i) * R + r0 + tx] = tile[tx][i];
+                y[(size_t)(q0 + i) * R + r0 + tx] = act_st<Y>(tile[tx][i]);
         __syncthreads(); /* the tile is rewritten by the next turn */
     }
 }
 
-/* out (B, Q, R) = inp (B, R, Q); where R or Q is 1 both are the same bytes: one copy. */
+/* out (B, Q, R) = inp (B, R, Q), both activations; where R or Q is 1 both are the same
+ * bytes: one copy. */
 static void transpose(float *out, const float *inp, int B, int R, int Q)
 {
     const size_t n = (size_t)B * R * Q;
@@ -56,12 +64,17 @@ static void transpose(float *out, const float *inp, int B, int R, int Q)
         return;
     if (R == 1 || Q == 1) {
         CUDA_CHECK(
-            cudaMemcpyAsync(out, inp, sizeof(float) * n, cudaMemcpyDeviceToDevice, g_cuda.stream));
+            cudaMemcpyAsync(out, inp, act_bytes() * n, cudaMemcpyDeviceToDevice, g_cuda.stream));
         return;
     }
     const size_t tiles =
         (size_t)B * (((size_t)R + TILE - 1) / TILE) * (((size_t)Q + TILE - 1) / TILE);
-    LAUNCH(k_transpose, blocks_for(tiles * THREADS), THREADS, out, inp, (size_t)B, R, Q);
+    if (g_cuda.act16)
+        LAUNCH((k_transpose<bf16, bf16>), blocks_for(tiles * THREADS), THREADS, (bf16 *)out,
+               (const bf16 *)inp, (size_t)B, R, Q);
+    else
+        LAUNCH((k_transpose<float, float>), blocks_for(tiles * THREADS), THREADS, out, inp,
+               (size_t)B, R, Q);
 }
 
 /* backend.h to_nhwc: out (B, S, C) = inp (B, C, S). */
@@ -74,6 +87,50 @@ static void cuda_to_nhwc(float *out, const float *inp, int B, int C, int S)
 static void cuda_to_nchw(float *out, const float *inp, int B, int C, int S)
 {
     transpose(out, inp, B, S, C);
+}
+
+/* ---- fp32 in and out -------------------------------------------------------------------------- */
+
+template <typename Y, typename X> __global__ void k_convert(Y *out, const X *inp, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = act_st<Y>(act_ld(inp[i]));
+}
+
+/* backend.h act_from_f32: out (activations; (B, S, C) where nhwc_on(S)) = inp (B, C, S) fp32,
+ * each value rounded to the storage once. */
+static void cuda_act_from_f32(float *out, const float *inp, int B, int C, int S)
+{
+    const size_t n = (size_t)B * C * S;
+    if (!n)
+        return;
+    if (!g_cuda.act16) {
+        if (nhwc_on((size_t)S))
+            transpose(out, inp, B, C, S);
+        else
+            CUDA_CHECK(cudaMemcpyAsync(out, inp, sizeof(float) * n, cudaMemcpyDeviceToDevice,
+                                       g_cuda.stream));
+        return;
+    }
+    if (nhwc_on((size_t)S) && C > 1) {
+        const size_t tiles =
+            (size_t)B * (((size_t)C + TILE - 1) / TILE) * (((size_t)S + TILE - 1) / TILE);
+        LAUNCH((k_transpose<float, bf16>), blocks_for(tiles * THREADS), THREADS, (bf16 *)out, inp,
+               (size_t)B, C, S);
+    } else {
+        LAUNCH((k_convert<bf16, float>), blocks_for(n), THREADS, (bf16 *)out, inp, n);
+    }
+}
+
+/* backend.h act_to_f32: out (n floats) = inp (n activations), exact. */
+static void cuda_act_to_f32(float *out, const float *inp, size_t n)
+{
+    if (!n)
+        return;
+    if (g_cuda.act16)
+        LAUNCH((k_convert<float, bf16>), blocks_for(n), THREADS, out, (const bf16 *)inp, n);
+    else
+        CUDA_CHECK(
+            cudaMemcpyAsync(out, inp, sizeof(float) * n, cudaMemcpyDeviceToDevice, g_cuda.stream));
 }
 
 /* ---- pools -----------------------------------------------------------------------------------
@@ -101,45 +158,46 @@ __device__ __forceinline__ pool_at<I> pool_out_at(I o, I C, int H, int W, int k)
     return a;
 }
 
-template <typename I>
-__global__ void k_maxpool_fwd_nhwc(float *out, int32_t *argmax, const float *inp, I n, I C, int H,
-                                   int W, int k)
+template <typename A, typename I>
+__global__ void k_maxpool_fwd_nhwc(A *out, int32_t *argmax, const A *inp, I n, I C, int H, int W,
+                                   int k)
 {
     GRID_STRIDE(o_, n)
     {
         const pool_at<I> a = pool_out_at<I>((I)o_, C, H, W, k);
-        const float *x = inp + a.base + a.c;
+        const A *x = inp + a.base + a.c;
         int best = (a.oh * k) * W + a.ow * k;
-        float m = x[(I)best * C];
+        float m = act_ld(x[(I)best * C]);
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
                 const int idx = (a.oh * k + i) * W + a.ow * k + j;
-                if (x[(I)idx * C] > m) { /* strict: the first maximum wins, as PyTorch */
-                    m = x[(I)idx * C];
+                const float v = act_ld(x[(I)idx * C]);
+                if (v > m) { /* strict: the first maximum wins, as PyTorch */
+                    m = v;
                     best = idx;
                 }
             }
-        out[o_] = m;
+        out[o_] = act_st<A>(m);
         argmax[o_] = best;
     }
 }
 
 /* out = the first maximum of relu(x + b[c]) over each window (b NULL: relu(x)), argmax its
  * place i*k + j as one byte: k_relu_maxpool_fwd's expressions, channel innermost. */
-template <typename I>
-__global__ void k_relu_maxpool_fwd_nhwc(float *out, uint8_t *argmax, const float *inp,
-                                        const float *b, I n, I C, int H, int W, int k)
+template <typename A, typename I>
+__global__ void k_relu_maxpool_fwd_nhwc(A *out, uint8_t *argmax, const A *inp, const float *b, I n,
+                                        I C, int H, int W, int k)
 {
     GRID_STRIDE(o_, n)
     {
         const pool_at<I> a = pool_out_at<I>((I)o_, C, H, W, k);
-        const float *x = inp + a.base + a.c + ((I)(a.oh * k) * (I)W + (I)(a.ow * k)) * C;
+        const A *x = inp + a.base + a.c + ((I)(a.oh * k) * (I)W + (I)(a.ow * k)) * C;
         const float bias = b ? b[a.c] : 0.0f;
         float m = 0;
         int best = -1;
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
-                const float xv = x[((I)i * (I)W + (I)j) * C];
+                const float xv = act_ld(x[((I)i * (I)W + (I)j) * C]);
                 float v = b ? xv + bias : xv;
                 v = v > 0 ? v : 0;
                 if (best < 0 || v > m) {
@@ -147,7 +205,7 @@ __global__ void k_relu_maxpool_fwd_nhwc(float *out, uint8_t *argmax, const float
                     best = i * k + j;
                 }
             }
-        out[o_] = m;
+        out[o_] = act_st<A>(m);
         argmax[o_] = (uint8_t)best;
     }
 }
@@ -169,58 +227,60 @@ __device__ __forceinline__ I pool_in_at(I idx, I C, int H, int W, int k, int *h,
 }
 
 /* Gathered, not scattered, as k_maxpool_bwd: each input pixel has at most one window. */
-template <typename I>
-__global__ void k_maxpool_bwd_nhwc(float *dinp, const float *dout, const int32_t *argmax, I n, I C,
-                                   int H, int W, int k)
+template <typename A, typename I>
+__global__ void k_maxpool_bwd_nhwc(A *dinp, const A *dout, const int32_t *argmax, I n, I C, int H,
+                                   int W, int k)
 {
     GRID_STRIDE(idx_, n)
     {
         int h, w;
         const I o = pool_in_at<I>((I)idx_, C, H, W, k, &h, &w);
-        dinp[idx_] = o != (I)-1 && argmax[o] == h * W + w ? dout[o] : 0.0f;
+        dinp[idx_] = act_st<A>(o != (I)-1 && argmax[o] == h * W + w ? act_ld(dout[o]) : 0.0f);
     }
 }
 
 /* k_maxpool_relu_bwd, channel innermost. */
-template <typename I>
-__global__ void k_maxpool_relu_bwd_nhwc(float *dinp, const float *dout, const float *out,
-                                        const uint8_t *argmax, I n, I C, int H, int W, int k)
+template <typename A, typename I>
+__global__ void k_maxpool_relu_bwd_nhwc(A *dinp, const A *dout, const A *out, const uint8_t *argmax,
+                                        I n, I C, int H, int W, int k)
 {
     GRID_STRIDE(idx_, n)
     {
         int h, w;
         const I o = pool_in_at<I>((I)idx_, C, H, W, k, &h, &w);
         float v = 0;
-        if (o != (I)-1 && argmax[o] == (h % k) * k + (w % k) && out[o] > 0)
-            v = dout[o];
-        dinp[idx_] = v;
+        if (o != (I)-1 && argmax[o] == (h % k) * k + (w % k) && act_ld(out[o]) > 0)
+            v = act_ld(dout[o]);
+        dinp[idx_] = act_st<A>(v);
     }
 }
 
 /* k_avgpool_fwd, channel innermost: the window summed in the same (i, j) order. */
-__global__ void k_avgpool_fwd_nhwc(float *out, const float *inp, size_t n, size_t C, int H, int W,
-                                   int k, float inv)
+template <typename A>
+__global__ void k_avgpool_fwd_nhwc(A *out, const A *inp, size_t n, size_t C, int H, int W, int k,
+                                   float inv)
 {
     GRID_STRIDE(o, n)
     {
         const pool_at<size_t> a = pool_out_at<size_t>(o, C, H, W, k);
-        const float *x = inp + a.base + a.c;
+        const A *x = inp + a.base + a.c;
         float s = 0;
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++)
-                s += x[((size_t)(a.oh * k + i) * W + a.ow * k + j) * C];
-        out[o] = s * inv;
+                s += act_ld(x[((size_t)(a.oh * k + i) * W + a.ow * k + j) * C]);
+        out[o] = act_st<A>(s * inv);
     }
 }
 
-__global__ void k_avgpool_bwd_nhwc(float *dinp, const float *dout, size_t n, size_t C, int H, int W,
-                                   int k, float inv)
+template <typename A>
+__global__ void k_avgpool_bwd_nhwc(A *dinp, const A *dout, size_t n, size_t C, int H, int W, int k,
+                                   float inv)
 {
     GRID_STRIDE(idx, n)
     {
         int h, w;
         const size_t o = pool_in_at<size_t>(idx, C, H, W, k, &h, &w);
-        dinp[idx] = o != (size_t)-1 ? dout[o] * inv : 0.0f;
+        dinp[idx] = act_st<A>(o != (size_t)-1 ? act_ld(dout[o]) * inv : 0.0f);
     }
 }
 
@@ -230,18 +290,33 @@ static int idx32(int B, int C, int H, int W)
     return (size_t)B * C * H * W <= UINT32_MAX;
 }
 
+/* f(A(), I()) with A the activation storage in force and I the index type of a pool over
+ * (B, C, H, W): the kernel instance to launch. */
+template <typename F> static void act_idx(int B, int C, int H, int W, F f)
+{
+    const int i32 = idx32(B, C, H, W);
+    if (g_cuda.act16 && i32)
+        f(bf16(), uint32_t());
+    else if (g_cuda.act16)
+        f(bf16(), size_t());
+    else if (i32)
+        f(0.0f, uint32_t());
+    else
+        f(0.0f, size_t());
+}
+
 void nhwc_maxpool_fwd(float *out, int32_t *argmax, const float *inp, int B, int C, int H, int W,
                       int k)
 {
     const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
-    if (idx32(B, C, H, W))
-        LAUNCH(k_maxpool_fwd_nhwc<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, (uint32_t)n,
-               (uint32_t)C, H, W, k);
-    else
-        LAUNCH(k_maxpool_fwd_nhwc<size_t>, blocks_for(n), THREADS, out, argmax, inp, n, (size_t)C,
-               H, W, k);
+    act_idx(B, C, H, W, [&](auto a, auto i) {
+        using A = decltype(a);
+        using I = decltype(i);
+        LAUNCH((k_maxpool_fwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)out, argmax, (const A *)inp,
+               (I)n, (I)C, H, W, k);
+    });
 }
 
 void nhwc_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int B, int C, int H,
@@ -250,12 +325,12 @@ void nhwc_maxpool_bwd(float *dinp, const float *dout, const int32_t *argmax, int
     const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
-    if (idx32(B, C, H, W))
-        LAUNCH(k_maxpool_bwd_nhwc<uint32_t>, blocks_for(n), THREADS, dinp, dout, argmax,
-               (uint32_t)n, (uint32_t)C, H, W, k);
-    else
-        LAUNCH(k_maxpool_bwd_nhwc<size_t>, blocks_for(n), THREADS, dinp, dout, argmax, n, (size_t)C,
-               H, W, k);
+    act_idx(B, C, H, W, [&](auto a, auto i) {
+        using A = decltype(a);
+        using I = decltype(i);
+        LAUNCH((k_maxpool_bwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)dinp, (const A *)dout,
+               argmax, (I)n, (I)C, H, W, k);
+    });
 }
 
 void nhwc_relu_maxpool(float *out, uint8_t *argmax, const float *inp, const float *b, int B, int C,
@@ -264,12 +339,12 @@ void nhwc_relu_maxpool(float *out, uint8_t *argmax, const float *inp, const floa
     const size_t n = (size_t)B * C * (H / k) * (W / k);
     if (!n)
         return;
-    if (idx32(B, C, H, W))
-        LAUNCH(k_relu_maxpool_fwd_nhwc<uint32_t>, blocks_for(n), THREADS, out, argmax, inp, b,
-               (uint32_t)n, (uint32_t)C, H, W, k);
-    else
-        LAUNCH(k_relu_maxpool_fwd_nhwc<size_t>, blocks_for(n), THREADS, out, argmax, inp, b, n,
-               (size_t)C, H, W, k);
+    act_idx(B, C, H, W, [&](auto a, auto i) {
+        using A = decltype(a);
+        using I = decltype(i);
+        LAUNCH((k_relu_maxpool_fwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)out, argmax,
+               (const A *)inp, b, (I)n, (I)C, H, W, k);
+    });
 }
 
 void nhwc_maxpool_relu_bwd(float *dinp, const float *dout, const float *out, const uint8_t *argmax,
@@ -278,12 +353,12 @@ void nhwc_maxpool_relu_bwd(float *dinp, const float *dout, const float *out, con
     const size_t n = (size_t)B * C * H * W;
     if (!n)
         return;
-    if (idx32(B, C, H, W))
-        LAUNCH(k_maxpool_relu_bwd_nhwc<uint32_t>, blocks_for(n), THREADS, dinp, dout, out, argmax,
-               (uint32_t)n, (uint32_t)C, H, W, k);
-    else
-        LAUNCH(k_maxpool_relu_bwd_nhwc<size_t>, blocks_for(n), THREADS, dinp, dout, out, argmax, n,
-               (size_t)C, H, W, k);
+    act_idx(B, C, H, W, [&](auto a, auto i) {
+        using A = decltype(a);
+        using I = decltype(i);
+        LAUNCH((k_maxpool_relu_bwd_nhwc<A, I>), blocks_for(n), THREADS, (A *)dinp, (const A *)dout,
+               (const A *)out, argmax, (I)n, (I)C, H, W, k);
+    });
 }
 
 void nhwc_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
@@ -292,7 +367,8 @@ void nhwc_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, 
     if (!n)
         return;
     const float inv = 1.0f / (float)(k * k);
-    LAUNCH(k_avgpool_fwd_nhwc, blocks_for(n), THREADS, out, inp, n, (size_t)C, H, W, k, inv);
+    ACT_LAUNCH(k_avgpool_fwd_nhwc, blocks_for(n), THREADS, (out, inp, n, (size_t)C, H, W, k, inv),
+               ((bf16 *)out, (const bf16 *)inp, n, (size_t)C, H, W, k, inv));
 }
 
 void nhwc_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k)
@@ -301,33 +377,34 @@ void nhwc_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W
     if (!n)
         return;
     const float inv = 1.0f / (float)(k * k);
-    LAUNCH(k_avgpool_bwd_nhwc, blocks_for(n), THREADS, dinp, dout, n, (size_t)C, H, W, k, inv);
+    ACT_LAUNCH(k_avgpool_bwd_nhwc, blocks_for(n), THREADS, (dinp, dout, n, (size_t)C, H, W, k, inv),
+               ((bf16 *)dinp, (const bf16 *)dout, n, (size_t)C, H, W, k, inv));
 }
 
 /* ---- global average pool -------------------------------------------------------------------- */
 
 /* out (B, C) = mean over S of inp (B, S, C): one thread per (b, c), positions in order, as
  * k_gap_fwd (the same float sum); neighbouring threads read neighbouring channels. */
-__global__ void k_gap_fwd_nhwc(float *out, const float *inp, size_t BC, int C, int S)
+template <typename A> __global__ void k_gap_fwd_nhwc(A *out, const A *inp, size_t BC, int C, int S)
 {
     GRID_STRIDE(r, BC)
     {
         const size_t b = r / (size_t)C, c = r - b * C;
-        const float *x = inp + b * S * C + c;
+        const A *x = inp + b * S * C + c;
         float s = 0;
         for (int i = 0; i < S; i++)
-            s += x[(size_t)i * C];
-        out[r] = s / (float)S;
+            s += act_ld(x[(size_t)i * C]);
+        out[r] = act_st<A>(s / (float)S);
     }
 }
 
 /* dinp (B, S, C) = dout (B, C) / S. */
-__global__ void k_gap_bwd_nhwc(float *dinp, const float *dout, size_t n, int C, int S)
+template <typename A> __global__ void k_gap_bwd_nhwc(A *dinp, const A *dout, size_t n, int C, int S)
 {
     GRID_STRIDE(i, n)
     {
         const size_t c = i % (size_t)C, b = i / ((size_t)S * C);
-        dinp[i] = dout[b * C + c] / (float)S;
+        dinp[i] = act_st<A>(act_ld(dout[b * C + c]) / (float)S);
     }
 }
 
@@ -336,7 +413,8 @@ void nhwc_gap_fwd(float *out, const float *inp, int B, int C, int S)
     const size_t BC = (size_t)B * C;
     if (!BC)
         return;
-    LAUNCH(k_gap_fwd_nhwc, blocks_for(BC), THREADS, out, inp, BC, C, S);
+    ACT_LAUNCH(k_gap_fwd_nhwc, blocks_for(BC), THREADS, (out, inp, BC, C, S),
+               ((bf16 *)out, (const bf16 *)inp, BC, C, S));
 }
 
 void nhwc_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
@@ -344,7 +422,8 @@ void nhwc_gap_bwd(float *dinp, const float *dout, int B, int C, int S)
     const size_t n = (size_t)B * C * S;
     if (!n)
         return;
-    LAUNCH(k_gap_bwd_nhwc, blocks_for(n), THREADS, dinp, dout, n, C, S);
+    ACT_LAUNCH(k_gap_bwd_nhwc, blocks_for(n), THREADS, (dinp, dout, n, C, S),
+               ((bf16 *)dinp, (const bf16 *)dout, n, C, S));
 }
 
 /* ---- per-channel column sums -----------------------------------------------------------------
@@ -366,8 +445,9 @@ static int colsum_tile(int C)
 
 /* part[(c * splits + y) * np + {0, 1}]: sum a, and (np 2) sum a^2 (b NULL) or sum a*b. With mask
  * (a relu's output), a is first taken through the relu's backward (mask > 0 ? a : 0). */
-__global__ void k_colsum_partial(double *part, const float *a, const float *b, const float *mask,
-                                 size_t rows, int C, int tw, int np)
+template <typename A>
+__global__ void k_colsum_partial(double *part, const A *a, const A *b, const A *mask, size_t rows,
+                                 int C, int tw, int np)
 {
     __shared__ double sh[2][THREADS];
     const int tx = threadIdx.x % tw, ty = threadIdx.x / tw, rb = blockDim.x / tw;
@@ -377,9 +457,10 @@ __global__ void k_colsum_partial(double *part, const float *a, const float *b, c
     if (c < C)
         for (size_t r = y * rb + ty; r < rows; r += splits * rb) {
             const size_t off = r * C + c;
-            const double v = mask ? (mask[off] > 0 ? a[off] : 0.0f) : a[off];
+            const float av = act_ld(a[off]);
+            const double v = mask ? (act_ld(mask[off]) > 0 ? av : 0.0f) : av;
             s += v;
-            s2 += b ? v * (double)b[off] : v * v;
+            s2 += b ? v * (double)act_ld(b[off]) : v * v;
         }
     sh[0][threadIdx.x] = s;
     sh[1][threadIdx.x] = s2;
@@ -409,7 +490,8 @@ void colsum_partial(double *part, const float *a, const float *b, const float *m
 {
     const int tw = colsum_tile(C);
     dim3 grid((unsigned)((C + tw - 1) / tw), (unsigned)splits);
-    LAUNCH(k_colsum_partial, grid, THREADS, part, a, b, mask, rows, C, tw, np);
+    ACT_LAUNCH(k_colsum_partial, grid, THREADS, (part, a, b, mask, rows, C, tw, np),
+               (part, (const bf16 *)a, (const bf16 *)b, (const bf16 *)mask, rows, C, tw, np));
 }
 
 void colsum_add(float *db, const float *x, size_t rows, int C)
@@ -422,9 +504,31 @@ void colsum_add(float *db, const float *x, size_t rows, int C)
     rowsum_finish(db, part, C, splits);
 }
 
+/* cuda.h's test entries of this part. */
+extern "C" size_t ddp_cuda_test_colsum(double *part, const float *a, const float *b,
+                                       const float *mask, size_t rows, int C, int np)
+{
+    const size_t splits = colsum_splits(rows, C);
+    colsum_partial(part, a, b, mask, rows, C, splits, np);
+    return splits;
+}
+
+extern "C" void ddp_cuda_test_colsum_add(float *db, const float *x, size_t rows, int C)
+{
+    colsum_add(db, x, rows, C);
+}
+
+extern "C" void ddp_cuda_test_relu_maxpool(float *out, uint8_t *argmax, const float *inp,
+                                           const float *b, int B, int C, int H, int W, int k)
+{
+    relu_maxpool(out, argmax, inp, b, B, C, H, W, k);
+}
+
 /* This part's entries of the ops table (set_layout and layout are conv.cu's). */
 void cuda_table_layout(struct ddp_backend *t)
 {
     t->to_nhwc = cuda_to_nhwc;
     t->to_nchw = cuda_to_nchw;
+    t->act_from_f32 = cuda_act_from_f32;
+    t->act_to_f32 = cuda_act_to_f32;
 }

@@ -33,7 +33,7 @@ typedef enum {
     CUDNN_STATUS_INTERNAL_ERROR = 4000,
     CUDNN_STATUS_EXECUTION_FAILED = 5000
 } cudnnStatus_t;
-typedef enum { CUDNN_DATA_FLOAT = 0 } cudnnDataType_t;
+typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_BFLOAT16 = 9 } cudnnDataType_t;
 typedef enum {
     CUDNN_TENSOR_NCHW = 0,
     CUDNN_TENSOR_NHWC = 1,

@@ -4,7 +4,8 @@
  * infinity) and __bfloat162float is exact; cublasGemmEx and cublasGemmStridedBatchedEx with bf16
  * A and B, fp32 C and CUBLAS_COMPUTE_32F give the exact products of the bf16 values summed in
  * fp32, check their arguments like cublasSgemm (CUBLAS_STATUS_INVALID_VALUE) and answer
- * CUBLAS_STATUS_NOT_SUPPORTED for type or compute combinations the twin lacks. Exit 0 or 1.
+ * CUBLAS_STATUS_NOT_SUPPORTED for type or compute combinations the twin lacks; with a bf16 C
+ * as well, that sum plus beta C rounded once to bf16. Exit 0 or 1.
  */
 #include <math.h>
 #include <stdint.h>
@@ -50,6 +51,38 @@ static void t_convert(void)
     __nv_bfloat16 h;
     h.x = 0x3fc1;
     expect(__bfloat162float(h) == from_bits(0x3fc10000u), "bf16 -> float exact");
+}
+
+/* GemmEx's bf16 output of da (3 x 4) db (4 x 2) (bf16, on the device), whose fp32 sums are
+ * want: beta 0 writes want rounded once; beta 1 reads the bf16 C and rounds want + C once. */
+static void t_gemm_bf16_out(cublasHandle_t h, const void *da, const void *db, const float *want)
+{
+    const int m = 3, n = 2, k = 4;
+    __nv_bfloat16 c0[m * n], got[m * n];
+    for (int i = 0; i < m * n; i++)
+        c0[i] = __float2bfloat16_rn(0.3f * (float)i - 0.7f);
+    void *dc;
+    cudaMalloc(&dc, sizeof c0);
+    const float one = 1, zero = 0;
+    int bad = 0;
+    cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m,
+                                    db, CUDA_R_16BF, k, &zero, dc, CUDA_R_16BF, m,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(got, dc, sizeof got, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < m * n; i++)
+        bad += got[i].x != __float2bfloat16_rn(want[i]).x;
+    expect(s == CUBLAS_STATUS_SUCCESS && !bad, "GemmEx bf16 output, beta 0: the sum rounded once");
+    cudaMemcpy(dc, c0, sizeof c0, cudaMemcpyHostToDevice);
+    s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m, db,
+                     CUDA_R_16BF, k, &one, dc, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(got, dc, sizeof got, cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (int i = 0; i < m * n; i++)
+        bad += got[i].x != __float2bfloat16_rn(want[i] + __bfloat162float(c0[i])).x;
+    expect(s == CUBLAS_STATUS_SUCCESS && !bad,
+           "GemmEx bf16 output, beta 1: the sum plus the bf16 C rounded once");
+    cudaFree(dc);
 }
 
 /* C (m x n, column-major, fp32) = A (m x k) B (k x n) on bf16 operands through cublasGemmEx, and
@@ -118,7 +151,12 @@ static void t_gemm(cublasHandle_t h)
     s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m, db,
                      CUDA_R_16BF, k, &zero, dc, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT);
-    expect(s == CUBLAS_STATUS_NOT_SUPPORTED, "GemmEx bf16 output: CUBLAS_STATUS_NOT_SUPPORTED");
+    t_gemm_bf16_out(h, da, db, want);
+    s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m, db,
+                     CUDA_R_16BF, k, &zero, dc, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F_FAST_TF32,
+                     CUBLAS_GEMM_DEFAULT);
+    expect(s == CUBLAS_STATUS_NOT_SUPPORTED,
+           "GemmEx bf16 output, compute 32F_FAST_TF32: CUBLAS_STATUS_NOT_SUPPORTED");
     s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m,
                                    0, db, CUDA_R_16BF, k, 0, &zero, dc, CUDA_R_32F, m, 0, 1,
                                    CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);

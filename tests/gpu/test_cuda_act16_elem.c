@@ -1,0 +1,525 @@
+/*
+ * test_cuda_act16_elem.c - bf16 activation storage (backend.h set_act_type(DDP_ACT_BF16)) of
+ * the CUDA backend's element-wise and channels-last kernels (elementwise.cu, layout.cu) against
+ * the same kernels on fp32 storage (suite gpu; suite twin on the GPU twin). Exit 0 pass, 1
+ * fail, 77 skipped: no CUDA in this build, no usable GPU, or no cuDNN (bf16 activations run
+ * only on cuDNN's convolution path), unless DDP_GPU_REQUIRE=1: then each of those fails.
+ *
+ * The oracle: every op computes in fp32 on the values it reads and rounds what it stores, so
+ * on inputs that bf16 represents exactly, the bf16-storage result is the fp32-storage result
+ * rounded to bf16 (nearest even), bit for bit. Each case runs the op once on fp32 storage and
+ * once on bf16 storage on the same values and compares so. What is not an activation (dropout's
+ * mask, a pool's argmax, the double column sums, a bias gradient) must be the same bits in both.
+ * Ops: relu_fwd/bwd, add_relu_fwd, relu_bwd_join, dropout_fwd/bwd (also captured in a CUDA
+ * graph), the bias broadcast and bias + relu epilogue, to_nhwc/to_nchw, act_from_f32 and
+ * act_to_f32 in both layouts, and under NHWC the pools, relu + maxpool with a bias, gap and
+ * the column sums (cuda.h's test entries reach the helpers that are no entry of the table).
+ * Sizes are odd (n % 4 != 0, C not a multiple of 8) beside even ones.
+ *
+ * Dimension letters as in backend.h.
+ */
+#include "ddp_build.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/hash.h"
+#include "core/util.h"
+#if HAVE_CUDA
+#include "backend/cuda.h"
+#endif
+
+#if HAVE_CUDA
+
+static int g_fail, g_checks;
+static const struct ddp_backend *G;
+
+/* ---- bf16 on the host -------------------------------------------------------------------- */
+
+/* The bf16 bits of f rounded to nearest, ties to even (finite f). */
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_float(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ULL;
+
+/* n values in [-scale, scale], rounded to bf16 (rep) or not. */
+static float *rnd(size_t n, float scale, int rep)
+{
+    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((2 * ((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0) - 1) *
+                       scale);
+        if (rep)
+            x[i] = bf16_float(bf16_bits(x[i]));
+    }
+    return x;
+}
+
+/* Few levels (ties for the first-maximum rule, exact zeros for relu), bf16 exactly. */
+static float *levels(size_t n)
+{
+    float *x = rnd(n, 1, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = roundf(x[i] * 3) / 4;
+    return x;
+}
+
+static void storage(int act16)
+{
+    char err[DDP_ERR_LEN];
+    if (G->set_act_type(act16 ? DDP_ACT_BF16 : DDP_ACT_FP32, err, sizeof err) != 0) {
+        printf("FAIL set_act_type(%d): %s\n", act16, err);
+        exit(1);
+    }
+}
+
+static void layout(int l)
+{
+    char err[DDP_ERR_LEN];
+    if (G->set_layout(l, err, sizeof err) != 0) {
+        printf("FAIL set_layout(%d): %s\n", l, err);
+        exit(1);
+    }
+}
+
+/* A device copy of host floats x (n) in storage act16 (x bf16-representable there). */
+static float *up(const float *x, size_t n, int act16)
+{
+    float *d = G->alloc(4 * n + 16);
+    if (!act16) {
+        G->upload(d, x, 4 * n);
+        return d;
+    }
+    uint16_t *h = ddp_malloc(2 * n + 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_bits(x[i]);
+    G->upload(d, h, 2 * n);
+    free(h);
+    return d;
+}
+
+/* ---- comparisons ------------------------------------------------------------------------- */
+
+static void verdict(int ok, const char *op, const char *shape, size_t n, const char *how)
+{
+    g_checks++;
+    g_fail += !ok;
+    printf("%-4s %-30s %-24s n=%-8zu %s\n", ok ? "ok" : "FAIL", op, shape, n, how);
+}
+
+/* The bf16 activations b16 (device, n) equal the fp32 ones f32 (device, n) rounded. */
+static void oracle(const char *op, const char *shape, const float *f32, const float *b16, size_t n)
+{
+    float *r = ddp_malloc(4 * n + 4);
+    uint16_t *h = ddp_malloc(2 * n + 2);
+    if (n) {
+        G->download(r, f32, 4 * n);
+        G->download(h, b16, 2 * n);
+    }
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != bf16_bits(r[i]) && !bad++)
+            first = i;
+    char how[128] = "bf16 = rn(fp32), bit for bit";
+    if (bad)
+        snprintf(how, sizeof how, "%zu differ, first at %zu: %g, fp32 %g", bad, first,
+                 (double)bf16_float(h[first]), (double)r[first]);
+    verdict(!bad, op, shape, n, how);
+    free(r), free(h);
+}
+
+/* Two device arrays of `bytes` bytes the same bits: non-activations of both storages, or a
+ * result and its expected value. */
+static void same(const char *op, const char *shape, const void *a, const void *b, size_t bytes)
+{
+    char *x = ddp_malloc(bytes + 1), *y = ddp_malloc(bytes + 1);
+    if (bytes) {
+        G->download(x, a, bytes);
+        G->download(y, b, bytes);
+    }
+    const int ok = memcmp(x, y, bytes) == 0;
+    verdict(ok, op, shape, bytes, ok ? "same bits (n in bytes)" : "differ (n in bytes)");
+    free(x), free(y);
+}
+
+/* ---- element-wise ------------------------------------------------------------------------ */
+
+/* One tensor in both storages: [0] fp32, [1] bf16. */
+struct two {
+    float *d[2];
+};
+
+static struct two two_of(const float *x, size_t n)
+{
+    struct two t = {{up(x, n, 0), up(x, n, 1)}};
+    return t;
+}
+
+static void two_free(struct two *t)
+{
+    G->free(t->d[0]);
+    G->free(t->d[1]);
+}
+
+/* relu, add + relu, relu_bwd and relu_bwd_join (accumulating or not, one input absent). */
+static void t_relu(size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%zu", n);
+    float *x = levels(n), *y = rnd(n, 1, 1), *dy = rnd(n, 2, 1), *d0 = rnd(n, 1, 1);
+    struct two X = two_of(x, n), Y = two_of(y, n), DY = two_of(dy, n), O = two_of(d0, n);
+    struct two AR = two_of(d0, n), DX = two_of(d0, n), DA = two_of(d0, n), DB = two_of(d0, n);
+    struct two DC = two_of(d0, n);
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        G->relu_fwd(O.d[s], X.d[s], n);
+        G->add_relu_fwd(AR.d[s], X.d[s], Y.d[s], n);
+        G->relu_bwd(DX.d[s], DY.d[s], X.d[s], n);
+        G->relu_bwd_join(DA.d[s], 1, DB.d[s], 0, DY.d[s], Y.d[s], n);
+        G->relu_bwd_join(NULL, 0, DC.d[s], 1, DY.d[s], X.d[s], n);
+    }
+    storage(0);
+    oracle("relu_fwd", shape, O.d[0], O.d[1], n);
+    oracle("add_relu_fwd", shape, AR.d[0], AR.d[1], n);
+    oracle("relu_bwd", shape, DX.d[0], DX.d[1], n);
+    oracle("relu_bwd_join da (+=)", shape, DA.d[0], DA.d[1], n);
+    oracle("relu_bwd_join db (=)", shape, DB.d[0], DB.d[1], n);
+    oracle("relu_bwd_join da NULL, db +=", shape, DC.d[0], DC.d[1], n);
+    two_free(&X), two_free(&Y), two_free(&DY), two_free(&O), two_free(&AR);
+    two_free(&DX), two_free(&DA), two_free(&DB), two_free(&DC);
+    free(x), free(y), free(dy), free(d0);
+}
+
+/* dropout forward (the mask fp32, the same in both) and backward. */
+static void t_dropout(size_t n, float p)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%zu p%.2f", n, (double)p);
+    float *x = rnd(n, 3, 1), *dy = rnd(n, 1, 1);
+    struct two X = two_of(x, n), DY = two_of(dy, n), Y = two_of(x, n), DX = two_of(x, n);
+    float *mask[2] = {G->alloc(4 * n + 4), G->alloc(4 * n + 4)};
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        G->dropout_fwd(Y.d[s], mask[s], X.d[s], n, p, 0x5eedULL + n);
+        G->dropout_bwd(DX.d[s], DY.d[s], mask[s], n);
+    }
+    storage(0);
+    oracle("dropout_fwd", shape, Y.d[0], Y.d[1], n);
+    same("dropout_fwd mask (fp32)", shape, mask[0], mask[1], 4 * n);
+    oracle("dropout_bwd", shape, DX.d[0], DX.d[1], n);
+    two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX);
+    G->free(mask[0]), G->free(mask[1]);
+    free(x), free(dy);
+}
+
+/* The bias broadcast and the bias + relu epilogue (b fp32, not bf16-representable), with
+ * `inner` elements a feature run (1: linear; P: conv2d NCHW). */
+static void t_bias(int rows, int O, int inner)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%d O%d inner%d", rows, O, inner);
+    const size_t n = (size_t)rows * O * inner;
+    float *b = rnd((size_t)O, 1, 0), *x = levels(n);
+    float *gb = G->alloc(4 * (size_t)O);
+    G->upload(gb, b, 4 * (size_t)O);
+    struct two F = two_of(x, n), R = two_of(x, n), R0 = two_of(x, n);
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        ddp_cuda_test_fill_bias(F.d[s], gb, n, O, inner);
+        ddp_cuda_test_bias_relu(R.d[s], gb, n, O, inner);
+        ddp_cuda_test_bias_relu(R0.d[s], NULL, n, O, inner);
+    }
+    storage(0);
+    oracle("fill_bias", shape, F.d[0], F.d[1], n);
+    oracle("bias_relu", shape, R.d[0], R.d[1], n);
+    oracle("bias_relu (no bias)", shape, R0.d[0], R0.d[1], n);
+    two_free(&F), two_free(&R), two_free(&R0);
+    G->free(gb);
+    free(b), free(x);
+}
+
+/* dropout_fwd captured in a CUDA graph on bf16 storage, replayed with other seeds: equals the
+ * uncaptured op with the replay's seed, output and mask. */
+static void t_graph(size_t n)
+{
+    if (!G->graph_capture_begin) {
+        verdict(0, "graph dropout", "", n, "the CUDA backend has no graph ops");
+        return;
+    }
+    char err[DDP_ERR_LEN], shape[64];
+    snprintf(shape, sizeof shape, "n%zu bf16", n);
+    const uint64_t salt = 0xd1b54a32d192ed03ULL;
+    float *x = rnd(n, 2, 1);
+    float *gx = up(x, n, 1), *yc = G->alloc(2 * n + 4), *yu = G->alloc(2 * n + 4);
+    float *mc = G->alloc(4 * n + 4), *mu = G->alloc(4 * n + 4);
+    storage(1);
+    for (int64_t t = 1; t <= 3; t++) {
+        const struct ddp_graph_scalars sc = {0.1f, 0.9f, 0.9f, t, 0x9e3779b9ULL * (uint64_t)t};
+        if (t == 1 && (G->graph_capture_begin(0, &sc, err, sizeof err) != 0 ||
+                       (G->dropout_fwd(yc, mc, gx, n, 0.4f, sc.noise ^ salt),
+                        G->graph_capture_end(0, err, sizeof err)) != 0)) {
+            verdict(0, "graph dropout capture", shape, n, err);
+            break;
+        }
+        G->graph_launch(0, &sc);
+        G->dropout_fwd(yu, mu, gx, n, 0.4f, sc.noise ^ salt);
+        char name[64];
+        snprintf(name, sizeof name, "graph dropout step %d", (int)t);
+        same(name, shape, yc, yu, 2 * n);
+        same("  its mask", shape, mc, mu, 4 * n);
+    }
+    storage(0);
+    G->free(gx), G->free(yc), G->free(yu), G->free(mc), G->free(mu);
+    free(x);
+}
+
+/* ---- layout ------------------------------------------------------------------------------ */
+
+/* x (B, C, S) permuted to (B, S, C) on the host. */
+static float *perm(const float *x, int B, int C, int S)
+{
+    float *y = ddp_malloc(sizeof(float) * ((size_t)B * C * S + 1));
+    for (size_t b = 0; b < (size_t)B; b++)
+        for (size_t c = 0; c < (size_t)C; c++)
+            for (size_t s = 0; s < (size_t)S; s++)
+                y[(b * S + s) * C + c] = x[(b * C + c) * S + s];
+    return y;
+}
+
+/* to_nhwc and to_nchw on bf16 storage; act_from_f32 (fp32 NOT bf16-representable) in both
+ * layouts against the host's rounding (and permutation), act_to_f32 widening it back. */
+static void t_convert(int B, int C, int S)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d S%d", B, C, S);
+    const size_t n = (size_t)B * C * S;
+    float *x = rnd(n, 3, 0), *xr = rnd(n, 1, 1);
+    float *gx = up(x, n, 0), *back = G->alloc(4 * n + 4);
+    struct two T = two_of(xr, n), TN = two_of(xr, n), TB = two_of(xr, n), A = two_of(xr, n);
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        G->to_nhwc(TN.d[s], T.d[s], B, C, S);
+        G->to_nchw(TB.d[s], TN.d[s], B, C, S);
+    }
+    oracle("to_nhwc", shape, TN.d[0], TN.d[1], n);
+    oracle("to_nchw", shape, TB.d[0], TB.d[1], n);
+    same("to_nchw back (bf16)", shape, TB.d[1], T.d[1], 2 * n);
+    for (int l = 0; l < 2; l++) {
+        layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+        float *want = l && S > 1 ? perm(x, B, C, S) : perm(x, (int)n, 1, 1); /* or a copy */
+        float *gw = up(want, n, 0), *gwr = up(want, n, 1);
+        char op[64];
+        for (int s = 0; s < 2; s++) {
+            storage(s);
+            G->act_from_f32(A.d[s], gx, B, C, S);
+        }
+        snprintf(op, sizeof op, "act_from_f32 %s", l ? "NHWC" : "NCHW");
+        same(op, shape, A.d[0], gw, 4 * n);  /* fp32: the copy or transposition */
+        same(op, shape, A.d[1], gwr, 2 * n); /* bf16: that, each value rounded */
+        oracle(op, shape, A.d[0], A.d[1], n);
+        G->act_to_f32(back, A.d[1], n); /* storage bf16 (s = 1) still in force */
+        snprintf(op, sizeof op, "act_to_f32 %s", l ? "NHWC" : "NCHW");
+        float *wr = ddp_malloc(4 * n + 4);
+        for (size_t i = 0; i < n; i++)
+            wr[i] = bf16_float(bf16_bits(want[i]));
+        float *gwf = up(wr, n, 0);
+        same(op, shape, back, gwf, 4 * n);
+        storage(0);
+        G->act_to_f32(back, A.d[0], n);
+        same("act_to_f32 fp32 (a copy)", shape, back, A.d[0], 4 * n);
+        G->free(gw), G->free(gwr), G->free(gwf);
+        free(want), free(wr);
+    }
+    layout(DDP_LAYOUT_NCHW);
+    G->free(gx), G->free(back);
+    two_free(&T), two_free(&TN), two_free(&TB), two_free(&A);
+    free(x), free(xr);
+}
+
+/* Under NHWC: maxpool, relu + maxpool (the conv's bias or none), avgpool, forward and
+ * backward; argmax the same in both storages. */
+static void t_pools(int B, int C, int H, int W, int k)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, C, H, W, k);
+    const size_t ni = (size_t)B * C * H * W, no = (size_t)B * C * (H / k) * (W / k);
+    float *x = levels(ni), *dy = rnd(no, 1, 1), *b = rnd((size_t)C, 0.5f, 0), *z = rnd(ni, 1, 1);
+    float *gb = G->alloc(4 * (size_t)C + 4);
+    G->upload(gb, b, 4 * (size_t)C);
+    struct two X = two_of(x, ni), DY = two_of(dy, no), Y = two_of(z, no), DX = two_of(z, ni);
+    struct two Y2 = two_of(z, no), Y3 = two_of(z, no), DX2 = two_of(z, ni), AY = two_of(z, no);
+    struct two ADX = two_of(z, ni);
+    int32_t *am[2] = {G->alloc(4 * no + 4), G->alloc(4 * no + 4)};
+    uint8_t *a8[2] = {G->alloc(no + 4), G->alloc(no + 4)},
+            *a9[2] = {G->alloc(no + 4), G->alloc(no + 4)};
+    layout(DDP_LAYOUT_NHWC);
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        G->maxpool_fwd(Y.d[s], am[s], X.d[s], B, C, H, W, k);
+        G->maxpool_bwd(DX.d[s], DY.d[s], am[s], B, C, H, W, k);
+        ddp_cuda_test_relu_maxpool(Y2.d[s], a8[s], X.d[s], gb, B, C, H, W, k);
+        G->relu_maxpool_fwd(Y3.d[s], a9[s], X.d[s], B, C, H, W, k);
+        G->maxpool_relu_bwd(DX2.d[s], DY.d[s], Y2.d[s], a8[s], B, C, H, W, k);
+        G->avgpool_fwd(AY.d[s], X.d[s], B, C, H, W, k);
+        G->avgpool_bwd(ADX.d[s], DY.d[s], B, C, H, W, k);
+    }
+    storage(0);
+    layout(DDP_LAYOUT_NCHW);
+    oracle("maxpool_fwd", shape, Y.d[0], Y.d[1], no);
+    same("  argmax", shape, am[0], am[1], 4 * no);
+    oracle("maxpool_bwd", shape, DX.d[0], DX.d[1], ni);
+    oracle("relu_maxpool + bias", shape, Y2.d[0], Y2.d[1], no);
+    same("  argmax", shape, a8[0], a8[1], no);
+    oracle("relu_maxpool_fwd", shape, Y3.d[0], Y3.d[1], no);
+    same("  argmax", shape, a9[0], a9[1], no);
+    oracle("maxpool_relu_bwd", shape, DX2.d[0], DX2.d[1], ni);
+    oracle("avgpool_fwd", shape, AY.d[0], AY.d[1], no);
+    oracle("avgpool_bwd", shape, ADX.d[0], ADX.d[1], ni);
+    two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX), two_free(&Y2), two_free(&Y3);
+    two_free(&DX2), two_free(&AY), two_free(&ADX);
+    for (int s = 0; s < 2; s++)
+        G->free(am[s]), G->free(a8[s]), G->free(a9[s]);
+    G->free(gb);
+    free(x), free(dy), free(b), free(z);
+}
+
+/* Under NHWC: the global average pool, out (B, C) and dinp (B, S, C). */
+static void t_gap(int B, int C, int S)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d S%d", B, C, S);
+    const size_t n = (size_t)B * C * S, bc = (size_t)B * C;
+    float *x = rnd(n, 1, 1), *dy = rnd(bc, 1, 1);
+    struct two X = two_of(x, n), DY = two_of(dy, bc), Y = two_of(dy, bc), DX = two_of(x, n);
+    layout(DDP_LAYOUT_NHWC);
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        G->gap_fwd(Y.d[s], X.d[s], B, C, S);
+        G->gap_bwd(DX.d[s], DY.d[s], B, C, S);
+    }
+    storage(0);
+    layout(DDP_LAYOUT_NCHW);
+    oracle("gap_fwd", shape, Y.d[0], Y.d[1], bc);
+    oracle("gap_bwd", shape, DX.d[0], DX.d[1], n);
+    two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX);
+    free(x), free(dy);
+}
+
+/* The column sums of a (rows, C) activation matrix (batchnorm's statistics, its backward's
+ * masked sums, a channels-last bias gradient): the same doubles and db in both storages. */
+static void t_colsum(size_t rows, int C)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%zu C%d", rows, C);
+    const size_t n = rows * (size_t)C, np = (size_t)C * 256 * 2;
+    float *a = rnd(n, 2, 1), *b = rnd(n, 1, 1), *m = levels(n), *d0 = rnd((size_t)C, 1, 0);
+    struct two A = two_of(a, n), Bv = two_of(b, n), M = two_of(m, n);
+    double *part[3][2];
+    float *db[2];
+    size_t splits = 0;
+    for (int s = 0; s < 2; s++) {
+        storage(s);
+        for (int j = 0; j < 3; j++)
+            part[j][s] = G->alloc(sizeof(double) * np);
+        splits = ddp_cuda_test_colsum(part[0][s], A.d[s], NULL, NULL, rows, C, 1);
+        ddp_cuda_test_colsum(part[1][s], A.d[s], NULL, NULL, rows, C, 2);
+        ddp_cuda_test_colsum(part[2][s], A.d[s], Bv.d[s], M.d[s], rows, C, 2);
+        db[s] = up(d0, (size_t)C, 0);
+        ddp_cuda_test_colsum_add(db[s], A.d[s], rows, C);
+    }
+    storage(0);
+    same("colsum np 1", shape, part[0][0], part[0][1], sizeof(double) * C * splits);
+    same("colsum a, a^2", shape, part[1][0], part[1][1], sizeof(double) * C * splits * 2);
+    same("colsum masked a, a*b", shape, part[2][0], part[2][1], sizeof(double) * C * splits * 2);
+    same("colsum_add db (fp32 +=)", shape, db[0], db[1], 4 * (size_t)C);
+    for (int s = 0; s < 2; s++) {
+        for (int j = 0; j < 3; j++)
+            G->free(part[j][s]);
+        G->free(db[s]);
+    }
+    two_free(&A), two_free(&Bv), two_free(&M);
+    free(a), free(b), free(m), free(d0);
+}
+
+#endif /* HAVE_CUDA */
+
+/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
+static int skip(const char *why)
+{
+    const char *req = getenv("DDP_GPU_REQUIRE");
+    printf("SKIP: %s\n", why);
+    return req && strcmp(req, "1") == 0 ? 1 : 77;
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+#if !HAVE_CUDA
+    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+#else
+    char err[DDP_ERR_LEN], line[480];
+    G = ddp_backend_cuda(0, 0, err, sizeof err);
+    if (!G)
+        return skip(err);
+    printf("GPU: %s\n", ddp_cuda_device_string());
+    if (!ddp_cuda_conv_path(1, 1, line, sizeof line) || !G->set_act_type || !G->set_layout ||
+        G->set_act_type(DDP_ACT_BF16, err, sizeof err) != 0)
+        return skip("bf16 activations need cuDNN's convolutions");
+    storage(0);
+    printf("convolutions: %s\n", line);
+
+    t_relu(1001); /* n % 4 = 1 */
+    t_relu(4096);
+    t_relu(3 * 65536 + 2);
+    t_dropout(1003, 0.3f);
+    t_dropout(8192, 0.5f);
+    t_dropout(77, 1.0f); /* keep 0: every output 0 */
+    t_bias(5, 7, 1);     /* linear: one feature a run */
+    t_bias(3, 37, 1);
+    t_bias(4, 5, 49); /* conv2d NCHW: P positions a run */
+    t_bias(2, 40, 13 * 13);
+    t_graph(4099);
+
+    t_convert(2, 3, 5);
+    t_convert(3, 37, 45); /* neither side a multiple of the tile */
+    t_convert(1, 1, 7);   /* C = 1: a copy */
+    t_convert(4, 5, 1);   /* S = 1: the same bytes in both layouts */
+    t_convert(2, 70, 33 * 33);
+
+    t_pools(3, 1, 10, 10, 3); /* C = 1, floor mode */
+    t_pools(2, 3, 9, 13, 2);
+    t_pools(4, 37, 12, 12, 2);
+    t_pools(1, 2, 33, 33, 16);
+    t_pools(8, 67, 32, 31, 2); /* many blocks */
+
+    t_gap(3, 5, 49);
+    t_gap(2, 1, 9);
+    t_gap(16, 130, 64);
+
+    t_colsum(7, 3);
+    t_colsum(25 * 4, 37);
+    t_colsum(33 * 33 * 8, 67); /* many splits, channel tiles over 32 */
+
+    printf("test_cuda_act16_elem: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+#endif
+}
