@@ -244,6 +244,58 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     free(x), free(dy);
 }
 
+/* relu + maxpool with the bias a convolution left out (conv2d_relu_maxpool_fwd's pass through
+ * cuDNN, ddp_cuda_test_relu_maxpool) against bias_relu then maxpool_fwd, conv2d_relu_fwd's
+ * epilogue and the pool, in both storages: out and argmax bit for bit (backend.h: the fused op
+ * is the two in turn). Under bf16 the unfused pool compares the values bias_relu rounded, so
+ * the fused one must round before it compares: values close in fp32 that round alike pick
+ * the first of them, where fp32 storage picks the larger (so the argmax of the two storages
+ * may differ). Inputs of many levels with a bias that is not bf16: such windows occur. The
+ * bf16 outputs are also the fp32 ones rounded. */
+static void t_relu_pool_bias(int B, int Cc, int H, int W, int k)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, Cc, H, W, k);
+    const int S = H * W, OH = H / k, OW = W / k, nhwc = g_layout[1] == 'H' && S > 1;
+    const size_t ni = (size_t)B * Cc * S, no = (size_t)B * Cc * OH * OW;
+    float *x = rnd(ni, 1, 0.5f), *b = ddp_malloc(4 * (size_t)Cc);
+    for (int c = 0; c < Cc; c++)
+        b[c] = (float)(0.1 + 0.0137 * c) / 3; /* not bf16-representable */
+    float *gb = up(b, 4 * (size_t)Cc);
+    struct act X = act_up(x, ni), T = act_up(x, ni), Y = act_alloc(no), YU = act_alloc(no);
+    struct two A8 = two_alloc(no), AM = two_alloc(4 * no);
+    for (int t = 0; t < 2; t++) {
+        storage(t);
+        ddp_cuda_test_relu_maxpool(P(Y), P(A8), P(X), gb, B, Cc, H, W, k);
+        ddp_cuda_test_bias_relu(P(T), gb, ni, Cc, nhwc ? 1 : S);
+        G->maxpool_fwd(P(YU), P(AM), P(T), B, Cc, H, W, k);
+    }
+    storage(0);
+    same_act("relu_maxpool + bias", shape, &Y);
+    for (int t = 0; t < 2; t++) {
+        uint8_t *a8 = down(t ? A8.h : A8.f, no);
+        int32_t *am = down(t ? AM.h : AM.f, 4 * no);
+        size_t bad = 0;
+        for (size_t o = 0; o < no; o++) { /* o: (b, c, oh, ow), or (b, oh, ow, c) */
+            const size_t p = nhwc ? o / (size_t)Cc : o % ((size_t)OH * OW);
+            const int oh = (int)(p / (size_t)OW) % OH, ow = (int)(p % (size_t)OW);
+            bad += am[o] != (oh * k + a8[o] / k) * W + ow * k + a8[o] % k;
+        }
+        char how[96] = "the same window places";
+        if (bad)
+            snprintf(how, sizeof how, "%zu argmax differ", bad);
+        verdict(!bad, t ? "  = bias_relu + maxpool bf16" : "  = bias_relu + maxpool fp32", shape,
+                no, how);
+        free(a8), free(am);
+    }
+    char *y = down(Y.h, 2 * no), *yu = down(YU.h, 2 * no);
+    verdict(memcmp(y, yu, 2 * no) == 0, "  out = unfused, bf16", shape, no,
+            memcmp(y, yu, 2 * no) == 0 ? "bit for bit" : "differ");
+    act_free(&X), act_free(&T), act_free(&Y), act_free(&YU), two_free(&A8), two_free(&AM);
+    G->free(gb);
+    free(x), free(b), free(y), free(yu);
+}
+
 /* The global average pool, out (B, C) and dinp. */
 static void t_gap(int B, int Cc, int S)
 {
@@ -393,6 +445,9 @@ static void t_all(void)
     t_pools(1, 2, 33, 33, 16); /* the largest window a byte argmax holds */
     t_pools(3, 13, 1, 1, 1);   /* S = 1 */
     t_pools(2, 19, 31, 30, 2);
+    t_relu_pool_bias(2, 5, 7, 7, 3);
+    t_relu_pool_bias(4, 13, 32, 32, 2);
+    t_relu_pool_bias(3, 16, 1, 1, 1);
 
     t_gap(3, 5, 49);
     t_gap(2, 1, 9);
