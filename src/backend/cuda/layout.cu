@@ -183,7 +183,8 @@ __global__ void k_maxpool_fwd_nhwc(A *out, int32_t *argmax, const A *inp, I n, I
 }
 
 /* out = the first maximum of relu(x + b[c]) over each window (b NULL: relu(x)), argmax its
- * place i*k + j as one byte: k_relu_maxpool_fwd's expressions, channel innermost. */
+ * place i*k + j as one byte: k_relu_maxpool_fwd's expressions, channel innermost. Each value is
+ * compared as stored (bf16: rounded), so the fused op picks bias_relu + maxpool's argmax. */
 template <typename A, typename I>
 __global__ void k_relu_maxpool_fwd_nhwc(A *out, uint8_t *argmax, const A *inp, const float *b, I n,
                                         I C, int H, int W, int k)
@@ -199,7 +200,7 @@ __global__ void k_relu_maxpool_fwd_nhwc(A *out, uint8_t *argmax, const A *inp, c
             for (int j = 0; j < k; j++) {
                 const float xv = act_ld(x[((I)i * (I)W + (I)j) * C]);
                 float v = b ? xv + bias : xv;
-                v = v > 0 ? v : 0;
+                v = act_ld(act_st<A>(v > 0 ? v : 0)); /* as bias_relu stores it (bf16) */
                 if (best < 0 || v > m) {
                     m = v;
                     best = i * k + j;
