@@ -221,6 +221,16 @@ struct ddp_backend {
                              int W, int k);
     void (*maxpool_relu_bwd)(float *dinp, const float *dout, const float *out,
                              const uint8_t *argmax, int B, int C, int H, int W, int k);
+    /* maxpool_relu_bwd that also adds into db (C) the per-channel sums of the dinp it writes
+     * (optional). The model uses it for the maxpool of a conv2d (with bias) + relu + maxpool
+     * whose forward is conv2d_relu_maxpool_fwd: db is that convolution's bias gradient, and
+     * the convolution's conv2d_bwd then gets db NULL, so the gradient tensor is read once, not
+     * twice. dinp as maxpool_relu_bwd's, bit for bit; db gets the bits conv2d_bwd's own bias
+     * reduction would add on the same dinp, where the backend sums the same way in both (CUDA:
+     * the cuDNN path; on im2col with a batch in several chunks db may differ in its last bits,
+     * the sum here being one double sum over the batch). */
+    void (*maxpool_relu_bwd_db)(float *dinp, float *db, const float *dout, const float *out,
+                                const uint8_t *argmax, int B, int C, int H, int W, int k);
     /* conv2d, relu and maxpool(k) forward in one (optional, with the two above): act (B,O,OH,
      * OW) is scratch for the convolution's output, out and argmax as relu_maxpool_fwd's on
      * max(0, conv + b); bit for bit conv2d_relu_fwd followed by maxpool_fwd. */

@@ -265,6 +265,32 @@ static void join_backward(struct ddp_model *m, const struct ddp_layer *l, int B,
     }
 }
 
+/* 1 when layer i is a conv2d with bias whose relu and maxpool run with it (fused 3, the relu
+ * i + 1 and the pool i + 2) and the backend has maxpool_relu_bwd_db: the pool's backward sums
+ * the convolution's bias gradient as it writes the convolution's output gradient, and the
+ * convolution's own backward skips that reduction (db NULL). */
+static int bias_grad_in_pool(const struct ddp_model *m, int i)
+{
+    const struct ddp_layer *c = &m->layers[i];
+    return c->spec.kind == DDP_LAYER_CONV2D && c->fused == 3 && c->b_n &&
+           m->be->maxpool_relu_bwd_db && !m->layers[i + 1].acc;
+}
+
+/* The pool's backward with its relu (fused 5): dinp the gradient of the relu's input, and with
+ * bias_grad_in_pool the convolution's bias gradient added too. */
+static void pool_relu_backward(struct ddp_model *m, const struct ddp_layer *l, float *dinp, int B)
+{
+    const int ci = m->layers[l->in].in;
+    if (ci >= 0 && bias_grad_in_pool(m, ci)) {
+        float *db = m->grads + m->layers[ci].b_off;
+        m->be->maxpool_relu_bwd_db(dinp, db, l->dout, l->out, l->argmax8, B, l->ishape[0],
+                                   l->ishape[1], l->ishape[2], l->spec.k);
+        return;
+    }
+    m->be->maxpool_relu_bwd(dinp, l->dout, l->out, l->argmax8, B, l->ishape[0], l->ishape[1],
+                            l->ishape[2], l->spec.k);
+}
+
 /* Layer i of the backward pass: parameter gradients added, the input's gradient into dinp
  * (NULL: not needed). */
 static void layer_backward(struct ddp_model *m, int i, const float *inp, float *dinp, int B)
@@ -285,13 +311,14 @@ static void layer_backward(struct ddp_model *m, int i, const float *inp, float *
         break;
     case DDP_LAYER_CONV2D: {
         const struct ddp_conv_geom g = model_conv_geom(l);
+        if (bias_grad_in_pool(m, i)) /* the pool's backward added it */
+            db = NULL;
         be->conv2d_bwd(dinp, dw, db, m->col, l->dout, inp, w, B, &g);
         break;
     }
     case DDP_LAYER_MAXPOOL: /* fused 5: dinp is the gradient of the relu's input */
         if (dinp && l->fused == 5)
-            be->maxpool_relu_bwd(dinp, l->dout, l->out, l->argmax8, B, l->ishape[0], l->ishape[1],
-                                 l->ishape[2], s->k);
+            pool_relu_backward(m, l, dinp, B);
         else if (dinp)
             be->maxpool_bwd(dinp, l->dout, l->argmax, B, l->ishape[0], l->ishape[1], l->ishape[2],
                             s->k);

@@ -533,6 +533,10 @@ void nhwc_relu_maxpool(float *out, uint8_t *argmax, const float *inp, const floa
                        int H, int W, int k);
 void nhwc_maxpool_relu_bwd(float *dinp, const float *dout, const float *out, const uint8_t *argmax,
                            int B, int C, int H, int W, int k);
+/* nhwc_maxpool_relu_bwd, and db (C) += the column sums of the dinp (B*H*W, C) it writes, in
+ * colsum_add's grouping (backend.h maxpool_relu_bwd_db) */
+void nhwc_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const float *out,
+                              const uint8_t *argmax, int B, int C, int H, int W, int k);
 void nhwc_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k);
 void nhwc_avgpool_bwd(float *dinp, const float *dout, int B, int C, int H, int W, int k);
 void nhwc_gap_fwd(float *out, const float *inp, int B, int C, int S); /* inp (B, S, C) */

@@ -505,6 +505,61 @@ void colsum_add(float *db, const float *x, size_t rows, int C)
     rowsum_finish(db, part, C, splits);
 }
 
+/* k_maxpool_relu_bwd_nhwc that also sums what it stores per channel (normpool.cu
+ * maxpool_relu_bwd_db): dinp is a (B*H*W, C) matrix, each block walks its tile's columns and
+ * rows as k_colsum_partial (np 1) does and adds the same values in the same order, so part
+ * holds the bits colsum_partial gives on the written dinp, and rowsum_finish makes the bias
+ * gradient colsum_add would. */
+template <typename A>
+__global__ void k_maxpool_relu_bwd_db_nhwc(double *part, A *dinp, const A *dout, const A *out,
+                                           const uint8_t *argmax, size_t rows, int C, int H, int W,
+                                           int k, int tw)
+{
+    __shared__ double sh[THREADS];
+    const int tx = threadIdx.x % tw, ty = threadIdx.x / tw, rb = blockDim.x / tw;
+    const int c = blockIdx.x * tw + tx, OH = H / k, OW = W / k;
+    const size_t y = blockIdx.y, splits = gridDim.y, HW = (size_t)H * W;
+    double s = 0;
+    if (c < C)
+        for (size_t r = y * rb + ty; r < rows; r += splits * rb) {
+            const size_t bi = r / HW;
+            const int hw = (int)(r - bi * HW), h = hw / W, w = hw - h * W, oh = h / k, ow = w / k;
+            float v = 0;
+            if (oh < OH && ow < OW) {
+                const size_t o = ((bi * OH + oh) * OW + ow) * C + c;
+                if (argmax[o] == (h - oh * k) * k + (w - ow * k) && act_ld(out[o]) > 0)
+                    v = act_ld(dout[o]);
+            }
+            const A st = act_st<A>(v);
+            dinp[r * C + c] = st;
+            s += act_ld(st);
+        }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    if (ty != 0 || c >= C)
+        return;
+    for (int i = 1; i < rb; i++)
+        s += sh[i * tw + tx];
+    part[(size_t)c * splits + y] = s;
+}
+
+void nhwc_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const float *out,
+                              const uint8_t *argmax, int B, int C, int H, int W, int k)
+{
+    const size_t rows = (size_t)B * H * W;
+    if (C <= 0 || rows == 0)
+        return;
+    const size_t splits = colsum_splits(rows, C);
+    double *part = (double *)ws_get(sizeof(double) * (size_t)C * splits);
+    const int tw = colsum_tile(C);
+    dim3 grid((unsigned)((C + tw - 1) / tw), (unsigned)splits);
+    ACT_LAUNCH(k_maxpool_relu_bwd_db_nhwc, grid, THREADS,
+               (part, dinp, dout, out, argmax, rows, C, H, W, k, tw),
+               (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, rows, C, H, W, k,
+                tw));
+    rowsum_finish(db, part, C, splits);
+}
+
 /* cuda.h's test entries of this part. */
 extern "C" size_t ddp_cuda_test_colsum(double *part, const float *a, const float *b,
                                        const float *mask, size_t rows, int C, int np)

@@ -142,6 +142,37 @@ __global__ void k_maxpool_relu_bwd(A *dinp, const A *dout, const A *out, const u
     }
 }
 
+/* k_maxpool_relu_bwd that also sums what it stores per channel (backend.h maxpool_relu_bwd_db):
+ * block (c, y) writes elements j = y*THREADS + t, j + splits*THREADS, ... of channel c's B*H*W
+ * (conv_dnn.cu k_chan_partial's walk over the convolution's output gradient) and sums them in
+ * double as stored, then block_sum: part[c * splits + y] holds the bits k_chan_partial gives on
+ * the same tensor, and rowsum_finish makes the bias gradient conv_bias_grad would. */
+template <typename A>
+__global__ void k_maxpool_relu_bwd_db(double *part, A *dinp, const A *dout, const A *out,
+                                      const uint8_t *argmax, int B, int C, int H, int W, int k)
+{
+    const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
+    const int P = H * W, OH = H / k, OW = W / k;
+    const size_t n = (size_t)B * P;
+    double s = 0;
+    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
+        const size_t b = j / P;
+        const int hw = (int)(j - b * P), h = hw / W, w = hw - h * W, oh = h / k, ow = w / k;
+        float v = 0;
+        if (oh < OH && ow < OW) {
+            const size_t o = ((b * C + c) * OH + oh) * OW + ow;
+            if (argmax[o] == (h - oh * k) * k + (w - ow * k) && act_ld(out[o]) > 0)
+                v = act_ld(dout[o]);
+        }
+        const A st = act_st<A>(v);
+        dinp[(b * C + c) * P + hw] = st;
+        s += act_ld(st);
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[(size_t)c * splits + y] = s;
+}
+
 template <typename A>
 __global__ void k_avgpool_fwd(A *out, const A *inp, size_t BC, int H, int W, int k, float inv)
 {
@@ -293,6 +324,28 @@ static void cuda_maxpool_relu_bwd(float *dinp, const float *dout, const float *o
         nhwc_maxpool_relu_bwd(dinp, dout, out, argmax, B, C, H, W, k);
     else
         ACT_CALL(maxpool_relu_bwd_nchw, dinp, dout, out, argmax, B, C, H, W, k, n);
+}
+
+/* backend.h maxpool_relu_bwd_db: db's sums grouped as the convolution's own bias gradient on
+ * the cuDNN path in the layout in force (conv_dnn.cu: colsum_add under NHWC, conv_bias_grad
+ * else), so db has the bits conv2d_bwd would add. The im2col path sums a batch of several chunks
+ * chunk by chunk; there the bits may differ (the sum here is the whole batch's in double). */
+static void cuda_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const float *out,
+                                     const uint8_t *argmax, int B, int C, int H, int W, int k)
+{
+    const size_t n = (size_t)B * H * W;
+    if (!n || C <= 0)
+        return;
+    if (g_cuda.layout == DDP_LAYOUT_NHWC) {
+        nhwc_maxpool_relu_bwd_db(dinp, db, dout, out, argmax, B, C, H, W, k);
+        return;
+    }
+    const size_t splits = rowsum_splits(n);
+    double *part = (double *)ws_get(sizeof(double) * (size_t)C * splits);
+    dim3 grid((unsigned)C, (unsigned)splits);
+    ACT_LAUNCH(k_maxpool_relu_bwd_db, grid, THREADS, (part, dinp, dout, out, argmax, B, C, H, W, k),
+               (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, B, C, H, W, k));
+    rowsum_finish(db, part, C, splits);
 }
 
 static void cuda_avgpool_fwd(float *out, const float *inp, int B, int C, int H, int W, int k)
@@ -662,6 +715,7 @@ void cuda_table_normpool(struct ddp_backend *t)
     t->maxpool_bwd = cuda_maxpool_bwd;
     t->relu_maxpool_fwd = cuda_relu_maxpool_fwd;
     t->maxpool_relu_bwd = cuda_maxpool_relu_bwd;
+    t->maxpool_relu_bwd_db = cuda_maxpool_relu_bwd_db;
     t->avgpool_fwd = cuda_avgpool_fwd;
     t->avgpool_bwd = cuda_avgpool_bwd;
     t->gap_fwd = cuda_gap_fwd;
