@@ -834,11 +834,64 @@ static void t_model_fusion(void)
     plain.relu_maxpool_fwd = NULL;
     plain.maxpool_relu_bwd = NULL;
     plain.conv2d_relu_maxpool_fwd = NULL;
+    plain.maxpool_relu_bwd_db = NULL;
     plain.bn_relu_fwd_apply = NULL;
     model_fused_vs_plain("pools",
                          "conv2d(4, 5), relu, maxpool(2), conv2d(6, 3), batchnorm, relu, "
                          "maxpool(2), flatten, linear(16), relu, linear(10)",
                          9, &plain, 102);
+    /* fashion-cnn's blocks (odd channels, a floor-mode pool): the pool's backward summing
+     * the convolution's bias gradient (maxpool_relu_bwd_db) against conv2d_bwd summing it */
+    struct ddp_backend nodb = *G;
+    nodb.maxpool_relu_bwd_db = NULL;
+    model_fused_vs_plain("pool bias", "conv2d(5, 3), relu, maxpool(2), conv2d(7, 3, pad=1), relu, "
+                         "maxpool(3), flatten, linear(16), relu, linear(10)",
+                         7, &nodb, 202);
+}
+
+/* maxpool_relu_bwd_db's bias gradient against conv2d_bwd's own on the pool's input gradient
+ * (the output of a convolution of B*P*CKK > COL_CHUNK_FLOATS: im2col runs it in 3 chunks of
+ * samples). On cuDNN's path bit for bit. im2col adds each chunk's double sum into db as a
+ * float, the fused op the whole batch's once: each of the 3 additions rounds once, so
+ * |db - db'| <= 4 ulp-sized steps of (|db0| + sum |dinp|), 2^-22 of it; dinp bit for bit. */
+static void t_pool_bias_chunks(void)
+{
+    if (!G->maxpool_relu_bwd_db)
+        return;
+    enum { B = 41, Cin = 160, H = 24, W = 24, O = 3, K = 2 };
+    const struct ddp_conv_geom *g = CONV_GEOM(Cin, H, W, O, 3, 1, 1);
+    const size_t ncol = G->conv_plan(B, g), nin = (size_t)B * Cin * H * W;
+    const size_t ni = (size_t)B * O * H * W, no = (size_t)B * O * (H / K) * (W / K);
+    float *x = rnd(ni, 1), *dy = rnd(no, 1), *db0 = rnd(O, 1), *cx = rnd(nin, 1);
+    float *w = rnd((size_t)O * Cin * 9, 0.1f);
+    float *gx = dev_f(x, ni), *gdy = dev_f(dy, no), *gy = G->alloc(4 * no), *gdx = G->alloc(4 * ni);
+    float *gdx2 = G->alloc(4 * ni), *gcx = dev_f(cx, nin), *gw = dev_f(w, (size_t)O * Cin * 9);
+    float *gdw = G->alloc(4 * (size_t)O * Cin * 9), *gdb = dev_f(db0, O), *gdb2 = dev_f(db0, O);
+    float *col = G->alloc(sizeof(float) * (ncol ? ncol : 1));
+    uint8_t *a8 = G->alloc(no);
+    G->relu_maxpool_fwd(gy, a8, gx, B, O, H, W, K);
+    G->maxpool_relu_bwd(gdx, gdy, gy, a8, B, O, H, W, K);
+    G->conv2d_bwd(NULL, gdw, gdb, col, gdx, gcx, gw, B, g);
+    G->maxpool_relu_bwd_db(gdx2, gdb2, gdy, gy, a8, B, O, H, W, K);
+    check_same("maxpool_relu_bwd_db dinp (3 chunks)", gdx2, gdx, ni);
+    float *h = host_of(gdx, ni), *u = host_of(gdb, O), *f = host_of(gdb2, O);
+    const int dnn = strncmp(g_conv_path, "cuDNN", 5) == 0;
+    int ok = 1, exact = 1;
+    for (int c = 0; c < O; c++) {
+        double mag = fabs(db0[c]);
+        for (int b = 0; b < B; b++)
+            for (int p = 0; p < H * W; p++)
+                mag += fabs(h[((size_t)b * O + c) * H * W + p]);
+        exact &= u[c] == f[c];
+        ok &= dnn ? u[c] == f[c] : fabs((double)u[c] - f[c]) <= mag * ldexp(1, -22);
+    }
+    g_checks++;
+    g_fail += !ok;
+    printf("%-4s %-34s n=%-9d %s (%s)\n", ok ? "ok" : "FAIL", "maxpool_relu_bwd_db db (3 chunks)",
+           O, exact ? "bit for bit" : "within 2^-22 of sum |dinp|", g_conv_path);
+    G->free(gx), G->free(gdy), G->free(gy), G->free(gdx), G->free(gdx2), G->free(gcx);
+    G->free(gw), G->free(gdw), G->free(gdb), G->free(gdb2), G->free(col), G->free(a8);
+    free(x), free(dy), free(db0), free(cx), free(w), free(h), free(u), free(f);
 }
 
 /* A model with batchnorm -> relu after a conv2d (ResNet's), in a residual block, after a
@@ -1848,6 +1901,7 @@ int main(void)
     }
     if (want("fusion")) {
         t_model_fusion();
+        t_pool_bias_chunks();
         t_model_bn_fusion();
         t_model_join_fusion();
     }
