@@ -844,7 +844,8 @@ static void t_model_fusion(void)
      * the convolution's bias gradient (maxpool_relu_bwd_db) against conv2d_bwd summing it */
     struct ddp_backend nodb = *G;
     nodb.maxpool_relu_bwd_db = NULL;
-    model_fused_vs_plain("pool bias", "conv2d(5, 3), relu, maxpool(2), conv2d(7, 3, pad=1), relu, "
+    model_fused_vs_plain("pool bias",
+                         "conv2d(5, 3), relu, maxpool(2), conv2d(7, 3, pad=1), relu, "
                          "maxpool(3), flatten, linear(16), relu, linear(10)",
                          7, &nodb, 202);
 }

@@ -553,10 +553,10 @@ void nhwc_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const f
     double *part = (double *)ws_get(sizeof(double) * (size_t)C * splits);
     const int tw = colsum_tile(C);
     dim3 grid((unsigned)((C + tw - 1) / tw), (unsigned)splits);
-    ACT_LAUNCH(k_maxpool_relu_bwd_db_nhwc, grid, THREADS,
-               (part, dinp, dout, out, argmax, rows, C, H, W, k, tw),
-               (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, rows, C, H, W, k,
-                tw));
+    ACT_LAUNCH(
+        k_maxpool_relu_bwd_db_nhwc, grid, THREADS,
+        (part, dinp, dout, out, argmax, rows, C, H, W, k, tw),
+        (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, rows, C, H, W, k, tw));
     rowsum_finish(db, part, C, splits);
 }
 
