@@ -510,28 +510,28 @@ void colsum_add(float *db, const float *x, size_t rows, int C)
  * rows as k_colsum_partial (np 1) does and adds the same values in the same order, so part
  * holds the bits colsum_partial gives on the written dinp, and rowsum_finish makes the bias
  * gradient colsum_add would. */
-template <typename A>
+template <typename A, typename I>
 __global__ void k_maxpool_relu_bwd_db_nhwc(double *part, A *dinp, const A *dout, const A *out,
-                                           const uint8_t *argmax, size_t rows, int C, int H, int W,
+                                           const uint8_t *argmax, I rows, int C, int H, int W,
                                            int k, int tw)
 {
     __shared__ double sh[THREADS];
     const int tx = threadIdx.x % tw, ty = threadIdx.x / tw, rb = blockDim.x / tw;
     const int c = blockIdx.x * tw + tx, OH = H / k, OW = W / k;
-    const size_t y = blockIdx.y, splits = gridDim.y, HW = (size_t)H * W;
+    const I y = blockIdx.y, step = (I)gridDim.y * (I)rb, HW = (I)H * (I)W;
     double s = 0;
     if (c < C)
-        for (size_t r = y * rb + ty; r < rows; r += splits * rb) {
-            const size_t bi = r / HW;
+        for (I r = y * (I)rb + (I)ty; r < rows; r += step) {
+            const I bi = r / HW;
             const int hw = (int)(r - bi * HW), h = hw / W, w = hw - h * W, oh = h / k, ow = w / k;
             float v = 0;
             if (oh < OH && ow < OW) {
-                const size_t o = ((bi * OH + oh) * OW + ow) * C + c;
+                const I o = ((bi * (I)OH + (I)oh) * (I)OW + (I)ow) * (I)C + (I)c;
                 if (argmax[o] == (h - oh * k) * k + (w - ow * k) && act_ld(out[o]) > 0)
                     v = act_ld(dout[o]);
             }
             const A st = act_st<A>(v);
-            dinp[r * C + c] = st;
+            dinp[r * (I)C + (I)c] = st;
             s += act_ld(st);
         }
     sh[threadIdx.x] = s;
@@ -540,7 +540,24 @@ __global__ void k_maxpool_relu_bwd_db_nhwc(double *part, A *dinp, const A *dout,
         return;
     for (int i = 1; i < rb; i++)
         s += sh[i * tw + tx];
-    part[(size_t)c * splits + y] = s;
+    part[(size_t)c * gridDim.y + y] = s;
+}
+
+/* The launch of k_maxpool_relu_bwd_db_nhwc for storage A, 32-bit indices where r + step never
+ * wraps. */
+template <typename A>
+static void maxpool_relu_bwd_db_nhwc(double *part, float *dinp, const float *dout, const float *out,
+                                     const uint8_t *argmax, size_t rows, int C, int H, int W, int k,
+                                     size_t splits)
+{
+    const int tw = colsum_tile(C);
+    const dim3 grid((unsigned)((C + tw - 1) / tw), (unsigned)splits);
+    if (rows * C + splits * THREADS <= UINT32_MAX)
+        LAUNCH((k_maxpool_relu_bwd_db_nhwc<A, uint32_t>), grid, THREADS, part, (A *)dinp,
+               (const A *)dout, (const A *)out, argmax, (uint32_t)rows, C, H, W, k, tw);
+    else
+        LAUNCH((k_maxpool_relu_bwd_db_nhwc<A, size_t>), grid, THREADS, part, (A *)dinp,
+               (const A *)dout, (const A *)out, argmax, rows, C, H, W, k, tw);
 }
 
 void nhwc_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const float *out,
@@ -551,12 +568,10 @@ void nhwc_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, const f
         return;
     const size_t splits = colsum_splits(rows, C);
     double *part = (double *)ws_get(sizeof(double) * (size_t)C * splits);
-    const int tw = colsum_tile(C);
-    dim3 grid((unsigned)((C + tw - 1) / tw), (unsigned)splits);
-    ACT_LAUNCH(
-        k_maxpool_relu_bwd_db_nhwc, grid, THREADS,
-        (part, dinp, dout, out, argmax, rows, C, H, W, k, tw),
-        (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, rows, C, H, W, k, tw));
+    if (g_cuda.act16)
+        maxpool_relu_bwd_db_nhwc<bf16>(part, dinp, dout, out, argmax, rows, C, H, W, k, splits);
+    else
+        maxpool_relu_bwd_db_nhwc<float>(part, dinp, dout, out, argmax, rows, C, H, W, k, splits);
     rowsum_finish(db, part, C, splits);
 }
 

@@ -147,25 +147,25 @@ __global__ void k_maxpool_relu_bwd(A *dinp, const A *dout, const A *out, const u
  * (conv_dnn.cu k_chan_partial's walk over the convolution's output gradient) and sums them in
  * double as stored, then block_sum: part[c * splits + y] holds the bits k_chan_partial gives on
  * the same tensor, and rowsum_finish makes the bias gradient conv_bias_grad would. */
-template <typename A>
+template <typename A, typename I>
 __global__ void k_maxpool_relu_bwd_db(double *part, A *dinp, const A *dout, const A *out,
                                       const uint8_t *argmax, int B, int C, int H, int W, int k)
 {
     const int c = blockIdx.x, y = blockIdx.y, splits = gridDim.y;
-    const int P = H * W, OH = H / k, OW = W / k;
-    const size_t n = (size_t)B * P;
+    const int OH = H / k, OW = W / k;
+    const I P = (I)H * (I)W, n = (I)B * P, step = (I)splits * blockDim.x;
     double s = 0;
-    for (size_t j = (size_t)y * blockDim.x + threadIdx.x; j < n; j += (size_t)splits * blockDim.x) {
-        const size_t b = j / P;
+    for (I j = (I)y * blockDim.x + threadIdx.x; j < n; j += step) {
+        const I b = j / P;
         const int hw = (int)(j - b * P), h = hw / W, w = hw - h * W, oh = h / k, ow = w / k;
         float v = 0;
         if (oh < OH && ow < OW) {
-            const size_t o = ((b * C + c) * OH + oh) * OW + ow;
+            const I o = ((b * (I)C + (I)c) * (I)OH + (I)oh) * (I)OW + (I)ow;
             if (argmax[o] == (h - oh * k) * k + (w - ow * k) && act_ld(out[o]) > 0)
                 v = act_ld(dout[o]);
         }
         const A st = act_st<A>(v);
-        dinp[(b * C + c) * P + hw] = st;
+        dinp[(b * (I)C + (I)c) * P + (I)hw] = st;
         s += act_ld(st);
     }
     s = block_sum(s);
@@ -326,6 +326,21 @@ static void cuda_maxpool_relu_bwd(float *dinp, const float *dout, const float *o
         ACT_CALL(maxpool_relu_bwd_nchw, dinp, dout, out, argmax, B, C, H, W, k, n);
 }
 
+/* The NCHW launch of k_maxpool_relu_bwd_db for storage A: block (c, y) of C x splits. */
+template <typename A>
+static void maxpool_relu_bwd_db_nchw(double *part, float *dinp, const float *dout, const float *out,
+                                     const uint8_t *argmax, int B, int C, int H, int W, int k,
+                                     size_t splits)
+{
+    const dim3 grid((unsigned)C, (unsigned)splits);
+    if ((size_t)B * C * H * W + splits * THREADS <= UINT32_MAX) /* j + step never wraps */
+        LAUNCH_AI(k_maxpool_relu_bwd_db, A, uint32_t, grid, part, (A *)dinp, (const A *)dout,
+                  (const A *)out, argmax, B, C, H, W, k);
+    else
+        LAUNCH_AI(k_maxpool_relu_bwd_db, A, size_t, grid, part, (A *)dinp, (const A *)dout,
+                  (const A *)out, argmax, B, C, H, W, k);
+}
+
 /* backend.h maxpool_relu_bwd_db: db's sums grouped as the convolution's own bias gradient on
  * the cuDNN path in the layout in force (conv_dnn.cu: colsum_add under NHWC, conv_bias_grad
  * else), so db has the bits conv2d_bwd would add. The im2col path sums a batch of several chunks
@@ -342,9 +357,7 @@ static void cuda_maxpool_relu_bwd_db(float *dinp, float *db, const float *dout, 
     }
     const size_t splits = rowsum_splits(n);
     double *part = (double *)ws_get(sizeof(double) * (size_t)C * splits);
-    dim3 grid((unsigned)C, (unsigned)splits);
-    ACT_LAUNCH(k_maxpool_relu_bwd_db, grid, THREADS, (part, dinp, dout, out, argmax, B, C, H, W, k),
-               (part, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)out, argmax, B, C, H, W, k));
+    ACT_CALL(maxpool_relu_bwd_db_nchw, part, dinp, dout, out, argmax, B, C, H, W, k, splits);
     rowsum_finish(db, part, C, splits);
 }
 
