@@ -14,7 +14,10 @@
  * graph), the bias broadcast and bias + relu epilogue, to_nhwc/to_nchw, act_from_f32 and
  * act_to_f32 in both layouts, and under NHWC the pools, relu + maxpool with a bias, gap and
  * the column sums (cuda.h's test entries reach the helpers that are no entry of the table).
- * Sizes are odd (n % 4 != 0, C not a multiple of 8) beside even ones.
+ * Sizes are odd (n % 4 != 0, C not a multiple of 8) beside even ones. The bf16 kernels take
+ * 8 values (16 bytes) at a time where every pointer is 16-byte aligned, the n % 8 tail and
+ * misaligned pointers one at a time: the element-wise cases run again (t_offsets) with n = 8k + 3
+ * and every tensor 1, 2, 4 or 8 elements into its allocation, or every other one (mixed).
  *
  * Dimension letters as in backend.h.
  */
@@ -101,20 +104,38 @@ static void layout(int l)
     }
 }
 
-/* A device copy of host floats x (n) in storage act16 (x bf16-representable there). */
-static float *up(const float *x, size_t n, int act16)
+/* Elements before each tensor two_of makes (its allocation 16-byte aligned): 0 or 8 keep a bf16
+ * tensor 16-byte aligned (the kernels' 8-value vectors), 1, 2, 4 do not (their one-element
+ * code); with g_mixed only every other tensor is moved, so that one misaligned pointer among
+ * aligned ones must send an op to the one-element code too. */
+static size_t g_off;
+static int g_mixed, g_made;
+
+/* A device copy of host floats x (n) in storage act16 (x bf16-representable there), `off`
+ * elements after the start of its allocation (*base, for free). */
+static float *up_at(const float *x, size_t n, int act16, size_t off, float **base)
 {
-    float *d = G->alloc(4 * n + 16);
+    const size_t esz = act16 ? 2 : 4;
+    char *d = G->alloc(esz * (n + off) + 16);
+    *base = (float *)d;
+    d += esz * off;
     if (!act16) {
         G->upload(d, x, 4 * n);
-        return d;
+        return (float *)d;
     }
     uint16_t *h = ddp_malloc(2 * n + 2);
     for (size_t i = 0; i < n; i++)
         h[i] = bf16_bits(x[i]);
     G->upload(d, h, 2 * n);
     free(h);
-    return d;
+    return (float *)d;
+}
+
+/* up_at at the start of the allocation (freed with G->free). */
+static float *up(const float *x, size_t n, int act16)
+{
+    float *base;
+    return up_at(x, n, act16, 0, &base);
 }
 
 /* ---- comparisons ------------------------------------------------------------------------- */
@@ -163,28 +184,41 @@ static void same(const char *op, const char *shape, const void *a, const void *b
 
 /* ---- element-wise ------------------------------------------------------------------------ */
 
-/* One tensor in both storages: [0] fp32, [1] bf16. */
+/* One tensor in both storages: [0] fp32, [1] bf16; base their allocations. */
 struct two {
-    float *d[2];
+    float *d[2], *base[2];
 };
 
+/* x in both storages, g_off elements into each allocation (every other tensor with g_mixed). */
 static struct two two_of(const float *x, size_t n)
 {
-    struct two t = {{up(x, n, 0), up(x, n, 1)}};
+    const size_t off = g_mixed && (g_made++ & 1) ? 0 : g_off;
+    struct two t;
+    for (int s = 0; s < 2; s++)
+        t.d[s] = up_at(x, n, s, off, &t.base[s]);
     return t;
 }
 
 static void two_free(struct two *t)
 {
-    G->free(t->d[0]);
-    G->free(t->d[1]);
+    G->free(t->base[0]);
+    G->free(t->base[1]);
+}
+
+/* "n<n>", with the offset of the tensors (g_off, g_mixed) where there is one. */
+static void shape_n(char *shape, size_t len, size_t n)
+{
+    if (g_off)
+        snprintf(shape, len, "n%zu off%zu%s", n, g_off, g_mixed ? " mixed" : "");
+    else
+        snprintf(shape, len, "n%zu", n);
 }
 
 /* relu, add + relu, relu_bwd and relu_bwd_join (accumulating or not, one input absent). */
 static void t_relu(size_t n)
 {
     char shape[64];
-    snprintf(shape, sizeof shape, "n%zu", n);
+    shape_n(shape, sizeof shape, n);
     float *x = levels(n), *y = rnd(n, 1, 1), *dy = rnd(n, 2, 1), *d0 = rnd(n, 1, 1);
     struct two X = two_of(x, n), Y = two_of(y, n), DY = two_of(dy, n), O = two_of(d0, n);
     struct two AR = two_of(d0, n), DX = two_of(d0, n), DA = two_of(d0, n), DB = two_of(d0, n);
@@ -212,11 +246,14 @@ static void t_relu(size_t n)
 /* dropout forward (the mask fp32, the same in both) and backward. */
 static void t_dropout(size_t n, float p)
 {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n%zu p%.2f", n, (double)p);
+    char shape[64], sn[48];
+    shape_n(sn, sizeof sn, n);
+    snprintf(shape, sizeof shape, "%s p%.2f", sn, (double)p);
     float *x = rnd(n, 3, 1), *dy = rnd(n, 1, 1);
     struct two X = two_of(x, n), DY = two_of(dy, n), Y = two_of(x, n), DX = two_of(x, n);
-    float *mask[2] = {G->alloc(4 * n + 4), G->alloc(4 * n + 4)};
+    struct two MASK = two_of(x, n); /* fp32 in both runs: [0] for the fp32 run, [1] unused */
+    struct two MASK2 = two_of(x, n);
+    float *mask[2] = {MASK.d[0], MASK2.d[0]};
     for (int s = 0; s < 2; s++) {
         storage(s);
         G->dropout_fwd(Y.d[s], mask[s], X.d[s], n, p, 0x5eedULL + n);
@@ -226,8 +263,7 @@ static void t_dropout(size_t n, float p)
     oracle("dropout_fwd", shape, Y.d[0], Y.d[1], n);
     same("dropout_fwd mask (fp32)", shape, mask[0], mask[1], 4 * n);
     oracle("dropout_bwd", shape, DX.d[0], DX.d[1], n);
-    two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX);
-    G->free(mask[0]), G->free(mask[1]);
+    two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX), two_free(&MASK), two_free(&MASK2);
     free(x), free(dy);
 }
 
@@ -236,7 +272,9 @@ static void t_dropout(size_t n, float p)
 static void t_bias(int rows, int O, int inner)
 {
     char shape[64];
-    snprintf(shape, sizeof shape, "rows%d O%d inner%d", rows, O, inner);
+    char sn[48];
+    shape_n(sn, sizeof sn, (size_t)rows * O * inner);
+    snprintf(shape, sizeof shape, "rows%d O%d inner%d%s", rows, O, inner, sn + strcspn(sn, " "));
     const size_t n = (size_t)rows * O * inner;
     float *b = rnd((size_t)O, 1, 0), *x = levels(n);
     float *gb = G->alloc(4 * (size_t)O);
@@ -255,6 +293,40 @@ static void t_bias(int rows, int O, int inner)
     two_free(&F), two_free(&R), two_free(&R0);
     G->free(gb);
     free(b), free(x);
+}
+
+/* act_from_f32 and act_to_f32's plain cast (NCHW, one sample) of n values, fp32 NOT
+ * bf16-representable, the tensors placed as two_of places them: against the host's rounding,
+ * and widened back exactly. */
+static void t_cast(size_t n)
+{
+    char shape[64];
+    shape_n(shape, sizeof shape, n);
+    float *x = rnd(n, 3, 0), *r = ddp_malloc(4 * n + 4);
+    for (size_t i = 0; i < n; i++)
+        r[i] = bf16_float(bf16_bits(x[i]));
+    struct two X = two_of(x, n), W = two_of(r, n), A = two_of(r, n), BK = two_of(x, n);
+    storage(1);
+    G->act_from_f32(A.d[1], X.d[0], 1, 1, (int)n);
+    same("act_from_f32 (cast)", shape, A.d[1], W.d[1], 2 * n);
+    G->act_to_f32(BK.d[0], A.d[1], n);
+    same("act_to_f32 (cast)", shape, BK.d[0], W.d[0], 4 * n);
+    storage(0);
+    two_free(&X), two_free(&W), two_free(&A), two_free(&BK);
+    free(x), free(r);
+}
+
+/* The element-wise cases with every tensor `off` elements into its allocation (mixed: every
+ * other one), n = 8k + 3: bf16's 8-value vectors and tail, or the one-element code. */
+static void t_offsets(size_t off, int mixed)
+{
+    g_off = off, g_mixed = mixed, g_made = 0;
+    t_relu(8 * 125 + 3);
+    t_dropout(8 * 129 + 3, 0.3f);
+    t_bias(3, 37, 1);  /* one feature a run (linear; NHWC conv) */
+    t_bias(2, 5, 101); /* NCHW conv: n = 1010 */
+    t_cast(8 * 70 + 3);
+    g_off = 0, g_mixed = 0;
 }
 
 /* dropout_fwd captured in a CUDA graph on bf16 storage, replayed with other seeds: equals the
@@ -498,6 +570,13 @@ int main(void)
     t_bias(4, 5, 49); /* conv2d NCHW: P positions a run */
     t_bias(2, 40, 13 * 13);
     t_graph(4099);
+    t_cast(8 * 1000 + 3);
+    t_cast(5);
+    const size_t offs[] = {0, 1, 2, 4, 8}; /* 8: a bf16 tensor 16-byte aligned, not at the start */
+    for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++)
+        t_offsets(offs[k], 0);
+    t_offsets(1, 1);
+    t_offsets(4, 1);
 
     t_convert(2, 3, 5);
     t_convert(3, 37, 45); /* neither side a multiple of the tile */

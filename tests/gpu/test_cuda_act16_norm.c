@@ -16,7 +16,10 @@
  *
  * Both layouts (set_layout), each with both storages; DDP_TEST_LAYOUTS=nchw runs NCHW only.
  * Sizes: n % 4 != 0, C not a multiple of 8, floor-mode pools, S = 1 (batchnorm after a flatten,
- * where NHWC runs the NCHW kernels).
+ * where NHWC runs the NCHW kernels). The bf16 kernels of add and batchnorm's applies take 8
+ * values at a time where every pointer is 16-byte aligned, the n % 8 tail and misaligned
+ * pointers one at a time: add and batchnorm run again with n = 8k + 3 and tensors 1, 2, 4 or 8
+ * elements into their allocations (all of them, or every other one).
  *
  * Dimension letters as in backend.h.
  */
@@ -91,12 +94,35 @@ static void *down(const void *dev, size_t bytes)
     return h;
 }
 
-/* One activation tensor of n values on the device in both storages: f fp32, h bf16. */
+/* One activation tensor of n values on the device in both storages: f fp32, h bf16; fb, hb
+ * their allocations. */
 struct act {
     float *f;
     void *h;
     size_t n;
+    void *fb, *hb;
 };
+
+/* Elements before each activation tensor in its (16-byte aligned) allocation: 0 or 8 keep a
+ * bf16 tensor 16-byte aligned (the bf16 kernels' 8-value vectors), 1, 2, 4 do not (their
+ * one-element code); with g_mixed only every other tensor is moved (one misaligned pointer
+ * among aligned ones). */
+static size_t g_off;
+static int g_mixed, g_made;
+
+/* A tensor of n values in both storages, g_off elements into its allocations (g_mixed: every
+ * other tensor). */
+static struct act act_at(size_t n)
+{
+    const size_t off = g_mixed && (g_made++ & 1) ? 0 : g_off;
+    struct act a;
+    a.fb = G->alloc(4 * (n + off) + 4);
+    a.hb = G->alloc(2 * (n + off) + 4);
+    a.f = (float *)a.fb + off;
+    a.h = (uint16_t *)a.hb + off;
+    a.n = n;
+    return a;
+}
 
 /* x (n floats, bf16-representable) in both storages. */
 static struct act act_up(const float *x, size_t n)
@@ -104,15 +130,18 @@ static struct act act_up(const float *x, size_t n)
     uint16_t *b = ddp_malloc(2 * (n ? n : 1));
     for (size_t i = 0; i < n; i++)
         b[i] = bf_of(x[i]);
-    struct act a = {up(x, 4 * n), up(b, 2 * n), n};
+    struct act a = act_at(n);
+    if (n) {
+        G->upload(a.f, x, 4 * n);
+        G->upload(a.h, b, 2 * n);
+    }
     free(b);
     return a;
 }
 
 static struct act act_alloc(size_t n)
 {
-    struct act a = {G->alloc(4 * n + 4), G->alloc(2 * n + 4), n};
-    return a;
+    return act_at(n);
 }
 
 /* The bf16 tensor's values as an fp32 tensor (the rounded intermediate for the fp32 run). */
@@ -129,8 +158,8 @@ static struct act act_rounded(const struct act *a)
 
 static void act_free(struct act *a)
 {
-    G->free(a->f);
-    G->free(a->h);
+    G->free(a->fb);
+    G->free(a->hb);
 }
 
 /* A pair of fp32 (or other non-activation) device buffers, one per storage run. */
@@ -317,7 +346,8 @@ static void t_gap(int B, int Cc, int S)
 }
 
 /* add, out = a + b: into a third tensor and in place (out = a), from element `off` of each
- * tensor (off 1: no tensor 16-byte aligned, the fp32 run's scalar kernel). */
+ * tensor (off 1: no tensor 16-byte aligned, the one-element kernels of both runs; 2, 4: bf16's;
+ * 8: every tensor aligned, not at the start of its allocation). */
 static void t_add(size_t n, size_t off)
 {
     char shape[64];
@@ -395,6 +425,9 @@ static void t_bn(int B, int Cc, int S)
 {
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
+    if (g_off)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " off%zu%s", g_off,
+                 g_mixed ? " mixed" : "");
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
     float *x = rnd(n, 2, 0.75f), *gamma = rnd(c, 1, 0), *beta = rnd(c, 0.5f, 0);
     float *run = rnd(2 * c, 0.5f, 1); /* running mean and variance */
@@ -435,6 +468,21 @@ static void t_bn(int B, int Cc, int S)
 
 #undef P
 
+/* Batchnorm with n = 8k + 3 (the bf16 kernels' 8-value vectors and their tail) and every
+ * activation 1, 2, 4 or 8 elements into its allocation, or every other one (mixed). */
+static void t_bn_offsets(void)
+{
+    const size_t offs[] = {0, 1, 2, 4, 8};
+    for (int mixed = 0; mixed < 2; mixed++)
+        for (size_t k = mixed; k < sizeof offs / sizeof offs[0] - mixed; k++) {
+            g_off = offs[k], g_mixed = mixed, g_made = 0;
+            t_bn(1, 11, 9);         /* n = 99, C innermost under NHWC */
+            t_bn(3, 1, 73);         /* n = 219 */
+            t_bn(1, 5, 8 * 25 + 7); /* n = 1035 */
+        }
+    g_off = 0, g_mixed = 0;
+}
+
 /* Every case in the layout in force. */
 static void t_all(void)
 {
@@ -454,10 +502,12 @@ static void t_all(void)
     t_gap(4, 70, 1);
     t_gap(5, 13, 64);
 
-    for (size_t off = 0; off < 2; off++) {
+    const size_t offs[] = {0, 1, 2, 4, 8};
+    for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+        const size_t off = offs[k];
         t_add(1, off);
         t_add(7, off);
-        t_add(1001, off);
+        t_add(8 * 100 + 3, off);
         t_add((1u << 16) + 5, off);
     }
 
@@ -468,6 +518,7 @@ static void t_all(void)
     t_bn(7, 13, 1);
     t_bn(32, 3, 32 * 32); /* several splits a channel */
     t_bn(9, 11, 33 * 33);
+    t_bn_offsets();
 }
 
 /* set_layout(l), or fail. */

@@ -4,8 +4,9 @@
  * after it (add_relu_fwd, relu_bwd_join), and for linear and conv2d the bias broadcast and the
  * fused bias + relu epilogue. One thread per element, grid-stride loops.
  * Every op but scale reads and writes activations in the storage in force (g_cuda.act16): fp32
- * on float4 vectors where aligned, bf16 one element at a time (act_ld, float arithmetic as the
- * fp32 kernels, act_st); dropout's mask and the biases stay fp32.
+ * on float4 vectors where aligned, bf16 on 8-value vectors where aligned (bf16x8, internal.cuh),
+ * else one element at a time (act_ld, float arithmetic as the fp32 kernels, act_st); dropout's
+ * mask and the biases stay fp32.
  * It leaves the GEMMs and convolutions to blas.cu and conv.cu, the graphs' values to graph.cu.
  */
 #include "backend/cuda/internal.cuh"
@@ -54,6 +55,21 @@ template <typename A> __global__ void k_relu_fwd1(A *out, const A *inp, size_t n
     GRID_STRIDE(i, n) out[i] = act_st<A>(relu1(act_ld(inp[i])));
 }
 
+/* k_relu_fwd1<bf16> on n / 8 vectors of 8, then the n % 8 tail one at a time. */
+__global__ void k_relu_fwd8(bf16 *out, const bf16 *inp, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float v[8];
+        act_ld8(v, inp, i);
+        for (int j = 0; j < 8; j++)
+            v[j] = relu1(v[j]);
+        act_st8(out, i, v);
+    }
+    GRID_STRIDE(t, n - 8 * n8) out[8 * n8 + t] = act_st<bf16>(relu1(act_ld(inp[8 * n8 + t])));
+}
+
 __device__ __forceinline__ float relu_grad(float y, float dy)
 {
     return y > 0 ? dy : 0;
@@ -84,6 +100,25 @@ template <typename A> __global__ void k_relu_bwd1(A *dinp, const A *dout, const 
     GRID_STRIDE(i, n) dinp[i] = act_st<A>(relu_grad(act_ld(out[i]), act_ld(dout[i])));
 }
 
+__global__ void k_relu_bwd8(bf16 *dinp, const bf16 *dout, const bf16 *out, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float y[8], dy[8];
+        act_ld8(y, out, i);
+        act_ld8(dy, dout, i);
+        for (int j = 0; j < 8; j++)
+            y[j] = relu_grad(y[j], dy[j]);
+        act_st8(dinp, i, y);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        dinp[i] = act_st<bf16>(relu_grad(act_ld(out[i]), act_ld(dout[i])));
+    }
+}
+
 /* The mask stays fp32 whatever the storage of out and inp. */
 template <typename A>
 __global__ void k_dropout_fwd(A *out, float *mask, const A *inp, size_t n, double p, float keep,
@@ -102,12 +137,61 @@ template <typename A> __global__ void k_mul(A *dinp, const A *dout, const float 
     GRID_STRIDE(i, n) dinp[i] = act_st<A>(act_ld(dout[i]) * mask[i]);
 }
 
+/* k_dropout_fwd<bf16> and k_dropout_graph<bf16> on vectors of 8 (the mask two float4), the
+ * n % 8 tail one at a time; sc non-NULL: the seed is sc->noise ^ seed (a captured step). */
+__global__ void k_dropout_fwd8(bf16 *out, float *mask, const bf16 *inp, size_t n, double p,
+                               float keep, uint64_t seed, const graph_vals *sc)
+{
+    const uint64_t s = sc ? sc->noise ^ seed : seed;
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], m[8];
+        act_ld8(x, inp, i);
+        for (int j = 0; j < 8; j++) {
+            m[j] = ddp_uniform01(s, 8 * i + j) >= p ? keep : 0.0f;
+            x[j] = x[j] * m[j];
+        }
+        act_st8(mask, i, m);
+        act_st8(out, i, x);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        const float m = ddp_uniform01(s, i) >= p ? keep : 0.0f;
+        mask[i] = m;
+        out[i] = act_st<bf16>(act_ld(inp[i]) * m);
+    }
+}
+
+/* k_mul<bf16> on vectors of 8, then the tail. */
+__global__ void k_mul8(bf16 *dinp, const bf16 *dout, const float *mask, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float dy[8], m[8];
+        act_ld8(dy, dout, i);
+        act_ld8(m, mask, i);
+        for (int j = 0; j < 8; j++)
+            dy[j] = dy[j] * m[j];
+        act_st8(dinp, i, dy);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        dinp[i] = act_st<bf16>(act_ld(dout[i]) * mask[i]);
+    }
+}
+
 static void cuda_relu_fwd(float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
     const void *p[] = {out, inp};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 2))
+        LAUNCH(k_relu_fwd8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, (const bf16 *)inp, n);
+    else if (g_cuda.act16)
         LAUNCH(k_relu_fwd1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)inp, n);
     else if (vec4_ok(p, 2))
         LAUNCH(k_relu_fwd, blocks_for((n + 3) / 4), THREADS, out, inp, n);
@@ -120,7 +204,10 @@ static void cuda_relu_bwd(float *dinp, const float *dout, const float *out, size
     if (!n)
         return;
     const void *p[] = {dinp, dout, out};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 3))
+        LAUNCH(k_relu_bwd8, blocks_for((n + 7) / 8), THREADS, (bf16 *)dinp, (const bf16 *)dout,
+               (const bf16 *)out, n);
+    else if (g_cuda.act16)
         LAUNCH(k_relu_bwd1<bf16>, blocks_for(n), THREADS, (bf16 *)dinp, (const bf16 *)dout,
                (const bf16 *)out, n);
     else if (vec4_ok(p, 3))
@@ -151,6 +238,25 @@ __global__ void k_add_relu(float *out, const float *a, const float *b, size_t n)
 template <typename A> __global__ void k_add_relu1(A *out, const A *a, const A *b, size_t n)
 {
     GRID_STRIDE(i, n) out[i] = act_st<A>(relu1(act_ld(a[i]) + act_ld(b[i])));
+}
+
+__global__ void k_add_relu8(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], y[8];
+        act_ld8(x, a, i);
+        act_ld8(y, b, i);
+        for (int j = 0; j < 8; j++)
+            x[j] = relu1(x[j] + y[j]);
+        act_st8(out, i, x);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        out[i] = act_st<bf16>(relu1(act_ld(a[i]) + act_ld(b[i])));
+    }
 }
 
 /* One join input's gradient d (NULL: none) at element i gets g: added (acc, k_add's d + g) or
@@ -214,12 +320,57 @@ __global__ void k_relu_bwd_join1(A *da, int acc_a, A *db, int acc_b, const A *do
     }
 }
 
+/* join_grad1 on bf16 vector i. */
+__device__ __forceinline__ void join_grad8(bf16 *d, int acc, size_t i, const float g[8])
+{
+    if (!d)
+        return;
+    float v[8];
+    if (acc) {
+        act_ld8(v, d, i);
+        for (int j = 0; j < 8; j++)
+            v[j] = v[j] + g[j];
+    } else {
+        for (int j = 0; j < 8; j++)
+            v[j] = g[j];
+    }
+    act_st8(d, i, v);
+}
+
+/* k_relu_bwd_join1<bf16> on vectors of 8, then the tail; da's vector before db's, so one
+ * buffer for both adds twice, as there. */
+__global__ void k_relu_bwd_join8(bf16 *da, int acc_a, bf16 *db, int acc_b, const bf16 *dout,
+                                 const bf16 *out, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float y[8], dy[8];
+        act_ld8(y, out, i);
+        act_ld8(dy, dout, i);
+        for (int j = 0; j < 8; j++)
+            y[j] = relu_grad(y[j], dy[j]);
+        join_grad8(da, acc_a, i, y);
+        join_grad8(db, acc_b, i, y);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        const float g = relu_grad(act_ld(out[i]), act_ld(dout[i]));
+        join_grad1(da, acc_a, i, g);
+        join_grad1(db, acc_b, i, g);
+    }
+}
+
 static void cuda_add_relu_fwd(float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
         return;
     const void *p[] = {out, a, b};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 3))
+        LAUNCH(k_add_relu8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, (const bf16 *)a,
+               (const bf16 *)b, n);
+    else if (g_cuda.act16)
         LAUNCH(k_add_relu1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)a,
                (const bf16 *)b, n);
     else if (vec4_ok(p, 3))
@@ -234,7 +385,10 @@ static void cuda_relu_bwd_join(float *da, int acc_a, float *db, int acc_b, const
     if (!n || (!da && !db))
         return;
     const void *p[] = {da, db, dout, out};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 4))
+        LAUNCH(k_relu_bwd_join8, blocks_for((n + 7) / 8), THREADS, (bf16 *)da, acc_a, (bf16 *)db,
+               acc_b, (const bf16 *)dout, (const bf16 *)out, n);
+    else if (g_cuda.act16)
         LAUNCH(k_relu_bwd_join1<bf16>, blocks_for(n), THREADS, (bf16 *)da, acc_a, (bf16 *)db, acc_b,
                (const bf16 *)dout, (const bf16 *)out, n);
     else if (vec4_ok(p, 4))
@@ -300,6 +454,39 @@ __global__ void k_bias_relu(float *out, const float *b, size_t n, int O, int inn
     }
 }
 
+/* k_bias_relu1<bf16> on vectors of 8 (fill: k_fill_bias<bf16>, out = b broadcast, read not),
+ * the feature of each element stepped on from the vector's first (chan_walk), then the tail. */
+__global__ void k_bias8(bf16 *out, const float *b, size_t n, int O, int inner, int fill)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float v[8];
+        if (!fill)
+            act_ld8(v, out, i);
+        chan_walk w = chan_at(8 * i, O, inner);
+        for (int j = 0; j < 8; j++) {
+            if (fill)
+                v[j] = b[w.c];
+            else
+                v[j] = relu1(b ? v[j] + b[w.c] : v[j]);
+            chan_next(&w, O, inner);
+        }
+        act_st8(out, i, v);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        if (fill) {
+            out[i] = act_st<bf16>(b[(i / (size_t)inner) % (size_t)O]);
+        } else {
+            const float o = act_ld(out[i]);
+            const float v = b ? o + b[(i / (size_t)inner) % (size_t)O] : o;
+            out[i] = act_st<bf16>(relu1(v));
+        }
+    }
+}
+
 template <typename A>
 __global__ void k_dropout_graph(A *out, float *mask, const A *inp, size_t n, double p, float keep,
                                 uint64_t salt, const graph_vals *sc)
@@ -319,8 +506,13 @@ static void graph_dropout(float *out, float *mask, const float *inp, size_t n, d
 {
     const uint64_t salt = seed ^ g_cuda.graph.noise;
     const graph_vals *sc = g_cuda.graph.dev + g_cuda.graph.slot;
-    ACT_LAUNCH(k_dropout_graph, blocks_for(n), THREADS, (out, mask, inp, n, p, keep, salt, sc),
-               ((bf16 *)out, mask, (const bf16 *)inp, n, p, keep, salt, sc));
+    const void *v[] = {out, mask, inp};
+    if (g_cuda.act16 && vec4_ok(v, 3))
+        LAUNCH(k_dropout_fwd8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, mask,
+               (const bf16 *)inp, n, p, keep, salt, sc);
+    else
+        ACT_LAUNCH(k_dropout_graph, blocks_for(n), THREADS, (out, mask, inp, n, p, keep, salt, sc),
+                   ((bf16 *)out, mask, (const bf16 *)inp, n, p, keep, salt, sc));
 }
 
 /* ---- dropout ----------------------------------------------------------------------------- */
@@ -333,6 +525,12 @@ static void cuda_dropout_fwd(float *out, float *mask, const float *inp, size_t n
     const float keep = p < 1 ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU: in float */
     if (g_cuda.graph.capturing)
         return graph_dropout(out, mask, inp, n, (double)p, keep, seed);
+    const void *v[] = {out, mask, inp};
+    if (g_cuda.act16 && vec4_ok(v, 3)) {
+        LAUNCH(k_dropout_fwd8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, mask,
+               (const bf16 *)inp, n, (double)p, keep, seed, (const graph_vals *)NULL);
+        return;
+    }
     ACT_LAUNCH(k_dropout_fwd, blocks_for(n), THREADS, (out, mask, inp, n, (double)p, keep, seed),
                ((bf16 *)out, mask, (const bf16 *)inp, n, (double)p, keep, seed));
 }
@@ -341,6 +539,11 @@ static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, 
 {
     if (!n)
         return;
+    const void *v[] = {dinp, dout, mask};
+    if (g_cuda.act16 && vec4_ok(v, 3)) {
+        LAUNCH(k_mul8, blocks_for((n + 7) / 8), THREADS, (bf16 *)dinp, (const bf16 *)dout, mask, n);
+        return;
+    }
     ACT_LAUNCH(k_mul, blocks_for(n), THREADS, (dinp, dout, mask, n),
                ((bf16 *)dinp, (const bf16 *)dout, mask, n));
 }
@@ -349,6 +552,11 @@ static void cuda_dropout_bwd(float *dinp, const float *dout, const float *mask, 
  * (linear and conv2d write their product onto it with beta = 1). */
 void fill_bias(float *out, const float *b, size_t n, int O, int inner)
 {
+    const void *p[] = {out};
+    if (g_cuda.act16 && vec4_ok(p, 1)) {
+        LAUNCH(k_bias8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, b, n, O, inner, 1);
+        return;
+    }
     ACT_LAUNCH(k_fill_bias, blocks_for(n), THREADS, (out, b, n, O, inner),
                ((bf16 *)out, b, n, O, inner));
 }
@@ -358,7 +566,9 @@ void fill_bias(float *out, const float *b, size_t n, int O, int inner)
 void bias_relu(float *out, const float *b, size_t n, int O, int inner)
 {
     const void *p[] = {out};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 1))
+        LAUNCH(k_bias8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, b, n, O, inner, 0);
+    else if (g_cuda.act16)
         LAUNCH(k_bias_relu1<bf16>, blocks_for(n), THREADS, (bf16 *)out, b, n, O, inner);
     else if (vec4_ok(p, 1))
         LAUNCH(k_bias_relu, blocks_for((n + 3) / 4), THREADS, out, b, n, O, inner);

@@ -424,6 +424,77 @@ static inline size_t act_bytes(void)
             LAUNCH(kernel<float>, grid, block, ACT_ARGS_ f32args); \
     } while (0)
 
+/* ---- bf16 vectors ------------------------------------------------------------------------------
+ * The bf16 instances of the element-wise kernels read and write 8 activations (16 bytes) at a
+ * time where every pointer they touch is 16-byte aligned (vec4_ok again), fp32 tensors beside
+ * them (dropout's mask, linear's fp32 product, act_to_f32's output) as two float4; the last
+ * n % 8 elements, and misaligned pointers, take the one-element code. Each element is computed
+ * exactly as there (act_ld, the same float arithmetic, act_st): the same bits. A struct, not
+ * uint4, so that the twin's bf16 (a plain struct) fits too; nvcc moves it as one 16-byte access.
+ * Vector i covers elements 8i .. 8i + 7. */
+struct alignas(16) bf16x8 {
+    bf16 v[8];
+};
+
+/* The 8 values of vector i of p as floats (exact). */
+__device__ __forceinline__ void act_ld8(float f[8], const bf16 *p, size_t i)
+{
+    const bf16x8 v = ((const bf16x8 *)p)[i];
+    for (int j = 0; j < 8; j++)
+        f[j] = act_ld(v.v[j]);
+}
+
+/* Elements 8i .. 8i + 7 of fp32 p (two float4). */
+__device__ __forceinline__ void act_ld8(float f[8], const float *p, size_t i)
+{
+    const float4 a = ((const float4 *)p)[2 * i], b = ((const float4 *)p)[2 * i + 1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+/* Vector i of p = f, each value rounded to bf16 (act_st). */
+__device__ __forceinline__ void act_st8(bf16 *p, size_t i, const float f[8])
+{
+    bf16x8 v;
+    for (int j = 0; j < 8; j++)
+        v.v[j] = act_st<bf16>(f[j]);
+    ((bf16x8 *)p)[i] = v;
+}
+
+/* Elements 8i .. 8i + 7 of fp32 p = f (two float4). */
+__device__ __forceinline__ void act_st8(float *p, size_t i, const float f[8])
+{
+    float4 a, b;
+    a.x = f[0], a.y = f[1], a.z = f[2], a.w = f[3];
+    b.x = f[4], b.y = f[5], b.z = f[6], b.w = f[7];
+    ((float4 *)p)[2 * i] = a;
+    ((float4 *)p)[2 * i + 1] = b;
+}
+
+/* The feature (channel) c of an element and its place r in the run of `inner` elements of c,
+ * features cycling through 0 .. O - 1: what (e / inner) % O gives, one division for the first
+ * element of a vector (chan_at), then stepped on (chan_next). */
+struct chan_walk {
+    int r, c;
+};
+
+__device__ __forceinline__ chan_walk chan_at(size_t e, int O, int inner)
+{
+    const size_t q = e / (size_t)inner;
+    chan_walk w;
+    w.r = (int)(e - q * (size_t)inner);
+    w.c = (int)(q % (size_t)O);
+    return w;
+}
+
+__device__ __forceinline__ void chan_next(chan_walk *w, int O, int inner)
+{
+    if (++w->r == inner) {
+        w->r = 0;
+        w->c = w->c + 1 == O ? 0 : w->c + 1;
+    }
+}
+
 /* ---- device helpers (inline: every part that reduces compiles its own) ------------------------ */
 
 /* Sum of v over the warp; the result is valid in lane 0. */

@@ -433,6 +433,26 @@ template <typename A> __global__ void k_add1(A *out, const A *a, const A *b, siz
     GRID_STRIDE(i, n) out[i] = act_st<A>(act_ld(a[i]) + act_ld(b[i]));
 }
 
+/* k_add1<bf16> on vectors of 8 (internal.cuh bf16x8), then the n % 8 tail (out may be a). */
+__global__ void k_add8(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], y[8];
+        act_ld8(x, a, i);
+        act_ld8(y, b, i);
+        for (int j = 0; j < 8; j++)
+            x[j] = x[j] + y[j];
+        act_st8(out, i, x);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        out[i] = act_st<bf16>(act_ld(a[i]) + act_ld(b[i]));
+    }
+}
+
 static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
 {
     const size_t BC = (size_t)B * C;
@@ -464,7 +484,10 @@ static void cuda_add(float *out, const float *a, const float *b, size_t n)
     if (!n)
         return;
     const void *p[] = {out, a, b};
-    if (g_cuda.act16)
+    if (g_cuda.act16 && vec4_ok(p, 3))
+        LAUNCH(k_add8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, (const bf16 *)a,
+               (const bf16 *)b, n);
+    else if (g_cuda.act16)
         LAUNCH(k_add1<bf16>, blocks_for(n), THREADS, (bf16 *)out, (const bf16 *)a, (const bf16 *)b,
                n);
     else if (vec4_ok(p, 3))
@@ -627,6 +650,41 @@ __global__ void k_bn_fwd_apply(A *out, A *xhat, const A *inp, const float *mean,
     }
 }
 
+/* k_bn_fwd_apply<bf16> on vectors of 8 (internal.cuh bf16x8), each element's channel stepped
+ * on from the vector's first (chan_walk), then the n % 8 tail one at a time. */
+__global__ void k_bn_fwd_apply8(bf16 *out, bf16 *xhat, const bf16 *inp, const float *mean,
+                                const float *invstd, const float *gamma, const float *beta,
+                                size_t n, int C, int inner, int relu)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], y[8];
+        act_ld8(x, inp, i);
+        chan_walk w = chan_at(8 * i, C, inner);
+        for (int j = 0; j < 8; j++) {
+            const int c = w.c;
+            x[j] = (x[j] - mean[c]) * invstd[c];
+            const float v = gamma[c] * x[j] + beta[c];
+            y[j] = relu ? (v > 0 ? v : 0) : v;
+            chan_next(&w, C, inner);
+        }
+        if (xhat)
+            act_st8(xhat, i, x);
+        act_st8(out, i, y);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        const int c = (int)((i / (size_t)inner) % (size_t)C);
+        const float xh = (act_ld(inp[i]) - mean[c]) * invstd[c];
+        if (xhat)
+            xhat[i] = act_st<bf16>(xh);
+        const float y = gamma[c] * xh + beta[c];
+        out[i] = act_st<bf16>(relu ? (y > 0 ? y : 0) : y);
+    }
+}
+
 /* The batchnorm's apply over (B,C,S) (channels-last: (B,S,C)), then relu (relu != 0). */
 static void bn_apply(float *out, float *xhat, const float *inp, const float *mean,
                      const float *invstd, const float *gamma, const float *beta, int B, int C,
@@ -636,6 +694,12 @@ static void bn_apply(float *out, float *xhat, const float *inp, const float *mea
     if (!n)
         return;
     const int inner = nhwc_on((size_t)S) ? 1 : S;
+    const void *p[] = {out, xhat, inp};
+    if (g_cuda.act16 && vec4_ok(p, 3)) {
+        LAUNCH(k_bn_fwd_apply8, blocks_for((n + 7) / 8), THREADS, (bf16 *)out, (bf16 *)xhat,
+               (const bf16 *)inp, mean, invstd, gamma, beta, n, C, inner, relu);
+        return;
+    }
     ACT_LAUNCH(k_bn_fwd_apply, blocks_for(n), THREADS,
                (out, xhat, inp, mean, invstd, gamma, beta, n, C, inner, relu),
                ((bf16 *)out, (bf16 *)xhat, (const bf16 *)inp, mean, invstd, gamma, beta, n, C,
@@ -684,6 +748,48 @@ __global__ void k_bn_bwd_apply(A *dinp, const A *dout, const A *mask, const A *x
     }
 }
 
+/* k_bn_bwd_apply<bf16> on vectors of 8, channels as k_bn_fwd_apply8's, then the tail. */
+__global__ void k_bn_bwd_apply8(bf16 *dinp, const bf16 *dout, const bf16 *mask, const bf16 *xhat,
+                                const float *invstd, const float *gamma, const double *global,
+                                size_t n, int C, int inner)
+{
+    const double count = global[2 * C];
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float dy[8], xh[8], y[8];
+        act_ld8(dy, dout, i);
+        act_ld8(xh, xhat, i);
+        if (mask) {
+            act_ld8(y, mask, i);
+            for (int j = 0; j < 8; j++)
+                dy[j] = bn_relu_grad(y[j], dy[j]);
+        }
+        chan_walk w = chan_at(8 * i, C, inner);
+        int c = -1; /* the channel whose factors mdy, mdyx, f are in hand */
+        float mdy = 0, mdyx = 0, f = 0;
+        for (int j = 0; j < 8; j++) {
+            if (w.c != c) {
+                c = w.c;
+                mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
+                f = gamma[c] * invstd[c];
+            }
+            dy[j] = f * (dy[j] - mdy - xh[j] * mdyx);
+            chan_next(&w, C, inner);
+        }
+        act_st8(dinp, i, dy);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        const int c = (int)((i / (size_t)inner) % (size_t)C);
+        const float mdy = (float)(global[c] / count), mdyx = (float)(global[C + c] / count);
+        const float f = gamma[c] * invstd[c];
+        const float dy = mask ? bn_relu_grad(act_ld(mask[i]), act_ld(dout[i])) : act_ld(dout[i]);
+        dinp[i] = act_st<bf16>(f * (dy - mdy - act_ld(xhat[i]) * mdyx));
+    }
+}
+
 /* The parameter gradients from local_sums, then dinp (NULL: not needed); mask as above. */
 static void bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *dout,
                          const float *mask, const float *xhat, const float *invstd,
@@ -697,6 +803,12 @@ static void bn_bwd_apply(float *dinp, float *dgamma, float *dbeta, const float *
     if (!dinp || !n)
         return;
     const int inner = nhwc_on((size_t)S) ? 1 : S;
+    const void *p[] = {dinp, dout, mask, xhat};
+    if (g_cuda.act16 && vec4_ok(p, 4)) {
+        LAUNCH(k_bn_bwd_apply8, blocks_for((n + 7) / 8), THREADS, (bf16 *)dinp, (const bf16 *)dout,
+               (const bf16 *)mask, (const bf16 *)xhat, invstd, gamma, global_sums, n, C, inner);
+        return;
+    }
     ACT_LAUNCH(k_bn_bwd_apply, blocks_for(n), THREADS,
                (dinp, dout, mask, xhat, invstd, gamma, global_sums, n, C, inner),
                ((bf16 *)dinp, (const bf16 *)dout, (const bf16 *)mask, (const bf16 *)xhat, invstd,
