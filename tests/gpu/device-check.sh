@@ -9,7 +9,10 @@
 #                   from the device's CUDA toolkit or PyTorch's pip packages: a build with cuDNN
 #                   that finds no libcudnn.so.9 fails here); gpu_probe finds the GPU; the job keys
 #                   the checks use (train.precision = bf16, train.cuda_graph) are known
-#   3. ops          test_cuda_ops: every CUDA op against the CPU backend; test_nccl, world size 1
+#   3. ops          test_cuda_ops: every CUDA op against the CPU backend; then OP_TESTS (30 s
+#                   each): channels-last against NCHW, cuDNN's NHWC convolutions, bf16
+#                   activation storage against fp32 (element-wise, norm and pools, conv and
+#                   linear), the pool backward with the bias gradient; test_nccl, world size 1
 #   4. validate     (40 s) `ddptrain validate --quick --json` on the card (CPU and GPU rates, HBM,
 #                   GEMMs, host copies, memory pattern, NVML health, golden run: its table in the
 #                   log), then a second run that records the cuda backend's golden reference on
@@ -109,6 +112,10 @@ ORDER=()
 result() { RESULT[$1]=$2; ORDER+=("$1"); echo "-> $1: $2"; }
 
 # ---- the binaries: the carried bundle, or (--dry) this build's twin ---------------------------
+# the op tests beyond test_cuda_ops (tests/gpu; pack.sh carries them, --dry runs their twin builds)
+OP_TESTS="test_cuda_layout test_cuda_nhwc_conv test_cuda_act16_elem test_cuda_act16_norm
+    test_cuda_act16_conv test_cuda_pool_bias"
+OP_TESTS=$(echo $OP_TESTS)
 setup_bundle() {
     local bundle
     bundle=$(realpath "${1:-.dev/gpu}")/bundle.tar.xz
@@ -139,7 +146,7 @@ print(":".join(dict.fromkeys(found.values())))
 EOF
 )
     LDPATH="$W/carry/lib${LIBDIRS:+:$LIBDIRS}"
-    for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
+    for b in ddptrain test_cuda_ops test_nccl gpu_probe $OP_TESTS; do
         REAL[$b]="$W/carry/bin/$b"
     done
     PY=python3
@@ -152,6 +159,7 @@ setup_dry() {
     REAL[ddptrain]=$b/ddptrain-twin
     REAL[test_cuda_ops]=$b/tests/twin/tests/test_cuda_ops_twin
     REAL[test_nccl]=$b/tests/twin/tests/test_nccl_twin
+    for t in $OP_TESTS; do REAL[$t]=$b/tests/twin/tests/${t}_twin; done
     printf '#!/bin/sh\necho "gpu_probe (dry): the GPU twin"\n' > "$W/gpu_probe"
     REAL[gpu_probe]=$W/gpu_probe
     LDPATH=${LD_LIBRARY_PATH:-}
@@ -201,7 +209,7 @@ else
     FMNIST_DIR=$(realpath "${1:-.dev/gpu}")/fashion-mnist
 fi
 # wrappers: the carried libraries for our binaries only, never for python/PyTorch
-for b in ddptrain test_cuda_ops test_nccl gpu_probe; do
+for b in ddptrain test_cuda_ops test_nccl gpu_probe $OP_TESTS; do
     printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LDPATH" "${REAL[$b]}" > "$W/bin/$b"
     chmod +x "$W/bin/$b"
 done
@@ -275,7 +283,7 @@ timeout 60 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", tor
 
 step "libraries"
 missing=0
-for b in ddptrain test_cuda_ops test_nccl; do
+for b in ddptrain test_cuda_ops test_nccl $OP_TESTS; do
     if [ ! -x "${REAL[$b]}" ]; then
         echo "$b: ${REAL[$b]} missing"
         missing=1
@@ -322,7 +330,18 @@ if on ops; then
     timeout "$(budget 90)" "$W/bin/test_cuda_ops" > "$R/ops.txt" 2>&1
     rc=$?
     grep -E "^FAIL|^GPU|checks" "$R/ops.txt"
-    [ $rc = 0 ] && result ops pass || result ops "FAIL (exit $rc; ops.txt)"
+    ops_fail=""
+    [ $rc = 0 ] || ops_fail="test_cuda_ops exit $rc"
+    for t in $OP_TESTS; do # each after the other, its output appended to ops.txt
+        echo "-- $t" >> "$R/ops.txt"
+        timeout "$(budget 30)" "$W/bin/$t" > "$W/op.txt" 2>&1
+        rc=$?
+        cat "$W/op.txt" >> "$R/ops.txt"
+        echo "$t: exit $rc; $(grep -E "checks" "$W/op.txt" | tail -1)"
+        grep -E "^FAIL" "$W/op.txt" | head -5
+        [ $rc = 0 ] || ops_fail="${ops_fail:+$ops_fail, }$t exit $rc"
+    done
+    [ -z "$ops_fail" ] && result ops pass || result ops "FAIL ($ops_fail; ops.txt)"
     NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout "$(budget 30)" "$W/bin/test_nccl" > "$W/nccl.txt" 2>&1
     rc=$?
     tail -2 "$W/nccl.txt"
