@@ -30,6 +30,37 @@ __device__ __forceinline__ float relu1(float v)
     return v > 0 ? v : 0;
 }
 
+__device__ __forceinline__ float relu_grad(float y, float dy)
+{
+    return y > 0 ? dy : 0;
+}
+
+/* The element-wise functions of the vector instances (internal.cuh map1_8, map2_8). */
+struct op_relu {
+    __device__ float operator()(float v) const
+    {
+        return relu1(v);
+    }
+};
+struct op_relu_grad { /* (y, dy): the relu's output, its gradient */
+    __device__ float operator()(float y, float dy) const
+    {
+        return relu_grad(y, dy);
+    }
+};
+struct op_mul {
+    __device__ float operator()(float x, float m) const
+    {
+        return x * m;
+    }
+};
+struct op_add_relu {
+    __device__ float operator()(float a, float b) const
+    {
+        return relu1(a + b);
+    }
+};
+
 /* relu over n4 float4 vectors, then the n % 4 tail (from element 4 n4) one at a time. */
 __global__ void k_relu_fwd(float *out, const float *inp, size_t n)
 {
@@ -58,21 +89,7 @@ template <typename A> __global__ void k_relu_fwd1(A *out, const A *inp, size_t n
 /* k_relu_fwd1<bf16> on n / 8 vectors of 8, then the n % 8 tail one at a time. */
 __global__ void k_relu_fwd8(bf16 *out, const bf16 *inp, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float v[8];
-        act_ld8(v, inp, i);
-        for (int j = 0; j < 8; j++)
-            v[j] = relu1(v[j]);
-        act_st8(out, i, v);
-    }
-    GRID_STRIDE(t, n - 8 * n8) out[8 * n8 + t] = act_st<bf16>(relu1(act_ld(inp[8 * n8 + t])));
-}
-
-__device__ __forceinline__ float relu_grad(float y, float dy)
-{
-    return y > 0 ? dy : 0;
+    map1_8(out, inp, n, op_relu());
 }
 
 __global__ void k_relu_bwd(float *dinp, const float *dout, const float *out, size_t n)
@@ -102,21 +119,7 @@ template <typename A> __global__ void k_relu_bwd1(A *dinp, const A *dout, const 
 
 __global__ void k_relu_bwd8(bf16 *dinp, const bf16 *dout, const bf16 *out, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float y[8], dy[8];
-        act_ld8(y, out, i);
-        act_ld8(dy, dout, i);
-        for (int j = 0; j < 8; j++)
-            y[j] = relu_grad(y[j], dy[j]);
-        act_st8(dinp, i, y);
-    }
-    GRID_STRIDE(t, n - 8 * n8)
-    {
-        const size_t i = 8 * n8 + t;
-        dinp[i] = act_st<bf16>(relu_grad(act_ld(out[i]), act_ld(dout[i])));
-    }
+    map2_8(dinp, out, dout, n, op_relu_grad());
 }
 
 /* The mask stays fp32 whatever the storage of out and inp. */
@@ -167,21 +170,7 @@ __global__ void k_dropout_fwd8(bf16 *out, float *mask, const bf16 *inp, size_t n
 /* k_mul<bf16> on vectors of 8, then the tail. */
 __global__ void k_mul8(bf16 *dinp, const bf16 *dout, const float *mask, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float dy[8], m[8];
-        act_ld8(dy, dout, i);
-        act_ld8(m, mask, i);
-        for (int j = 0; j < 8; j++)
-            dy[j] = dy[j] * m[j];
-        act_st8(dinp, i, dy);
-    }
-    GRID_STRIDE(t, n - 8 * n8)
-    {
-        const size_t i = 8 * n8 + t;
-        dinp[i] = act_st<bf16>(act_ld(dout[i]) * mask[i]);
-    }
+    map2_8(dinp, dout, mask, n, op_mul());
 }
 
 static void cuda_relu_fwd(float *out, const float *inp, size_t n)
@@ -242,21 +231,7 @@ template <typename A> __global__ void k_add_relu1(A *out, const A *a, const A *b
 
 __global__ void k_add_relu8(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float x[8], y[8];
-        act_ld8(x, a, i);
-        act_ld8(y, b, i);
-        for (int j = 0; j < 8; j++)
-            x[j] = relu1(x[j] + y[j]);
-        act_st8(out, i, x);
-    }
-    GRID_STRIDE(t, n - 8 * n8)
-    {
-        const size_t i = 8 * n8 + t;
-        out[i] = act_st<bf16>(relu1(act_ld(a[i]) + act_ld(b[i])));
-    }
+    map2_8(out, a, b, n, op_add_relu());
 }
 
 /* One join input's gradient d (NULL: none) at element i gets g: added (acc, k_add's d + g) or

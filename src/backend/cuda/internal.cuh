@@ -471,6 +471,44 @@ __device__ __forceinline__ void act_st8(float *p, size_t i, const float f[8])
     ((float4 *)p)[2 * i + 1] = b;
 }
 
+/* The body of an element-wise kernel's vector instance: out[i] = f(a[i]) (map1_8) or
+ * f(a[i], b[i]) (map2_8) for i < n, 8 at a time (act_ld8, act_st8), then the n % 8 tail one at
+ * a time; f a functor of floats, each storage (bf16, float) on each side. */
+template <typename O, typename X, typename F>
+__device__ __forceinline__ void map1_8(O *out, const X *a, size_t n, F f)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8];
+        act_ld8(x, a, i);
+        for (int j = 0; j < 8; j++)
+            x[j] = f(x[j]);
+        act_st8(out, i, x);
+    }
+    GRID_STRIDE(t, n - 8 * n8) out[8 * n8 + t] = act_st<O>(f(act_ld(a[8 * n8 + t])));
+}
+
+template <typename O, typename X, typename Y, typename F>
+__device__ __forceinline__ void map2_8(O *out, const X *a, const Y *b, size_t n, F f)
+{
+    const size_t n8 = n / 8;
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], y[8];
+        act_ld8(x, a, i);
+        act_ld8(y, b, i);
+        for (int j = 0; j < 8; j++)
+            x[j] = f(x[j], y[j]);
+        act_st8(out, i, x);
+    }
+    GRID_STRIDE(t, n - 8 * n8)
+    {
+        const size_t i = 8 * n8 + t;
+        out[i] = act_st<O>(f(act_ld(a[i]), act_ld(b[i])));
+    }
+}
+
 /* The feature (channel) c of an element and its place r in the run of `inner` elements of c,
  * features cycling through 0 .. O - 1: what (e / inner) % O gives, one division for the first
  * element of a vector (chan_at), then stepped on (chan_next). */

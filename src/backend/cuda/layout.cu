@@ -96,18 +96,18 @@ template <typename Y, typename X> __global__ void k_convert(Y *out, const X *inp
     GRID_STRIDE(i, n) out[i] = act_st<Y>(act_ld(inp[i]));
 }
 
+struct op_copy { /* internal.cuh map1_8 */
+    __device__ float operator()(float v) const
+    {
+        return v;
+    }
+};
+
 /* k_convert on vectors of 8 (internal.cuh bf16x8: 16 bytes of bf16, 32 of fp32), then the
  * n % 8 tail one at a time. */
 template <typename Y, typename X> __global__ void k_convert8(Y *out, const X *inp, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float v[8];
-        act_ld8(v, inp, i);
-        act_st8(out, i, v);
-    }
-    GRID_STRIDE(t, n - 8 * n8) out[8 * n8 + t] = act_st<Y>(act_ld(inp[8 * n8 + t]));
+    map1_8(out, inp, n, op_copy());
 }
 
 /* out (n, storage Y) = inp (n, storage X), the one of fp32 and bf16 on each side. */

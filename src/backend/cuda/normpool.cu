@@ -427,6 +427,13 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
     GRID_STRIDE(t, n - 4 * n4) out[4 * n4 + t] = a[4 * n4 + t] + b[4 * n4 + t];
 }
 
+struct op_add { /* internal.cuh map2_8 */
+    __device__ float operator()(float a, float b) const
+    {
+        return a + b;
+    }
+};
+
 /* out = a + b one element at a time (out may be a). */
 template <typename A> __global__ void k_add1(A *out, const A *a, const A *b, size_t n)
 {
@@ -436,21 +443,7 @@ template <typename A> __global__ void k_add1(A *out, const A *a, const A *b, siz
 /* k_add1<bf16> on vectors of 8 (internal.cuh bf16x8), then the n % 8 tail (out may be a). */
 __global__ void k_add8(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
 {
-    const size_t n8 = n / 8;
-    GRID_STRIDE(i, n8)
-    {
-        float x[8], y[8];
-        act_ld8(x, a, i);
-        act_ld8(y, b, i);
-        for (int j = 0; j < 8; j++)
-            x[j] = x[j] + y[j];
-        act_st8(out, i, x);
-    }
-    GRID_STRIDE(t, n - 8 * n8)
-    {
-        const size_t i = 8 * n8 + t;
-        out[i] = act_st<bf16>(act_ld(a[i]) + act_ld(b[i]));
-    }
+    map2_8(out, a, b, n, op_add());
 }
 
 static void cuda_gap_fwd(float *out, const float *inp, int B, int C, int S)
