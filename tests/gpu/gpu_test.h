@@ -56,18 +56,33 @@ static uint64_t g_rng = GPU_TEST_SEED; /* the random stream of gt_uniform */
 
 /* ---- start and finish -------------------------------------------------------------------- */
 
-/* The CUDA backend of device 0 at precision (enum ddp_precision) into G, the GPU line printed.
- * 0, or the exit code (gt_skip) where there is no usable GPU. */
-static inline int gt_start(int precision)
+/* gt_start's cudnn_det for a test that runs on either convolution path. */
+#define GT_ANY_CONV (-1)
+
+/* The start of a test's main: stdout line-buffered; the CUDA backend of device 0 at precision
+ * (enum ddp_precision) into G, the GPU line printed; then, unless cudnn_det is GT_ANY_CONV,
+ * cuDNN's convolutions under that choice (ddp_cuda_conv_path's deterministic), their line
+ * printed. 0, or the exit code (gt_skip) where there is no usable GPU, or no cuDNN (need says
+ * what needs it) - then also 1 where DDP_TEST_CONV_PATH=cudnn says cuDNN is expected. */
+static inline int gt_start(int precision, int cudnn_det, const char *need)
 {
-    char err[DDP_ERR_LEN];
+    char err[DDP_ERR_LEN], why[DDP_ERR_LEN + 160];
+    setvbuf(stdout, NULL, _IOLBF, 0);
     G = ddp_backend_cuda(0, precision, err, sizeof err);
     if (!G) {
-        char why[DDP_ERR_LEN + 16];
         snprintf(why, sizeof why, "no GPU: %s", err);
         return gt_skip(why);
     }
     printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
+    if (cudnn_det == GT_ANY_CONV)
+        return 0;
+    if (!ddp_cuda_conv_path(1, cudnn_det, err, sizeof err)) {
+        const char *path = getenv("DDP_TEST_CONV_PATH");
+        snprintf(why, sizeof why, "%s: %s", need, err);
+        const int rc = gt_skip(why);
+        return path && strcmp(path, "cudnn") == 0 ? 1 : rc;
+    }
+    printf("convolutions: %s\n", err);
     return 0;
 }
 

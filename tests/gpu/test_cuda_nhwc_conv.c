@@ -339,20 +339,14 @@ static void t_all(int det, int precision)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    char line[480], why[520];
-    const int rc = gt_start(DDP_PRECISION_FP32);
+    char why[DDP_ERR_LEN];
+    const int rc =
+        gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, "channels-last convolutions need cuDNN");
     if (rc)
         return rc;
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line)) {
-        const char *path = getenv("DDP_TEST_CONV_PATH"); /* cudnn: cuDNN expected */
-        snprintf(why, sizeof why, "channels-last convolutions need cuDNN: %s", line);
-        const int skipped = gt_skip(why);
-        return path && strcmp(path, "cudnn") == 0 ? 1 : skipped;
-    }
     t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_FP32); /* cuDNN's ranking, as without the trainer */
     t_all(1, DDP_PRECISION_FP32); /* timed deterministic ([train] deterministic = true) */
     t_all(0, DDP_PRECISION_FP32); /* timed, any ([train] deterministic = false) */

@@ -1813,11 +1813,10 @@ static void t_batchnorm_group(void)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    const int rc = gt_start(DDP_PRECISION_FP32);
+    const int rc = gt_start(DDP_PRECISION_FP32, GT_ANY_CONV, NULL);
     if (rc)
         return rc;
     C = ddp_backend_cpu();

@@ -203,21 +203,19 @@ static void set(int nhwc, int bf16)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    char line[480];
-    const int rc = gt_start(DDP_PRECISION_FP32);
+    const char *need = "the fused bias gradient's bits are those of cuDNN's convolution path";
+    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, need);
     if (rc)
         return rc;
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line) || !G->set_act_type)
-        return gt_skip("the fused bias gradient's bits are those of cuDNN's convolution path");
+    if (!G->set_act_type)
+        return gt_skip(need);
     if (!G->maxpool_relu_bwd_db) {
         printf("FAIL the CUDA backend has no maxpool_relu_bwd_db\n");
         return 1;
     }
-    printf("convolutions: %s\n", line);
     for (int nhwc = 0; nhwc < 2; nhwc++)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             set(nhwc, bf16);
