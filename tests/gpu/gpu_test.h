@@ -59,12 +59,31 @@ static uint64_t g_rng = GPU_TEST_SEED; /* the random stream of gt_uniform */
 /* gt_start's cudnn_det for a test that runs on either convolution path. */
 #define GT_ANY_CONV (-1)
 
+/* What a test on cuDNN's path also needs of the backend (gt_start's wants, or-ed): bf16
+ * activations (set_act_type), channels-last activations (set_layout, to_nhwc). */
+enum { GT_ACT16 = 1, GT_NHWC = 2 };
+
+/* Whether the backend grants wants (enum above), each tried and then set back to the default
+ * (fp32 storage, NCHW); err (len bytes) says why not. */
+static inline int gt_grants(int wants, char *err, size_t len)
+{
+    if ((wants & GT_ACT16) && (!G->set_act_type || G->set_act_type(DDP_ACT_BF16, err, len) != 0 ||
+                               G->set_act_type(DDP_ACT_FP32, err, len) != 0))
+        return 0;
+    if ((wants & GT_NHWC) &&
+        (!G->set_layout || !G->to_nhwc || G->set_layout(DDP_LAYOUT_NHWC, err, len) != 0 ||
+         G->set_layout(DDP_LAYOUT_NCHW, err, len) != 0))
+        return 0;
+    return 1;
+}
+
 /* The start of a test's main: stdout line-buffered; the CUDA backend of device 0 at precision
  * (enum ddp_precision) into G, the GPU line printed; then, unless cudnn_det is GT_ANY_CONV,
  * cuDNN's convolutions under that choice (ddp_cuda_conv_path's deterministic), their line
- * printed. 0, or the exit code (gt_skip) where there is no usable GPU, or no cuDNN (need says
- * what needs it) - then also 1 where DDP_TEST_CONV_PATH=cudnn says cuDNN is expected. */
-static inline int gt_start(int precision, int cudnn_det, const char *need)
+ * printed, and what wants asks (gt_grants). 0, or the exit code (gt_skip) where there is no
+ * usable GPU, no cuDNN or not what wants asks (need says what needs it) - no cuDNN is also 1
+ * where DDP_TEST_CONV_PATH=cudnn says it is expected. */
+static inline int gt_start(int precision, int cudnn_det, int wants, const char *need)
 {
     char err[DDP_ERR_LEN], why[DDP_ERR_LEN + 160];
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -83,6 +102,10 @@ static inline int gt_start(int precision, int cudnn_det, const char *need)
         return path && strcmp(path, "cudnn") == 0 ? 1 : rc;
     }
     printf("convolutions: %s\n", err);
+    if (!gt_grants(wants, err, sizeof err)) {
+        snprintf(why, sizeof why, "%s: %s", need, err);
+        return gt_skip(why);
+    }
     return 0;
 }
 

@@ -462,14 +462,10 @@ int main(void)
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN];
-    const char *need = "bf16 activations need cuDNN's convolutions";
-    const int rc = gt_start(DDP_PRECISION_BF16, DDP_CUDA_CONV_RANKED, need);
+    const int rc = gt_start(DDP_PRECISION_BF16, DDP_CUDA_CONV_RANKED, GT_ACT16 | GT_NHWC,
+                            "bf16 activations need cuDNN's convolutions");
     if (rc)
         return rc;
-    if (!G->set_act_type || G->set_act_type(DDP_ACT_BF16, err, sizeof err) != 0)
-        return gt_skip(need);
-    gt_storage(0);
     const char *only = getenv("DDP_TEST_LAYOUTS");
     layout(DDP_LAYOUT_NCHW);
     t_all();

@@ -334,13 +334,10 @@ int main(void)
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN];
-    const char *need = "channels-last activations need cuDNN's convolutions";
-    const int rc = gt_start(DDP_PRECISION_FP32, 1, need);
+    const int rc = gt_start(DDP_PRECISION_FP32, 1, GT_NHWC,
+                            "channels-last activations need cuDNN's convolutions");
     if (rc)
         return rc;
-    if (!G->set_layout || !G->to_nhwc || G->set_layout(DDP_LAYOUT_NHWC, err, sizeof err) != 0)
-        return gt_skip(need);
 
     t_transpose(2, 3, 5);
     t_transpose(3, 37, 45); /* neither side a multiple of the tile */

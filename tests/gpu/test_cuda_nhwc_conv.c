@@ -343,8 +343,8 @@ int main(void)
     return gt_skip(GT_NO_CUDA);
 #else
     char why[DDP_ERR_LEN];
-    const int rc =
-        gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, "channels-last convolutions need cuDNN");
+    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, GT_NHWC,
+                            "channels-last convolutions need cuDNN");
     if (rc)
         return rc;
     t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_FP32); /* cuDNN's ranking, as without the trainer */

@@ -1816,7 +1816,7 @@ int main(void)
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    const int rc = gt_start(DDP_PRECISION_FP32, GT_ANY_CONV, NULL);
+    const int rc = gt_start(DDP_PRECISION_FP32, GT_ANY_CONV, 0, NULL);
     if (rc)
         return rc;
     C = ddp_backend_cpu();

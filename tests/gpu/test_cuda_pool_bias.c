@@ -206,12 +206,10 @@ int main(void)
 #if !HAVE_CUDA
     return gt_skip(GT_NO_CUDA);
 #else
-    const char *need = "the fused bias gradient's bits are those of cuDNN's convolution path";
-    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, need);
+    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, GT_ACT16 | GT_NHWC,
+                            "the fused bias gradient's bits are those of cuDNN's convolution path");
     if (rc)
         return rc;
-    if (!G->set_act_type)
-        return gt_skip(need);
     if (!G->maxpool_relu_bwd_db) {
         printf("FAIL the CUDA backend has no maxpool_relu_bwd_db\n");
         return 1;
