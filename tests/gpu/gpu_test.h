@@ -14,6 +14,7 @@
 
 #include "ddp_build.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,21 @@ static inline float *gt_rnd_bf16(size_t n, float scale, float shift)
     for (size_t i = 0; i < n; i++)
         x[i] = gt_bf16_round((float)((2 * gt_uniform() - 1) * scale) + shift);
     return x;
+}
+
+/* The normalised error ||got - want|| / ||want|| of n floats (||got - want|| where want is 0);
+ * *differ: how many of them differ in their bits. */
+static inline double gt_nerr(const float *got, const float *want, size_t n, size_t *differ)
+{
+    double d = 0, s = 0;
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = (double)got[i] - want[i];
+        d += e * e;
+        s += (double)want[i] * want[i];
+        *differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    }
+    return s > 0 ? sqrt(d / s) : sqrt(d);
 }
 
 /* A device copy of bytes of host memory (an allocation of at least 4 bytes); G->free it. */

@@ -113,15 +113,8 @@ static float *down(float *d, int B, int C, int S, int nhwc, int act16)
 /* Check got against want (n floats): bit for bit on the twin, within TOL_GPU on a GPU. */
 static void check(const char *op, const char *shape, const float *got, const float *want, size_t n)
 {
-    double d = 0, s = 0;
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double e = (double)got[i] - want[i];
-        d += e * e;
-        s += (double)want[i] * want[i];
-        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    }
-    const double err = s > 0 ? sqrt(d / s) : sqrt(d);
+    size_t differ;
+    const double err = gt_nerr(got, want, n, &differ);
 #ifdef DDP_TWIN
     const int ok = differ == 0;
 #else

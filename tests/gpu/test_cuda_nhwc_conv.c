@@ -149,15 +149,8 @@ static int run_layout(const struct tcase *t, int nhwc, const struct tdata *in, s
 static void check(const char *op, const char *shape, const float *got, const float *want, size_t n,
                   double tol, int exact, int tf32)
 {
-    double d = 0, s = 0;
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double e = (double)got[i] - want[i];
-        d += e * e;
-        s += (double)want[i] * want[i];
-        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    }
-    const double err = s > 0 ? sqrt(d / s) : sqrt(d);
+    size_t differ;
+    const double err = gt_nerr(got, want, n, &differ);
     const int ok = isfinite(err) && (exact ? differ == 0 : err <= tol);
     g_worst[tf32] = err > g_worst[tf32] ? err : g_worst[tf32];
     gt_count(ok);
