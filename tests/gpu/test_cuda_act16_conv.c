@@ -8,7 +8,7 @@
  * Inputs are bf16 values (activations, weights, biases), so both storages compute on the same
  * numbers under [train] precision = bf16; each op runs once on fp32 activations (the
  * reference, r) and once on bf16 activations, and the bf16 result is checked against what the
- * bf16 path is meant to be, rnd() being round to nearest even to bf16:
+ * bf16 path is meant to be, rnd() being round to nearest even to bf16 (gt_bf16_round):
  *   conv2d_fwd without bias   rnd(r)                       (cuDNN's bf16 output)
  *   conv2d_fwd with bias      rnd(c + rnd(b)), c the conv  (bias broadcast in bf16, beta 1)
  *   conv2d_relu_fwd           rnd(relu(rnd(c) + b))        (bias + relu epilogue on bf16)
@@ -33,20 +33,9 @@
  *
  * Dimension letters as in backend.h.
  */
-#include "ddp_build.h"
-
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#include "gpu_test.h"
 
 #if HAVE_CUDA
 
@@ -54,34 +43,7 @@
 
 #define TOL_GPU 1e-2 /* normalised error on a GPU: a few bf16 units of 2^-8 where orders differ */
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
 static double g_worst; /* the largest normalised error seen */
-
-static uint64_t g_rng = 0x243f6a8885a308d3ULL;
-
-/* f rounded to bf16 (nearest even) and widened back: what a bf16 store keeps. */
-static float rnd(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return f;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* n bf16 values uniform in [-scale, scale). */
-static float *rnd_bf16(size_t n, float scale)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        x[i] = rnd(
-            (float)(((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0 * 2 - 1) * scale));
-    return x;
-}
 
 static float *zeros(size_t n)
 {
@@ -151,31 +113,22 @@ static float *down(float *d, int B, int C, int S, int nhwc, int act16)
 /* Check got against want (n floats): bit for bit on the twin, within TOL_GPU on a GPU. */
 static void check(const char *op, const char *shape, const float *got, const float *want, size_t n)
 {
-    double d = 0, s = 0;
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double e = (double)got[i] - want[i];
-        d += e * e;
-        s += (double)want[i] * want[i];
-        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    }
-    const double err = s > 0 ? sqrt(d / s) : sqrt(d);
+    size_t differ;
+    const double err = gt_nerr(got, want, n, &differ);
 #ifdef DDP_TWIN
     const int ok = differ == 0;
 #else
     const int ok = isfinite(err) && err <= TOL_GPU;
 #endif
     g_worst = err > g_worst ? err : g_worst;
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %-22s %s n=%zu: %zu differ, err %.2e\n", ok ? "ok" : "FAIL", op, shape, n, differ,
            err);
 }
 
 static void check_true(const char *what, int ok, const char *detail)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", what, detail && !ok ? ": " : "",
            detail && !ok ? detail : "");
 }
@@ -266,15 +219,15 @@ static void conv_want(const struct tcase *t, const struct tdata *in, const struc
     want->dx = zeros(nx), want->dw = zeros(nw), want->db = zeros((size_t)t->O);
     for (size_t i = 0; i < ny; i++) {
         const float b = in->b[(i / P) % t->O], c = r->y[i];
-        const float v = rnd(c) + b;
-        want->y[i] = rnd(c);
-        want->yb[i] = rnd(c + rnd(b));
-        want->yr[i] = rnd(v > 0 ? v : 0);
+        const float v = gt_bf16_round(c) + b;
+        want->y[i] = gt_bf16_round(c);
+        want->yb[i] = gt_bf16_round(c + gt_bf16_round(b));
+        want->yr[i] = gt_bf16_round(v > 0 ? v : 0);
     }
     for (size_t i = 0; i < nx; i++)
-        want->dx[i] = rnd(r->dx[i]);
+        want->dx[i] = gt_bf16_round(r->dx[i]);
     for (size_t i = 0; i < nw; i++)
-        want->dw[i] = in->dw0[i] + rnd(r->dw[i]);
+        want->dw[i] = in->dw0[i] + gt_bf16_round(r->dw[i]);
     memcpy(want->db, r->db, sizeof(float) * t->O);
 }
 
@@ -285,12 +238,12 @@ static void t_conv(const struct tcase *t, int nhwc, const char *mode)
     const int OW = (t->W + 2 * t->pad - t->k) / t->stride + 1;
     const size_t nx = (size_t)t->B * t->C * t->H * t->W, ny = (size_t)t->B * t->O * OH * OW;
     const size_t nw = (size_t)t->O * t->C * t->k * t->k;
-    struct tdata in = {.x = rnd_bf16(nx, 1),
-                       .w = rnd_bf16(nw, 0.25f),
-                       .b = rnd_bf16((size_t)t->O, 0.5f),
-                       .dy = rnd_bf16(ny, 1),
-                       .dw0 = rnd_bf16(nw, 4),
-                       .db0 = rnd_bf16((size_t)t->O, 4)};
+    struct tdata in = {.x = gt_rnd_bf16(nx, 1, 0),
+                       .w = gt_rnd_bf16(nw, 0.25f, 0),
+                       .b = gt_rnd_bf16((size_t)t->O, 0.5f, 0),
+                       .dy = gt_rnd_bf16(ny, 1, 0),
+                       .dw0 = gt_rnd_bf16(nw, 4, 0),
+                       .db0 = gt_rnd_bf16((size_t)t->O, 4, 0)};
     struct tdata r = {0}, h = {0}, want = {0};
     float *z = zeros(nw);
     char shape[128];
@@ -358,12 +311,12 @@ static void run_linear(int B, int C, int O, int act16, const struct tdata *in, s
 static void t_linear(int B, int C, int O)
 {
     const size_t nw = (size_t)O * C, ny = (size_t)B * O, nx = (size_t)B * C;
-    struct tdata in = {.x = rnd_bf16(nx, 1),
-                       .w = rnd_bf16(nw, 0.25f),
-                       .b = rnd_bf16((size_t)O, 0.5f),
-                       .dy = rnd_bf16(ny, 1),
-                       .dw0 = rnd_bf16(nw, 4),
-                       .db0 = rnd_bf16((size_t)O, 4)};
+    struct tdata in = {.x = gt_rnd_bf16(nx, 1, 0),
+                       .w = gt_rnd_bf16(nw, 0.25f, 0),
+                       .b = gt_rnd_bf16((size_t)O, 0.5f, 0),
+                       .dy = gt_rnd_bf16(ny, 1, 0),
+                       .dw0 = gt_rnd_bf16(nw, 4, 0),
+                       .db0 = gt_rnd_bf16((size_t)O, 4, 0)};
     struct tdata r = {0}, h = {0};
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d O%d", B, C, O);
@@ -373,9 +326,9 @@ static void t_linear(int B, int C, int O)
         float *ys[3][2] = {{r.y, h.y}, {r.yb, h.yb}, {r.yr, h.yr}};
         for (size_t i = 0; i < ny; i++)
             for (int j = 0; j < 3; j++)
-                ys[j][0][i] = rnd(ys[j][0][i]);
+                ys[j][0][i] = gt_bf16_round(ys[j][0][i]);
         for (size_t i = 0; i < nx; i++)
-            r.dx[i] = rnd(r.dx[i]);
+            r.dx[i] = gt_bf16_round(r.dx[i]);
         check("linear_fwd", shape, h.y, r.y, ny);
         check("linear_fwd + bias", shape, h.yb, r.yb, ny);
         check("linear_relu_fwd", shape, h.yr, r.yr, ny);
@@ -409,10 +362,10 @@ static int choice_line(const char *text, const char *prefix, char *out, size_t l
 static void t_choices_text(void)
 {
     static const struct tcase a = {2, 2, 3, 6, 5, 5, 3, 1, 1}, b = {2, 2, 3, 6, 7, 5, 3, 1, 1};
-    struct tdata in = {.x = rnd_bf16(252, 1),
-                       .w = rnd_bf16(135, 0.2f),
-                       .b = rnd_bf16(5, 0.1f),
-                       .dy = rnd_bf16(350, 1),
+    struct tdata in = {.x = gt_rnd_bf16(252, 1, 0),
+                       .w = gt_rnd_bf16(135, 0.2f, 0),
+                       .b = gt_rnd_bf16(5, 0.1f, 0),
+                       .dy = gt_rnd_bf16(350, 1, 0),
                        .dw0 = zeros(135),
                        .db0 = zeros(5)};
     struct tdata o1 = {0}, o2 = {0};
@@ -468,24 +421,13 @@ static void t_all(int det, const char *mode)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    const int required = req && strcmp(req, "1") == 0;
 #if !HAVE_CUDA
-    printf("SKIP: this ddptrain was built without CUDA (nvcc not found at configure time)\n");
-    return required ? 1 : 77;
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, DDP_PRECISION_BF16, err, sizeof err);
-    if (!G) {
-        printf("SKIP: no GPU: %s\n", err);
-        return required ? 1 : 77;
-    }
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line) || !G->set_act_type) {
-        printf("SKIP: bf16 activations need cuDNN: %s\n", line);
-        return required ? 1 : 77;
-    }
-    printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
+    const int rc = gt_start(DDP_PRECISION_BF16, DDP_CUDA_CONV_RANKED, GT_ACT16 | GT_NHWC,
+                            "bf16 activations need cuDNN");
+    if (rc)
+        return rc;
     t_all(DDP_CUDA_CONV_RANKED, "ranked"); /* cuDNN's ranking, as without the trainer */
     t_all(1, "timed");                     /* timed deterministic ([train] deterministic) */
     static const int lin[][3] = {{5, 7, 3}, {4, 1, 9}, {33, 65, 17}, {8, 130, 40}, {1, 3, 1}};
@@ -494,7 +436,6 @@ int main(void)
     t_choices_text();
     storage(0, 0);
     printf("largest normalised error, bf16 against its oracle: %.2e\n", g_worst);
-    printf("test_cuda_act16_conv: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_act16_conv");
 #endif
 }

@@ -21,60 +21,18 @@
  *
  * Dimension letters as in backend.h.
  */
-#include "ddp_build.h"
-
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#include "gpu_test.h"
 
 #if HAVE_CUDA
-
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
-
-/* ---- bf16 on the host -------------------------------------------------------------------- */
-
-/* The bf16 bits of f rounded to nearest, ties to even (finite f). */
-static uint16_t bf16_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_float(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- data -------------------------------------------------------------------------------- */
 
-static uint64_t g_rng = 0x243f6a8885a308d3ULL;
-
-/* n values in [-scale, scale], rounded to bf16 (rep) or not. */
+/* n values in [-scale, scale), rounded to bf16 (rep) or not. */
 static float *rnd(size_t n, float scale, int rep)
 {
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        x[i] = (float)((2 * ((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0) - 1) *
-                       scale);
-        if (rep)
-            x[i] = bf16_float(bf16_bits(x[i]));
-    }
-    return x;
+    return rep ? gt_rnd_bf16(n, scale, 0) : gt_rnd(n, scale);
 }
 
 /* Few levels (ties for the first-maximum rule, exact zeros for relu), bf16 exactly. */
@@ -84,24 +42,6 @@ static float *levels(size_t n)
     for (size_t i = 0; i < n; i++)
         x[i] = roundf(x[i] * 3) / 4;
     return x;
-}
-
-static void storage(int act16)
-{
-    char err[DDP_ERR_LEN];
-    if (G->set_act_type(act16 ? DDP_ACT_BF16 : DDP_ACT_FP32, err, sizeof err) != 0) {
-        printf("FAIL set_act_type(%d): %s\n", act16, err);
-        exit(1);
-    }
-}
-
-static void layout(int l)
-{
-    char err[DDP_ERR_LEN];
-    if (G->set_layout(l, err, sizeof err) != 0) {
-        printf("FAIL set_layout(%d): %s\n", l, err);
-        exit(1);
-    }
 }
 
 /* Elements before each tensor two_of makes (its allocation 16-byte aligned): 0 or 8 keep a bf16
@@ -125,7 +65,7 @@ static float *up_at(const float *x, size_t n, int act16, size_t off, float **bas
     }
     uint16_t *h = ddp_malloc(2 * n + 2);
     for (size_t i = 0; i < n; i++)
-        h[i] = bf16_bits(x[i]);
+        h[i] = gt_bf16_bits(x[i]);
     G->upload(d, h, 2 * n);
     free(h);
     return (float *)d;
@@ -142,8 +82,7 @@ static float *up(const float *x, size_t n, int act16)
 
 static void verdict(int ok, const char *op, const char *shape, size_t n, const char *how)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %-30s %-24s n=%-8zu %s\n", ok ? "ok" : "FAIL", op, shape, n, how);
 }
 
@@ -158,12 +97,12 @@ static void oracle(const char *op, const char *shape, const float *f32, const fl
     }
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
-        if (h[i] != bf16_bits(r[i]) && !bad++)
+        if (h[i] != gt_bf16_bits(r[i]) && !bad++)
             first = i;
     char how[128] = "bf16 = rn(fp32), bit for bit";
     if (bad)
         snprintf(how, sizeof how, "%zu differ, first at %zu: %g, fp32 %g", bad, first,
-                 (double)bf16_float(h[first]), (double)r[first]);
+                 (double)gt_bf16_float(h[first]), (double)r[first]);
     verdict(!bad, op, shape, n, how);
     free(r), free(h);
 }
@@ -224,14 +163,14 @@ static void t_relu(size_t n)
     struct two AR = two_of(d0, n), DX = two_of(d0, n), DA = two_of(d0, n), DB = two_of(d0, n);
     struct two DC = two_of(d0, n);
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         G->relu_fwd(O.d[s], X.d[s], n);
         G->add_relu_fwd(AR.d[s], X.d[s], Y.d[s], n);
         G->relu_bwd(DX.d[s], DY.d[s], X.d[s], n);
         G->relu_bwd_join(DA.d[s], 1, DB.d[s], 0, DY.d[s], Y.d[s], n);
         G->relu_bwd_join(NULL, 0, DC.d[s], 1, DY.d[s], X.d[s], n);
     }
-    storage(0);
+    gt_storage(0);
     oracle("relu_fwd", shape, O.d[0], O.d[1], n);
     oracle("add_relu_fwd", shape, AR.d[0], AR.d[1], n);
     oracle("relu_bwd", shape, DX.d[0], DX.d[1], n);
@@ -255,11 +194,11 @@ static void t_dropout(size_t n, float p)
     struct two MASK2 = two_of(x, n);
     float *mask[2] = {MASK.d[0], MASK2.d[0]};
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         G->dropout_fwd(Y.d[s], mask[s], X.d[s], n, p, 0x5eedULL + n);
         G->dropout_bwd(DX.d[s], DY.d[s], mask[s], n);
     }
-    storage(0);
+    gt_storage(0);
     oracle("dropout_fwd", shape, Y.d[0], Y.d[1], n);
     same("dropout_fwd mask (fp32)", shape, mask[0], mask[1], 4 * n);
     oracle("dropout_bwd", shape, DX.d[0], DX.d[1], n);
@@ -281,12 +220,12 @@ static void t_bias(int rows, int O, int inner)
     G->upload(gb, b, 4 * (size_t)O);
     struct two F = two_of(x, n), R = two_of(x, n), R0 = two_of(x, n);
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         ddp_cuda_test_fill_bias(F.d[s], gb, n, O, inner);
         ddp_cuda_test_bias_relu(R.d[s], gb, n, O, inner);
         ddp_cuda_test_bias_relu(R0.d[s], NULL, n, O, inner);
     }
-    storage(0);
+    gt_storage(0);
     oracle("fill_bias", shape, F.d[0], F.d[1], n);
     oracle("bias_relu", shape, R.d[0], R.d[1], n);
     oracle("bias_relu (no bias)", shape, R0.d[0], R0.d[1], n);
@@ -304,14 +243,14 @@ static void t_cast(size_t n)
     shape_n(shape, sizeof shape, n);
     float *x = rnd(n, 3, 0), *r = ddp_malloc(4 * n + 4);
     for (size_t i = 0; i < n; i++)
-        r[i] = bf16_float(bf16_bits(x[i]));
+        r[i] = gt_bf16_float(gt_bf16_bits(x[i]));
     struct two X = two_of(x, n), W = two_of(r, n), A = two_of(r, n), BK = two_of(x, n);
-    storage(1);
+    gt_storage(1);
     G->act_from_f32(A.d[1], X.d[0], 1, 1, (int)n);
     same("act_from_f32 (cast)", shape, A.d[1], W.d[1], 2 * n);
     G->act_to_f32(BK.d[0], A.d[1], n);
     same("act_to_f32 (cast)", shape, BK.d[0], W.d[0], 4 * n);
-    storage(0);
+    gt_storage(0);
     two_free(&X), two_free(&W), two_free(&A), two_free(&BK);
     free(x), free(r);
 }
@@ -343,7 +282,7 @@ static void t_graph(size_t n)
     float *x = rnd(n, 2, 1);
     float *gx = up(x, n, 1), *yc = G->alloc(2 * n + 4), *yu = G->alloc(2 * n + 4);
     float *mc = G->alloc(4 * n + 4), *mu = G->alloc(4 * n + 4);
-    storage(1);
+    gt_storage(1);
     for (int64_t t = 1; t <= 3; t++) {
         const struct ddp_graph_scalars sc = {0.1f, 0.9f, 0.9f, t, 0x9e3779b9ULL * (uint64_t)t};
         if (t == 1 && (G->graph_capture_begin(0, &sc, err, sizeof err) != 0 ||
@@ -359,7 +298,7 @@ static void t_graph(size_t n)
         same(name, shape, yc, yu, 2 * n);
         same("  its mask", shape, mc, mu, 4 * n);
     }
-    storage(0);
+    gt_storage(0);
     G->free(gx), G->free(yc), G->free(yu), G->free(mc), G->free(mu);
     free(x);
 }
@@ -388,7 +327,7 @@ static void t_convert(int B, int C, int S)
     float *gx = up(x, n, 0), *back = G->alloc(4 * n + 4);
     struct two T = two_of(xr, n), TN = two_of(xr, n), TB = two_of(xr, n), A = two_of(xr, n);
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         G->to_nhwc(TN.d[s], T.d[s], B, C, S);
         G->to_nchw(TB.d[s], TN.d[s], B, C, S);
     }
@@ -396,12 +335,12 @@ static void t_convert(int B, int C, int S)
     oracle("to_nchw", shape, TB.d[0], TB.d[1], n);
     same("to_nchw back (bf16)", shape, TB.d[1], T.d[1], 2 * n);
     for (int l = 0; l < 2; l++) {
-        layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+        gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
         float *want = l && S > 1 ? perm(x, B, C, S) : perm(x, (int)n, 1, 1); /* or a copy */
         float *gw = up(want, n, 0), *gwr = up(want, n, 1);
         char op[64];
         for (int s = 0; s < 2; s++) {
-            storage(s);
+            gt_storage(s);
             G->act_from_f32(A.d[s], gx, B, C, S);
         }
         snprintf(op, sizeof op, "act_from_f32 %s", l ? "NHWC" : "NCHW");
@@ -412,16 +351,16 @@ static void t_convert(int B, int C, int S)
         snprintf(op, sizeof op, "act_to_f32 %s", l ? "NHWC" : "NCHW");
         float *wr = ddp_malloc(4 * n + 4);
         for (size_t i = 0; i < n; i++)
-            wr[i] = bf16_float(bf16_bits(want[i]));
+            wr[i] = gt_bf16_float(gt_bf16_bits(want[i]));
         float *gwf = up(wr, n, 0);
         same(op, shape, back, gwf, 4 * n);
-        storage(0);
+        gt_storage(0);
         G->act_to_f32(back, A.d[0], n);
         same("act_to_f32 fp32 (a copy)", shape, back, A.d[0], 4 * n);
         G->free(gw), G->free(gwr), G->free(gwf);
         free(want), free(wr);
     }
-    layout(DDP_LAYOUT_NCHW);
+    gt_layout(DDP_LAYOUT_NCHW);
     G->free(gx), G->free(back);
     two_free(&T), two_free(&TN), two_free(&TB), two_free(&A);
     free(x), free(xr);
@@ -443,9 +382,9 @@ static void t_pools(int B, int C, int H, int W, int k)
     int32_t *am[2] = {G->alloc(4 * no + 4), G->alloc(4 * no + 4)};
     uint8_t *a8[2] = {G->alloc(no + 4), G->alloc(no + 4)},
             *a9[2] = {G->alloc(no + 4), G->alloc(no + 4)};
-    layout(DDP_LAYOUT_NHWC);
+    gt_layout(DDP_LAYOUT_NHWC);
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         G->maxpool_fwd(Y.d[s], am[s], X.d[s], B, C, H, W, k);
         G->maxpool_bwd(DX.d[s], DY.d[s], am[s], B, C, H, W, k);
         ddp_cuda_test_relu_maxpool(Y2.d[s], a8[s], X.d[s], gb, B, C, H, W, k);
@@ -454,8 +393,8 @@ static void t_pools(int B, int C, int H, int W, int k)
         G->avgpool_fwd(AY.d[s], X.d[s], B, C, H, W, k);
         G->avgpool_bwd(ADX.d[s], DY.d[s], B, C, H, W, k);
     }
-    storage(0);
-    layout(DDP_LAYOUT_NCHW);
+    gt_storage(0);
+    gt_layout(DDP_LAYOUT_NCHW);
     oracle("maxpool_fwd", shape, Y.d[0], Y.d[1], no);
     same("  argmax", shape, am[0], am[1], 4 * no);
     oracle("maxpool_bwd", shape, DX.d[0], DX.d[1], ni);
@@ -482,14 +421,14 @@ static void t_gap(int B, int C, int S)
     const size_t n = (size_t)B * C * S, bc = (size_t)B * C;
     float *x = rnd(n, 1, 1), *dy = rnd(bc, 1, 1);
     struct two X = two_of(x, n), DY = two_of(dy, bc), Y = two_of(dy, bc), DX = two_of(x, n);
-    layout(DDP_LAYOUT_NHWC);
+    gt_layout(DDP_LAYOUT_NHWC);
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         G->gap_fwd(Y.d[s], X.d[s], B, C, S);
         G->gap_bwd(DX.d[s], DY.d[s], B, C, S);
     }
-    storage(0);
-    layout(DDP_LAYOUT_NCHW);
+    gt_storage(0);
+    gt_layout(DDP_LAYOUT_NCHW);
     oracle("gap_fwd", shape, Y.d[0], Y.d[1], bc);
     oracle("gap_bwd", shape, DX.d[0], DX.d[1], n);
     two_free(&X), two_free(&DY), two_free(&Y), two_free(&DX);
@@ -509,7 +448,7 @@ static void t_colsum(size_t rows, int C)
     float *db[2];
     size_t splits = 0;
     for (int s = 0; s < 2; s++) {
-        storage(s);
+        gt_storage(s);
         for (int j = 0; j < 3; j++)
             part[j][s] = G->alloc(sizeof(double) * np);
         splits = ddp_cuda_test_colsum(part[0][s], A.d[s], NULL, NULL, rows, C, 1);
@@ -518,7 +457,7 @@ static void t_colsum(size_t rows, int C)
         db[s] = up(d0, (size_t)C, 0);
         ddp_cuda_test_colsum_add(db[s], A.d[s], rows, C);
     }
-    storage(0);
+    gt_storage(0);
     same("colsum np 1", shape, part[0][0], part[0][1], sizeof(double) * C * splits);
     same("colsum a, a^2", shape, part[1][0], part[1][1], sizeof(double) * C * splits * 2);
     same("colsum masked a, a*b", shape, part[2][0], part[2][1], sizeof(double) * C * splits * 2);
@@ -534,30 +473,15 @@ static void t_colsum(size_t rows, int C)
 
 #endif /* HAVE_CUDA */
 
-/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
-static int skip(const char *why)
-{
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    printf("SKIP: %s\n", why);
-    return req && strcmp(req, "1") == 0 ? 1 : 77;
-}
-
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
-    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, 0, err, sizeof err);
-    if (!G)
-        return skip(err);
-    printf("GPU: %s\n", ddp_cuda_device_string());
-    if (!ddp_cuda_conv_path(1, 1, line, sizeof line) || !G->set_act_type || !G->set_layout ||
-        G->set_act_type(DDP_ACT_BF16, err, sizeof err) != 0)
-        return skip("bf16 activations need cuDNN's convolutions");
-    storage(0);
-    printf("convolutions: %s\n", line);
+    const int rc = gt_start(DDP_PRECISION_FP32, 1, GT_ACT16 | GT_NHWC,
+                            "bf16 activations need cuDNN's convolutions");
+    if (rc)
+        return rc;
 
     t_relu(1001); /* n % 4 = 1 */
     t_relu(4096);
@@ -598,7 +522,6 @@ int main(void)
     t_colsum(25 * 4, 37);
     t_colsum(33 * 33 * 8, 67); /* many splits, channel tiles over 32 */
 
-    printf("test_cuda_act16_elem: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_act16_elem");
 #endif
 }

@@ -23,76 +23,13 @@
  *
  * Dimension letters as in backend.h.
  */
-#include "ddp_build.h"
-
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#include "gpu_test.h"
 
 #if HAVE_CUDA
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
 static const char *g_layout = "NCHW"; /* the layout in force, for the report */
-
-/* ---- bf16 on the host -------------------------------------------------------------------- */
-
-/* f rounded to bf16, nearest even (f finite), as the bits stored. */
-static uint16_t bf_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float f_of(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* ---- data -------------------------------------------------------------------------------- */
-
-static uint64_t g_rng = 0x243f6a8885a308d3ULL;
-
-/* n values uniform in (-scale, scale) plus shift, each rounded to bf16 (representable). */
-static float *rnd(size_t n, float scale, float shift)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        const double u = (double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0;
-        x[i] = f_of(bf_of((float)((2 * u - 1) * scale) + shift));
-    }
-    return x;
-}
-
-static void *up(const void *host, size_t bytes)
-{
-    void *d = G->alloc(bytes ? bytes : 4);
-    if (bytes)
-        G->upload(d, host, bytes);
-    return d;
-}
-
-static void *down(const void *dev, size_t bytes)
-{
-    void *h = ddp_malloc(bytes ? bytes : 4);
-    if (bytes)
-        G->download(h, dev, bytes);
-    return h;
-}
 
 /* One activation tensor of n values on the device in both storages: f fp32, h bf16; fb, hb
  * their allocations. */
@@ -129,7 +66,7 @@ static struct act act_up(const float *x, size_t n)
 {
     uint16_t *b = ddp_malloc(2 * (n ? n : 1));
     for (size_t i = 0; i < n; i++)
-        b[i] = bf_of(x[i]);
+        b[i] = gt_bf16_bits(x[i]);
     struct act a = act_at(n);
     if (n) {
         G->upload(a.f, x, 4 * n);
@@ -147,10 +84,10 @@ static struct act act_alloc(size_t n)
 /* The bf16 tensor's values as an fp32 tensor (the rounded intermediate for the fp32 run). */
 static struct act act_rounded(const struct act *a)
 {
-    uint16_t *b = down(a->h, 2 * a->n);
+    uint16_t *b = gt_down(a->h, 2 * a->n);
     float *x = ddp_malloc(4 * (a->n ? a->n : 1));
     for (size_t i = 0; i < a->n; i++)
-        x[i] = f_of(b[i]);
+        x[i] = gt_bf16_float(b[i]);
     struct act r = act_up(x, a->n);
     free(b), free(x);
     return r;
@@ -175,7 +112,7 @@ static struct two two_alloc(size_t bytes)
 
 static struct two two_up(const void *host, size_t bytes)
 {
-    struct two t = {up(host, bytes), up(host, bytes)};
+    struct two t = {gt_up(host, bytes), gt_up(host, bytes)};
     return t;
 }
 
@@ -185,38 +122,27 @@ static void two_free(struct two *t)
     G->free(t->h);
 }
 
-/* Storage t (0 fp32, 1 bf16) in force. */
-static void storage(int t)
-{
-    char err[DDP_ERR_LEN];
-    if (G->set_act_type(t ? DDP_ACT_BF16 : DDP_ACT_FP32, err, sizeof err) != 0) {
-        printf("FAIL set_act_type(%d): %s\n", t, err);
-        exit(1);
-    }
-}
-
 /* ---- comparisons ------------------------------------------------------------------------- */
 
 static void verdict(int ok, const char *op, const char *shape, size_t n, const char *how)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %-4s %-24s %-20s n=%-8zu %s\n", ok ? "ok" : "FAIL", g_layout, op, shape, n, how);
 }
 
 /* The bf16 run's tensor equals the fp32 run's rounded to bf16, bit for bit. */
 static void same_act(const char *op, const char *shape, const struct act *a)
 {
-    float *f = down(a->f, 4 * a->n);
-    uint16_t *h = down(a->h, 2 * a->n);
+    float *f = gt_down(a->f, 4 * a->n);
+    uint16_t *h = gt_down(a->h, 2 * a->n);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < a->n; i++)
-        if (h[i] != bf_of(f[i]) && !bad++)
+        if (h[i] != gt_bf16_bits(f[i]) && !bad++)
             first = i;
     char how[128] = "bf16 = round(fp32), bit for bit";
     if (bad)
         snprintf(how, sizeof how, "%zu differ, first at %zu: bf16 %04x, round(fp32 %.9g) %04x", bad,
-                 first, h[first], (double)f[first], bf_of(f[first]));
+                 first, h[first], (double)f[first], gt_bf16_bits(f[first]));
     verdict(!bad, op, shape, a->n, how);
     free(f), free(h);
 }
@@ -225,7 +151,7 @@ static void same_act(const char *op, const char *shape, const struct act *a)
 static void same_bits(const char *op, const char *shape, const void *a_dev, const void *b_dev,
                       size_t bytes, size_t esz)
 {
-    char *a = down(a_dev, bytes), *b = down(b_dev, bytes);
+    char *a = gt_down(a_dev, bytes), *b = gt_down(b_dev, bytes);
     const int ok = memcmp(a, b, bytes) == 0;
     verdict(ok, op, shape, bytes / esz, ok ? "the same bits in both" : "differ");
     free(a), free(b);
@@ -244,14 +170,14 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, Cc, H, W, k);
     const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * (H / k) * (W / k);
-    float *x = rnd(ni, 1, 0), *dy = rnd(no, 1, 0);
+    float *x = gt_rnd_bf16(ni, 1, 0), *dy = gt_rnd_bf16(no, 1, 0);
     for (size_t i = 0; i < ni; i++) /* few levels: ties, so the first-maximum rule matters */
-        x[i] = f_of(bf_of(roundf(x[i] * 3) / 3));
+        x[i] = gt_bf16_float(gt_bf16_bits(roundf(x[i] * 3) / 3));
     struct act X = act_up(x, ni), DY = act_up(dy, no), Y = act_alloc(no), Y2 = act_alloc(no);
     struct act DX = act_alloc(ni), DX2 = act_alloc(ni), AY = act_alloc(no), ADX = act_alloc(ni);
     struct two AM = two_alloc(4 * no), A8 = two_alloc(no);
     for (int t = 0; t < 2; t++) {
-        storage(t);
+        gt_storage(t);
         G->maxpool_fwd(P(Y), P(AM), P(X), B, Cc, H, W, k);
         G->maxpool_bwd(P(DX), P(DY), P(AM), B, Cc, H, W, k);
         G->relu_maxpool_fwd(P(Y2), P(A8), P(X), B, Cc, H, W, k);
@@ -259,7 +185,7 @@ static void t_pools(int B, int Cc, int H, int W, int k)
         G->avgpool_fwd(P(AY), P(X), B, Cc, H, W, k);
         G->avgpool_bwd(P(ADX), P(DY), B, Cc, H, W, k);
     }
-    storage(0);
+    gt_storage(0);
     same_act("maxpool_fwd", shape, &Y);
     SAME2("  argmax (int32)", shape, AM, 4 * no, 4);
     same_act("maxpool_bwd", shape, &DX);
@@ -287,23 +213,23 @@ static void t_relu_pool_bias(int B, int Cc, int H, int W, int k)
     snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, Cc, H, W, k);
     const int S = H * W, OH = H / k, OW = W / k, nhwc = g_layout[1] == 'H' && S > 1;
     const size_t ni = (size_t)B * Cc * S, no = (size_t)B * Cc * OH * OW;
-    float *x = rnd(ni, 1, 0.5f), *b = ddp_malloc(4 * (size_t)Cc);
+    float *x = gt_rnd_bf16(ni, 1, 0.5f), *b = ddp_malloc(4 * (size_t)Cc);
     for (int c = 0; c < Cc; c++)
         b[c] = (float)(0.1 + 0.0137 * c) / 3; /* not bf16-representable */
-    float *gb = up(b, 4 * (size_t)Cc);
+    float *gb = gt_up(b, 4 * (size_t)Cc);
     struct act X = act_up(x, ni), T = act_up(x, ni), Y = act_alloc(no), YU = act_alloc(no);
     struct two A8 = two_alloc(no), AM = two_alloc(4 * no);
     for (int t = 0; t < 2; t++) {
-        storage(t);
+        gt_storage(t);
         ddp_cuda_test_relu_maxpool(P(Y), P(A8), P(X), gb, B, Cc, H, W, k);
         ddp_cuda_test_bias_relu(P(T), gb, ni, Cc, nhwc ? 1 : S);
         G->maxpool_fwd(P(YU), P(AM), P(T), B, Cc, H, W, k);
     }
-    storage(0);
+    gt_storage(0);
     same_act("relu_maxpool + bias", shape, &Y);
     for (int t = 0; t < 2; t++) {
-        uint8_t *a8 = down(t ? A8.h : A8.f, no);
-        int32_t *am = down(t ? AM.h : AM.f, 4 * no);
+        uint8_t *a8 = gt_down(t ? A8.h : A8.f, no);
+        int32_t *am = gt_down(t ? AM.h : AM.f, 4 * no);
         size_t bad = 0;
         for (size_t o = 0; o < no; o++) { /* o: (b, c, oh, ow), or (b, oh, ow, c) */
             const size_t p = nhwc ? o / (size_t)Cc : o % ((size_t)OH * OW);
@@ -317,7 +243,7 @@ static void t_relu_pool_bias(int B, int Cc, int H, int W, int k)
                 no, how);
         free(a8), free(am);
     }
-    char *y = down(Y.h, 2 * no), *yu = down(YU.h, 2 * no);
+    char *y = gt_down(Y.h, 2 * no), *yu = gt_down(YU.h, 2 * no);
     verdict(memcmp(y, yu, 2 * no) == 0, "  out = unfused, bf16", shape, no,
             memcmp(y, yu, 2 * no) == 0 ? "bit for bit" : "differ");
     act_free(&X), act_free(&T), act_free(&Y), act_free(&YU), two_free(&A8), two_free(&AM);
@@ -331,14 +257,14 @@ static void t_gap(int B, int Cc, int S)
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
     const size_t n = (size_t)B * Cc * S, bc = (size_t)B * Cc;
-    float *x = rnd(n, 1, 0.25f), *dy = rnd(bc, 1, 0);
+    float *x = gt_rnd_bf16(n, 1, 0.25f), *dy = gt_rnd_bf16(bc, 1, 0);
     struct act X = act_up(x, n), DY = act_up(dy, bc), Y = act_alloc(bc), DX = act_alloc(n);
     for (int t = 0; t < 2; t++) {
-        storage(t);
+        gt_storage(t);
         G->gap_fwd(P(Y), P(X), B, Cc, S);
         G->gap_bwd(P(DX), P(DY), B, Cc, S);
     }
-    storage(0);
+    gt_storage(0);
     same_act("gap_fwd", shape, &Y);
     same_act("gap_bwd", shape, &DX);
     act_free(&X), act_free(&DY), act_free(&Y), act_free(&DX);
@@ -353,17 +279,17 @@ static void t_add(size_t n, size_t off)
     char shape[64];
     snprintf(shape, sizeof shape, "offset %zu", off);
     const size_t m = n + off;
-    float *a = rnd(m, 4, 0), *b = rnd(m, 4, 0);
+    float *a = gt_rnd_bf16(m, 4, 0), *b = gt_rnd_bf16(m, 4, 0);
     struct act A = act_up(a, m), Bt = act_up(b, m), O = act_alloc(m);
     for (int t = 0; t < 2; t++) {
-        storage(t);
+        gt_storage(t);
         const size_t e = off * (t ? 2 : 4); /* bytes before element `off` */
 #define AT(v) (float *)((char *)P(v) + e)
         G->add(AT(O), AT(A), AT(Bt), n);
         G->add(AT(A), AT(A), AT(Bt), n); /* in place */
 #undef AT
     }
-    storage(0);
+    gt_storage(0);
     same_act("add", shape, &O);
     same_act("add in place", shape, &A);
     act_free(&A), act_free(&Bt), act_free(&O);
@@ -378,13 +304,13 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, const struct act *
                      const struct act *Y, const struct two *IV, const float *ggam)
 {
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
-    float *dy = rnd(n, 1, 0), *dg0 = rnd(c, 0.1f, 0);
+    float *dy = gt_rnd_bf16(n, 1, 0), *dg0 = gt_rnd_bf16(c, 0.1f, 0);
     struct act DY = act_up(dy, n), DX = act_alloc(n), XR = act_rounded(XH), YR = act_rounded(Y);
     struct two LS = two_alloc(8 * c2), DG = two_up(dg0, 4 * c), DB = two_up(dg0, 4 * c);
     double *glob = ddp_malloc(sizeof(double) * c2), *gglob = G->alloc(sizeof(double) * c2);
     for (int relu = 0; relu < 2; relu++) {
         for (int t = 0; t < 2; t++) {
-            storage(t);
+            gt_storage(t);
             const void *xh = t ? XH->h : XR.f, *y = t ? Y->h : YR.f;
             if (relu)
                 G->bn_relu_bwd_sums(P(LS), P(DY), y, xh, B, Cc, S);
@@ -398,7 +324,7 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, const struct act *
         glob[c2 - 1] *= 2;
         G->upload(gglob, glob, sizeof(double) * c2);
         for (int t = 0; t < 2; t++) {
-            storage(t);
+            gt_storage(t);
             const void *xh = t ? XH->h : XR.f, *y = t ? Y->h : YR.f;
             if (relu)
                 G->bn_relu_bwd_apply(P(DX), P(DG), P(DB), P(DY), y, xh, P(*IV), ggam, P(LS), gglob,
@@ -407,7 +333,7 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, const struct act *
                 G->bn_bwd_apply(P(DX), P(DG), P(DB), P(DY), xh, P(*IV), ggam, P(LS), gglob, B, Cc,
                                 S);
         }
-        storage(0);
+        gt_storage(0);
         same_act(relu ? "bn_relu_bwd_apply dinp" : "bn_bwd_apply dinp", shape, &DX);
         SAME2("  dgamma (+=)", shape, DG, 4 * c, 4);
         SAME2("  dbeta (+=)", shape, DB, 4 * c, 4);
@@ -429,14 +355,15 @@ static void t_bn(int B, int Cc, int S)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " off%zu%s", g_off,
                  g_mixed ? " mixed" : "");
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
-    float *x = rnd(n, 2, 0.75f), *gamma = rnd(c, 1, 0), *beta = rnd(c, 0.5f, 0);
-    float *run = rnd(2 * c, 0.5f, 1); /* running mean and variance */
-    float *ggam = up(gamma, 4 * c), *gbet = up(beta, 4 * c);
+    float *x = gt_rnd_bf16(n, 2, 0.75f), *gamma = gt_rnd_bf16(c, 1, 0),
+          *beta = gt_rnd_bf16(c, 0.5f, 0);
+    float *run = gt_rnd_bf16(2 * c, 0.5f, 1); /* running mean and variance */
+    float *ggam = gt_up(gamma, 4 * c), *gbet = gt_up(beta, 4 * c);
     struct act X = act_up(x, n), Y = act_alloc(n), XH = act_alloc(n), Y0 = act_alloc(n);
     struct two SUM = two_alloc(8 * c2), M = two_alloc(4 * c), IV = two_alloc(4 * c);
     struct two RS = two_up(run, 8 * c);
     for (int t = 0; t < 2; t++) {
-        storage(t);
+        gt_storage(t);
         G->bn_stats(P(SUM), P(X), B, Cc, S);
         G->bn_update(P(M), P(IV), P(RS), (float *)P(RS) + c, P(SUM), Cc, 1e-5, 0.1);
         G->bn_fwd_apply(P(Y0), NULL, P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
@@ -445,17 +372,17 @@ static void t_bn(int B, int Cc, int S)
     SAME2("bn_update mean", shape, M, 4 * c, 4);
     SAME2("bn_update invstd", shape, IV, 4 * c, 4);
     SAME2("bn_update running", shape, RS, 8 * c, 4);
-    storage(0);
+    gt_storage(0);
     same_act("bn_fwd_apply (no xhat)", shape, &Y0);
     for (int relu = 0; relu < 2; relu++) { /* relu last: its Y is t_bn_bwd's mask */
         for (int t = 0; t < 2; t++) {
-            storage(t);
+            gt_storage(t);
             if (relu)
                 G->bn_relu_fwd_apply(P(Y), P(XH), P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
             else
                 G->bn_fwd_apply(P(Y), P(XH), P(X), P(M), P(IV), ggam, gbet, B, Cc, S);
         }
-        storage(0);
+        gt_storage(0);
         same_act(relu ? "bn_relu_fwd_apply" : "bn_fwd_apply", shape, &Y);
         same_act("  xhat", shape, &XH);
     }
@@ -524,40 +451,21 @@ static void t_all(void)
 /* set_layout(l), or fail. */
 static void layout(int l)
 {
-    char err[DDP_ERR_LEN];
-    if (G->set_layout(l, err, sizeof err) != 0) {
-        printf("FAIL set_layout(%d): %s\n", l, err);
-        exit(1);
-    }
+    gt_layout(l);
     g_layout = l == DDP_LAYOUT_NHWC ? "NHWC" : "NCHW";
 }
 
 #endif /* HAVE_CUDA */
 
-/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
-static int skip(const char *why)
-{
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    printf("SKIP: %s\n", why);
-    return req && strcmp(req, "1") == 0 ? 1 : 77;
-}
-
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
-    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, DDP_PRECISION_BF16, err, sizeof err);
-    if (!G)
-        return skip(err);
-    printf("GPU: %s\n", ddp_cuda_device_string());
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line) || !G->set_act_type ||
-        G->set_act_type(DDP_ACT_BF16, err, sizeof err) != 0)
-        return skip("bf16 activations need cuDNN's convolutions");
-    storage(0);
-    printf("convolutions: %s\n", line);
+    const int rc = gt_start(DDP_PRECISION_BF16, DDP_CUDA_CONV_RANKED, GT_ACT16 | GT_NHWC,
+                            "bf16 activations need cuDNN's convolutions");
+    if (rc)
+        return rc;
     const char *only = getenv("DDP_TEST_LAYOUTS");
     layout(DDP_LAYOUT_NCHW);
     t_all();
@@ -566,7 +474,6 @@ int main(void)
         t_all();
         layout(DDP_LAYOUT_NCHW);
     }
-    printf("test_cuda_act16_norm: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_act16_norm");
 #endif
 }

@@ -19,40 +19,19 @@
 #include "ddp_build.h"
 
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#define GPU_TEST_SEED 0x13198a2e03707344ULL
+#include "gpu_test.h"
 
 #if HAVE_CUDA
 
 #define TOL_SUMS 1e-12 /* normalised error of batchnorm's double sums, NHWC vs NCHW */
 #define TOL_ULPS 2     /* mean and invstd from those sums: float units in the last place */
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
 static double g_worst_sums; /* the worst normalised sums difference seen */
 static int g_worst_ulps;    /* the most ulps a mean or invstd differed by */
 
 /* ---- data -------------------------------------------------------------------------------- */
-
-static uint64_t g_rng = 0x13198a2e03707344ULL;
-
-static float *rnd(size_t n, float scale)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((2 * ((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0) - 1) *
-                       scale);
-    return x;
-}
 
 /* x (B, C, S) of esz-byte elements permuted to (B, S, C) (to 1: back), a new array. */
 static void *perm(const void *x, size_t esz, int B, int Cc, int S, int back)
@@ -68,37 +47,11 @@ static void *perm(const void *x, size_t esz, int B, int Cc, int S, int back)
     return y;
 }
 
-static void *up(const void *host, size_t bytes)
-{
-    void *d = G->alloc(bytes ? bytes : 4);
-    if (bytes)
-        G->upload(d, host, bytes);
-    return d;
-}
-
-static void *down(const void *dev, size_t bytes)
-{
-    void *h = ddp_malloc(bytes ? bytes : 4);
-    if (bytes)
-        G->download(h, dev, bytes);
-    return h;
-}
-
-static void layout(int l)
-{
-    char err[DDP_ERR_LEN];
-    if (G->set_layout(l, err, sizeof err) != 0) {
-        printf("FAIL set_layout(%d): %s\n", l, err);
-        exit(1);
-    }
-}
-
 /* ---- comparisons ------------------------------------------------------------------------- */
 
 static void verdict(int ok, const char *op, const char *shape, size_t n, const char *how)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %-26s %-22s n=%-9zu %s\n", ok ? "ok" : "FAIL", op, shape, n, how);
 }
 
@@ -108,7 +61,7 @@ static void same(const char *op, const char *shape, const void *nhwc_dev, const 
                  size_t esz, int B, int Cc, int S)
 {
     const size_t n = (size_t)B * Cc * S;
-    char *a = down(nhwc_dev, esz * n), *r = down(nchw_dev, esz * n);
+    char *a = gt_down(nhwc_dev, esz * n), *r = gt_down(nchw_dev, esz * n);
     char *p = perm(r, esz, B, Cc, S, 0), how[96] = "bit-identical";
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
@@ -124,7 +77,7 @@ static void same(const char *op, const char *shape, const void *nhwc_dev, const 
 static void same_flat(const char *op, const char *shape, const void *a_dev, const void *b_dev,
                       size_t bytes)
 {
-    char *a = down(a_dev, bytes), *b = down(b_dev, bytes);
+    char *a = gt_down(a_dev, bytes), *b = gt_down(b_dev, bytes);
     const int ok = memcmp(a, b, bytes) == 0;
     verdict(ok, op, shape, bytes / 4, ok ? "bit-identical" : "differ");
     free(a), free(b);
@@ -136,7 +89,7 @@ static void near_sums(const char *op, const char *shape, const double *a_dev, co
                       int Cc, int exact)
 {
     const size_t n = 2 * (size_t)Cc + 1;
-    double *a = down(a_dev, sizeof(double) * n), *b = down(b_dev, sizeof(double) * n);
+    double *a = gt_down(a_dev, sizeof(double) * n), *b = gt_down(b_dev, sizeof(double) * n);
     double d = 0, s = 0;
     for (size_t i = 0; i < n; i++) {
         d += (a[i] - b[i]) * (a[i] - b[i]);
@@ -157,7 +110,7 @@ static void near_sums(const char *op, const char *shape, const double *a_dev, co
 static void near_ulps(const char *op, const char *shape, const float *a_dev, const float *b_dev,
                       size_t n)
 {
-    float *a = down(a_dev, sizeof(float) * n), *b = down(b_dev, sizeof(float) * n);
+    float *a = gt_down(a_dev, sizeof(float) * n), *b = gt_down(b_dev, sizeof(float) * n);
     int worst = 0;
     size_t differ = 0;
     for (size_t i = 0; i < n; i++) {
@@ -187,7 +140,7 @@ static struct pair pair_of(const float *x, int B, int Cc, int S)
 {
     const size_t bytes = sizeof(float) * B * Cc * S;
     float *p = perm(x, sizeof(float), B, Cc, S, 0);
-    struct pair r = {up(x, bytes), up(p, bytes)};
+    struct pair r = {gt_up(x, bytes), gt_up(p, bytes)};
     free(p);
     return r;
 }
@@ -210,8 +163,8 @@ static void t_transpose(int B, int Cc, int S)
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
     const size_t n = (size_t)B * Cc * S;
-    float *x = rnd(n, 1);
-    float *gx = up(x, sizeof(float) * n), *gy = G->alloc(sizeof(float) * n + 4),
+    float *x = gt_rnd(n, 1);
+    float *gx = gt_up(x, sizeof(float) * n), *gy = G->alloc(sizeof(float) * n + 4),
           *gz = G->alloc(sizeof(float) * n + 4);
     G->to_nhwc(gy, gx, B, Cc, S);
     G->to_nchw(gz, gy, B, Cc, S);
@@ -228,7 +181,7 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     snprintf(shape, sizeof shape, "B%d C%d %dx%d k%d", B, Cc, H, W, k);
     const int S = H * W, OS = (H / k) * (W / k);
     const size_t ni = (size_t)B * Cc * S, no = (size_t)B * Cc * OS;
-    float *x = rnd(ni, 1), *dy = rnd(no, 1);
+    float *x = gt_rnd(ni, 1), *dy = gt_rnd(no, 1);
     for (size_t i = 0; i < ni; i++) /* few levels: ties, so the first-maximum rule matters */
         x[i] = roundf(x[i] * 3) / 3;
     struct pair X = pair_of(x, B, Cc, S), DY = pair_of(dy, B, Cc, OS);
@@ -236,7 +189,7 @@ static void t_pools(int B, int Cc, int H, int W, int k)
     struct pair A8 = pair_alloc(no), DX = pair_alloc(4 * ni), DX2 = pair_alloc(4 * ni);
     struct pair AY = pair_alloc(4 * no), ADX = pair_alloc(4 * ni);
     for (int l = 0; l < 2; l++) {
-        layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+        gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
 #define P(v) (l ? (v).h : (v).c)
         G->maxpool_fwd(P(Y), P(A), P(X), B, Cc, H, W, k);
         G->maxpool_bwd(P(DX), P(DY), P(A), B, Cc, H, W, k);
@@ -246,7 +199,7 @@ static void t_pools(int B, int Cc, int H, int W, int k)
         G->avgpool_bwd(P(ADX), P(DY), B, Cc, H, W, k);
 #undef P
     }
-    layout(DDP_LAYOUT_NCHW);
+    gt_layout(DDP_LAYOUT_NCHW);
     same("maxpool_fwd", shape, Y.h, Y.c, 4, B, Cc, OS);
     same("maxpool_fwd argmax", shape, A.h, A.c, 4, B, Cc, OS);
     same("maxpool_bwd", shape, DX.h, DX.c, 4, B, Cc, S);
@@ -266,16 +219,16 @@ static void t_gap(int B, int Cc, int S)
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
     const size_t n = (size_t)B * Cc * S, bc = (size_t)B * Cc;
-    float *x = rnd(n, 1), *dy = rnd(bc, 1);
+    float *x = gt_rnd(n, 1), *dy = gt_rnd(bc, 1);
     struct pair X = pair_of(x, B, Cc, S), DY = pair_of(dy, B, Cc, 1);
     struct pair Y = pair_alloc(4 * bc), DX = pair_alloc(4 * n);
-    layout(DDP_LAYOUT_NCHW);
+    gt_layout(DDP_LAYOUT_NCHW);
     G->gap_fwd(Y.c, X.c, B, Cc, S);
     G->gap_bwd(DX.c, DY.c, B, Cc, S);
-    layout(DDP_LAYOUT_NHWC);
+    gt_layout(DDP_LAYOUT_NHWC);
     G->gap_fwd(Y.h, X.h, B, Cc, S);
     G->gap_bwd(DX.h, DY.h, B, Cc, S);
-    layout(DDP_LAYOUT_NCHW);
+    gt_layout(DDP_LAYOUT_NCHW);
     same_flat("gap_fwd", shape, Y.h, Y.c, 4 * bc);
     same("gap_bwd", shape, DX.h, DX.c, 4, B, Cc, S);
     pair_free(&X), pair_free(&DY), pair_free(&Y), pair_free(&DX);
@@ -288,13 +241,13 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, struct pair XH, st
                      const float *ginv, const float *ggam)
 {
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
-    float *dy = rnd(n, 1), *dg0 = rnd(c, 0.1f);
+    float *dy = gt_rnd(n, 1), *dg0 = gt_rnd(c, 0.1f);
     struct pair DY = pair_of(dy, B, Cc, S), LS = pair_alloc(8 * c2), DX = pair_alloc(4 * n);
     struct pair DG = pair_of(dg0, 1, Cc, 1), DB = pair_of(dg0, 1, Cc, 1);
     double *glob = ddp_malloc(sizeof(double) * c2), *gglob = G->alloc(sizeof(double) * c2);
     for (int relu = 0; relu < 2; relu++) {
         for (int l = 0; l < 2; l++) {
-            layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+            gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
 #define P(v) (l ? (v).h : (v).c)
             if (relu)
                 G->bn_relu_bwd_sums(P(LS), P(DY), P(Y), P(XH), B, Cc, S);
@@ -309,7 +262,7 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, struct pair XH, st
         glob[c2 - 1] *= 2;
         G->upload(gglob, glob, sizeof(double) * c2);
         for (int l = 0; l < 2; l++) {
-            layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+            gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
             if (relu)
                 G->bn_relu_bwd_apply(P(DX), P(DG), P(DB), P(DY), P(Y), P(XH), ginv, ggam, LS.c,
                                      gglob, B, Cc, S);
@@ -322,7 +275,7 @@ static void t_bn_bwd(const char *shape, int B, int Cc, int S, struct pair XH, st
         same_flat("  dgamma (+=)", shape, DG.h, DG.c, 4 * c);
         same_flat("  dbeta (+=)", shape, DB.h, DB.c, 4 * c);
     }
-    layout(DDP_LAYOUT_NCHW);
+    gt_layout(DDP_LAYOUT_NCHW);
     pair_free(&DY), pair_free(&LS), pair_free(&DX), pair_free(&DG), pair_free(&DB);
     G->free(gglob);
     free(dy), free(dg0), free(glob);
@@ -336,16 +289,16 @@ static void t_bn(int B, int Cc, int S)
     char shape[64];
     snprintf(shape, sizeof shape, "B%d C%d S%d", B, Cc, S);
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
-    float *x = rnd(n, 2), *gamma = rnd(c, 1), *beta = rnd(c, 0.5f);
+    float *x = gt_rnd(n, 2), *gamma = gt_rnd(c, 1), *beta = gt_rnd(c, 0.5f);
     for (size_t i = 0; i < n; i++)
         x[i] += 0.75f; /* a mean far from 0 */
     struct pair X = pair_of(x, B, Cc, S), SUM = pair_alloc(8 * c2), M = pair_alloc(4 * c);
     struct pair IV = pair_alloc(4 * c), RS = pair_alloc(8 * c), Y = pair_alloc(4 * n);
     struct pair XH = pair_alloc(4 * n);
-    float *ggam = up(gamma, 4 * c), *gbet = up(beta, 4 * c);
+    float *ggam = gt_up(gamma, 4 * c), *gbet = gt_up(beta, 4 * c);
     double *again = G->alloc(8 * c2);
     for (int l = 0; l < 2; l++) {
-        layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+        gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
 #define P(v) (l ? (v).h : (v).c)
         G->bn_stats(P(SUM), P(X), B, Cc, S);
         G->bn_update(P(M), P(IV), P(RS), (float *)P(RS) + c, P(SUM), Cc, 1e-5, 0.1);
@@ -357,7 +310,7 @@ static void t_bn(int B, int Cc, int S)
     near_ulps("bn_update invstd", shape, IV.h, IV.c, c);
     for (int relu = 0; relu < 2; relu++) { /* relu last: its Y is t_bn_bwd's mask */
         for (int l = 0; l < 2; l++) {
-            layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+            gt_layout(l ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
             if (relu)
                 G->bn_relu_fwd_apply(P(Y), P(XH), P(X), M.c, IV.c, ggam, gbet, B, Cc, S);
             else
@@ -376,29 +329,15 @@ static void t_bn(int B, int Cc, int S)
 
 #endif /* HAVE_CUDA */
 
-/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
-static int skip(const char *why)
-{
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    printf("SKIP: %s\n", why);
-    return req && strcmp(req, "1") == 0 ? 1 : 77;
-}
-
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
-    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, 0, err, sizeof err);
-    if (!G)
-        return skip(err);
-    printf("GPU: %s\n", ddp_cuda_device_string());
-    if (!ddp_cuda_conv_path(1, 1, line, sizeof line) || !G->set_layout || !G->to_nhwc ||
-        G->set_layout(DDP_LAYOUT_NHWC, err, sizeof err) != 0)
-        return skip("channels-last activations need cuDNN's convolutions");
-    printf("convolutions: %s\n", line);
+    const int rc = gt_start(DDP_PRECISION_FP32, 1, GT_NHWC,
+                            "channels-last activations need cuDNN's convolutions");
+    if (rc)
+        return rc;
 
     t_transpose(2, 3, 5);
     t_transpose(3, 37, 45); /* neither side a multiple of the tile */
@@ -429,7 +368,6 @@ int main(void)
 
     printf("worst NHWC vs NCHW: batchnorm sums %.2e normalised, mean/invstd %d ulp\n", g_worst_sums,
            g_worst_ulps);
-    printf("test_cuda_layout: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_layout");
 #endif
 }

@@ -2,8 +2,8 @@
  * test_cuda_nhwc_conv.c - the CUDA backend's cuDNN convolutions on channels-last activations
  * (backend.h set_layout(DDP_LAYOUT_NHWC)) against its NCHW path on the same data permuted
  * (suite gpu; suite twin on the GPU twin). Exit 0 pass, 1 fail, 77 skipped: no CUDA in this
- * build or no usable GPU (unless DDP_GPU_REQUIRE=1: then those fail), or no cuDNN (unless
- * DDP_TEST_CONV_PATH=cudnn: then that fails).
+ * build, no usable GPU or no cuDNN, unless DDP_GPU_REQUIRE=1: then each of those fails (no
+ * cuDNN also with DDP_TEST_CONV_PATH=cudnn).
  *
  * Each case runs conv2d_fwd, conv2d_relu_fwd and conv2d_bwd (dinp; dw and db added onto
  * nonzero values) once in NCHW and once in NHWC, the NHWC tensors being the NCHW ones
@@ -22,20 +22,10 @@
  *
  * Dimension letters as in backend.h.
  */
-#include "ddp_build.h"
-
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#define GPU_TEST_SEED 0x9e3779b97f4a7c15ULL
+#include "gpu_test.h"
 
 #if HAVE_CUDA
 
@@ -44,20 +34,7 @@
 #define TOL_FP32 1e-5 /* normalised error, NHWC vs NCHW, fp32 */
 #define TOL_TF32 5e-3 /* the same under tf32 (as test_cuda_ops's tf32 limit) */
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
 static double g_worst[2]; /* the largest error measured, fp32 and tf32 */
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
-
-static float *rnd(size_t n, float scale)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        x[i] =
-            (float)(((double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0 * 2 - 1) * scale);
-    return x;
-}
 
 /* out (B, S, C) = inp (B, C, S) when to_nhwc, else out (B, C, S) = inp (B, S, C). */
 static void permute(float *out, const float *inp, int B, int C, int S, int to_nhwc)
@@ -172,19 +149,11 @@ static int run_layout(const struct tcase *t, int nhwc, const struct tdata *in, s
 static void check(const char *op, const char *shape, const float *got, const float *want, size_t n,
                   double tol, int exact, int tf32)
 {
-    double d = 0, s = 0;
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double e = (double)got[i] - want[i];
-        d += e * e;
-        s += (double)want[i] * want[i];
-        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    }
-    const double err = s > 0 ? sqrt(d / s) : sqrt(d);
+    size_t differ;
+    const double err = gt_nerr(got, want, n, &differ);
     const int ok = isfinite(err) && (exact ? differ == 0 : err <= tol);
     g_worst[tf32] = err > g_worst[tf32] ? err : g_worst[tf32];
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     if (exact)
         printf("%-4s %-24s %s n=%zu: %zu differ (bit for bit)\n", ok ? "ok" : "FAIL", op, shape, n,
                differ);
@@ -201,12 +170,12 @@ static void t_case(const struct tcase *t, int tf32)
     const int OW = (t->W + 2 * t->pad - t->k) / t->stride + 1;
     const size_t ni = (size_t)t->B * t->C * t->H * t->W, no = (size_t)t->B * t->O * OH * OW;
     const size_t nw = (size_t)t->O * t->C * t->k * t->k;
-    struct tdata in = {.x = rnd(ni, 1),
-                       .w = rnd(nw, 0.2f),
-                       .b = rnd((size_t)t->O, 0.1f),
-                       .dy = rnd(no, 1),
-                       .dw0 = rnd(nw, 0.01f),
-                       .db0 = rnd((size_t)t->O, 0.01f)};
+    struct tdata in = {.x = gt_rnd(ni, 1),
+                       .w = gt_rnd(nw, 0.2f),
+                       .b = gt_rnd((size_t)t->O, 0.1f),
+                       .dy = gt_rnd(no, 1),
+                       .dw0 = gt_rnd(nw, 0.01f),
+                       .db0 = gt_rnd((size_t)t->O, 0.01f)};
     struct tdata a = {0}, b = {0};
     char shape[128];
     snprintf(shape, sizeof shape, "%s B%d/%d C%d %dx%d O%d k%d s%d p%d%s",
@@ -243,8 +212,7 @@ static const struct tcase g_cases[] = {
 /* One check of a condition; detail printed when it fails. */
 static void check_true(const char *what, int ok, const char *detail)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", what, detail && !ok ? ": " : "",
            detail && !ok ? detail : "");
 }
@@ -255,12 +223,12 @@ static void check_true(const char *what, int ok, const char *detail)
 static void t_choices_text(void)
 {
     static const struct tcase t = {2, 2, 2, 6, 6, 4, 3, 1, 1, 1};
-    struct tdata in = {.x = rnd(144, 1),
-                       .w = rnd(72, 0.2f),
-                       .b = rnd(4, 0.1f),
-                       .dy = rnd(288, 1),
-                       .dw0 = rnd(72, 0),
-                       .db0 = rnd(4, 0)};
+    struct tdata in = {.x = gt_rnd(144, 1),
+                       .w = gt_rnd(72, 0.2f),
+                       .b = gt_rnd(4, 0.1f),
+                       .dy = gt_rnd(288, 1),
+                       .dw0 = gt_rnd(72, 0),
+                       .db0 = gt_rnd(4, 0)};
     struct tdata out = {0};
     run_layout(&t, 1, &in, &out);
     outputs_free(&out);
@@ -326,7 +294,8 @@ static void t_conv_relu_pool(void)
         const struct tcase *t = &cases[i];
         const int OH = t->H - t->k + 1, OW = t->W - t->k + 1;
         const size_t ni = (size_t)t->B * t->C * t->H * t->W, nw = (size_t)t->O * t->C * t->k * t->k;
-        struct tdata in = {.x = rnd(ni, 1), .w = rnd(nw, 0.2f), .b = rnd((size_t)t->O, 0.1f)};
+        struct tdata in = {
+            .x = gt_rnd(ni, 1), .w = gt_rnd(nw, 0.2f), .b = gt_rnd((size_t)t->O, 0.1f)};
         float *ya, *aa, *yb, *ab;
         char shape[96];
         snprintf(shape, sizeof shape, "B%d C%d %dx%d O%d k%d pool 2%s", t->B, t->C, t->H, t->W,
@@ -363,25 +332,14 @@ static void t_all(int det, int precision)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    const int required = req && strcmp(req, "1") == 0;
 #if !HAVE_CUDA
-    printf("SKIP: this ddptrain was built without CUDA (nvcc not found at configure time)\n");
-    return required ? 1 : 77;
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
-    if (!G) {
-        printf("SKIP: no GPU: %s\n", err);
-        return required ? 1 : 77;
-    }
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line)) {
-        const char *path = getenv("DDP_TEST_CONV_PATH");
-        printf("SKIP: channels-last convolutions need cuDNN: %s\n", line);
-        return path && strcmp(path, "cudnn") == 0 ? 1 : 77;
-    }
-    printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
+    char why[DDP_ERR_LEN];
+    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, GT_NHWC,
+                            "channels-last convolutions need cuDNN");
+    if (rc)
+        return rc;
     t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_FP32); /* cuDNN's ranking, as without the trainer */
     t_all(1, DDP_PRECISION_FP32); /* timed deterministic ([train] deterministic = true) */
     t_all(0, DDP_PRECISION_FP32); /* timed, any ([train] deterministic = false) */
@@ -389,10 +347,8 @@ int main(void)
     t_all(DDP_CUDA_CONV_RANKED, DDP_PRECISION_BF16);
     t_choices_text();
     t_conv_relu_pool();
-    char why[DDP_ERR_LEN];
     G->set_layout(DDP_LAYOUT_NCHW, why, sizeof why);
     printf("largest error NHWC vs NCHW: fp32 %.2e, tf32 and bf16 %.2e\n", g_worst[0], g_worst[1]);
-    printf("test_cuda_nhwc_conv: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_nhwc_conv");
 #endif
 }

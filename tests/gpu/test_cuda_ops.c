@@ -24,27 +24,17 @@
 #include "ddp_build.h"
 
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend/backend.h"
 #include "backend/cpu_ref.h"
-#include "core/hash.h"
 #include "job/config.h"
-#include "core/util.h"
 #include "nn/model.h"
 #include "data/augment.h"
 #include "data/h5data.h"
-#include "job/config.h"
 #ifdef DDP_TEST_EMU_UNUSED
 #undef HAVE_CUDA
 #define HAVE_CUDA 1
 #endif
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
+#include "gpu_test.h"
 
 #if HAVE_CUDA
 
@@ -53,27 +43,11 @@
 
 #include "backend_args.h" /* CONV_GEOM, SGD_ARGS, ADAM_ARGS */
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G, *C;
+static const struct ddp_backend *C;     /* the CPU backend, the reference */
 static char g_conv_path[24] = "im2col"; /* the convolution path under test */
 static int g_conv_det = 1;              /* its algorithms are deterministic */
 
 /* ---- data -------------------------------------------------------------------------------- */
-
-static uint64_t g_rng = 0x243f6a8885a308d3ULL;
-
-static double urand(void) /* [0, 1) */
-{
-    return (double)(ddp_splitmix64(&g_rng) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static float *rnd(size_t n, float scale)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((2 * urand() - 1) * scale);
-    return x;
-}
 
 static float *copy_f(const float *x, size_t n)
 {
@@ -90,24 +64,14 @@ static double *to_f64(const float *x, size_t n)
     return y;
 }
 
-static void *dev_of(const void *host, size_t bytes)
-{
-    void *d = G->alloc(bytes);
-    if (bytes)
-        G->upload(d, host, bytes);
-    return d;
-}
-
 static float *dev_f(const float *host, size_t n)
 {
-    return dev_of(host, sizeof(float) * n);
+    return gt_up(host, sizeof(float) * n);
 }
 
 static float *host_of(const float *dev, size_t n)
 {
-    float *h = ddp_malloc(sizeof(float) * (n ? n : 1));
-    G->download(h, dev, sizeof(float) * n);
-    return h;
+    return gt_down(dev, sizeof(float) * n);
 }
 
 /* ---- comparisons ------------------------------------------------------------------------- */
@@ -209,8 +173,9 @@ static void t_linear(int B, int Cin, int O)
 {
     char name[96];
     const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
-    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.1f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
+    float *dw0 = gt_rnd(nw, 0.01f), *db0 = gt_rnd((size_t)O, 0.01f);
     double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
            *dy64 = to_f64(dy, no);
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
@@ -290,7 +255,7 @@ static void t_linear(int B, int Cin, int O)
 
 static void t_elementwise(size_t n)
 {
-    float *x = rnd(n, 1), *dy = rnd(n, 1);
+    float *x = gt_rnd(n, 1), *dy = gt_rnd(n, 1);
     float *gx = dev_f(x, n), *gdy = dev_f(dy, n);
     float *cy = ddp_malloc(sizeof(float) * n), *cdx = ddp_malloc(sizeof(float) * n);
     float *gy = G->alloc(sizeof(float) * n), *gdx = G->alloc(sizeof(float) * n);
@@ -359,8 +324,9 @@ static void t_conv_ex(int B, int planB, int Cin, int H, int W, int O, int k, int
     const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  no = (size_t)B * O * OH * OW;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
-    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.2f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
+    float *dw0 = gt_rnd(nw, 0.01f), *db0 = gt_rnd((size_t)O, 0.01f);
     double *x64 = to_f64(x, ni), *w64 = to_f64(w, nw), *b64 = to_f64(b, (size_t)O),
            *dy64 = to_f64(dy, no);
     const size_t ccol = C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
@@ -503,7 +469,7 @@ static void t_pools(int B, int Cc, int H, int W, int k)
 {
     char name[96];
     const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * (H / k) * (W / k);
-    float *x = rnd(ni, 1), *dy = rnd(no, 1);
+    float *x = gt_rnd(ni, 1), *dy = gt_rnd(no, 1);
     for (size_t i = 0; i < ni; i++) /* few levels: ties, so the first-maximum rule matters */
         x[i] = roundf(x[i] * 3) / 3;
     float *gx = dev_f(x, ni), *gdy = dev_f(dy, no);
@@ -574,7 +540,7 @@ static void t_relu_pool(int B, int Cc, int H, int W, int k)
         return;
     const int OH = H / k, OW = W / k;
     const size_t ni = (size_t)B * Cc * H * W, no = (size_t)B * Cc * OH * OW;
-    float *x = rnd(ni, 1), *dy = rnd(no, 1);
+    float *x = gt_rnd(ni, 1), *dy = gt_rnd(no, 1);
     for (size_t i = 0; i < ni; i++)
         x[i] = roundf(x[i] * 3) / 3;
     float *gx = dev_f(x, ni), *gdy = dev_f(dy, no), *gr = G->alloc(sizeof(float) * ni);
@@ -634,7 +600,7 @@ static void t_conv_relu_pool(int B, int Cin, int H, int W, int O, int k, int pk)
     const int OH = H - k + 1, OW = W - k + 1;
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  na = (size_t)B * O * OH * OW, no = (size_t)B * O * (OH / pk) * (OW / pk);
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.2f), *b = gt_rnd((size_t)O, 0.1f);
     const size_t col = G->conv_plan ? G->conv_plan(B, g) : G->conv_col_elems(B, g);
     float *gcol = col ? G->alloc(sizeof(float) * col) : NULL;
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
@@ -661,7 +627,7 @@ static void t_conv_relu_pool(int B, int Cin, int H, int W, int O, int k, int pk)
 static void t_vec(size_t n, int off)
 {
     char name[96];
-    float *x = rnd(n, 1), *x2 = rnd(n, 1), *dy = rnd(n, 1);
+    float *x = gt_rnd(n, 1), *x2 = gt_rnd(n, 1), *dy = gt_rnd(n, 1);
     float *cy = ddp_malloc(sizeof(float) * n), *cd = ddp_malloc(sizeof(float) * n);
     float *bx = G->alloc(sizeof(float) * (n + 4)), *bx2 = G->alloc(sizeof(float) * (n + 4));
     float *bdy = G->alloc(sizeof(float) * (n + 4)), *by = G->alloc(sizeof(float) * (n + 4));
@@ -704,7 +670,7 @@ static void t_vec(size_t n, int off)
 static void t_vec_bias_relu(int B, int Cin, int O)
 {
     const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.5f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.1f), *b = gt_rnd((size_t)O, 0.5f);
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
     float *ga = G->alloc(sizeof(float) * (no + 4)), *gm = G->alloc(sizeof(float) * (no + 4));
     G->linear_relu_fwd(ga, gx, gw, gb, B, Cin, O);
@@ -725,7 +691,7 @@ static void t_bias_grad_rows(int B, int O)
     char name[96];
     const int Cin = 1;
     const size_t ni = (size_t)B * Cin, no = (size_t)B * O;
-    float *x = rnd(ni, 1), *w = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd((size_t)O, 0.1f), *dy = gt_rnd(no, 1);
     double *x64 = to_f64(x, ni), *w64 = to_f64(w, (size_t)O), *dy64 = to_f64(dy, no);
     float *gx = dev_f(x, ni), *gw = dev_f(w, (size_t)O), *gdy = dev_f(dy, no);
     float *cdw = ddp_malloc(sizeof(float) * O), *cdb = ddp_malloc(sizeof(float) * O);
@@ -761,19 +727,19 @@ static float *model_step(const struct ddp_backend *be, const char *layers, int B
     }
     ddp_model_init(&m, 42);
     { /* off PyTorch's init (batchnorm gamma 1, beta 0), so that no sign is a given */
-        float *p = host_of(m.params, m.nparams), *e = rnd(m.nparams, 0.5f);
+        float *p = host_of(m.params, m.nparams), *e = gt_rnd(m.nparams, 0.5f);
         for (size_t i = 0; i < m.nparams; i++)
             p[i] += e[i];
         be->upload(m.params, p, sizeof(float) * m.nparams);
         free(p), free(e);
     }
     const size_t nx = (size_t)B * 784;
-    float *x = rnd(nx, 1);
+    float *x = gt_rnd(nx, 1);
     int32_t *lab = ddp_malloc(sizeof(int32_t) * B);
     for (int i = 0; i < B; i++)
         lab[i] = i % 10;
     float *gx = dev_f(x, nx);
-    int32_t *glab = dev_of(lab, sizeof(int32_t) * B);
+    int32_t *glab = gt_up(lab, sizeof(int32_t) * B);
     const float *y = ddp_model_forward(&m, gx, B, 1, 7);
     be->xent(ddp_model_dlogits(&m), NULL, y, glab, B, 10, 1.0f / B, 0);
     ddp_model_backward(&m, gx, B, NULL, NULL);
@@ -863,8 +829,8 @@ static void t_pool_bias_chunks(void)
     const struct ddp_conv_geom *g = CONV_GEOM(Cin, H, W, O, 3, 1, 1);
     const size_t ncol = G->conv_plan(B, g), nin = (size_t)B * Cin * H * W;
     const size_t ni = (size_t)B * O * H * W, no = (size_t)B * O * (H / K) * (W / K);
-    float *x = rnd(ni, 1), *dy = rnd(no, 1), *db0 = rnd(O, 1), *cx = rnd(nin, 1);
-    float *w = rnd((size_t)O * Cin * 9, 0.1f);
+    float *x = gt_rnd(ni, 1), *dy = gt_rnd(no, 1), *db0 = gt_rnd(O, 1), *cx = gt_rnd(nin, 1);
+    float *w = gt_rnd((size_t)O * Cin * 9, 0.1f);
     float *gx = dev_f(x, ni), *gdy = dev_f(dy, no), *gy = G->alloc(4 * no), *gdx = G->alloc(4 * ni);
     float *gdx2 = G->alloc(4 * ni), *gcx = dev_f(cx, nin), *gw = dev_f(w, (size_t)O * Cin * 9);
     float *gdw = G->alloc(4 * (size_t)O * Cin * 9), *gdb = dev_f(db0, O), *gdb2 = dev_f(db0, O);
@@ -957,7 +923,8 @@ static void t_join_relu(size_t n, int off)
     char name[96];
     if (!G->add_relu_fwd || !G->relu_bwd_join)
         return;
-    float *a = rnd(n, 1), *b = rnd(n, 1), *dy = rnd(n, 1), *d0 = rnd(n, 1), *d1 = rnd(n, 1);
+    float *a = gt_rnd(n, 1), *b = gt_rnd(n, 1), *dy = gt_rnd(n, 1), *d0 = gt_rnd(n, 1),
+          *d1 = gt_rnd(n, 1);
     float *cy = ddp_malloc(sizeof(float) * n), *cg = ddp_malloc(sizeof(float) * n);
     float *ca = ddp_malloc(sizeof(float) * n), *cb = ddp_malloc(sizeof(float) * n);
     float *buf[6], *g[6]; /* a, b, dy, y, da, db */
@@ -1031,7 +998,7 @@ static void t_bn_relu(int B, int Cc, int S)
     if (!G->bn_relu_fwd_apply || !G->bn_relu_bwd_sums || !G->bn_relu_bwd_apply)
         return;
     const size_t n = (size_t)B * Cc * S, c = (size_t)Cc, c2 = 2 * c + 1;
-    float *x = rnd(n, 2), *dy = rnd(n, 1), *gamma = rnd(c, 1), *beta = rnd(c, 0.5f);
+    float *x = gt_rnd(n, 2), *dy = gt_rnd(n, 1), *gamma = gt_rnd(c, 1), *beta = gt_rnd(c, 0.5f);
     float *gx = dev_f(x, n), *gdy = dev_f(dy, n), *ggam = dev_f(gamma, c), *gbet = dev_f(beta, c);
     float *gmean = G->alloc(sizeof(float) * c), *ginv = G->alloc(sizeof(float) * c);
     dev_bn_stats(gmean, ginv, gx, B, Cc, S);
@@ -1060,7 +1027,7 @@ static void t_bn_relu(int B, int Cc, int S)
         glob[i] = glob[i] * 1.7 + 0.1;
     glob[c2 - 1] *= 2;
     G->upload(gglob, glob, sizeof(double) * c2);
-    float *dg0 = rnd(c, 0.1f), *db0 = rnd(c, 0.1f);
+    float *dg0 = gt_rnd(c, 0.1f), *db0 = gt_rnd(c, 0.1f);
     float *gdx = G->alloc(sizeof(float) * n), *gdg = dev_f(dg0, c), *gdb = dev_f(db0, c);
     float *gdxf = G->alloc(sizeof(float) * n), *gdgf = dev_f(dg0, c), *gdbf = dev_f(db0, c);
     G->bn_bwd_apply(gdx, gdg, gdb, gd, gxh, ginv, ggam, s1, gglob, B, Cc, S);
@@ -1083,7 +1050,7 @@ static void t_bn_relu(int B, int Cc, int S)
 static void t_bn_update(const double *cs, const double *gsd, int Cc)
 {
     const size_t c = (size_t)Cc;
-    float *rm = rnd(c, 1), *rv = rnd(c, 1), *mean = ddp_malloc(sizeof(float) * c),
+    float *rm = gt_rnd(c, 1), *rv = gt_rnd(c, 1), *mean = ddp_malloc(sizeof(float) * c),
           *inv = ddp_malloc(sizeof(float) * c);
     for (size_t i = 0; i < c; i++)
         rv[i] = 0.5f + rv[i] * rv[i];
@@ -1112,7 +1079,7 @@ static void t_residual_ops(int B, int Cc, int S)
 {
     char name[96];
     const size_t n = (size_t)B * Cc * S, bc = (size_t)B * Cc;
-    float *x = rnd(n, 2), *x2 = rnd(n, 2), *dy = rnd(bc, 1);
+    float *x = gt_rnd(n, 2), *x2 = gt_rnd(n, 2), *dy = gt_rnd(bc, 1);
     float *gx = dev_f(x, n), *gx2 = dev_f(x2, n), *gdy = dev_f(dy, bc);
     float *cy = ddp_malloc(sizeof(float) * n), *cdx = ddp_malloc(sizeof(float) * n);
     float *gy = G->alloc(sizeof(float) * n), *gdx = G->alloc(sizeof(float) * n);
@@ -1141,7 +1108,8 @@ static void t_batchnorm(int B, int Cc, int S)
 {
     char name[96];
     const size_t n = (size_t)B * Cc * S, c2 = 2 * (size_t)Cc + 1; /* sums and the count */
-    float *x = rnd(n, 2), *dy = rnd(n, 1), *gamma = rnd((size_t)Cc, 1), *beta = rnd((size_t)Cc, 1);
+    float *x = gt_rnd(n, 2), *dy = gt_rnd(n, 1), *gamma = gt_rnd((size_t)Cc, 1),
+          *beta = gt_rnd((size_t)Cc, 1);
     for (size_t i = 0; i < n; i++)
         x[i] += 0.5f; /* a mean away from 0 */
     float *gx = dev_f(x, n), *gdy = dev_f(dy, n), *ggam = dev_f(gamma, (size_t)Cc),
@@ -1187,7 +1155,7 @@ static void t_batchnorm(int B, int Cc, int S)
     double *gglob = G->alloc(sizeof(double) * c2), *gcs = G->alloc(sizeof(double) * c2);
     G->upload(gglob, glob, sizeof(double) * c2);
     G->upload(gcs, cs, sizeof(double) * c2);
-    float *dg0 = rnd((size_t)Cc, 0.1f), *db0 = rnd((size_t)Cc, 0.1f);
+    float *dg0 = gt_rnd((size_t)Cc, 0.1f), *db0 = gt_rnd((size_t)Cc, 0.1f);
     float *cdx = ddp_malloc(sizeof(float) * n), *cdg = copy_f(dg0, (size_t)Cc),
           *cdb = copy_f(db0, (size_t)Cc);
     float *gdx = G->alloc(sizeof(float) * n), *gdg = dev_f(dg0, (size_t)Cc),
@@ -1237,7 +1205,7 @@ static void t_batchnorm(int B, int Cc, int S)
 static void t_sumsq(size_t n)
 {
     char name[64];
-    float *x = rnd(n, 9), *gx = dev_f(x, n);
+    float *x = gt_rnd(n, 9), *gx = dev_f(x, n);
     double c = C->sumsq(x, n), g = G->sumsq(gx, n);
     snprintf(name, sizeof name, "sumsq n%zu", n);
     check_d(name, &g, &c, 1);
@@ -1255,7 +1223,7 @@ static void t_clip(size_t n)
         g_fail++;
         return;
     }
-    float *g = rnd(n, 1), *gg = dev_f(g, n), *p = rnd(n, 1);
+    float *g = gt_rnd(n, 1), *gg = dev_f(g, n), *p = gt_rnd(n, 1);
     const float grad_scale = 0.5f;
     const double norm = sqrt(G->sumsq(gg, n)) * (double)grad_scale;
     const double maxes[2] = {0.25 * norm, 4 * norm};
@@ -1305,7 +1273,7 @@ static void t_u8_to_float(int B, int Cc, int H, int W, int nchan)
     const size_t S = (size_t)H * W, n = (size_t)B * Cc * S;
     uint8_t *u = ddp_malloc(n);
     for (size_t i = 0; i < n; i++)
-        u[i] = i < 256 ? (uint8_t)i : (uint8_t)(urand() * 256);
+        u[i] = i < 256 ? (uint8_t)i : (uint8_t)(gt_uniform() * 256);
     struct ddp_augment a;
     memset(&a, 0, sizeof a);
     a.C = Cc;
@@ -1313,8 +1281,8 @@ static void t_u8_to_float(int B, int Cc, int H, int W, int nchan)
     a.W = W;
     a.nchan = nchan;
     for (int c = 0; c < nchan; c++) { /* torchvision's usual statistics and odd ones */
-        a.mean[c] = c == 0 ? 0.2860f : (float)(0.1 + urand() * 0.8);
-        a.std[c] = c == 0 ? 0.3530f : (float)(0.05 + urand() * 0.5);
+        a.mean[c] = c == 0 ? 0.2860f : (float)(0.1 + gt_uniform() * 0.8);
+        a.std[c] = c == 0 ? 0.3530f : (float)(0.05 + gt_uniform() * 0.5);
     }
     float *cpu = ddp_malloc(sizeof(float) * n), *scratch = ddp_malloc(sizeof(float) * Cc * S);
     int64_t *idx = ddp_calloc((size_t)B, sizeof *idx);
@@ -1326,7 +1294,7 @@ static void t_u8_to_float(int B, int Cc, int H, int W, int nchan)
         g_fail++;
         printf("FAIL %-34s the backend has no u8_to_float\n", name);
     } else {
-        uint8_t *gu = dev_of(u, n);
+        uint8_t *gu = gt_up(u, n);
         float *gout = G->alloc(sizeof(float) * n);
         G->u8_to_float(gout, gu, n, Cc, (int)S, a.nchan, a.mean, a.std);
         check(name, gout, cpu, NULL, n, 1);
@@ -1343,10 +1311,10 @@ static void t_xent(int B, int K, float smoothing)
 {
     char name[96];
     const size_t n = (size_t)B * K;
-    float *z = rnd(n, 5);
+    float *z = gt_rnd(n, 5);
     int32_t *y = ddp_malloc(sizeof(int32_t) * (size_t)B);
     for (int i = 0; i < B; i++)
-        y[i] = (int32_t)(urand() * K);
+        y[i] = (int32_t)(gt_uniform() * K);
     if (K > 3) { /* a tie for the maximum in row 0: the first one counts */
         z[1] = z[3] = 100;
         y[0] = 1;
@@ -1356,7 +1324,7 @@ static void t_xent(int B, int K, float smoothing)
         y[1] = 2; /* not the first maximum: wrong */
     }
     float *gz = dev_f(z, n);
-    int32_t *gy = dev_of(y, sizeof(int32_t) * (size_t)B);
+    int32_t *gy = gt_up(y, sizeof(int32_t) * (size_t)B);
     float *cd = ddp_malloc(sizeof(float) * n), *gd = G->alloc(sizeof(float) * n);
     int64_t cc = -1, gc = -1;
     const float scale = 1.0f / (float)B;
@@ -1393,7 +1361,7 @@ static void t_xent(int B, int K, float smoothing)
 static void t_optim(size_t n)
 {
     char name[96];
-    float *p = rnd(n, 1), *g = rnd(n, 1);
+    float *p = gt_rnd(n, 1), *g = gt_rnd(n, 1);
     float *gg = dev_f(g, n);
     for (int nesterov = 0; nesterov <= 1; nesterov++) {
         float *cp = copy_f(p, n), *cb = ddp_malloc(sizeof(float) * n);
@@ -1499,8 +1467,8 @@ static void t_graph(int B, int Cin, int O)
         return;
     }
     const size_t nw = (size_t)O * Cin, no = (size_t)B * O;
-    float *x = rnd((size_t)B * Cin, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f),
-          *dy = rnd(no, 1);
+    float *x = gt_rnd((size_t)B * Cin, 1), *w = gt_rnd(nw, 0.1f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
     struct graph_case cc, gu, gc;
     graph_case_make(C, &cc, x, w, b, dy, B, Cin, O);
     graph_case_make(G, &gu, x, w, b, dy, B, Cin, O);
@@ -1555,7 +1523,7 @@ static void t_tf32(void)
     }
     const int B = 64, Cin = 512, O = 128;
     const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.1f), *b = gt_rnd((size_t)O, 0.1f);
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O);
     float *cy = ddp_malloc(sizeof(float) * no), *gy = G->alloc(sizeof(float) * no);
     C->linear_fwd(cy, x, w, b, B, Cin, O);
@@ -1591,27 +1559,11 @@ static void t_tf32(void)
 #define TOL_BF16_EXACT 1e-5
 #define TOL_BF16 1e-2
 
-/* x rounded to bf16 (round to nearest, ties to even), as a float; written independently of
- * the backend's conversion. */
-static float bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return x;
-    const uint32_t low = u & 0xffffu, half = 0x8000u;
-    u &= 0xffff0000u;
-    if (low > half || (low == half && (u & 0x10000u)))
-        u += 0x10000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 static float *bf16_copy(const float *x, size_t n)
 {
     float *y = ddp_malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++)
-        y[i] = bf16_round(x[i]);
+        y[i] = gt_bf16_round(x[i]);
     return y;
 }
 
@@ -1642,8 +1594,9 @@ static void t_linear_bf16(int B, int Cin, int O)
 {
     char name[96];
     const size_t ni = (size_t)B * Cin, nw = (size_t)O * Cin, no = (size_t)B * O;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.1f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
-    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.1f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
+    float *dw0 = gt_rnd(nw, 0.01f), *db0 = gt_rnd((size_t)O, 0.01f);
     float *xr = bf16_copy(x, ni), *wr = bf16_copy(w, nw), *dyr = bf16_copy(dy, no);
     float *gx = dev_f(x, ni), *gw = dev_f(w, nw), *gb = dev_f(b, (size_t)O), *gdy = dev_f(dy, no);
     float *cy = ddp_malloc(sizeof(float) * no), *cyr = ddp_malloc(sizeof(float) * no);
@@ -1681,8 +1634,9 @@ static void t_conv_bf16(int B, int Cin, int H, int W, int O, int k, int stride, 
     const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  no = (size_t)B * O * OH * OW;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
-    float *dw0 = rnd(nw, 0.01f), *db0 = rnd((size_t)O, 0.01f);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.2f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
+    float *dw0 = gt_rnd(nw, 0.01f), *db0 = gt_rnd((size_t)O, 0.01f);
     float *xr = bf16_copy(x, ni), *wr = bf16_copy(w, nw), *dyr = bf16_copy(dy, no);
     const size_t ccol = C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad));
     float *ccolb = ddp_malloc(sizeof(float) * ccol);
@@ -1729,7 +1683,8 @@ static void t_conv_bf16_dnn(int B, int Cin, int H, int W, int O, int k, int stri
     const int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
     const size_t ni = (size_t)B * Cin * H * W, nw = (size_t)O * Cin * k * k,
                  no = (size_t)B * O * OH * OW;
-    float *x = rnd(ni, 1), *w = rnd(nw, 0.2f), *b = rnd((size_t)O, 0.1f), *dy = rnd(no, 1);
+    float *x = gt_rnd(ni, 1), *w = gt_rnd(nw, 0.2f), *b = gt_rnd((size_t)O, 0.1f),
+          *dy = gt_rnd(no, 1);
     float *ccolb =
         ddp_malloc(sizeof(float) * C->conv_col_elems(B, CONV_GEOM(Cin, H, W, O, k, stride, pad)));
     float *gcolb =
@@ -1858,23 +1813,15 @@ static void t_batchnorm_group(void)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    printf("SKIP: this ddptrain was built without CUDA (nvcc not found at configure time)\n");
-    return req && strcmp(req, "1") == 0 ? 1 : 77;
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN];
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    G = ddp_backend_cuda(0, 0, err, sizeof err);
-    if (!G) {
-        printf("SKIP: no GPU: %s\n", err);
-        return req && strcmp(req, "1") == 0 ? 1 : 77;
-    }
+    const int rc = gt_start(DDP_PRECISION_FP32, GT_ANY_CONV, 0, NULL);
+    if (rc)
+        return rc;
     C = ddp_backend_cpu();
     if (C->set_threads)
         C->set_threads(4);
-    printf("GPU: %s; %s\n", ddp_cuda_device_string(), ddp_cuda_version_string());
 
     if (!select_groups())
         return 1;
@@ -1953,7 +1900,6 @@ int main(void)
         t_tf32();
     if (want("bf16"))
         t_bf16();
-    printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_ops");
 #endif
 }

@@ -18,58 +18,16 @@
  *
  * Dimension letters as in backend.h.
  */
-#include "ddp_build.h"
+#define GPU_TEST_SEED 0x9e3779b97f4a7c15ULL
+#include "gpu_test.h"
 
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "backend/backend.h"
-#include "core/hash.h"
-#include "core/util.h"
 #include "nn/model.h"
-#if HAVE_CUDA
-#include "backend/cuda.h"
-#endif
 
 #include "backend_args.h" /* CONV_GEOM */
 
 #if HAVE_CUDA
 
-static int g_fail, g_checks;
-static const struct ddp_backend *G;
 static int g_nhwc, g_bf16; /* the layout and storage in force */
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
-
-/* f rounded to bf16, nearest even (f finite), as the bits stored. */
-static uint16_t bf_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float f_of(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* n values uniform in (-scale, scale) plus shift, bf16-representable. */
-static float *rnd(size_t n, float scale, float shift)
-{
-    float *x = ddp_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        const double u = (double)(ddp_splitmix64(&g_rng) >> 11) / 9007199254740992.0;
-        x[i] = f_of(bf_of((float)((2 * u - 1) * scale) + shift));
-    }
-    return x;
-}
 
 /* Bytes of n activations in the storage in force. */
 static size_t abytes(size_t n)
@@ -87,7 +45,7 @@ static float *act_up(const float *x, size_t n)
     }
     uint16_t *b = ddp_malloc(2 * (n ? n : 1));
     for (size_t i = 0; i < n; i++)
-        b[i] = bf_of(x[i]);
+        b[i] = gt_bf16_bits(x[i]);
     G->upload(d, b, 2 * n);
     free(b);
     return d;
@@ -102,8 +60,7 @@ static float *f32_up(const float *x, size_t n)
 
 static void verdict(int ok, const char *what, const char *shape, const char *how)
 {
-    g_checks++;
-    g_fail += !ok;
+    gt_count(ok);
     printf("%-4s %s %s %-34s %-22s %s\n", ok ? "ok" : "FAIL", g_nhwc ? "NHWC" : "NCHW",
            g_bf16 ? "bf16" : "fp32", what, shape, how);
 }
@@ -127,8 +84,9 @@ static void t_op(int B, int C, int H, int W, int k)
     const size_t ni = (size_t)B * C * H * W, no = (size_t)B * C * (H / k) * (W / k);
     const struct ddp_conv_geom *g = CONV_GEOM(1, H, W, C, 1, 1, 0); /* out (B, C, H, W) */
     const size_t ncol = G->conv_plan(B, g), nin = (size_t)B * H * W;
-    float *x = rnd(ni, 1, 0.4f), *dy = rnd(no, 1, 0), *db0 = rnd((size_t)C, 0.5f, 0);
-    float *cx = rnd(nin, 1, 0), *w = rnd((size_t)C, 1, 0);
+    float *x = gt_rnd_bf16(ni, 1, 0.4f), *dy = gt_rnd_bf16(no, 1, 0),
+          *db0 = gt_rnd_bf16((size_t)C, 0.5f, 0);
+    float *cx = gt_rnd_bf16(nin, 1, 0), *w = gt_rnd_bf16((size_t)C, 1, 0);
     float *gx = act_up(x, ni), *gdy = act_up(dy, no), *gy = act_up(dy, no);
     float *gdx = G->alloc(abytes(ni) + 4), *gdx2 = G->alloc(abytes(ni) + 4);
     float *gcx = act_up(cx, nin), *gcdx = G->alloc(abytes(nin) + 4), *gw = f32_up(w, (size_t)C);
@@ -170,7 +128,7 @@ static float *model_grads(const struct ddp_backend *be, const char *layers, int 
     ddp_model_init(&m, 42);
     const uint64_t rng = g_rng;
     g_rng = 0x1234;
-    float *x = rnd((size_t)B * 784, 1, 0);
+    float *x = gt_rnd_bf16((size_t)B * 784, 1, 0);
     g_rng = rng;
     int32_t lab[64];
     for (int i = 0; i < B; i++)
@@ -235,51 +193,33 @@ static void t_all(void)
 /* Layout nhwc and storage bf16 in force, or exit failing. */
 static void set(int nhwc, int bf16)
 {
-    char err[DDP_ERR_LEN];
-    if (G->set_layout(nhwc ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW, err, sizeof err) != 0 ||
-        G->set_act_type(bf16 ? DDP_ACT_BF16 : DDP_ACT_FP32, err, sizeof err) != 0) {
-        printf("FAIL set_layout/set_act_type: %s\n", err);
-        exit(1);
-    }
+    gt_layout(nhwc ? DDP_LAYOUT_NHWC : DDP_LAYOUT_NCHW);
+    gt_storage(bf16);
     g_nhwc = nhwc;
     g_bf16 = bf16;
 }
 
 #endif /* HAVE_CUDA */
 
-/* 77 (skipped) or, with DDP_GPU_REQUIRE=1, 1 (failed), after saying why. */
-static int skip(const char *why)
-{
-    const char *req = getenv("DDP_GPU_REQUIRE");
-    printf("SKIP: %s\n", why);
-    return req && strcmp(req, "1") == 0 ? 1 : 77;
-}
-
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
 #if !HAVE_CUDA
-    return skip("this ddptrain was built without CUDA (nvcc not found at configure time)");
+    return gt_skip(GT_NO_CUDA);
 #else
-    char err[DDP_ERR_LEN], line[480];
-    G = ddp_backend_cuda(0, DDP_PRECISION_FP32, err, sizeof err);
-    if (!G)
-        return skip(err);
-    printf("GPU: %s\n", ddp_cuda_device_string());
-    if (!ddp_cuda_conv_path(1, DDP_CUDA_CONV_RANKED, line, sizeof line) || !G->set_act_type)
-        return skip("the fused bias gradient's bits are those of cuDNN's convolution path");
+    const int rc = gt_start(DDP_PRECISION_FP32, DDP_CUDA_CONV_RANKED, GT_ACT16 | GT_NHWC,
+                            "the fused bias gradient's bits are those of cuDNN's convolution path");
+    if (rc)
+        return rc;
     if (!G->maxpool_relu_bwd_db) {
         printf("FAIL the CUDA backend has no maxpool_relu_bwd_db\n");
         return 1;
     }
-    printf("convolutions: %s\n", line);
     for (int nhwc = 0; nhwc < 2; nhwc++)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             set(nhwc, bf16);
             t_all();
         }
     set(0, 0);
-    printf("test_cuda_pool_bias: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return gt_report("test_cuda_pool_bias");
 #endif
 }
