@@ -11,7 +11,9 @@
  *   dlopen.cu       the cuBLAS and cuDNN symbol tables and the loader that fills both
  *   blas.cu         bf16 operand casts and GEMMs, linear (+ relu) forward and backward
  *   conv.cu         conv2d: im2col + cuBLAS; the path choice and the table's conv entries
- *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the report
+ *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the choices
+ *                   as text (rank 0's, a checkpoint's)
+ *   conv_dnn_report.cu  the plans in words: the run log's and check's lines
  *   normpool.cu     batchnorm, max/avg pools, global average pool, add
  *   layout.cu       channels-last activations: to_nhwc / to_nchw, the (B, H, W, C) kernels of
  *                   the pools and gap, per-channel column sums (batchnorm, bias gradients)
@@ -615,6 +617,11 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
                     const struct conv_geom *q, int relu);
 void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *dout,
                     const float *inp, const float *w, int B, const struct conv_geom *q);
+/* The names the report (conv_dnn_report.cu) and the messages give: a direction ("forward",
+ * "backward data", "backward filter"), a plan's layout and storage ("", " NHWC", " bf16 data",
+ * " NHWC bf16 data"). */
+extern const char *const dnn_dir_names[DNN_DIRS];
+const char *dnn_layout_tag(int layout, int act16);
 #endif
 
 /* normpool.cu, loss_optim.cu */
