@@ -51,12 +51,14 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "cuda_bf16.h"
 #include "cudnn.h"
+#include "cudnn_internal.h"
 #include "twin.h"
 
 struct cudnnContext {
@@ -82,28 +84,8 @@ struct cudnnConvolutionStruct {
 namespace
 {
 
-/* One convolution's shape, from its descriptors, checked for consistency. */
-struct Geom {
-    int N, C, H, W, O, R, S, ph, pw, u, v, OH, OW;
-    bool nhwc; /* x, y and the filter channels-last (all three, or none: geom_of) */
-    bool bf16; /* x, y and the filter bf16 (all three, or none: geom_of) */
-    size_t esz() const /* bytes of one value of x, y or the filter */
-    {
-        return bf16 ? 2 : 4;
-    }
-    size_t P() const
-    {
-        return (size_t)OH * OW;
-    }
-    size_t CKK() const
-    {
-        return (size_t)C * R * S;
-    }
-    size_t col_bytes() const
-    {
-        return 4 * CKK() * P();
-    }
-};
+using twin_dnn::Geom;
+using twin_dnn::Variant;
 
 /* CUDNN_STATUS_BAD_PARAM for shapes that do not fit together; CUDNN_STATUS_NOT_SUPPORTED for
  * a mix of formats (the twin computes all-NCHW or all-NHWC; cuDNN's algorithms take only some
@@ -114,8 +96,20 @@ cudnnStatus_t geom_of(const cudnnTensorStruct *x, const cudnnFilterStruct *f,
 {
     if (!x || !f || !cv || !y || !cv->set || x->n <= 0 || f->k <= 0 || x->c != f->c)
         return CUDNN_STATUS_BAD_PARAM;
-    *g = Geom{x->n,   x->c,   x->h,  x->w,  f->k, f->h, f->w,
-              cv->ph, cv->pw, cv->u, cv->v, 0,    0,    x->f == CUDNN_TENSOR_NHWC,
+    *g = Geom{x->n,
+              x->c,
+              x->h,
+              x->w,
+              f->k,
+              f->h,
+              f->w,
+              cv->ph,
+              cv->pw,
+              cv->u,
+              cv->v,
+              0,
+              0,
+              x->f == CUDNN_TENSOR_NHWC,
               x->t == CUDNN_DATA_BFLOAT16};
     g->OH = (x->h + 2 * cv->ph - f->h) / cv->u + 1;
     g->OW = (x->w + 2 * cv->pw - f->w) / cv->v + 1;
@@ -345,8 +339,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
 {
     /* NCHW_VECT_C needs int8x4 data: BAD_PARAM for float and bf16, as cuDNN's */
     if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) ||
-        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || n <= 0 || c <= 0 || h <= 0 ||
-        w <= 0)
+        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || n <= 0 || c <= 0 || h <= 0 || w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
     if ((int64_t)n * c * h * w > INT32_MAX) /* cuDNN's 2^31 - 1 values per tensor */
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -367,8 +360,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
                                          cudnnTensorFormat_t f, int k, int c, int h, int w)
 {
     if (!d || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) ||
-        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || k <= 0 || c <= 0 || h <= 0 ||
-        w <= 0)
+        (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16) || k <= 0 || c <= 0 || h <= 0 || w <= 0)
         return CUDNN_STATUS_BAD_PARAM;
     *d = cudnnFilterStruct{k, c, h, w, f, t};
     return CUDNN_STATUS_SUCCESS;
@@ -498,23 +490,21 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
 
 } /* extern "C" */
 
-namespace
-{
-
 /* Workspace bytes of an algorithm (the twin's rule: the one-sample im2col matrix or none);
  * -1 for an algorithm the twin does not have. */
-long long fwd_ws(const Geom &g, int algo)
+long long twin_dnn::fwd_ws(const Geom &g, int algo)
 {
     return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ? (long long)g.col_bytes()
            : algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM       ? 0
                                                                     : -1;
 }
-long long bwd_ws(const Geom &g, int algo) /* data and filter alike */
+long long twin_dnn::bwd_ws(const Geom &g, int algo) /* data and filter alike */
 {
     return algo == 1 ? (long long)g.col_bytes() : algo == 0 ? 0 : -1;
 }
 
-} // namespace
+using twin_dnn::bwd_ws;
+using twin_dnn::fwd_ws;
 
 extern "C" {
 
@@ -573,6 +563,226 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
 
 /* ---- the convolutions ---- */
 
+} /* extern "C" */
+
+namespace
+{
+
+/* p (n floats) rounded to tf32 (10 mantissa bits, to nearest even: what a tensor core reads)
+ * into buf when tf32 (p may be buf's data); else p itself. */
+const float *tf32_of(const float *p, size_t n, bool tf32, std::vector<float> &buf)
+{
+    if (!tf32)
+        return p;
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        if ((u & 0x7f800000u) != 0x7f800000u) /* finite: the 13 low bits rounded away */
+            u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+        memcpy(&r[i], &u, 4);
+    }
+    buf.swap(r);
+    return buf.data();
+}
+
+/* A gemm over the reduction's terms [k0, k1) into out (beta 0: overwrite, 1: add). */
+using PartGemm = std::function<void(int k0, int k1, float beta, float *out)>;
+
+/* out (n values) = the reduction over [0, K) summed by gemm: one part, or two split at cut
+ * (cut_mid: at the middle of the range) when that lies inside; halves (the graph's knob 2):
+ * the halves [0, K/2) and [K/2, K) each summed so, into out and a second buffer, added at the
+ * end (another rounding). */
+void reduce(const PartGemm &gemm, float *out, size_t n, int K, bool cut_mid, int cut, bool halves)
+{
+    auto sum = [&](int k0, int k1, float *o) {
+        const int c = cut_mid ? k0 + (k1 - k0) / 2 : cut;
+        if (c > k0 && c < k1) {
+            gemm(k0, c, 0.0f, o);
+            gemm(c, k1, 1.0f, o);
+        } else
+            gemm(k0, k1, 0.0f, o);
+    };
+    if (!halves || K < 2)
+        return sum(0, K, out);
+    std::vector<float> second(n);
+    sum(0, K / 2, out);
+    sum(K / 2, K, second.data());
+    for (size_t i = 0; i < n; i++)
+        out[i] += second[i];
+}
+
+/* Queue body on h's stream as v.call; with a cost (v.cost_ms >= 0) the device clock advances
+ * by that cost instead of body's CPU time. */
+cudaError_t queue(cudnnHandle_t h, const Variant &v, const std::function<void()> &body)
+{
+    if (v.cost_ms < 0)
+        return twin::enqueue(h->stream, v.call, body);
+    const double ms = v.cost_ms;
+    return twin::enqueue(h->stream, v.call, [ms, body] { twin::run_at_cost(ms, body); });
+}
+
+} // namespace
+
+/* y = alpha * conv(x, w) + beta * y */
+cudnnStatus_t twin_dnn::conv_fwd(cudnnHandle_t h, const Geom &g, int algo, const Variant &v,
+                                 const void *x, const void *w, void *y, void *ws, size_t ws_bytes,
+                                 float a, float b)
+{
+    const long long need = fwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
+                     {w, g.esz() * g.O * g.CKK(), "w"},
+                     {y, g.esz() * g.N * OP, "y"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, v.call, ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const void *hx0 = ops[0].host, *hw0 = ops[1].host;
+    void *hy0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
+    /* IMPLICIT_GEMM sums the reduction in two halves: deterministic, but rounded differently
+     * from IMPLICIT_PRECOMP_GEMM, as two algorithms of cuDNN are */
+    const bool mid = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, halves = v.halves;
+    const bool tf = v.tf32;
+    const size_t poison = (size_t)need;
+    e = queue(h, v, [=] {
+        poison_ws(hws, poison);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP), xb, wb, yb;
+        const size_t nx = g.N * CHW, nw = g.O * g.CKK();
+        const float *hx = tf32_of(as_float(hx0, nx, g.bf16, xb), nx, tf, xb);
+        const float *hw = tf32_of(as_float(hw0, nw, g.bf16, wb), nw, tf, wb);
+        float *hy = out_float(hy0, g.N * OP, g.bf16, b, yb);
+        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
+                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
+        const float *X = g.nhwc ? xn.data() : hx, *Wt = g.nhwc ? wn.data() : hw;
+        float *col = hws ? hws : own.data();
+        const int P = (int)g.P(), K = (int)g.CKK();
+        const PartGemm gemm = [&](int k0, int k1, float beta, float *o) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, k1 - k0, 1.0f, Wt + k0,
+                        K, col + (size_t)k0 * P, P, beta, o, P);
+        };
+        for (int i = 0; i < g.N; i++) {
+            im2col(col, X + i * CHW, g);
+            reduce(gemm, tmp.data(), OP, K, mid, 0, halves);
+            blend_to(hy + i * OP, tmp.data(), g.O, g.P(), g.nhwc, a, b);
+        }
+        store_back(hy0, yb, g.bf16);
+    });
+    return status_of(e);
+}
+
+/* dx = alpha * conv^T(dy, w) + beta * dx */
+cudnnStatus_t twin_dnn::conv_bwd_data(cudnnHandle_t h, const Geom &g, int algo, const Variant &v,
+                                      const void *w, const void *dy, void *dx, void *ws,
+                                      size_t ws_bytes, float a, float b)
+{
+    const long long need = bwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    Operand ops[] = {{w, g.esz() * g.O * g.CKK(), "w"},
+                     {dy, g.esz() * g.N * OP, "dy"},
+                     {dx, g.esz() * g.N * CHW, "dx"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, v.call, ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const void *hw0 = ops[0].host, *hdy0 = ops[1].host;
+    void *hdx0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
+    /* ALGO_0 splits the sum over output channels at a point that moves from call to call */
+    const int split = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? (int)(h->calls++ % g.O) : 0;
+    const bool halves = v.halves, tf = v.tf32;
+    const size_t poison = (size_t)need;
+    e = queue(h, v, [=] {
+        poison_ws(hws, poison);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW), wb, dyb, dxb;
+        const size_t nw = g.O * g.CKK(), ndy = g.N * OP;
+        const float *hw = tf32_of(as_float(hw0, nw, g.bf16, wb), nw, tf, wb);
+        const float *hdy = tf32_of(as_float(hdy0, ndy, g.bf16, dyb), ndy, tf, dyb);
+        float *hdx = out_float(hdx0, g.N * CHW, g.bf16, b, dxb);
+        const std::vector<float> dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc),
+                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
+        const float *DY = g.nhwc ? dyn.data() : hdy, *Wt = g.nhwc ? wn.data() : hw;
+        float *dcol = hws ? hws : own.data();
+        const int P = (int)g.P(), CKK = (int)g.CKK();
+        const float *d = nullptr;
+        /* dcol (CKK,P) = w^T (CKK,O) dy_i (O,P), the sum over output channels in parts */
+        const PartGemm gemm = [&](int k0, int k1, float beta, float *o) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, k1 - k0, 1.0f,
+                        Wt + (size_t)k0 * CKK, CKK, d + (size_t)k0 * P, P, beta, o, P);
+        };
+        for (int i = 0; i < g.N; i++) {
+            d = DY + i * OP;
+            reduce(gemm, dcol, g.CKK() * g.P(), g.O, false, split, halves);
+            memset(tmp.data(), 0, 4 * CHW);
+            col2im_add(tmp.data(), dcol, g);
+            blend_to(hdx + i * CHW, tmp.data(), g.C, (size_t)g.H * g.W, g.nhwc, a, b);
+        }
+        store_back(hdx0, dxb, g.bf16);
+    });
+    return status_of(e);
+}
+
+/* dw = alpha * sum over samples of dy_i col_i^T + beta * dw */
+cudnnStatus_t twin_dnn::conv_bwd_filter(cudnnHandle_t h, const Geom &g, int algo, const Variant &v,
+                                        const void *x, const void *dy, void *dw, void *ws,
+                                        size_t ws_bytes, float a, float b)
+{
+    const long long need = bwd_ws(g, algo);
+    if (need < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
+    const size_t nw = (size_t)g.O * g.CKK();
+    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
+                     {dy, g.esz() * g.N * OP, "dy"},
+                     {dw, g.esz() * nw, "dw"},
+                     {ws, (size_t)need, "workSpace"}};
+    cudaError_t e = cudaSuccess;
+    if (!translate(h, v.call, ops, 4, (size_t)need, ws_bytes, &e))
+        return status_of(e);
+    const void *hx0 = ops[0].host, *hdy0 = ops[1].host;
+    void *hdw0 = ops[2].host;
+    float *hws = (float *)ops[3].host;
+    /* ALGO_0 sums the samples starting at one that moves from call to call */
+    const int first = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? (int)(h->calls++ % g.N) : 0;
+    const bool halves = v.halves, tf = v.tf32;
+    const size_t poison = (size_t)need;
+    e = queue(h, v, [=] {
+        poison_ws(hws, poison);
+        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw), xb, dyb, dwb;
+        const size_t nx = g.N * CHW, ndy = g.N * OP;
+        const float *hx = tf32_of(as_float(hx0, nx, g.bf16, xb), nx, tf, xb);
+        const float *hdy = tf32_of(as_float(hdy0, ndy, g.bf16, dyb), ndy, tf, dyb);
+        float *hdw = out_float(hdw0, nw, g.bf16, b, dwb);
+        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
+                                 dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc);
+        const float *X = g.nhwc ? xn.data() : hx, *DY = g.nhwc ? dyn.data() : hdy;
+        float *col = hws ? hws : own.data();
+        const int P = (int)g.P(), CKK = (int)g.CKK();
+        /* the samples [j0, j1) in order from first: acc (O,CKK) += dy_i (O,P) col_i^T (P,CKK) */
+        const PartGemm gemm = [&](int j0, int j1, float beta, float *o) {
+            for (int j = j0; j < j1; j++) {
+                const int i = (first + j) % g.N;
+                im2col(col, X + i * CHW, g);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.O, CKK, P, 1.0f, DY + i * OP,
+                            P, col, P, j > j0 ? 1.0f : beta, o, CKK);
+            }
+        };
+        reduce(gemm, acc.data(), nw, g.N, false, 0, halves);
+        for (int o = 0; o < g.O; o++) /* (C, R*S) per output channel; (R*S, C) when NHWC */
+            blend_to(hdw + (size_t)o * CKK, acc.data() + (size_t)o * CKK, g.C, (size_t)g.R * g.S,
+                     g.nhwc, a, b);
+        store_back(hdw0, dwb, g.bf16);
+    });
+    return status_of(e);
+}
+
+extern "C" {
+
 /* y = alpha * conv(x, w) + beta * y */
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                                       const cudnnTensorDescriptor_t xd, const void *x,
@@ -586,48 +796,8 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
         return CUDNN_STATUS_BAD_PARAM;
     if (const cudnnStatus_t st_ = geom_of(xd, wd, cv, yd, &g); st_ != CUDNN_STATUS_SUCCESS)
         return st_;
-    const long long need = fwd_ws(g, algo);
-    if (need < 0)
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
-    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
-                     {w, g.esz() * g.O * g.CKK(), "w"},
-                     {y, g.esz() * g.N * OP, "y"},
-                     {ws, (size_t)need, "workSpace"}};
-    cudaError_t e = cudaSuccess;
-    if (!translate(h, "cudnnConvolutionForward", ops, 4, (size_t)need, ws_bytes, &e))
-        return status_of(e);
-    const float a = *(const float *)alpha, b = *(const float *)beta;
-    const void *hx0 = ops[0].host, *hw0 = ops[1].host;
-    void *hy0 = ops[2].host;
-    float *hws = (float *)ops[3].host;
-    /* IMPLICIT_GEMM sums the reduction in two halves: deterministic, but rounded differently
-     * from IMPLICIT_PRECOMP_GEMM, as two algorithms of cuDNN are */
-    const int K = (int)g.CKK(), half = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? K / 2 : 0;
-    const size_t poison = (size_t)need;
-    e = twin::enqueue(h->stream, "cudnnConvolutionForward", [=] {
-        poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(OP), xb, wb, yb;
-        const float *hx = as_float(hx0, g.N * CHW, g.bf16, xb);
-        const float *hw = as_float(hw0, g.O * g.CKK(), g.bf16, wb);
-        float *hy = out_float(hy0, g.N * OP, g.bf16, b, yb);
-        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
-                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
-        const float *X = g.nhwc ? xn.data() : hx, *Wt = g.nhwc ? wn.data() : hw;
-        float *col = hws ? hws : own.data();
-        const int P = (int)g.P();
-        for (int i = 0; i < g.N; i++) {
-            im2col(col, X + i * CHW, g);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, half ? half : K, 1.0f,
-                        Wt, K, col, P, 0.0f, tmp.data(), P);
-            if (half)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.O, P, K - half, 1.0f,
-                            Wt + half, K, col + (size_t)half * P, P, 1.0f, tmp.data(), P);
-            blend_to(hy + i * OP, tmp.data(), g.O, g.P(), g.nhwc, a, b);
-        }
-        store_back(hy0, yb, g.bf16);
-    });
-    return status_of(e);
+    return twin_dnn::conv_fwd(h, g, algo, Variant{"cudnnConvolutionForward"}, x, w, y, ws, ws_bytes,
+                              *(const float *)alpha, *(const float *)beta);
 }
 
 /* dx = alpha * conv^T(dy, w) + beta * dx */
@@ -644,50 +814,8 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
         return CUDNN_STATUS_BAD_PARAM;
     if (const cudnnStatus_t st_ = geom_of(dxd, wd, cv, dyd, &g); st_ != CUDNN_STATUS_SUCCESS)
         return st_;
-    const long long need = bwd_ws(g, algo);
-    if (need < 0)
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
-    Operand ops[] = {{w, g.esz() * g.O * g.CKK(), "w"},
-                     {dy, g.esz() * g.N * OP, "dy"},
-                     {dx, g.esz() * g.N * CHW, "dx"},
-                     {ws, (size_t)need, "workSpace"}};
-    cudaError_t e = cudaSuccess;
-    if (!translate(h, "cudnnConvolutionBackwardData", ops, 4, (size_t)need, ws_bytes, &e))
-        return status_of(e);
-    const float a = *(const float *)alpha, b = *(const float *)beta;
-    const void *hw0 = ops[0].host, *hdy0 = ops[1].host;
-    void *hdx0 = ops[2].host;
-    float *hws = (float *)ops[3].host;
-    /* ALGO_0 splits the sum over output channels at a point that moves from call to call */
-    const int split = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? (int)(h->calls++ % g.O) : 0;
-    const size_t poison = (size_t)need;
-    e = twin::enqueue(h->stream, "cudnnConvolutionBackwardData", [=] {
-        poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), tmp(CHW), wb, dyb, dxb;
-        const float *hw = as_float(hw0, g.O * g.CKK(), g.bf16, wb);
-        const float *hdy = as_float(hdy0, g.N * OP, g.bf16, dyb);
-        float *hdx = out_float(hdx0, g.N * CHW, g.bf16, b, dxb);
-        const std::vector<float> dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc),
-                                 wn = nchw_of(hw, g.O, g.C, (size_t)g.R * g.S, g.nhwc);
-        const float *DY = g.nhwc ? dyn.data() : hdy, *Wt = g.nhwc ? wn.data() : hw;
-        float *dcol = hws ? hws : own.data();
-        const int P = (int)g.P(), CKK = (int)g.CKK();
-        for (int i = 0; i < g.N; i++) {
-            const float *d = DY + i * OP;
-            /* dcol (CKK,P) = w^T (CKK,O) dy_i (O,P), in two parts when split */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, split ? split : g.O, 1.0f,
-                        Wt, CKK, d, P, 0.0f, dcol, P);
-            if (split)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, g.O - split, 1.0f,
-                            Wt + (size_t)split * CKK, CKK, d + (size_t)split * P, P, 1.0f, dcol, P);
-            memset(tmp.data(), 0, 4 * CHW);
-            col2im_add(tmp.data(), dcol, g);
-            blend_to(hdx + i * CHW, tmp.data(), g.C, (size_t)g.H * g.W, g.nhwc, a, b);
-        }
-        store_back(hdx0, dxb, g.bf16);
-    });
-    return status_of(e);
+    return twin_dnn::conv_bwd_data(h, g, algo, Variant{"cudnnConvolutionBackwardData"}, w, dy, dx,
+                                   ws, ws_bytes, *(const float *)alpha, *(const float *)beta);
 }
 
 /* dw = alpha * sum over samples of dy_i col_i^T + beta * dw */
@@ -704,49 +832,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
         return CUDNN_STATUS_BAD_PARAM;
     if (const cudnnStatus_t st_ = geom_of(xd, dwd, cv, dyd, &g); st_ != CUDNN_STATUS_SUCCESS)
         return st_;
-    const long long need = bwd_ws(g, algo);
-    if (need < 0)
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    const size_t CHW = (size_t)g.C * g.H * g.W, OP = (size_t)g.O * g.P();
-    const size_t nw = (size_t)g.O * g.CKK();
-    Operand ops[] = {{x, g.esz() * g.N * CHW, "x"},
-                     {dy, g.esz() * g.N * OP, "dy"},
-                     {dw, g.esz() * nw, "dw"},
-                     {ws, (size_t)need, "workSpace"}};
-    cudaError_t e = cudaSuccess;
-    if (!translate(h, "cudnnConvolutionBackwardFilter", ops, 4, (size_t)need, ws_bytes, &e))
-        return status_of(e);
-    const float a = *(const float *)alpha, b = *(const float *)beta;
-    const void *hx0 = ops[0].host, *hdy0 = ops[1].host;
-    void *hdw0 = ops[2].host;
-    float *hws = (float *)ops[3].host;
-    /* ALGO_0 sums the samples starting at one that moves from call to call */
-    const int first = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? (int)(h->calls++ % g.N) : 0;
-    const size_t poison = (size_t)need;
-    e = twin::enqueue(h->stream, "cudnnConvolutionBackwardFilter", [=] {
-        poison_ws(hws, poison);
-        std::vector<float> own(hws ? 0 : g.CKK() * g.P()), acc(nw), xb, dyb, dwb;
-        const float *hx = as_float(hx0, g.N * CHW, g.bf16, xb);
-        const float *hdy = as_float(hdy0, g.N * OP, g.bf16, dyb);
-        float *hdw = out_float(hdw0, nw, g.bf16, b, dwb);
-        const std::vector<float> xn = nchw_of(hx, g.N, g.C, (size_t)g.H * g.W, g.nhwc),
-                                 dyn = nchw_of(hdy, g.N, g.O, g.P(), g.nhwc);
-        const float *X = g.nhwc ? xn.data() : hx, *DY = g.nhwc ? dyn.data() : hdy;
-        float *col = hws ? hws : own.data();
-        const int P = (int)g.P(), CKK = (int)g.CKK();
-        for (int j = 0; j < g.N; j++) {
-            const int i = (first + j) % g.N;
-            im2col(col, X + i * CHW, g);
-            /* acc (O,CKK) += dy_i (O,P) col_i^T (P,CKK) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.O, CKK, P, 1.0f, DY + i * OP, P,
-                        col, P, j ? 1.0f : 0.0f, acc.data(), CKK);
-        }
-        for (int o = 0; o < g.O; o++) /* (C, R*S) per output channel; (R*S, C) when NHWC */
-            blend_to(hdw + (size_t)o * CKK, acc.data() + (size_t)o * CKK, g.C, (size_t)g.R * g.S,
-                     g.nhwc, a, b);
-        store_back(hdw0, dwb, g.bf16);
-    });
-    return status_of(e);
+    return twin_dnn::conv_bwd_filter(h, g, algo, Variant{"cudnnConvolutionBackwardFilter"}, x, dy,
+                                     dw, ws, ws_bytes, *(const float *)alpha, *(const float *)beta);
 }
 
 } /* extern "C" */

@@ -15,7 +15,8 @@
  * legal, so a missing wait shows as stale data.
  * Clock: a device's clock (what an event records, so cudaEventElapsedTime) is the CPU time
  * (CLOCK_THREAD_CPUTIME_ID) the workers of its streams spent running operations, summed over
- * the device's streams: its busy time, the twin's own bookkeeping (lock_pages) left out. A
+ * the device's streams: its busy time, the twin's own bookkeeping (lock_pages) left out, and
+ * an operation with a fixed cost (run_at_cost: the cuDNN graph engines) counted as that. A
  * worker the scheduler holds off, or one waiting for the kernel lock, another stream or an
  * NCCL peer, does not advance it, so a twin GPU sharing its core with other processes times
  * its work as on an idle core (what `ddptrain validate` compares between GPUs). Events on one
@@ -37,6 +38,7 @@
 #include "twin.h"
 
 #include <execinfo.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -661,6 +663,16 @@ cudaError_t sticky(void)
 void set_last(cudaError_t e)
 {
     t_last = e;
+}
+
+void run_at_cost(double ms, const std::function<void()> &fn)
+{
+    const uint64_t t0 = t_op_device >= 0 ? thread_cpu_ns() : 0;
+    fn();
+    if (t_op_device < 0)
+        return;
+    t_op_start += thread_cpu_ns() - t0; /* untimed, as lock_pages */
+    busy_of(t_op_device) += (uint64_t)llround(ms * 1e6);
 }
 
 int inject_kernel_fault(void)

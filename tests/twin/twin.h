@@ -41,6 +41,11 @@ cudaError_t enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
  * collective's sequence number; otherwise make() is queued at once. */
 cudaError_t enqueue_op(cudaStream_t s, const char *what,
                        std::function<std::function<void()>()> make);
+/* Run fn inside the operation that a stream's worker executes, its CPU time left out of the
+ * device clock and ms milliseconds added to the clock instead: an operation with a fixed
+ * "measured" cost (the cuDNN graph engines of cudnn_graph.cc), so that cudaEventElapsedTime
+ * around it is that cost. Off a worker fn just runs. */
+void run_at_cost(double ms, const std::function<void()> &fn);
 /* Report a fault found while executing on the device: one line on stderr, and the process's
  * sticky error becomes e (every later runtime call returns it). */
 void device_fault(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
