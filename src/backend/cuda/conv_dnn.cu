@@ -91,15 +91,11 @@
 /* Algorithms asked of each _v7 heuristic or timed by FindEx (more than cuDNN has of any
  * direction). */
 #define DNN_ALGOS 16
-/* Timed candidates within this fraction of the fastest count as equally fast: among them the
- * least workspace, then the lowest algorithm number wins (less memory, and fewer choices that
- * timing noise changes from one run to the next). */
-#define DNN_TIE 0.10f
-/* ... or within this many milliseconds of it (convolutions of a few microseconds time with
- * more noise than their differences). */
-#define DNN_TIE_MS 0.005f
-/* Each timed search runs this many times; an algorithm's time is its fastest. */
-#define DNN_REPEAT 3
+/* Timed candidates within DNN_TIE of the fastest, or within DNN_TIE_MS milliseconds of it
+ * (internal.cuh), count as equally fast: among them the least workspace, then the lowest
+ * algorithm number wins (less memory, and fewer choices that timing noise changes from one
+ * run to the next; convolutions of a few microseconds time with more noise than their
+ * differences). Each timed search runs DNN_REPEAT times; an algorithm's time is its fastest. */
 
 /* 1 when entry p of an algorithm list may run here: supported, its workspace within cap,
  * deterministic when [train] deterministic asks, in the math this run allows (FMA for fp32;
@@ -205,6 +201,7 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
     DNN_CHECK(g_cuda.dnn_fn.set_tensor(s->y, f, dnn_dtype(pl), B, q.O, q.OH, q.OW));
     for (int d = 0; d < DNN_DIRS; d++) {
         DNN_CHECK(g_cuda.dnn_fn.set_math(s->cv[d], dnn_start_math(pl)));
+        dnn_graph_drop(s, d);
         s->how[d] = DNN_UNCHOSEN;
         s->ws[d] = 0;
         s->ms[d] = 0;
@@ -213,16 +210,6 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
     s->tf32 = dnn_tensor_math();
     s->det = g_cuda.dnn.det;
 }
-
-/* The operands a timed choice runs on; each direction reads two and writes one: forward reads
- * x and w and writes y, backward data reads w and y (as dy) and writes x (as dx), backward
- * filter reads x and y (as dy) and writes dw. Callers pass buffers whose contents the call
- * overwrites anyway, or scratch; of the plan's data type. */
-struct dnn_operands {
-    void *x, *w, *y, *dw;
-    void *ws;
-    size_t ws_bytes;
-};
 
 /* Keep entry p for direction d of slot s (its algorithm already stored by the caller), chosen
  * as how says (DNN_HEURISTIC, DNN_MEASURED or DNN_ADOPTED). */
@@ -236,6 +223,7 @@ static void dnn_keep(struct dnn_slot *s, int d, const Perf *p, int n, int i, int
     s->ms[d] = how == DNN_MEASURED ? p[i].time : 0;
     s->math[d] = p[i].mathType;
     s->any_algo[d] = -1;
+    s->any_graph[d] = 0;
     s->any_ms[d] = 0;
     for (int j = 0; how == DNN_MEASURED && g_cuda.dnn.det == 1 && j < n; j++)
         if (p[j].determinism != CUDNN_DETERMINISTIC && dnn_runs_here(p[j], cap, s->tf32) &&
@@ -264,10 +252,11 @@ static void dnn_list(Perf *p, int *n, int timed, Query query)
     }
 }
 
-/* Choose direction d of slot s within cap: timed on o's buffers (FindEx), or from cuDNN's
- * heuristic list when o is NULL; with want naming an algorithm, that one from the heuristic
- * list if it qualifies there. 0, or -1 when no algorithm qualifies. */
-static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+/* Choose direction d of slot s within cap from the legacy API: timed on o's buffers
+ * (FindEx), or from cuDNN's heuristic list when o is NULL; with want naming an algorithm, that
+ * one from the heuristic list if it qualifies there. 0, or -1 (the slot unchanged) when no
+ * algorithm qualifies. */
+static int dnn_choose_legacy(const struct dnn_plan *pl, struct dnn_slot *s, int d,
                       const struct dnn_operands *o, size_t cap, struct dnn_want want = DNN_ANY)
 {
     const int timed = o != NULL && want.algo < 0;
@@ -341,6 +330,28 @@ static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
     return 0;
 }
 
+/* Choose direction d of slot s within cap (dnn_choose_legacy), and where the choice is timed
+ * and [train] cudnn_api = auto, the graph API's engine configs timed beside the legacy
+ * algorithms on the same operands (conv_graph.cu), the fastest kept. A direction chosen from
+ * the legacy API drops its graph plan. 0, or -1 (the slot's choice unchanged) when nothing
+ * qualifies. */
+static int dnn_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                      const struct dnn_operands *o, size_t cap, struct dnn_want want = DNN_ANY)
+{
+    const int rc = dnn_choose_legacy(pl, s, d, o, cap, want);
+    if (o && want.algo < 0) /* timed: the graph's configs too (none where graph API is off) */
+        return dnn_graph_choose(pl, s, d, o, cap, rc == 0) == 0 ? 0 : rc;
+    if (rc == 0)
+        dnn_graph_drop(s, d);
+    return rc;
+}
+
+int dnn_adopt_legacy(const struct dnn_plan *pl, struct dnn_slot *s, int d, int algo, int math)
+{
+    const struct dnn_want w = {algo, math};
+    return dnn_choose(pl, s, d, NULL, pl->cap, w);
+}
+
 static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
 {
     return a->C == b->C && a->H == b->H && a->W == b->W && a->O == b->O && a->k == b->k &&
@@ -348,7 +359,7 @@ static int geom_eq(const struct conv_geom *a, const struct conv_geom *b)
 }
 
 /* The plan of shape q in layout (enum ddp_layout) and storage (act16 1: bf16), or NULL. */
-static struct dnn_plan *dnn_find(const struct conv_geom *q, int layout, int act16)
+struct dnn_plan *dnn_find(const struct conv_geom *q, int layout, int act16)
 {
     for (int i = 0; i < g_cuda.dnn.nplans; i++)
         if (geom_eq(&g_cuda.dnn.plans[i].q, q) && g_cuda.dnn.plans[i].layout == layout &&
@@ -513,7 +524,7 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
 
 /* The slot for a call with batch B: a prepared one, or one described now (its algorithms
  * chosen by the call, which has the real buffers). */
-static struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
+struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
 {
     for (int i = 0; i < DNN_SLOTS; i++) {
         struct dnn_slot *s = &pl->slot[i];
@@ -622,6 +633,12 @@ __global__ void k_add_bf16(float *dw, const bf16 *dw16, size_t n)
     GRID_STRIDE(i, n) dw[i] += act_ld(dw16[i]);
 }
 
+/* dw (n) += dw1: an NCHW fp32 filter gradient that a graph plan wrote at beta 0. */
+__global__ void k_add_f32(float *dw, const float *dw1, size_t n)
+{
+    GRID_STRIDE(i, n) dw[i] += dw1[i];
+}
+
 /* The parts of col (the caller's scratch of dnn_col_bytes): the algorithm workspace, the
  * weight gradient room, and under NHWC or bf16 storage the weights as the filter says. */
 struct dnn_scratch {
@@ -657,14 +674,17 @@ static const void *dnn_weights(const struct dnn_plan *pl, const struct dnn_scrat
     return sc->wt;
 }
 
-/* dw (O,C,k,k) fp32 += the gradient backward filter wrote into sc's room (dnn_own_filter):
- * transposed back under NHWC, widened under bf16 storage. */
+/* dw (O,C,k,k) fp32 += the gradient backward filter wrote into sc's room (dnn_own_filter, or
+ * a graph plan, which writes at beta 0): transposed back under NHWC, widened under bf16
+ * storage, as it is under NCHW fp32. */
 static void dnn_add_dw(const struct dnn_plan *pl, const struct dnn_scratch *sc, float *dw)
 {
     const struct conv_geom *q = &pl->q;
     const size_t n = (size_t)q->O * q->CKK;
     const int kk = q->k * q->k;
-    if (pl->layout != DDP_LAYOUT_NHWC)
+    if (pl->layout != DDP_LAYOUT_NHWC && !pl->act16)
+        LAUNCH(k_add_f32, blocks_for(n), THREADS, dw, (const float *)sc->dw, n);
+    else if (pl->layout != DDP_LAYOUT_NHWC)
         LAUNCH(k_add_bf16, blocks_for(n), THREADS, dw, (const bf16 *)sc->dw, n);
     else if (pl->act16)
         LAUNCH(k_add_okkc<bf16>, blocks_for(n), THREADS, dw, (const bf16 *)sc->dw, q->O, q->C, kk);
@@ -688,12 +708,17 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
     dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
     const int inner = pl->layout == DDP_LAYOUT_NHWC ? 1 : q->P;
-    if (b && !relu) {
-        fill_bias(out, b, n_out, q->O, inner);
+    if (s->g[DNN_FWD].plan) { /* the graph API: beta 0, the bias added after */
+        dnn_graph_run(s, DNN_FWD, inp, wd, out, sc.ws);
+        if (b && !relu)
+            bias_add(out, b, n_out, q->O, inner);
+    } else {
+        if (b && !relu)
+            fill_bias(out, b, n_out, q->O, inner);
+        const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
+        DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, pl->w, wd, s->cv[DNN_FWD],
+                                    s->fwd, sc.ws, s->ws[DNN_FWD], &beta, s->y, out));
     }
-    const float one = 1, beta = b && !relu ? 1.0f : 0.0f;
-    DNN_CHECK(g_cuda.dnn_fn.fwd(g_cuda.dnn.h, &one, s->x, inp, pl->w, wd, s->cv[DNN_FWD], s->fwd,
-                                sc.ws, s->ws[DNN_FWD], &beta, s->y, out));
     if (relu) {
         bias_relu(out, b, n_out, q->O, inner);
     }
@@ -718,18 +743,25 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     else if (db)
         conv_bias_grad(db, dout, B, q->O, q->P);
     dnn_ensure(pl, s, DNN_BWD_FILTER, &of);
-    DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
-        g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
-        s->ws[DNN_BWD_FILTER], own ? &zero : &one, pl->w, own ? sc.dw : (void *)dw));
-    if (own)
+    const int room = own || s->g[DNN_BWD_FILTER].plan; /* beta 0 into col's room, added after */
+    if (s->g[DNN_BWD_FILTER].plan)
+        dnn_graph_run(s, DNN_BWD_FILTER, inp, sc.dw, dout, sc.ws);
+    else
+        DNN_CHECK(g_cuda.dnn_fn.bwd_filter(
+            g_cuda.dnn.h, &one, s->x, inp, s->y, dout, s->cv[DNN_BWD_FILTER], s->bwd_filter, sc.ws,
+            s->ws[DNN_BWD_FILTER], own ? &zero : &one, pl->w, own ? sc.dw : (void *)dw));
+    if (room)
         dnn_add_dw(pl, &sc, dw);
     if (dinp) {
         const void *wd = dnn_weights(pl, &sc, w);
         const struct dnn_operands od = {dinp, (void *)wd, (void *)dout, NULL, sc.ws, pl->cap};
         dnn_ensure(pl, s, DNN_BWD_DATA, &od);
-        DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, wd, s->y, dout,
-                                         s->cv[DNN_BWD_DATA], s->bwd_data, sc.ws,
-                                         s->ws[DNN_BWD_DATA], &zero, s->x, dinp));
+        if (s->g[DNN_BWD_DATA].plan)
+            dnn_graph_run(s, DNN_BWD_DATA, dinp, wd, dout, sc.ws);
+        else
+            DNN_CHECK(g_cuda.dnn_fn.bwd_data(g_cuda.dnn.h, &one, pl->w, wd, s->y, dout,
+                                             s->cv[DNN_BWD_DATA], s->bwd_data, sc.ws,
+                                             s->ws[DNN_BWD_DATA], &zero, s->x, dinp));
     }
 }
 
@@ -775,149 +807,3 @@ void dnn_version(char *out, size_t len)
     snprintf(out, len, "not built in");
 }
 #endif
-
-/* ---- choices as text: rank 0's to the other ranks, a checkpoint's to the run resuming it ---- */
-
-#ifdef DDP_DNN
-#define DNN_TEXT_FORMAT "ddptrain-conv-algorithms 1"
-
-/* The first line of ddp_cuda_conv_choices for this process: format, cuDNN, device. */
-static void dnn_text_head(char *out, size_t len)
-{
-    char v[32];
-    dnn_version(v, sizeof v);
-    snprintf(out, len, DNN_TEXT_FORMAT "; cuDNN %s; %s", v, g_cuda.devname);
-}
-
-/* Take one line of ddp_cuda_conv_choices (v: its numbers; the layout NCHW where the line has
- * no seventeenth, the storage fp32 where it has no eighteenth): the directions taken. A plan
- * of another layout or storage never takes it. */
-static int dnn_adopt_line(const int *v)
-{
-    const struct conv_geom want = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-    struct dnn_plan *pl = dnn_find(&want, v[16], v[17] == DDP_ACT_BF16);
-    const int B = v[7];
-    if (!pl || B < 1 || B > pl->slot[0].B || v[8] != dnn_tensor_math() || v[9] != g_cuda.dnn.det)
-        return 0; /* not a shape, batch size or mode of this run */
-    struct dnn_slot *s = dnn_slot_for(pl, B);
-    int taken = 0;
-    for (int d = 0; d < DNN_DIRS; d++) {
-        const struct dnn_want w = {v[10 + 2 * d], v[11 + 2 * d]};
-        if (w.algo < 0 || w.algo >= DNN_ALGOS || w.math < 0 || w.math > 3)
-            continue;
-        if (dnn_choose(pl, s, d, NULL, pl->cap, w) == 0) /* else this process's own stays */
-            taken++;
-    }
-    return taken;
-}
-
-/* Sixteen whole numbers of int range separated by blanks, then optionally a seventeenth (the
- * layout: 1 NHWC, 0 NCHW; lines without it, as every line before channels-last existed, are
- * NCHW) and after it optionally an eighteenth (the storage, enum ddp_act_type: 1 bf16; lines
- * without it, as every line before bf16 storage existed, are fp32), the line ending after
- * them, into v (18 entries): 1, else 0. */
-static int dnn_parse_line(const char *p, int *v)
-{
-    v[16] = DDP_LAYOUT_NCHW;
-    v[17] = DDP_ACT_FP32;
-    for (int i = 0; i < 18; i++) {
-        char *end;
-        if (i >= 16 && (*p == '\n' || *p == 0))
-            return 1;
-        if (i >= 16 && *p++ != ' ') /* the blank before the layout or the storage */
-            return 0;
-        if (!isdigit((unsigned char)*p) && *p != '-')
-            return 0;
-        errno = 0;
-        const long x = strtol(p, &end, 10);
-        if (end == p || errno || x < INT_MIN || x > INT_MAX || (*end != ' ' && i < 15))
-            return 0;
-        if (i == 16 && x != DDP_LAYOUT_NCHW && x != DDP_LAYOUT_NHWC)
-            return 0;
-        if (i == 17 && x != DDP_ACT_FP32 && x != DDP_ACT_BF16)
-            return 0;
-        v[i] = (int)x;
-        p = end + (i < 15);
-    }
-    return *p == '\n' || *p == 0;
-}
-#endif
-
-extern "C" size_t ddp_cuda_conv_choices(char *out, size_t len)
-{
-    if (len)
-        out[0] = 0;
-#ifdef DDP_DNN
-    if (g_cuda.dnn.mode != 1 || len < 2)
-        return 0;
-    char line[512];
-    dnn_text_head(line, sizeof line);
-    size_t used = 0;
-    for (int i = -1; i < g_cuda.dnn.nplans; i++)
-        for (int j = 0; j < (i < 0 ? 1 : DNN_SLOTS); j++) {
-            const struct dnn_plan *pl = i < 0 ? NULL : &g_cuda.dnn.plans[i];
-            const struct dnn_slot *s = pl ? &pl->slot[j] : NULL;
-            if (s && !s->B)
-                continue;
-            if (s) {
-                const struct conv_geom *q = &pl->q;
-                const int algo[DNN_DIRS] = {(int)s->fwd, (int)s->bwd_data, (int)s->bwd_filter};
-                int n = snprintf(line, sizeof line, "%d %d %d %d %d %d %d %d %d %d", q->C, q->H,
-                                 q->W, q->O, q->k, q->stride, q->pad, s->B, s->tf32, s->det);
-                for (int d = 0; d < DNN_DIRS; d++)
-                    n += snprintf(line + n, sizeof line - n, " %d %d",
-                                  s->how[d] == DNN_UNCHOSEN ? -1 : algo[d],
-                                  s->how[d] == DNN_UNCHOSEN ? -1 : (int)s->math[d]);
-                /* NCHW fp32 lines stay as they always were, NHWC fp32 ones too */
-                if (pl->act16)
-                    snprintf(line + n, sizeof line - n, " %d %d", pl->layout, DDP_ACT_BF16);
-                else if (pl->layout == DDP_LAYOUT_NHWC)
-                    snprintf(line + n, sizeof line - n, " %d", DDP_LAYOUT_NHWC);
-            }
-            const size_t n = strlen(line);
-            if (used + n + 2 > len)
-                return used;
-            memcpy(out + used, line, n);
-            used += n;
-            out[used++] = '\n';
-            out[used] = 0;
-        }
-    return used;
-#else
-    return 0;
-#endif
-}
-
-extern "C" int ddp_cuda_conv_adopt(const char *text, int same_device, char *why, size_t whylen)
-{
-#ifdef DDP_DNN
-    if (g_cuda.dnn.mode != 1)
-        return 0;
-    char head[512];
-    dnn_text_head(head, sizeof head);
-    const char *nl = strchr(text, '\n');
-    const size_t hn = nl ? (size_t)(nl - text) : strlen(text);
-    if (strncmp(text, DNN_TEXT_FORMAT ";", sizeof DNN_TEXT_FORMAT) != 0)
-        return ddp_err(why, whylen, "not a list of convolution algorithms");
-    if (same_device && (hn != strlen(head) || strncmp(text, head, hn) != 0)) {
-        const size_t skip = hn > sizeof DNN_TEXT_FORMAT ? sizeof DNN_TEXT_FORMAT + 1 : hn;
-        return ddp_err(why, whylen, "chosen with %.*s; this process runs %s",
-                       (int)(hn - skip > 200 ? 200 : hn - skip), text + skip,
-                       head + sizeof DNN_TEXT_FORMAT + 1);
-    }
-    int taken = 0;
-    for (const char *p = nl ? nl + 1 : text + hn; *p;) {
-        int v[18];
-        const char *end = strchr(p, '\n');
-        if (dnn_parse_line(p, v))
-            taken += dnn_adopt_line(v);
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    return taken;
-#else
-    (void)text, (void)same_device, (void)why, (void)whylen;
-    return 0;
-#endif
-}

@@ -6,7 +6,7 @@
  * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
  * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
  * backend is made, and every call goes through g_cuda.blas_fn. cuDNN (the legacy convolution
- * API of cuDNN 9) is opened the same way by dnn_open() when the trainer chooses the
+ * API of cuDNN 9, and its graph API where the library has it) is opened the same way by dnn_open() when the trainer chooses the
  * convolution path (conv.cu, ddp_cuda_conv_path), into g_cuda.dnn_fn. One loader,
  * core/dl.h (also NCCL's), fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
  * (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN missing there.
@@ -82,7 +82,13 @@ int dnn_open(char *err, size_t errlen)
                                  &cudnnConvolutionBackwardFilter,
                                  &cudnnFindConvolutionForwardAlgorithmEx,
                                  &cudnnFindConvolutionBackwardDataAlgorithmEx,
-                                 &cudnnFindConvolutionBackwardFilterAlgorithmEx};
+                                 &cudnnFindConvolutionBackwardFilterAlgorithmEx,
+                                 &cudnnBackendCreateDescriptor,
+                                 &cudnnBackendDestroyDescriptor,
+                                 &cudnnBackendFinalize,
+                                 &cudnnBackendSetAttribute,
+                                 &cudnnBackendGetAttribute,
+                                 &cudnnBackendExecute};
     g_cuda.dnn_fn = twin;
     return 0;
 }
@@ -160,12 +166,32 @@ int dnn_open(char *err, size_t errlen)
         DNN_SYM(cudnnFindConvolutionForwardAlgorithmEx, find_fwd),
         DNN_SYM(cudnnFindConvolutionBackwardDataAlgorithmEx, find_bwd_data),
         DNN_SYM(cudnnFindConvolutionBackwardFilterAlgorithmEx, find_bwd_filter),
+        /* optional: the graph API (conv_graph.cu); a cuDNN without it runs the legacy API */
+        DNN_SYM(cudnnBackendCreateDescriptor, be_create),
+        DNN_SYM(cudnnBackendDestroyDescriptor, be_destroy),
+        DNN_SYM(cudnnBackendFinalize, be_finalize),
+        DNN_SYM(cudnnBackendSetAttribute, be_set),
+        DNN_SYM(cudnnBackendGetAttribute, be_get),
+        DNN_SYM(cudnnBackendExecute, be_execute),
     };
+    static const size_t required = 23; /* the legacy API's; the graph API's six are optional */
 #undef DNN_SYM
     static const char *const sonames[] = {DNN_SONAME, NULL};
     static const struct ddp_dl_lib lib = {
         "cuDNN", sonames, DNN_FIX, DNN_STR(CUDNN_MAJOR) ".x", syms, sizeof syms / sizeof syms[0]};
-    return dl_once_open(&once, &lib, &g_cuda.dnn_fn, err, errlen);
+    if (once.state == 0) {
+        once.state =
+            ddp_dl_open_some(&lib, required, &g_cuda.dnn_fn, once.why, sizeof once.why) == 0 ? 1
+                                                                                           : -1;
+        /* the graph API is all six or none */
+        if (once.state == 1 && (!g_cuda.dnn_fn.be_create || !g_cuda.dnn_fn.be_destroy ||
+                                !g_cuda.dnn_fn.be_finalize || !g_cuda.dnn_fn.be_set ||
+                                !g_cuda.dnn_fn.be_get || !g_cuda.dnn_fn.be_execute))
+            g_cuda.dnn_fn.be_create = NULL;
+    }
+    if (once.state < 0)
+        return ddp_err(err, errlen, "%s", once.why);
+    return 0;
 }
 #endif
 #endif

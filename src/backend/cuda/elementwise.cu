@@ -386,6 +386,14 @@ __global__ void k_bias_relu1(A *out, const float *b, size_t n, int O, int inner)
     }
 }
 
+/* out = out + b[c] in place (storage A), b (O) per `inner` run: the bias of a convolution
+ * written at beta = 0 (cuDNN's graph API), the same sum as a beta = 1 product onto a bias fill
+ * (float addition commutes). */
+template <typename A> __global__ void k_bias_add(A *out, const float *b, size_t n, int O, int inner)
+{
+    GRID_STRIDE(i, n) out[i] = act_st<A>(act_ld(out[i]) + b[(i / (size_t)inner) % (size_t)O]);
+}
+
 /* v + b[*c], then (*r, *c) moved on to the next element: place r in the run of `inner`
  * elements of feature c. */
 __device__ __forceinline__ float add_bias_step(float v, const float *b, int *r, int *c, int O,
@@ -549,6 +557,13 @@ void bias_relu(float *out, const float *b, size_t n, int O, int inner)
         LAUNCH(k_bias_relu, blocks_for((n + 3) / 4), THREADS, out, b, n, O, inner);
     else
         LAUNCH(k_bias_relu1<float>, blocks_for(n), THREADS, out, b, n, O, inner);
+}
+
+/* out = out + b in place, b (O) per `inner` run (activation storage in force). */
+void bias_add(float *out, const float *b, size_t n, int O, int inner)
+{
+    ACT_LAUNCH(k_bias_add, blocks_for(n), THREADS, (out, b, n, O, inner),
+               ((bf16 *)out, b, n, O, inner));
 }
 
 /* cuda.h's test entries of this part. */

@@ -11,8 +11,9 @@
  *   dlopen.cu       the cuBLAS and cuDNN symbol tables and the loader that fills both
  *   blas.cu         bf16 operand casts and GEMMs, linear (+ relu) forward and backward
  *   conv.cu         conv2d: im2col + cuBLAS; the path choice and the table's conv entries
- *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the choices
- *                   as text (rank 0's, a checkpoint's)
+ *   conv_dnn.cu     conv2d through cuDNN: plans, algorithms chosen by measurement, the calls
+ *   conv_graph.cu   cuDNN's graph API: engine configs listed, timed, kept, run and rebuilt
+ *   conv_dnn_text.cu    the choices as text (rank 0's, a checkpoint's)
  *   conv_dnn_report.cu  the plans in words: the run log's and check's lines
  *   normpool.cu     batchnorm, max/avg pools, global average pool, add
  *   layout.cu       channels-last activations: to_nhwc / to_nchw, the (B, H, W, C) kernels of
@@ -140,6 +141,13 @@ struct dnn_api {
     decltype(&cudnnFindConvolutionForwardAlgorithmEx) find_fwd;
     decltype(&cudnnFindConvolutionBackwardDataAlgorithmEx) find_bwd_data;
     decltype(&cudnnFindConvolutionBackwardFilterAlgorithmEx) find_bwd_filter;
+    /* the graph (backend) API (conv_graph.cu); be_create NULL where this cuDNN lacks it */
+    decltype(&cudnnBackendCreateDescriptor) be_create;
+    decltype(&cudnnBackendDestroyDescriptor) be_destroy;
+    decltype(&cudnnBackendFinalize) be_finalize;
+    decltype(&cudnnBackendSetAttribute) be_set;
+    decltype(&cudnnBackendGetAttribute) be_get;
+    decltype(&cudnnBackendExecute) be_execute;
 };
 #endif
 
@@ -202,6 +210,22 @@ enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED, DNN_ADOPTED };
  * timed); DNN_RANKED: deterministic, the first in cuDNN's ranking (no timing). */
 #define DNN_RANKED 2
 
+/* Knob choices one graph engine config may carry (cuDNN's engines have a handful; a config
+ * with more is not used, so that every kept one fits the choices' text). */
+#define DNN_KNOBS 16
+
+/* A direction's execution plan of cuDNN's graph API (conv_graph.cu) and the descriptors it
+ * was made from, kept alive with it; plan NULL: the direction runs a legacy algorithm. */
+struct dnn_graph {
+    cudnnBackendDescriptor_t plan;
+    cudnnBackendDescriptor_t x, w, y, conv, op, graph; /* the operation graph */
+    cudnnBackendDescriptor_t eng, cfg, knob[DNN_KNOBS]; /* the engine config */
+    int64_t engine;                                       /* ENGINE_GLOBAL_INDEX */
+    int nknobs;
+    int64_t knob_type[DNN_KNOBS], knob_value[DNN_KNOBS];
+    size_t ws; /* EXECUTION_PLAN_WORKSPACE_SIZE */
+};
+
 /* Descriptors and algorithms of one cuDNN plan for one batch size. */
 struct dnn_slot {
     int B, tf32, det; /* B 0: not prepared */
@@ -218,6 +242,9 @@ struct dnn_slot {
      * non-determinism kept out, where it beat the kept one (any_algo -1: none did) */
     int any_algo[DNN_DIRS];
     float any_ms[DNN_DIRS];
+    int any_graph[DNN_DIRS]; /* 1: any_algo is a graph engine's global index */
+    /* a direction chosen from cuDNN's graph API runs this plan instead of its algorithm */
+    struct dnn_graph g[DNN_DIRS];
 };
 
 /* The cuDNN plan of one convolution shape in one activation layout and storage. col holds the
@@ -298,6 +325,9 @@ struct cuda_state {
     struct {
         int mode = -1;        /* -1 not chosen yet, 0 im2col + cuBLAS, 1 cuDNN */
         int det = DNN_RANKED; /* 0, 1 ([train] deterministic) or DNN_RANKED */
+        int api = 1;          /* [train] cudnn_api: 1 auto (graph and legacy), 0 legacy */
+        int graph;            /* 1: the graph API's engines are timed (api 1, and it works) */
+        char graph_why[200];  /* why not, where api 1 but graph 0 */
         cudnnHandle_t h;
         struct dnn_plan plans[DNN_PLANS];
         int nplans;
@@ -585,6 +615,7 @@ int dnn_open(char *err, size_t errlen);
 /* elementwise.cu */
 void fill_bias(float *out, const float *b, size_t n, int O, int inner); /* out = b broadcast */
 void bias_relu(float *out, const float *b, size_t n, int O, int inner); /* relu(out + b) */
+void bias_add(float *out, const float *b, size_t n, int O, int inner);  /* out + b */
 cudaError_t kernel_attributes(cudaFuncAttributes *fa); /* of a kernel of this build */
 void cuda_table_elementwise(struct ddp_backend *t);
 
@@ -622,6 +653,41 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
  * " NHWC bf16 data"). */
 extern const char *const dnn_dir_names[DNN_DIRS];
 const char *dnn_layout_tag(int layout, int act16);
+/* For the choices' text (conv_dnn_text.cu): the plan of shape q in layout and storage (NULL:
+ * none), the slot of batch B (prepared, or described now), and direction d of slot s set to
+ * the legacy algorithm algo in math (0, or -1 where it does not qualify: the slot unchanged). */
+struct dnn_plan *dnn_find(const struct conv_geom *q, int layout, int act16);
+struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B);
+int dnn_adopt_legacy(const struct dnn_plan *pl, struct dnn_slot *s, int d, int algo, int math);
+
+/* conv_graph.cu: convolutions through cuDNN's graph (backend) API */
+/* What one timed choice runs on (conv_dnn.cu's operands): device pointers of x, w, y (as dx,
+ * dy) and the filter gradient room, the workspace and its bytes. */
+struct dnn_operands {
+    void *x, *w, *y, *dw;
+    void *ws;
+    size_t ws_bytes;
+};
+/* 1 when cuDNN's graph API works here (a tiny graph's heuristics finalize); else 0 with why. */
+int dnn_graph_probe(char *why, size_t len);
+/* Time the graph API's qualifying engine configs for direction d of slot s on o within cap
+ * and keep the fastest in s->g[d] where it beats the slot's kept legacy choice (have: 1 when
+ * there is one; ties as DNN_TIE to the least workspace, then legacy). 0 when a graph plan was
+ * kept, -1 when the legacy choice stays (or none qualified). */
+int dnn_graph_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
+                     const struct dnn_operands *o, size_t cap, int have);
+/* Rebuild direction d's plan from its engine index and knobs (the choices' text) within cap:
+ * 0 kept (the slot's choice replaced), -1 not (the slot unchanged). */
+int dnn_graph_adopt(const struct dnn_plan *pl, struct dnn_slot *s, int d, int64_t engine,
+                    int nknobs, const int64_t *type, const int64_t *value, size_t cap);
+/* Run direction d's kept plan: x, w, y as for dnn_operands (beta 0), ws its workspace. */
+void dnn_graph_run(const struct dnn_slot *s, int d, const void *x, const void *w, const void *y,
+                   void *ws);
+void dnn_graph_drop(struct dnn_slot *s, int d); /* the plan and descriptors destroyed */
+/* Shared with conv_dnn.cu: timing ties, repeats (conv_dnn.cu's header says why). */
+#define DNN_TIE 0.10f
+#define DNN_TIE_MS 0.005f
+#define DNN_REPEAT 3
 #endif
 
 /* normpool.cu, loss_optim.cu */
