@@ -61,6 +61,12 @@ const struct ddp_backend *ddp_backend_cuda(int device, int precision, char *err,
 #define DDP_CUDA_CONV_RANKED 2
 int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len);
 
+/* [train] cudnn_api, for the next ddp_cuda_conv_path: graph 1 (auto, the default) times the
+ * engine configs of cuDNN's graph API beside the legacy API's algorithms wherever a choice is
+ * timed and keeps the fastest (conv_graph.cu); 0 (legacy) the legacy API only. Where the graph
+ * API is missing or does not work, the path's line says so and the legacy API runs. */
+void ddp_cuda_conv_api(int graph);
+
 /* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:
  * "C3 32x32 -> 64 k3 s1 p1, batch 256: forward IMPLICIT_PRECOMP_GEMM fma 0.041 ms, backward
  * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB". Writes

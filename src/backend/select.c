@@ -26,6 +26,9 @@ _Static_assert(sizeof ddp_layout_names / sizeof *ddp_layout_names == DDP_LAYOUT_
 const char *const ddp_act_names[DDP_ACT_CHOICE_COUNT] = {"auto", "fp32", "bf16"};
 _Static_assert(sizeof ddp_act_names / sizeof *ddp_act_names == DDP_ACT_CHOICE_COUNT,
                "one name per activation storage");
+const char *const ddp_cudnn_api_names[DDP_CUDNN_API_COUNT] = {"auto", "legacy"};
+_Static_assert(sizeof ddp_cudnn_api_names / sizeof *ddp_cudnn_api_names == DDP_CUDNN_API_COUNT,
+               "one name per enum ddp_cudnn_api value");
 
 int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *cvd, char *err,
                             size_t errlen)
@@ -78,15 +81,17 @@ int ddp_backend_select(int want, int need_gpu, int precision, int local_rank, in
 }
 
 void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int deterministic,
-                           char *line, size_t len)
+                           int api, char *line, size_t len)
 {
     if (len)
         line[0] = 0;
 #if HAVE_CUDA
-    if (dev->device >= 0)
+    if (dev->device >= 0) {
+        ddp_cuda_conv_api(api != DDP_CUDNN_API_LEGACY);
         ddp_cuda_conv_path(want != DDP_CONV_IM2COL, deterministic, line, len);
+    }
 #else
-    (void)dev, (void)want, (void)deterministic;
+    (void)dev, (void)want, (void)deterministic, (void)api;
 #endif
 }
 

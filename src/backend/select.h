@@ -45,11 +45,17 @@ int ddp_backend_hidden_gpus(int want, int driver_version, int ndev, const char *
 enum ddp_conv { DDP_CONV_AUTO, DDP_CONV_IM2COL, DDP_CONV_COUNT };
 extern const char *const ddp_conv_names[DDP_CONV_COUNT];
 
-/* The convolution path of the chosen device for want (enum ddp_conv) and [train]
- * deterministic, set before the model is built; one line for the log in line (which path runs
- * and why; "" on the CPU). Never fails: a missing cuDNN falls back to im2col + cuBLAS. */
+/* [train] cudnn_api: auto (cuDNN's graph API's engines timed beside the legacy API's
+ * algorithms, the fastest kept) or legacy (the legacy API only). */
+enum ddp_cudnn_api { DDP_CUDNN_API_AUTO, DDP_CUDNN_API_LEGACY, DDP_CUDNN_API_COUNT };
+extern const char *const ddp_cudnn_api_names[DDP_CUDNN_API_COUNT];
+
+/* The convolution path of the chosen device for want (enum ddp_conv), [train] deterministic
+ * and api (enum ddp_cudnn_api), set before the model is built; one line for the log in line
+ * (which path and cuDNN API run and why; "" on the CPU). Never fails: a missing cuDNN falls
+ * back to im2col + cuBLAS, a missing graph API to the legacy API. */
 void ddp_backend_conv_path(const struct ddp_device_choice *dev, int want, int deterministic,
-                           char *line, size_t len);
+                           int api, char *line, size_t len);
 
 /* [train] layout: the activations' memory layout on the GPU. auto: channels-last (NHWC) where
  * the convolutions run through cuDNN in tf32 or bf16 (tensor cores; PyTorch's channels_last

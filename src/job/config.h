@@ -106,6 +106,7 @@ struct ddp_job {
     int deterministic;      /* GPU convolutions: deterministic cuDNN algorithms only */
     int layout;             /* enum ddp_layout_choice (backend/select.h): auto, nchw, nhwc */
     int activations;        /* enum ddp_act_choice (backend/select.h): auto, fp32, bf16 */
+    int cudnn_api;          /* enum ddp_cudnn_api (backend/select.h): auto, legacy */
     int64_t accumulate;     /* micro-batches per optimiser step */
     double label_smoothing; /* nn.CrossEntropyLoss(label_smoothing=) */
     int64_t early_stop;     /* evaluations on val without improvement that end the run; 0 off */

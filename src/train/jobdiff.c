@@ -26,6 +26,7 @@ static const char *const g_may_differ[] = {
     "train.conv",        /* how the GPU convolves, as train.device; not what it trains */
     "train.layout",      /* how the GPU lays out activations; not what it trains */
     "train.activations", /* how the GPU stores activations; a checkpoint is fp32 either way */
+    "train.cudnn_api",   /* which cuDNN API convolves, as train.conv; not what it trains */
     "train.cuda_graph",  /* how the step is issued, not what it computes */
 };
 

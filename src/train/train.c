@@ -394,7 +394,8 @@ static int start_comm(struct trainer *t)
     if (t->be->mem_info)
         t->be->mem_info(&t->mem_start);
     snprintf(t->device, sizeof t->device, "%s", dev.name);
-    ddp_backend_conv_path(&dev, job->conv, job->deterministic, t->conv_path, sizeof t->conv_path);
+    ddp_backend_conv_path(&dev, job->conv, job->deterministic, job->cudnn_api, t->conv_path,
+                          sizeof t->conv_path);
     if (start_layout(t, &dev) != 0 || start_act_type(t, &dev) != 0)
         return DDP_EXIT_USAGE;
     const int gpu = dev.device >= 0;

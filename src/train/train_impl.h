@@ -81,7 +81,7 @@ struct trainer {
     ddp_liveness *liveness;   /* names dead peers when a collective fails */
     ddp_comm *boot_comm;      /* MPI, only to carry the NCCL id when the bootstrap is mpi */
     char device[160];         /* "cpu" or "cuda:N (name)" */
-    char conv_path[480];      /* the GPU's convolution path and why; "" on the CPU */
+    char conv_path[768];      /* the GPU's convolution path and why; "" on the CPU */
     char *conv_ckpt;          /* rank 0: the resumed checkpoint's conv_algorithms, or NULL */
     int lock_fd;              /* rank 0: the output directory's lock (outdir.h); else -1 */
     char *job_text;           /* the effective job: job.ini and every checkpoint's `job` */

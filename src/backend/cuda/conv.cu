@@ -402,6 +402,32 @@ static void conv2d_bwd_any(float *dinp, float *dw, float *db, float *col, const 
     cuda_conv2d_bwd(dinp, dw, db, col, dout, inp, w, B, &q);
 }
 
+extern "C" void ddp_cuda_conv_api(int graph)
+{
+#ifdef DDP_DNN
+    g_cuda.dnn.api = graph != 0;
+#else
+    (void)graph;
+#endif
+}
+
+/* Which API the cuDNN path times (g_cuda.dnn.graph) and the clause that says so, into api. */
+static void conv_api_clause(char *api, size_t len)
+{
+#ifdef DDP_DNN
+    char why[200];
+    g_cuda.dnn.graph = g_cuda.dnn.api && dnn_graph_probe(why, sizeof why);
+    if (g_cuda.dnn.graph)
+        snprintf(api, len, "graph and legacy APIs");
+    else if (!g_cuda.dnn.api)
+        snprintf(api, len, "legacy API ([train] cudnn_api = legacy)");
+    else
+        snprintf(api, len, "legacy API: the graph API is unavailable (%s)", why);
+#else
+    snprintf(api, len, "legacy API");
+#endif
+}
+
 extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, size_t len)
 {
     char why[400];
@@ -430,9 +456,10 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
     g_cuda.dnn.mode = 1;
     g_cuda.dnn.det = deterministic == DDP_CUDA_CONV_RANKED ? DNN_RANKED : deterministic != 0;
 #endif
-    char v[32];
+    char v[32], api[300];
     dnn_version(v, sizeof v);
-    snprintf(line, len, "cuDNN %s (%s, %s)", v,
+    conv_api_clause(api, sizeof api);
+    snprintf(line, len, "cuDNN %s (%s, %s; %s)", v,
              deterministic == DDP_CUDA_CONV_RANKED ? "deterministic algorithms in cuDNN's ranking"
              : deterministic ? "fastest measured deterministic algorithms ([train] "
                                "deterministic = true)"
@@ -440,7 +467,8 @@ extern "C" int ddp_cuda_conv_path(int use_cudnn, int deterministic, char *line, 
                                "deterministic = false)",
              g_cuda.precision == DDP_PRECISION_BF16 ? "bf16 run: tensor-core math"
              : tf32_math()                          ? "tf32 allowed"
-                                                    : "fp32 FMA math");
+                                                    : "fp32 FMA math",
+             api);
     return 1;
 }
 

@@ -1,8 +1,9 @@
 /*
  * conv_dnn_report.cu - the cuDNN plans in words (see internal.cuh for the parts): one line per
  * convolution shape and batch size with each direction's algorithm, math, measured time and
- * workspace, and under [train] deterministic = true what the non-deterministic algorithms
- * would gain (ddp_cuda_conv_report, for the run log and `ddptrain check`). conv_dnn.cu makes
+ * workspace (a direction chosen from cuDNN's graph API: "engine N knobs TYPE=VALUE graph
+ * API"), and under [train] deterministic = true what the non-deterministic algorithms (or
+ * engines) would gain (ddp_cuda_conv_report, for the run log and `ddptrain check`). conv_dnn.cu makes
  * the plans.
  */
 #include "backend/cuda/internal.cuh"
@@ -31,6 +32,16 @@ static const char *dnn_math_name(cudnnMathType_t m)
                                        : "tensor-op-conversion";
 }
 
+/* A graph plan's knob choices in words: " knobs TYPE=VALUE,..." ("" where it has none). */
+static void dnn_knobs_text(const struct dnn_graph *g, char *out, size_t len)
+{
+    int n = 0;
+    out[0] = 0;
+    for (int i = 0; i < g->nknobs && n >= 0 && (size_t)n < len; i++)
+        n += snprintf(out + n, len - n, "%s%lld=%lld", i ? "," : " knobs ",
+                      (long long)g->knob_type[i], (long long)g->knob_value[i]);
+}
+
 /* One line of ddp_cuda_conv_report for slot s of plan pl into out (at most len). */
 static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s, char *out,
                             size_t len)
@@ -45,12 +56,24 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
             snprintf(t, sizeof t, "adopted");
         if (s->how[d] == DNN_MEASURED)
             snprintf(t, sizeof t, "%.3f ms", s->ms[d]);
-        n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
-                      s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
-                      dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
-        if (s->how[d] == DNN_MEASURED && s->any_algo[d] >= 0 && n >= 0 && (size_t)n < len)
-            n += snprintf(out + n, len - n, " (non-deterministic %s %.3f ms)",
-                          dnn_algo_name(d, s->any_algo[d]), s->any_ms[d]);
+        if (s->how[d] != DNN_UNCHOSEN && s->g[d].plan) {
+            char k[256];
+            dnn_knobs_text(&s->g[d], k, sizeof k);
+            n += snprintf(out + n, len - n, "%s %s engine %lld%s graph API %s", d ? "," : "",
+                          dnn_dir_names[d], (long long)s->g[d].engine, k, t);
+        } else {
+            n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
+                          s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),
+                          dnn_math_name(s->math[d]), s->how[d] == DNN_UNCHOSEN ? "unused" : t);
+        }
+        if (s->how[d] == DNN_MEASURED && s->any_algo[d] >= 0 && n >= 0 && (size_t)n < len) {
+            char a[48];
+            if (s->any_graph[d])
+                snprintf(a, sizeof a, "engine %d graph API", s->any_algo[d]);
+            else
+                snprintf(a, sizeof a, "%s", dnn_algo_name(d, s->any_algo[d]));
+            n += snprintf(out + n, len - n, " (non-deterministic %s %.3f ms)", a, s->any_ms[d]);
+        }
     }
     char ws[32];
     if (n >= 0 && (size_t)n < len)

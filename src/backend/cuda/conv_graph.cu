@@ -412,7 +412,8 @@ static int be_tied(float t, float f)
 }
 
 /* Index of the candidate to keep of c (n, timed): the fastest of those this run allows, ties
- * to the least workspace, then the earlier in cuDNN's lists; -1 when none is allowed. */
+ * to the least workspace, then the faster, then the earlier in cuDNN's lists; -1 when none
+ * is allowed. */
 static int be_pick(const struct dnn_gcand *c, int n, int tf32)
 {
     const int det_only = g_cuda.dnn.det != 0;
@@ -422,7 +423,8 @@ static int be_pick(const struct dnn_gcand *c, int n, int tf32)
             best = i;
     for (int i = 0; best >= 0 && i < n; i++)
         if (be_allowed(c[i].det, c[i].tc, tf32, det_only) && be_tied(c[i].ms, c[best].ms) &&
-            (keep < 0 || c[i].g.ws < c[keep].g.ws))
+            (keep < 0 || c[i].g.ws < c[keep].g.ws ||
+             (c[i].g.ws == c[keep].g.ws && c[i].ms < c[keep].ms)))
             keep = i;
     return keep;
 }
