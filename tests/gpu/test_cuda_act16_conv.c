@@ -429,7 +429,10 @@ int main(void)
     if (rc)
         return rc;
     t_all(DDP_CUDA_CONV_RANKED, "ranked"); /* cuDNN's ranking, as without the trainer */
-    t_all(1, "timed");                     /* timed deterministic ([train] deterministic) */
+    /* the legacy API's algorithms timed: this file's oracles are its roundings (a graph API
+     * plan's forward with a bias rounds twice: test_cuda_conv_graph checks that path) */
+    ddp_cuda_conv_api(0);
+    t_all(1, "timed"); /* timed deterministic ([train] deterministic) */
     static const int lin[][3] = {{5, 7, 3}, {4, 1, 9}, {33, 65, 17}, {8, 130, 40}, {1, 3, 1}};
     for (size_t i = 0; i < sizeof lin / sizeof *lin; i++)
         t_linear(lin[i][0], lin[i][1], lin[i][2]);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # conv_algos.sh - cuDNN algorithms timed under [train] deterministic = true, on 2 twin GPUs
-# (suite twin). check names each choice and the faster non-deterministic algorithm left out
-# (and what deterministic = false would gain). The twin's two forward algorithms round
+# (suite twin; [train] cudnn_api = legacy). check names each choice and the faster
+# non-deterministic algorithm left out (and what deterministic = false would gain). The twin's two forward algorithms round
 # differently, and DDP_EMU_CUDNN_MS changes which one "measures" fastest, on one rank or on all:
 #  - rank 1 timing the other algorithm fastest still runs rank 0's: the model is bit-identical
 #    to the run where both ranks time alike;
@@ -33,6 +33,8 @@ momentum = 0.9
 [train]
 epochs = 1
 log_every = 5
+# the legacy API's algorithms (cudnn_graph.sh checks the graph API's engines the same way)
+cudnn_api = legacy
 [checkpoint]
 every_steps = 5
 keep = 10
