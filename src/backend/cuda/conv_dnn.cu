@@ -209,6 +209,7 @@ static void dnn_describe(const struct dnn_plan *pl, struct dnn_slot *s, int B)
     s->B = B;
     s->tf32 = dnn_tensor_math();
     s->det = g_cuda.dnn.det;
+    s->graph = g_cuda.dnn.graph;
 }
 
 /* Keep entry p for direction d of slot s (its algorithm already stored by the caller), chosen
@@ -468,7 +469,8 @@ static void dnn_plan_build(struct dnn_plan *pl, struct dnn_slot *s, int B, size_
  * (the memory estimate at build and the allocation after it ask for the same plan). */
 static int dnn_slot_ready(const struct dnn_slot *s, int B)
 {
-    if (s->B != B || s->tf32 != dnn_tensor_math() || s->det != g_cuda.dnn.det)
+    if (s->B != B || s->tf32 != dnn_tensor_math() || s->det != g_cuda.dnn.det ||
+        s->graph != g_cuda.dnn.graph)
         return 0;
     for (int d = 0; d < DNN_DIRS; d++)
         if (s->how[d] == DNN_UNCHOSEN)
@@ -528,7 +530,8 @@ struct dnn_slot *dnn_slot_for(struct dnn_plan *pl, int B)
 {
     for (int i = 0; i < DNN_SLOTS; i++) {
         struct dnn_slot *s = &pl->slot[i];
-        if (s->B == B && s->tf32 == dnn_tensor_math() && s->det == g_cuda.dnn.det)
+        if (s->B == B && s->tf32 == dnn_tensor_math() && s->det == g_cuda.dnn.det &&
+            s->graph == g_cuda.dnn.graph)
             return s;
     }
     struct dnn_slot *s = &pl->slot[pl->next];

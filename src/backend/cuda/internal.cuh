@@ -229,6 +229,7 @@ struct dnn_graph {
 /* Descriptors and algorithms of one cuDNN plan for one batch size. */
 struct dnn_slot {
     int B, tf32, det; /* B 0: not prepared */
+    int graph;        /* g_cuda.dnn.graph when described: the graph API's engines timed too */
     cudnnTensorDescriptor_t x, y;
     cudnnConvolutionDescriptor_t cv[DNN_DIRS];
     cudnnConvolutionFwdAlgo_t fwd;
