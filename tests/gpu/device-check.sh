@@ -114,7 +114,7 @@ result() { RESULT[$1]=$2; ORDER+=("$1"); echo "-> $1: $2"; }
 # ---- the binaries: the carried bundle, or (--dry) this build's twin ---------------------------
 # the op tests beyond test_cuda_ops (tests/gpu; pack.sh carries them, --dry runs their twin builds)
 OP_TESTS="test_cuda_layout test_cuda_nhwc_conv test_cuda_act16_elem test_cuda_act16_norm
-    test_cuda_act16_conv test_cuda_pool_bias"
+    test_cuda_act16_conv test_cuda_pool_bias test_cuda_conv_graph"
 OP_TESTS=$(echo $OP_TESTS)
 setup_bundle() {
     local bundle

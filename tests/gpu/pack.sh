@@ -15,7 +15,8 @@ build=${1:-build-cuda}
 out=${2:-.dev/gpu}
 bins="ddptrain tests/gpu/test_cuda_ops tests/gpu/test_nccl tests/gpu/gpu_probe
     tests/gpu/test_cuda_layout tests/gpu/test_cuda_nhwc_conv tests/gpu/test_cuda_act16_elem
-    tests/gpu/test_cuda_act16_norm tests/gpu/test_cuda_act16_conv tests/gpu/test_cuda_pool_bias"
+    tests/gpu/test_cuda_act16_norm tests/gpu/test_cuda_act16_conv tests/gpu/test_cuda_pool_bias
+    tests/gpu/test_cuda_conv_graph"
 for b in $bins; do
     [ -x "$build/$b" ] || { echo "pack.sh: $build/$b missing: ninja -C $build first" >&2; exit 1; }
 done

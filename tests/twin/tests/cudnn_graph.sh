@@ -1,0 +1,141 @@
+#!/bin/bash
+# cudnn_graph.sh - convolutions through cuDNN's graph API ([train] cudnn_api = auto, the
+# default; conv_graph.cu) on twin GPUs (suite twin). The twin's graph engines time faster than
+# its legacy algorithms (tests/twin/cudnn_graph.cc), and DDP_EMU_CUDNN_ENGINE_MS changes which
+# config "measures" fastest, on one rank or on all; knob 2 computes other bits than knob 1:
+#  - auto names "graph API" engines in the log; legacy names none; a bad value exits 2;
+#  - deterministic = true never keeps a non-deterministic engine, fp32 never a tensor-core one,
+#    even where they time fastest (deterministic = false with tf32 keeps them: the check can
+#    fail);
+#  - rank 1 timing another config fastest runs rank 0's: bitwise the run where both agree;
+#  - a run resumed where every rank times another config fastest adopts the checkpoint's
+#    engines and knobs: bitwise the uninterrupted run (and without them it differs);
+#  - DDP_EMU_CUDNN_NO_GRAPH=1: the legacy API only, the log says the graph API is unavailable.
+set -u
+DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
+PY=/usr/bin/python3
+. "$DDP_SRC/tests/lib.sh"
+need_h5py
+enter_workdir
+fail=0
+"$DDPTRAIN" data synth -o d.h5 --shape 1,12,12 --classes 4 --train 480 --test 16 --seed 3 \
+    >/dev/null || exit 1
+cat > j.ini <<INI
+[job]
+seed = 5
+[data]
+file = d.h5
+batch_size = 16
+[model]
+layers = conv2d(6, 3, pad=1), relu, maxpool(2), conv2d(8, 3), relu, flatten, linear(4)
+[optim]
+name = sgd
+lr = 0.05
+momentum = 0.9
+[train]
+epochs = 1
+log_every = 5
+[checkpoint]
+every_steps = 5
+keep = 10
+INI
+cmp_h5() { $PY "$DDP_SRC/tests/compare_h5.py" "$@"; }
+run() { # run OUT [ENV=V ...] [-- --set ...]: 2 twin GPUs
+    local out=$1; shift
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ "${1:-}" = -- ] && shift
+    env "${envs[@]}" timeout 300 "$DDPTRAIN_TWIN" launch --nproc-per-node 2 j.ini \
+        --set job.output="$out" "$@" > "$out.log" 2>&1
+}
+check() { # check OUT [ENV=V ...] [-- --set ...]: `ddptrain check` on one twin GPU
+    local out=$1; shift
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ "${1:-}" = -- ] && shift
+    env "${envs[@]}" "$DDPTRAIN_TWIN" check j.ini "$@" > "$out" 2>&1
+}
+
+# auto: graph engines, and the log says so; legacy: none
+run full || { echo "FAIL: the 2-GPU run"; tail -5 full.log; exit 1; }
+grep -q "convolutions: cuDNN .*; graph and legacy APIs)" full.log &&
+    grep -q "conv C1 12x12 -> 6 k3 s1 p1, batch 16: forward engine 1 knobs 17=1 graph API" full.log ||
+    { echo "FAIL: cudnn_api = auto does not name graph engines"; grep "conv" full.log; fail=1; }
+run leg -- --set train.cudnn_api=legacy || { echo "FAIL: legacy run"; tail -5 leg.log; exit 1; }
+if grep -q "graph API" leg.log || ! grep -q "legacy API (\[train\] cudnn_api = legacy)" leg.log; then
+    echo "FAIL: cudnn_api = legacy ran graph engines or did not say so"; grep conv leg.log; fail=1
+else
+    echo "ok   auto runs graph engines, legacy none"
+fi
+if cmp_h5 leg/model.h5 full/model.h5 0 >/dev/null; then
+    echo "FAIL: the graph and legacy runs gave the same bits: the checks below cannot fail"; fail=1
+fi
+
+# the filters: engine 0 backward (non-deterministic) and forward 2 (tensor cores) fastest
+fast="fwd:2.1=0.01,data:0.1=0.01,filter:0.1=0.01"
+check det.txt DDP_EMU_CUDNN_ENGINE_MS=$fast || { echo "FAIL: check"; cat det.txt; exit 1; }
+if grep -q "forward engine 2\|backward data engine 0\|backward filter engine 0" det.txt; then
+    echo "FAIL: deterministic fp32 kept a non-deterministic or tensor-core engine"
+    grep "C1 12" det.txt; fail=1
+fi
+grep -q "backward data engine 1 knobs 17=2 graph API 0.163 ms (non-deterministic engine 0 graph API 0.01[0-9] ms)" det.txt ||
+    { echo "FAIL: the faster non-deterministic engine is not named"; grep "C1 12" det.txt; fail=1; }
+check any.txt DDP_EMU_CUDNN_ENGINE_MS=$fast -- --set train.deterministic=false \
+    --set train.precision=tf32 || { echo "FAIL: check"; cat any.txt; exit 1; }
+grep -q "forward engine 2 knobs 17=1 graph API .*backward data engine 0 knobs 17=1 graph API .*backward filter engine 0 knobs" any.txt &&
+    echo "ok   deterministic and fp32 keep out what deterministic = false with tf32 keeps" ||
+    { echo "FAIL: deterministic = false, tf32 does not keep the fastest engines"; grep "C1 12" any.txt; fail=1; }
+
+# rank 1 finds knob 2 fastest: it runs rank 0's all the same
+k2="fwd:1.2=0.01,data:1.2=0.01,filter:1.2=0.01"
+run rank1 DDP_EMU_CUDNN_ENGINE_MS=$k2 DDP_EMU_CUDNN_MS_RANK=1 ||
+    { echo "FAIL: run with rank 1 timing differently"; tail -5 rank1.log; exit 1; }
+if r=$(cmp_h5 rank1/model.h5 full/model.h5 0); then
+    echo "ok   rank 1 timing another config fastest runs rank 0's: bitwise $r"
+else
+    echo "FAIL rank 1 did not run rank 0's engine configs: $r"; fail=1
+fi
+run other DDP_EMU_CUDNN_ENGINE_MS=$k2 || { echo "FAIL: run timing differently"; exit 1; }
+grep -q "forward engine 1 knobs 17=2 graph API" other.log ||
+    { echo "FAIL: DDP_EMU_CUDNN_ENGINE_MS did not change the choice"; fail=1; }
+if cmp_h5 other/model.h5 full/model.h5 0 >/dev/null; then
+    echo "FAIL: knob 1 and knob 2 gave the same bits: the checks here cannot fail"; fail=1
+fi
+
+# resume from step 10 of the full run where every rank times knob 2 fastest
+ck=$(ls full/checkpoints/ckpt-*10.h5 2>/dev/null | head -1)
+[ -n "$ck" ] || { echo "FAIL: no checkpoint at step 10"; ls full/checkpoints; exit 1; }
+run res DDP_EMU_CUDNN_ENGINE_MS=$k2 -- --set checkpoint.resume="$PWD/$ck" ||
+    { echo "FAIL: resumed run"; tail -5 res.log; exit 1; }
+if r=$(cmp_h5 res/model.h5 full/model.h5 0); then
+    echo "ok   resumed where another config times fastest = uninterrupted run, bitwise: $r"
+else
+    echo "FAIL resumed run vs uninterrupted: $r"; fail=1
+fi
+cp "$ck" bare.h5
+$PY -c 'import h5py, sys; del h5py.File(sys.argv[1], "r+").attrs["conv_algorithms"]' bare.h5
+run bare DDP_EMU_CUDNN_ENGINE_MS=$k2 -- --set checkpoint.resume="$PWD/bare.h5" ||
+    { echo "FAIL: resumed run without the attribute"; tail -5 bare.log; exit 1; }
+if cmp_h5 bare/model.h5 full/model.h5 0 >/dev/null; then
+    echo "FAIL: resuming without the checkpoint's engines gave the same bits"; fail=1
+fi
+
+# no graph API: the legacy API, said in the log
+run nog DDP_EMU_CUDNN_NO_GRAPH=1 || { echo "FAIL: run without the graph API"; tail -5 nog.log; exit 1; }
+if grep -q "legacy API: the graph API is unavailable" nog.log && ! grep -q "graph API [0-9]" nog.log &&
+    r=$(cmp_h5 nog/model.h5 leg/model.h5 0); then
+    echo "ok   without the graph API: the legacy API, said in the log, bitwise legacy's $r"
+else
+    echo "FAIL: DDP_EMU_CUDNN_NO_GRAPH=1"; grep conv nog.log; fail=1
+fi
+
+# a bad value: exit 2, one line naming the key and the choices
+"$DDPTRAIN_TWIN" check j.ini --set train.cudnn_api=graph > bad.txt 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "train.cudnn_api.*auto/legacy" bad.txt && [ "$(wc -l < bad.txt)" = 1 ]; then
+    echo "ok   a bad cudnn_api exits 2 naming the key"
+else
+    echo "FAIL: bad cudnn_api: exit $rc"; cat bad.txt; fail=1
+fi
+[ $fail = 0 ] && echo "ok   cudnn graph API: chosen, filtered, shared by rank 0, kept across resume"
+exit $fail
