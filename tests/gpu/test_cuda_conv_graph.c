@@ -129,8 +129,8 @@ static int out_hw(const struct tcase *t, int *OH, int *OW)
 
 /* Case t on backend be (the GPU in layout nhwc and storage act16, or the CPU): the ops'
  * results into r. */
-static void run(const struct ddp_backend *be, const struct tcase *t, const struct tin *in,
-                int nhwc, int act16, struct tout *r)
+static void run(const struct ddp_backend *be, const struct tcase *t, const struct tin *in, int nhwc,
+                int act16, struct tout *r)
 {
     int OH, OW;
     const int P = out_hw(t, &OH, &OW), S = t->H * t->W;
@@ -333,7 +333,7 @@ static void t_text(void)
 }
 
 static const struct tcase g_cases[] = {
-    {4, 1, 9, 9, 6, 3, 1, 1},  /* C = 1 */
+    {4, 1, 9, 9, 6, 3, 1, 1},   /* C = 1 */
     {3, 3, 11, 13, 8, 7, 2, 3}, /* k7 s2 p3, odd sizes */
     {5, 5, 9, 7, 3, 1, 1, 0},   /* 1x1, odd sizes */
     {2, 8, 7, 9, 12, 3, 2, 0},  /* stride 2 pad 0 */
@@ -347,8 +347,8 @@ int main(void)
     return gt_skip(GT_NO_CUDA);
 #else
     char err[DDP_ERR_LEN], line[1024];
-    const int rc = gt_start(DDP_PRECISION_FP32, 1, GT_NHWC | GT_ACT16,
-                            "graph API convolutions need cuDNN");
+    const int rc =
+        gt_start(DDP_PRECISION_FP32, 1, GT_NHWC | GT_ACT16, "graph API convolutions need cuDNN");
     if (rc)
         return rc;
     CPU = ddp_backend_cpu();

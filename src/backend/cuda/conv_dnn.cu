@@ -258,7 +258,8 @@ static void dnn_list(Perf *p, int *n, int timed, Query query)
  * one from the heuristic list if it qualifies there. 0, or -1 (the slot unchanged) when no
  * algorithm qualifies. */
 static int dnn_choose_legacy(const struct dnn_plan *pl, struct dnn_slot *s, int d,
-                      const struct dnn_operands *o, size_t cap, struct dnn_want want = DNN_ANY)
+                             const struct dnn_operands *o, size_t cap,
+                             struct dnn_want want = DNN_ANY)
 {
     const int timed = o != NULL && want.algo < 0;
     const int how = want.algo >= 0 ? DNN_ADOPTED : timed ? DNN_MEASURED : DNN_HEURISTIC;

@@ -41,8 +41,8 @@ static void dnn_text_head(char *out, size_t len)
 
 /* The graph groups of a line (v[19...], g of them, n numbers in all) taken into slot s: the
  * directions taken. Malformed groups: none taken. */
-static int dnn_adopt_graph(const struct dnn_plan *pl, struct dnn_slot *s, const long long *v,
-                           int g, int n)
+static int dnn_adopt_graph(const struct dnn_plan *pl, struct dnn_slot *s, const long long *v, int g,
+                           int n)
 {
     int taken = 0;
     for (int i = 19, j = 0; j < g; j++) {
@@ -138,8 +138,8 @@ static void dnn_text_line(const struct dnn_plan *pl, const struct dnn_slot *s, c
     for (int d = 0; d < DNN_DIRS; d++) {
         const int none = s->how[d] == DNN_UNCHOSEN || s->g[d].plan;
         graphs += s->how[d] != DNN_UNCHOSEN && s->g[d].plan;
-        n += snprintf(line + n, len - n, " %d %d", none ? -1 : algo[d],
-                      none ? -1 : (int)s->math[d]);
+        n +=
+            snprintf(line + n, len - n, " %d %d", none ? -1 : algo[d], none ? -1 : (int)s->math[d]);
     }
     /* NCHW fp32 lines stay as they always were, NHWC fp32 ones too */
     if (pl->act16 || graphs)

@@ -93,7 +93,8 @@ static cudnnBackendDescriptor_t be_conv(const struct conv_geom *q)
 {
     const cudnnDataType_t ct = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    const int64_t dims = 2, one[2] = {1, 1}, st[2] = {q->stride, q->stride}, pad[2] = {q->pad, q->pad};
+    const int64_t dims = 2, one[2] = {1, 1}, st[2] = {q->stride, q->stride},
+                  pad[2] = {q->pad, q->pad};
     cudnnBackendDescriptor_t d = be_new(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
     if (!d)
         return NULL;
@@ -165,7 +166,8 @@ static int be_graph(const struct dnn_plan *pl, int B, int d, struct dnn_graph *g
         be_set1(g->op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->conv) &&
         be_set1(g->op, a[4], CUDNN_TYPE_FLOAT, 1, &alpha) &&
         be_set1(g->op, a[5], CUDNN_TYPE_FLOAT, 1, &beta) && BE(g_cuda.dnn_fn.be_finalize(g->op)) &&
-        be_set1(g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->op) &&
+        be_set1(g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                &g->op) &&
         be_set1(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) &&
         BE(g_cuda.dnn_fn.be_finalize(g->graph)))
         return 1;
@@ -241,8 +243,8 @@ static int be_plan(struct dnn_graph *g, size_t cap)
         be_set1(g->plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                 &g->cfg) &&
         BE(g_cuda.dnn_fn.be_finalize(g->plan)) &&
-        BE(g_cuda.dnn_fn.be_get(g->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                CUDNN_TYPE_INT64, 1, &n, &ws)) &&
+        BE(g_cuda.dnn_fn.be_get(g->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                1, &n, &ws)) &&
         n == 1 && ws >= 0 && (uint64_t)ws <= cap) {
         g->ws = (size_t)ws;
         return 1;
@@ -359,8 +361,7 @@ static int be_list(const struct dnn_graph *base, cudnnBackendHeurMode_t mode, st
 }
 
 /* Queue plan g on the compute stream with x, w (dw), y (dy) by uid and workspace ws. */
-static void be_run(const struct dnn_graph *g, const void *x, const void *w, const void *y,
-                   void *ws)
+static void be_run(const struct dnn_graph *g, const void *x, const void *w, const void *y, void *ws)
 {
     const int64_t uids[3] = {1, 2, 3};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};

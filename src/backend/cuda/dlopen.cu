@@ -182,11 +182,11 @@ int dnn_open(char *err, size_t errlen)
     if (once.state == 0) {
         once.state =
             ddp_dl_open_some(&lib, required, &g_cuda.dnn_fn, once.why, sizeof once.why) == 0 ? 1
-                                                                                           : -1;
+                                                                                             : -1;
         /* the graph API is all six or none */
-        if (once.state == 1 && (!g_cuda.dnn_fn.be_create || !g_cuda.dnn_fn.be_destroy ||
-                                !g_cuda.dnn_fn.be_finalize || !g_cuda.dnn_fn.be_set ||
-                                !g_cuda.dnn_fn.be_get || !g_cuda.dnn_fn.be_execute))
+        if (once.state == 1 &&
+            (!g_cuda.dnn_fn.be_create || !g_cuda.dnn_fn.be_destroy || !g_cuda.dnn_fn.be_finalize ||
+             !g_cuda.dnn_fn.be_set || !g_cuda.dnn_fn.be_get || !g_cuda.dnn_fn.be_execute))
             g_cuda.dnn_fn.be_create = NULL;
     }
     if (once.state < 0)

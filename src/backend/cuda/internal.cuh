@@ -218,9 +218,9 @@ enum { DNN_UNCHOSEN, DNN_HEURISTIC, DNN_MEASURED, DNN_ADOPTED };
  * was made from, kept alive with it; plan NULL: the direction runs a legacy algorithm. */
 struct dnn_graph {
     cudnnBackendDescriptor_t plan;
-    cudnnBackendDescriptor_t x, w, y, conv, op, graph; /* the operation graph */
+    cudnnBackendDescriptor_t x, w, y, conv, op, graph;  /* the operation graph */
     cudnnBackendDescriptor_t eng, cfg, knob[DNN_KNOBS]; /* the engine config */
-    int64_t engine;                                       /* ENGINE_GLOBAL_INDEX */
+    int64_t engine;                                     /* ENGINE_GLOBAL_INDEX */
     int nknobs;
     int64_t knob_type[DNN_KNOBS], knob_value[DNN_KNOBS];
     size_t ws; /* EXECUTION_PLAN_WORKSPACE_SIZE */
