@@ -69,7 +69,8 @@ void ddp_cuda_conv_api(int graph);
 
 /* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:
  * "C3 32x32 -> 64 k3 s1 p1, batch 256: forward IMPLICIT_PRECOMP_GEMM fma 0.041 ms, backward
- * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB". Writes
+ * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB" (a
+ * direction kept from cuDNN's graph API: "forward engine 1 knobs 17=1 graph API 0.203 ms"). Writes
  * "" when cuDNN does not run. Returns the number of lines. */
 int ddp_cuda_conv_report(char *out, size_t len);
 
@@ -77,7 +78,9 @@ int ddp_cuda_conv_report(char *out, size_t len);
  * the other ranks, and the checkpoint's `conv_algorithms` attribute): a first line naming the
  * format, cuDNN's version and the device, then one line per plan and batch size of sixteen
  * numbers: C H W O k stride pad batch tf32 det, then algorithm and math of forward, backward
- * data and backward filter (cuDNN's enum values; -1 -1 for a direction not chosen yet).
+ * data and backward filter (cuDNN's enum values; -1 -1 for a direction not chosen yet or
+ * chosen from the graph API), then as they apply the layout, the storage, and graph API
+ * choices (conv_dnn_text.cu's header gives the format).
  * Returns the length written (cut at a line end to fit len), 0 when cuDNN does not run. */
 size_t ddp_cuda_conv_choices(char *out, size_t len);
 

@@ -1,7 +1,9 @@
 /*
  * conv_dnn.cu - the CUDA backend's conv2d through cuDNN (see internal.cuh for the parts): one
- * plan per convolution shape, its algorithms chosen by measurement, the calls, and the choices
- * as text (conv_dnn_report.cu puts them in words). conv.cu chooses the path and dispatches the table's conv entries here;
+ * plan per convolution shape, its algorithms chosen by measurement (the legacy API's, and with
+ * [train] cudnn_api = auto the graph API's engines beside them: conv_graph.cu), and the calls.
+ * conv_dnn_text.cu writes and takes the choices as text; conv_dnn_report.cu puts them in
+ * words. conv.cu chooses the path and dispatches the table's conv entries here;
  * dlopen.cu opens cuDNN into g_cuda.dnn_fn; elementwise.cu has the bias and relu epilogues.
  *
  * cuDNN (the legacy convolution API of cuDNN 9) is opened at run time like cuBLAS: dnn_open()
@@ -35,7 +37,15 @@
  * (the same on every rank without timing). Steady steps neither allocate nor synchronise.
  * ddp_cuda_conv_report() lists each plan's choices for the run log; ddp_cuda_conv_choices()
  * writes them as text that ddp_cuda_conv_adopt() takes back (rank 0 to the others, a
- * checkpoint to the run that resumes it).
+ * checkpoint to the run that resumes it; conv_dnn_text.cu, whose header gives the format).
+ *
+ * Graph API (g_cuda.dnn.graph: [train] cudnn_api = auto and cuDNN's graph API works): a timed
+ * choice also times the graph's qualifying engine configs on the same operands and keeps the
+ * fastest of both (ties to the least workspace, then legacy); a direction then runs its slot's
+ * execution plan (struct dnn_graph) at beta 0: a forward with a bias and no relu adds the bias
+ * after (bias_add), backward filter writes col's gradient room and adds it into dw. The
+ * plan's workspace counts in the slot's need and the plan's cap like an algorithm's. Untimed
+ * choices stay legacy.
  *
  * Channels-last (g_cuda.layout NHWC, backend.h set_layout): plans are per shape and layout,
  * made under the layout in force. Activations are described as CUDNN_TENSOR_NHWC, the filter
