@@ -500,7 +500,7 @@ static int dnn_own_filter(const struct dnn_plan *pl)
  * format and type (dnn_own_filter). */
 static size_t dnn_col_bytes(const struct dnn_plan *pl)
 {
-    return pl->cap + (dnn_own_filter(pl) ? 2 : 1) * pl->wbytes;
+    return pl->cap + (pl->wroom ? 2 : 1) * pl->wbytes;
 }
 
 /* conv_plan of the table with cuDNN: the plan of this shape in the layout and storage in
@@ -520,6 +520,7 @@ size_t dnn_plan_shape(const struct conv_geom *q, int B)
         pl->act16 = g_cuda.act16;
         pl->wbytes = align256(dnn_esize(pl) * q->O * q->C * q->k * q->k);
         pl->next = 1;
+        pl->wroom = dnn_own_filter(pl) || g_cuda.dnn.graph;
         DNN_CHECK(g_cuda.dnn_fn.create_filter(&pl->w));
         DNN_CHECK(g_cuda.dnn_fn.set_filter(pl->w, dnn_dtype(pl), dnn_format(pl->layout), q->O, q->C,
                                            q->k, q->k));
@@ -663,17 +664,23 @@ struct dnn_scratch {
 static struct dnn_scratch dnn_scratch_of(const struct dnn_plan *pl, float *col)
 {
     struct dnn_scratch sc = {col, (char *)col + pl->cap, NULL};
-    if (dnn_own_filter(pl))
+    if (pl->wroom)
         sc.wt = (char *)col + pl->cap + pl->wbytes;
     return sc;
 }
 
-/* The weights as the plan's filter descriptor says: w itself under NCHW fp32; else w
- * transposed (NHWC) and or cast (bf16 storage) into sc's room (queued now: small, and w
- * changes every step). */
+/* The weights as the plan's filter descriptor says: w itself under NCHW fp32 (copied into
+ * sc's room for a graph plan (graph 1) where w is not 16-byte aligned, as the graph's tensors
+ * declare: a parameter inside the flat buffer may not be); else w transposed (NHWC) and or
+ * cast (bf16 storage) into sc's room (queued now: small, and w changes every step). */
 static const void *dnn_weights(const struct dnn_plan *pl, const struct dnn_scratch *sc,
-                               const float *w)
+                               const float *w, int graph)
 {
+    if (!dnn_own_filter(pl) && graph && (uintptr_t)w % 16 != 0) {
+        CUDA_CHECK(cudaMemcpyAsync(sc->wt, w, sizeof(float) * pl->q.O * pl->q.CKK,
+                                   cudaMemcpyDeviceToDevice, g_cuda.stream));
+        return sc->wt;
+    }
     if (!dnn_own_filter(pl))
         return w;
     const struct conv_geom *q = &pl->q;
@@ -717,7 +724,7 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
     const struct dnn_scratch sc = dnn_scratch_of(pl, col);
-    const void *wd = dnn_weights(pl, &sc, w);
+    const void *wd = dnn_weights(pl, &sc, w, g_cuda.dnn.graph && pl->wroom);
     const struct dnn_operands o = {(void *)inp, (void *)wd, out, NULL, sc.ws, pl->cap};
     dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
@@ -767,7 +774,7 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     if (room)
         dnn_add_dw(pl, &sc, dw);
     if (dinp) {
-        const void *wd = dnn_weights(pl, &sc, w);
+        const void *wd = dnn_weights(pl, &sc, w, g_cuda.dnn.graph && pl->wroom);
         const struct dnn_operands od = {dinp, (void *)wd, (void *)dout, NULL, sc.ws, pl->cap};
         dnn_ensure(pl, s, DNN_BWD_DATA, &od);
         if (s->g[DNN_BWD_DATA].plan)

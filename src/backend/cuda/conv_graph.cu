@@ -465,8 +465,8 @@ int dnn_graph_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
     struct dnn_graph base;
     memset(&base, 0, sizeof base);
     dnn_graph_drop(s, d);
-    if (!g_cuda.dnn.graph || !be_graph(pl, s->B, d, &base))
-        return -1;
+    if (!g_cuda.dnn.graph || !pl->wroom || !be_graph(pl, s->B, d, &base))
+        return -1; /* (a plan made before the graph API was on has no aligned filter room) */
     struct dnn_gcand c[DNN_ENGINES];
     int n = be_list(&base, CUDNN_HEUR_MODE_A, c, 0, cap, s->tf32);
     n = be_list(&base, CUDNN_HEUR_MODE_FALLBACK, c, n, cap, s->tf32);
@@ -540,7 +540,8 @@ int dnn_graph_adopt(const struct dnn_plan *pl, struct dnn_slot *s, int d, int64_
 {
     struct dnn_graph g;
     memset(&g, 0, sizeof g);
-    if (!g_cuda.dnn.graph || nknobs < 0 || nknobs > DNN_KNOBS || !be_graph(pl, s->B, d, &g))
+    if (!g_cuda.dnn.graph || !pl->wroom || nknobs < 0 || nknobs > DNN_KNOBS ||
+        !be_graph(pl, s->B, d, &g))
         return -1;
     if (!be_rebuild(&g, engine, nknobs, type, value, cap, s->tf32)) {
         be_drop_all(&g);

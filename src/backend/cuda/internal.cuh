@@ -251,15 +251,17 @@ struct dnn_slot {
 /* The cuDNN plan of one convolution shape in one activation layout and storage. col holds the
  * workspace (cap bytes), then one weight gradient's room (wbytes: backward filter's timing
  * writes there; under NHWC or bf16 storage the filter gradient as cuDNN writes it, added
- * (transposed, widened) into dw), then under NHWC or bf16 storage the weights as the filter
- * descriptor says (wbytes more). */
+ * (transposed, widened) into dw), then where wroom the weights as the filter descriptor says
+ * (wbytes more). */
 struct dnn_plan {
     struct conv_geom q;
-    int layout;                /* enum ddp_layout of the activations (g_cuda.layout when planned) */
-    int act16;                 /* 1: bf16 activations and filter (g_cuda.act16 when planned) */
-    size_t cap;                /* workspace bytes every caller's col holds for this shape */
-    size_t wbytes;             /* bytes of one (O,C,k,k) filter of the plan's type, 256-aligned */
-    cudnnFilterDescriptor_t w; /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C); float or bf16 */
+    int layout;    /* enum ddp_layout of the activations (g_cuda.layout when planned) */
+    int act16;     /* 1: bf16 activations and filter (g_cuda.act16 when planned) */
+    size_t cap;    /* workspace bytes every caller's col holds for this shape */
+    size_t wbytes; /* bytes of one (O,C,k,k) filter of the plan's type, 256-aligned */
+    int wroom;     /* 1: col has the filter room (NHWC or bf16; or the graph API on when planned,
+                * whose tensors need 16-byte aligned weights) */
+    cudnnFilterDescriptor_t w;       /* NCHW: (O,C,k,k); NHWC: cuDNN's (O,k,k,C); float or bf16 */
     struct dnn_slot slot[DNN_SLOTS]; /* slot 0: the planned batch */
     int next;                        /* the slot (1..) a new batch size takes */
 };
