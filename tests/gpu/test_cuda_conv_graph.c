@@ -14,7 +14,8 @@
  *    1 = ALGO_1 backward; knob SPLIT_K_SLC 1): with DDP_EMU_CUDNN_ENGINE_MS making exactly
  *    those engines fastest, bit for bit the legacy API's results (cudnn_api = legacy picks
  *    the same algorithms there), except the bf16 forward with a bias and no relu, which the
- *    graph path rounds twice (the convolution at beta 0, then the bias added).
+ *    graph path rounds twice (the convolution at beta 0, then the bias added); then the
+ *    twin's own fastest configs (knob 2, the tensor-core engine on bf16) against the CPU.
  * The run log names "graph API" for every direction. Then the choices' text: with the knob 2
  * configs made fastest, a graph line carries each direction's engine and knob (17 2); taking
  * the line with the knobs set to 1 gives other bits; taking the original back gives the first
@@ -273,6 +274,12 @@ static void t_case(const struct tcase *t, int nhwc, int act16)
     run(G, t, &in, nhwc, act16, &legacy);
     check_all("graph vs legacy", shape, &graph, &legacy, t, 0, 1, act16);
     unsetenv("DDP_EMU_CUDNN_ENGINE_MS");
+    /* the twin's own fastest configs (knob 2; the tensor-core engine on bf16) against the CPU */
+    struct tout own = {0};
+    path(1);
+    run(G, t, &in, nhwc, act16, &own);
+    check_all("fastest graph vs CPU", shape, &own, &cpu, t, act16 ? TOL_BF16 : TOL_FP32, 0, 0);
+    tout_free(&own);
 #endif
     tout_free(&cpu), tout_free(&graph), tout_free(&legacy);
     inputs_free(&in);
