@@ -21,15 +21,17 @@ MODELS = {"cifar-resnet18": "ResNet-18 3x32x32", "fashion-cnn": "CNN (fashion-cn
           "fashion-mlp": "MLP 784-512-512-10"}
 PRECISIONS = ("fp32", "tf32", "bf16")
 # device-check.sh ddp_run's variants: "" (the defaults), nd ([train] deterministic = false),
-# nchw ([train] layout = nchw), nd-nchw, f32a ([train] activations = fp32)
-VARIANTS = ("", "nd", "nchw", "nd-nchw", "f32a")
+# nchw ([train] layout = nchw), nd-nchw, f32a ([train] activations = fp32), leg ([train]
+# cudnn_api = legacy)
+VARIANTS = ("", "nd", "nchw", "nd-nchw", "f32a", "leg")
 
 
 def conv_path(log):
     """A short name of the convolution path from a run's log: 'cuDNN det', 'cuDNN any',
     'im2col' or '' (no convolution, or the line is missing); ' NHWC' after a cuDNN path whose
     activations were channels-last ([train] layout), ' bf16a' where they were stored as bf16
-    ([train] activations)."""
+    ([train] activations), ' legacy' where cuDNN's graph API was not timed ([train] cudnn_api
+    = legacy, or the graph API unavailable)."""
     try:
         text = open(log, errors="replace").read()
     except OSError:
@@ -41,6 +43,7 @@ def conv_path(log):
     if line.startswith("cuDNN") and "im2col" not in line:
         nhwc = " NHWC" if "channels-last" in line else ""
         nhwc += " bf16a" if "stored as bf16" in line else ""
+        nhwc += " legacy" if "legacy API" in line and "graph and legacy" not in line else ""
         return ("cuDNN any" if "deterministic or not" in line else "cuDNN det") + nhwc
     return "im2col"
 
@@ -119,7 +122,10 @@ def table(rows, dry, W):
             "conv: ddptrain's convolution path (cuDNN det = the fastest measured of cuDNN's "
             "deterministic algorithms, the default; cuDNN any = the fastest measured, "
             "deterministic or not: [train] deterministic = false; NHWC = channels-last "
-            "activations, [train] layout = auto under tf32 and bf16; bf16a = activations stored as bf16, [train] activations = auto under bf16). Peak MiB: device memory allocated by the framework (ddptrain "
+            "activations, [train] layout = auto under tf32 and bf16; bf16a = activations "
+            "stored as bf16, [train] activations = auto under bf16; legacy = cuDNN's legacy "
+            "API only, [train] cudnn_api = legacy, where the default also times the graph "
+            "API's engines). Peak MiB: device memory allocated by the framework (ddptrain "
             "gpu_mem_peak_bytes; torch.cuda.max_memory_allocated less the preloaded data); "
             "- = not run."]
     head.insert(0, versions(W))

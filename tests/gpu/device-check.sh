@@ -48,11 +48,12 @@
 #                   GPU (tests/gpu/torch_gpu_bench.py: data preloaded on the GPU, eager and
 #                   torch.compile); tests/gpu/bench_table.py makes the table, each row naming the
 #                   convolution path; what did not fit is "-"
-#  10. profile      (PROFILE_S, default 60 s, kept from the benchmark's time) `ddptrain profile`
+#  10. profile      (PROFILE_S, default 75 s, kept from the benchmark's time) `ddptrain profile`
 #                   of configs/cifar-resnet18.ini at batch 256 (the benchmark's 3x32x32 synthetic
 #                   data) in bf16 (channels-last and bf16 activations, the defaults), bf16 with
-#                   train.activations = fp32, bf16 with train.layout = nchw, and tf32: per-layer forward and backward times (each with one device
-#                   synchronisation) and the unsynchronised step, 3 warm-up and 10 timed steps;
+#                   train.cudnn_api = legacy, bf16 with train.activations = fp32, bf16 with
+#                   train.layout = nchw, and tf32: per-layer forward and backward times (each with
+#                   one device synchronisation) and the unsynchronised step, 3 warm-up and 10 timed steps;
 #                   each run's table and JSON (profile-bf16.txt, profile-bf16.json, ...) go into
 #                   validate.tar, the tables also into the log (--dry: configs/fashion-cnn.ini at
 #                   batch 2, one step each, for the plumbing)
@@ -87,7 +88,7 @@ SANITIZER_S=${SANITIZER_S:-20}
 SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck}
 RACE_OPS=${RACE_OPS:-elementwise,linear,residual,batchnorm,xent,sumsq,optim,clip,u8}
 VALIDATE_S=${VALIDATE_S:-40}
-PROFILE_S=${PROFILE_S:-60}
+PROFILE_S=${PROFILE_S:-75}
 # STAGES: the stages to run after device and libraries (default all): ops validate sanitizer
 # curves graphs fullrun bench profile; a stage left out is reported as "not run" and does not fail the check
 STAGES=${STAGES:-all}
@@ -190,7 +191,7 @@ if [ $DRY = 1 ]; then
     # the twin is slow: one batch size, the MLP where the CNN adds no plumbing
     STEPS_MLP="6 2" STEPS_CNN="4 2" STEPS_R18="3 1" NTRAIN=600 NTRAIN_R18=64 SAN_BATCH=4
     SAN_CFG=fashion-mlp R18_SHAPE=3,8,8 FULLRUN_ARGS=(--set train.max_steps=4 --set data.batch_size=8)
-    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd,tf32-on,tf32-on-nchw,bf16-on:60"
+    BENCH_PLAN="fashion-mlp:16:fp32-on,fp32-off:60 cifar-resnet18:2:fp32-on,fp32-on-nd,tf32-on,tf32-on-nchw,bf16-on,bf16-on-leg:60"
     CURVE_ENV=(CURVE_STEPS=10 CURVE_TEST=50 CURVE_BATCH=32 CURVE_MIN_ACC=0) SAN_STEPS=5
     GRAPH_CFG=fashion-mlp GRAPH_STEPS=6
     # the twin runs ResNet-18 at seconds a step: the profile's plumbing on the small CNN
@@ -201,8 +202,8 @@ else
     SAN_BATCH=32 R18_SHAPE=3,32,32 FULLRUN_ARGS=()
     # model:batch:ddptrain runs (precision-graph[-variant], ddp_run): PyTorch's seconds, in
     # priority order
-    BENCH_PLAN=${BENCH_PLAN:-"cifar-resnet18:256:fp32-on,tf32-on,bf16-on,bf16-on-f32a,tf32-on-nchw,bf16-on-nchw:150
-        fashion-cnn:1024:fp32-on,tf32-on,bf16-on,fp32-off:75 fashion-cnn:256:fp32-on,tf32-on,bf16-on,fp32-off:60
+    BENCH_PLAN=${BENCH_PLAN:-"cifar-resnet18:256:fp32-on,tf32-on,bf16-on,bf16-on-leg,tf32-on-leg,bf16-on-f32a,tf32-on-nchw,bf16-on-nchw:150
+        fashion-cnn:1024:fp32-on,tf32-on,bf16-on,bf16-on-leg,fp32-off:75 fashion-cnn:256:fp32-on,tf32-on,bf16-on,fp32-off:60
         fashion-mlp:256:fp32-on,bf16-on,tf32-on,fp32-off:40 fashion-mlp:1024:fp32-on,bf16-on,tf32-on:30"}
     SAN_CFG=fashion-cnn CURVE_ENV=() SAN_STEPS=20 GRAPH_CFG=fashion-resnet GRAPH_STEPS=12
     PROFILE_CFG=cifar-resnet18 PROFILE_ARGS=(--set data.batch_size=256 --warmup 3 --steps 10)
@@ -230,14 +231,17 @@ steps_of() {
 data_of() { [ "$1" = cifar-resnet18 ] && echo "$W/c10.h5" || echo "$W/fm.h5"; }
 # one ddptrain run: model batch precision graph [variant] -> $W/ddp-<model>-<batch>-<precision>-
 # graph<on|off>[-<variant>]/; variant: nd ([train] deterministic = false), nchw ([train]
-# layout = nchw: tf32 and bf16 are channels-last by default), nd-nchw, or f32a ([train]
-# activations = fp32: bf16 runs store bf16 activations by default)
+# layout = nchw: tf32 and bf16 are channels-last by default), nd-nchw, f32a ([train]
+# activations = fp32: bf16 runs store bf16 activations by default), or leg ([train] cudnn_api
+# = legacy: cuDNN's legacy algorithms only, without the graph API's engines)
 ddp_run() {
     local cfg=$1 b=$2 prec=$3 graph=$4 v=${5:-} steps warm id=ddp-$1-$2-$3-graph$4${5:+-$5} t
-    local det=(--set train.deterministic=true --set train.layout=auto --set train.activations=auto)
+    local det=(--set train.deterministic=true --set train.layout=auto --set train.activations=auto
+        --set train.cudnn_api=auto)
     [[ $v == *nd* ]] && det[1]=train.deterministic=false
     [[ $v == *nchw* ]] && det[3]=train.layout=nchw
     [[ $v == *f32a* ]] && det[5]=train.activations=fp32
+    [[ $v == *leg* ]] && det[7]=train.cudnn_api=legacy
     read -r steps warm <<< "$(steps_of "$cfg")"
     if [ "${KEY_OK[train.precision=$prec]:-1}" = 0 ] ||
        [ "${KEY_OK[train.cuda_graph=$graph]:-1}" = 0 ]; then
@@ -312,7 +316,7 @@ timeout 60 "$DDPTRAIN" data synth -o "$W/san.h5" --shape 1,28,28 --classes 10 --
     --test 200 --seed 1 >/dev/null || missing=1
 declare -A KEY_OK
 for kv in train.precision=tf32 train.precision=bf16 train.cuda_graph=off train.cuda_graph=on \
-    train.layout=nchw train.activations=fp32; do
+    train.layout=nchw train.activations=fp32 train.cudnn_api=legacy; do
     if timeout 30 "$DDPTRAIN" check configs/fashion-cnn.ini --set data.file="$W/san.h5" \
             --set job.output="$W/check" --set train.device=cuda --set "$kv" > "$W/key.txt" 2>&1; then
         KEY_OK[$kv]=1
@@ -573,7 +577,7 @@ fi
 
 # ---- per-layer profile ------------------------------------------------------------------------
 # profile_stage: ResNet-18 (--dry: the small CNN) in bf16 (default: channels-last, bf16
-# activations), bf16 with fp32 activations, bf16 NCHW and tf32; each run's table and JSON into
+# activations), bf16 on the legacy API only, bf16 with fp32 activations, bf16 NCHW and tf32; each run's table and JSON into
 # $W/validate, then validate.tar again (the 8 files the tool brings back)
 profile_stage() {
     local pd=$W/validate data v t rc prof_fail=0 args
@@ -583,11 +587,12 @@ profile_stage() {
         timeout "$(budget 30)" "$DDPTRAIN" data synth -o "$data" --shape $R18_SHAPE \
             --classes 10 --train 64 --test 16 --seed 1 >/dev/null || prof_fail=1
     [ $PROFILE_CFG = cifar-resnet18 ] || data=$W/san.h5 # the libraries stage's 1x28x28
-    for v in bf16 bf16-f32a bf16-nchw tf32; do
+    for v in bf16 bf16-leg bf16-f32a bf16-nchw tf32; do
         args=(--set train.precision=${v%%-*})
         [[ $v == *nchw ]] && args+=(--set train.layout=nchw)
         [[ $v == *f32a ]] && args+=(--set train.activations=fp32)
-        t=$(budget $((PROFILE_S / 4)))
+        [[ $v == *leg ]] && args+=(--set train.cudnn_api=legacy)
+        t=$(budget $((PROFILE_S / 5)))
         [ "$t" -lt 5 ] && { echo "skipped: profile $v: out of time"; prof_fail=1; continue; }
         timeout "$t" "$DDPTRAIN" profile configs/$PROFILE_CFG.ini --set train.device=cuda \
             --set data.file="$data" "${PROFILE_ARGS[@]}" "${args[@]}" \
