@@ -15,10 +15,12 @@
  *    those engines fastest, bit for bit the legacy API's results (cudnn_api = legacy picks
  *    the same algorithms there), except the bf16 forward with a bias and no relu, which the
  *    graph path rounds twice (the convolution at beta 0, then the bias added); then the
- *    twin's own fastest configs (knob 2, the tensor-core engine on bf16) against the CPU.
+ *    twin's own fastest configs (knob 2, the tensor-core engine on bf16) against the CPU,
+ *    never its runtime-compiled forward engine 3 (the cheapest: kept unless skipped).
  * The run log names "graph API" for every direction. Then the choices' text: with the knob 2
  * configs made fastest, a graph line carries each direction's engine and knob (17 2); taking
- * the line with the knobs set to 1 gives other bits; taking the original back gives the first
+ * the line with the knobs set to 1 gives other bits; a line naming the runtime-compiled
+ * forward engine 3 has its forward left out (twin); taking the original back gives the first
  * run's bits again (a knob lost on the way shows). Legacy lines (16 numbers) still load.
  *
  * Dimension letters as in backend.h.
@@ -279,6 +281,9 @@ static void t_case(const struct tcase *t, int nhwc, int act16)
     path(1);
     run(G, t, &in, nhwc, act16, &own);
     check_all("fastest graph vs CPU", shape, &own, &cpu, t, act16 ? TOL_BF16 : TOL_FP32, 0, 0);
+    ddp_cuda_conv_report(rep, sizeof rep);
+    check_true("report: the runtime-compiled forward engine 3 is never kept",
+               strstr(rep, "forward engine 3 ") == NULL, rep);
     tout_free(&own);
 #endif
     tout_free(&cpu), tout_free(&graph), tout_free(&legacy);
@@ -324,6 +329,16 @@ static void t_text(void)
     size_t differ;
     gt_nerr(b.yn, a.yn, (size_t)t.B * t.O * 81, &differ);
     check_true("adopt: knob 1 computes other bits than knob 2", differ > 0, NULL);
+    snprintf(alt, sizeof alt, "%s", mine);
+    char *f = strstr(alt + head, " 3 0 1 1 17 2 ");
+    if (f)
+        f[5] = '3'; /* forward: the runtime-compiled engine 3 */
+    snprintf(d, sizeof d, "%d taken", ddp_cuda_conv_adopt(alt, 1, why, sizeof why));
+    check_true("adopt: a line naming the runtime-compiled engine 3 leaves forward out",
+               f && strstr(d, "2 taken") == d, d);
+    ddp_cuda_conv_choices(text, sizeof text);
+    check_true("choices: no forward engine 3 after adopting a line naming it",
+               strstr(text, " 3 0 3 1 17 ") == NULL, text);
 #endif
     snprintf(d, sizeof d, "%d taken", ddp_cuda_conv_adopt(mine, 1, why, sizeof why));
     check_true("adopt: the original line", strstr(d, "3 taken") == d, d);

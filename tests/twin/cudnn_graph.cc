@@ -21,17 +21,21 @@
  * Engines (global index; the legacy algorithm each computes as, bit for bit with knob 1):
  *   forward   0 IMPLICIT_GEMM (no workspace), 1 IMPLICIT_PRECOMP_GEMM (one sample's im2col),
  *             2 tensor core (note TENSOR_CORE): as 1 on x and w rounded to tf32 (10 mantissa
- *             bits, to nearest even), for float and bf16 data alike (bf16 values are tf32)
+ *             bits, to nearest even), for float and bf16 data alike (bf16 values are tf32),
+ *             3 runtime-compiled (behaviour note RUNTIME_COMPILATION; on a real GPU its plan's
+ *             finalize compiles a kernel with NVRTC, seconds per shape): as 1, workspace too
  *   data      0 ALGO_0 (note NONDETERMINISTIC, none), 1 ALGO_1 (one sample's dcol)
  *   filter    0 ALGO_0 (note NONDETERMINISTIC, none), 1 ALGO_1 (one sample's col)
  * One knob each, CUDNN_KNOB_TYPE_SPLIT_K_SLC, 1 (the default) or 2: with 2 the reduction
  * (forward: C*R*S; data: the output channels; filter: the samples) is summed as two halves,
  * each as knob 1 sums the whole, added at the end: other bits (the filter's needs N >= 2).
- * No behaviour notes. Heuristics list one config per engine and knob, each with its one knob
- * choice: CUDNN_HEUR_MODE_A (and INSTANT, B)
- *   forward   0.1 0.2 1.2 1.1 2.2 2.1          data, filter   1.1 1.2 0.1 0.2
- * (ENGINE.KNOB; not fastest first, so that taking the first untimed shows), and
- * CUDNN_HEUR_MODE_FALLBACK only the deterministic ones without tensor cores:
+ * Behaviour notes: forward 3's RUNTIME_COMPILATION, none else. Heuristics list one config per
+ * engine and knob, each with its one knob choice: CUDNN_HEUR_MODE_A (and INSTANT, B)
+ *   forward   3.1 3.2 0.1 0.2 1.2 1.1 2.2 2.1  data, filter   1.1 1.2 0.1 0.2
+ * (ENGINE.KNOB; not fastest first, so that taking the first untimed shows; the
+ * runtime-compiled engine first and the cheapest, so that a caller that does not skip it
+ * keeps it), and CUDNN_HEUR_MODE_FALLBACK only the deterministic ones without tensor cores
+ * or runtime compilation:
  *   forward   0.1 0.2 1.1 1.2                  data, filter   1.1 1.2
  *
  * Cost: an execute advances the device clock by exactly its config's fixed cost (its own CPU
@@ -39,11 +43,11 @@
  * on every run. Cost = base * (1 + 0.5 * M / (M + 2^24)) ms, M the convolution's multiply-adds
  * (N*O*OH*OW*C*R*S): a bigger layer costs more, at most 1.5 times the base, so the order is
  * fixed. Base (ms), ENGINE.KNOB:
- *   forward   0.1 0.30  0.2 0.32  1.1 0.20  1.2 0.22  2.1 0.10  2.2 0.11
+ *   forward   0.1 0.30  0.2 0.32  1.1 0.20  1.2 0.22  2.1 0.10  2.2 0.11  3.1 0.05  3.2 0.06
  *   data      0.1 0.12  0.2 0.13  1.1 0.18  1.2 0.16
  *   filter    0.1 0.12  0.2 0.13  1.1 0.18  1.2 0.16
  * So forward 1.1 (at most 0.3) beats both legacy algorithms' times (TWIN_MS in cudnn.cc: 0.4,
- * 1.0) and is the fastest without tensor cores; backward 0.1 < 0.2 < 1.2 < 1.1, all below
+ * 1.0) and is the fastest without tensor cores or runtime compilation; backward 0.1 < 0.2 < 1.2 < 1.1, all below
  * legacy ALGO_0's 0.3, so deterministic runs pick a graph engine too.
  * DDP_EMU_CUDNN_ENGINE_MS=DIR:ENGINE.KNOB=MS[,...] (DIR fwd, data, filter) sets a config's
  * cost to MS exactly, with DDP_EMU_CUDNN_MS_RANK=R on rank R only (as DDP_EMU_CUDNN_MS).
@@ -311,7 +315,12 @@ int graph_dir(const Desc &graph)
 }
 int engines_of(int dir)
 {
-    return dir == FWD ? 3 : 2;
+    return dir == FWD ? 4 : 2;
+}
+/* The legacy algorithm that engine e of direction dir computes as (header). */
+int legacy_of(int dir, int64_t e)
+{
+    return dir == FWD && (e == 2 || e == 3) ? 1 : (int)e;
 }
 
 /* ---- finalize: each descriptor type's checks ---- */
@@ -461,7 +470,7 @@ cudnnStatus_t check_plan(Desc &plan)
     if (const cudnnStatus_t st = geom_of_op(o, &g); st != CUDNN_STATUS_SUCCESS)
         return st;
     const int e = (int)i64(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
-    plan.ws = o.dir == FWD ? twin_dnn::fwd_ws(g, e == 2 ? 1 : e) : twin_dnn::bwd_ws(g, e);
+    plan.ws = o.dir == FWD ? twin_dnn::fwd_ws(g, legacy_of(FWD, e)) : twin_dnn::bwd_ws(g, e);
     return plan.ws < 0 ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
@@ -565,13 +574,13 @@ Ref make_cfg(const Desc &graph, int64_t e, int64_t knob)
 /* The heuristics' configs (header): ENGINE.KNOB as 10 * ENGINE + KNOB. */
 cudnnStatus_t make_results(Desc &heur)
 {
-    static const int A_FWD[] = {1, 2, 12, 11, 22, 21}, A_BWD[] = {11, 12, 1, 2};
+    static const int A_FWD[] = {31, 32, 1, 2, 12, 11, 22, 21}, A_BWD[] = {11, 12, 1, 2};
     static const int FB_FWD[] = {1, 2, 11, 12}, FB_BWD[] = {11, 12};
     const Desc &graph = ref(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
     const bool fb = e32(heur, CUDNN_ATTR_ENGINEHEUR_MODE) == CUDNN_HEUR_MODE_FALLBACK;
     const bool fwd = graph_dir(graph) == FWD;
     const int *l = fwd ? (fb ? FB_FWD : A_FWD) : (fb ? FB_BWD : A_BWD);
-    const int n = fwd ? (fb ? 4 : 6) : (fb ? 2 : 4);
+    const int n = fwd ? (fb ? 4 : 8) : (fb ? 2 : 4);
     heur.results.clear();
     for (int i = 0; i < n; i++)
         heur.results.push_back(make_cfg(graph, l[i] / 10, l[i] % 10));
@@ -592,6 +601,15 @@ std::vector<int32_t> notes_of(const Desc &eng)
     return {};
 }
 
+/* An engine's behaviour notes (header). */
+std::vector<int32_t> behavior_of(const Desc &eng)
+{
+    const int dir = graph_dir(ref(eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH));
+    if (dir == FWD && i64(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX) == 3)
+        return {CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION};
+    return {};
+}
+
 /* The values of a gettable attribute of a finalized descriptor: bytes (n values) or refs. */
 void values_of(const Desc &d, int name, std::vector<unsigned char> *bytes, std::vector<Ref> *refs,
                int64_t *n)
@@ -602,13 +620,15 @@ void values_of(const Desc &d, int name, std::vector<unsigned char> *bytes, std::
         *refs = d.results, *n = (int64_t)d.results.size();
     } else if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
         bytes->assign((const unsigned char *)&d.ws, (const unsigned char *)&d.ws + 8), *n = 1;
-    } else if (name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) {
-        const std::vector<int32_t> v = notes_of(d);
+    } else if (name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE ||
+               name == CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE) {
+        const std::vector<int32_t> v =
+            name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE ? notes_of(d) : behavior_of(d);
         bytes->assign((const unsigned char *)v.data(),
                       (const unsigned char *)(v.data() + v.size()));
         *n = (int64_t)v.size();
     } else {
-        *n = 0; /* an optional attribute not set; the behaviour notes */
+        *n = 0; /* an optional attribute not set */
     }
 }
 
@@ -661,9 +681,10 @@ double cost_override(int dir, int64_t e, int64_t knob)
 /* A config's fixed cost in ms (header). */
 double cost_ms(int dir, int64_t e, int64_t knob, const Geom &g)
 {
-    static const double BASE[3][3][2] = {{{0.30, 0.32}, {0.20, 0.22}, {0.10, 0.11}},
-                                         {{0.12, 0.13}, {0.18, 0.16}, {0, 0}},
-                                         {{0.12, 0.13}, {0.18, 0.16}, {0, 0}}};
+    static const double BASE[3][4][2] = {
+        {{0.30, 0.32}, {0.20, 0.22}, {0.10, 0.11}, {0.05, 0.06}},
+        {{0.12, 0.13}, {0.18, 0.16}, {0, 0}, {0, 0}},
+        {{0.12, 0.13}, {0.18, 0.16}, {0, 0}, {0, 0}}};
     const double over = cost_override(dir, e, knob);
     if (over >= 0)
         return over;
@@ -709,7 +730,7 @@ cudnnStatus_t execute(cudnnHandle_t h, const Desc &plan, const Desc &pack)
     v.cost_ms = cost_ms(o.dir, e, knob, g);
     const size_t need = (size_t)plan.ws;
     if (o.dir == FWD)
-        return twin_dnn::conv_fwd(h, g, e == 2 ? 1 : (int)e, v, p[0], p[1], p[2], ws, need, o.alpha,
+        return twin_dnn::conv_fwd(h, g, legacy_of(FWD, e), v, p[0], p[1], p[2], ws, need, o.alpha,
                                   o.beta);
     if (o.dir == DATA)
         return twin_dnn::conv_bwd_data(h, g, (int)e, v, p[1], p[2], p[0], ws, need, o.alpha,

@@ -15,9 +15,12 @@
  * x 1, w 2, y 3 in every direction (dx 1, dw 2, dy 3). A config qualifies unless a numerical
  * note says DOWN_CONVERT_INPUTS or REDUCED_PRECISION_REDUCTION, or TENSOR_CORE where tensor
  * math is not allowed (fp32 precision), or NONDETERMINISTIC under [train] deterministic
- * (timed anyway then: the run log's line of what deterministic = false would gain), and
- * unless its plan fails to finalize or needs more workspace than the cap. Untimed choices
- * (cuDNN's ranking, a graph capture) never come here: they stay legacy.
+ * (timed anyway then: the run log's line of what deterministic = false would gain), or a
+ * behaviour note says RUNTIME_COMPILATION (its plan's finalize compiles a kernel with NVRTC,
+ * seconds per shape: minutes of model build for a ResNet; ruled out before its plan is made,
+ * and a rebuilt choice naming one is not adopted), and unless its plan fails to finalize or
+ * needs more workspace than the cap. At most DNN_ENGINES configs are timed per direction.
+ * Untimed choices (cuDNN's ranking, a graph capture) never come here: they stay legacy.
  *
  * Descriptors live in the slot with the plan they made (struct dnn_graph) and are destroyed
  * when the direction is chosen again or the slot re-described; the candidates not kept are
@@ -29,8 +32,9 @@
 #ifdef DDP_DNN
 
 /* Engine configs timed per direction at most (cuDNN 9 lists a few dozen for a convolution;
- * its heuristics rank the likely fastest first). */
-#define DNN_ENGINES 32
+ * its heuristics rank the likely fastest first, so the tail rarely wins; PyTorch's
+ * cudnn.benchmark_limit is 10). Each costs DNN_REPEAT runs at model build. */
+#define DNN_ENGINES 16
 /* Knob choices one config's get may return (the contract's bound; more than any engine has). */
 #define DNN_KNOBS_GET 64
 
@@ -209,15 +213,32 @@ void dnn_graph_drop(struct dnn_slot *s, int d)
         be_drop_all(&s->g[d]);
 }
 
+/* 1 where engine e's behaviour notes let it run here: not RUNTIME_COMPILATION (its plan's
+ * finalize would compile a kernel with NVRTC, seconds per shape), and the notes readable. */
+static int be_behavior_ok(cudnnBackendDescriptor_t e)
+{
+    cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t n = 0;
+    if (!BE(g_cuda.dnn_fn.be_get(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, notes)))
+        return 0;
+    for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+        if (notes[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)
+            return 0;
+    return 1;
+}
+
 /* Notes of engine e: *det 0 where NONDETERMINISTIC, *tc 1 where TENSOR_CORE; returns 0 where a
- * note rules it out whatever the run (a down-conversion or a reduced-precision reduction). */
+ * note rules it out whatever the run (a down-conversion, a reduced-precision reduction, or a
+ * kernel compiled at runtime). */
 static int be_notes(cudnnBackendDescriptor_t e, int *det, int *tc)
 {
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
     int64_t n = 0;
     *det = 1;
     *tc = 0;
-    if (!BE(g_cuda.dnn_fn.be_get(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+    if (!be_behavior_ok(e) ||
+        !BE(g_cuda.dnn_fn.be_get(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes)))
         return 0;
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
@@ -313,7 +334,8 @@ static int be_allowed(int det, int tc, int tf32, int det_only)
 
 /* The configs of base's operation graph that heuristic mode lists, appended to c (n so far,
  * at most DNN_ENGINES): new ones (engine and knobs) whose notes may ever run here (tensor
- * cores where tf32) and whose plans finalize within cap. Returns the new count. */
+ * cores where tf32, never a runtime-compiled engine: its notes are read before its plan is
+ * made) and whose plans finalize within cap. Returns the new count. */
 static int be_list(const struct dnn_graph *base, cudnnBackendHeurMode_t mode, struct dnn_gcand *c,
                    int n, size_t cap, int tf32)
 {
@@ -499,7 +521,8 @@ int dnn_graph_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
 }
 
 /* The engine of global index e for g's operation graph, its config with the knob choices
- * (type, value) and its plan within cap, into g. 1, or 0 (what was made is g's to drop). */
+ * (type, value) and its plan within cap, into g. 1, or 0 (what was made is g's to drop),
+ * also where its notes rule it out here (a runtime-compiled engine: its plan never made). */
 static int be_rebuild(struct dnn_graph *g, int64_t e, int nk, const int64_t *type,
                       const int64_t *value, size_t cap, int tf32)
 {

@@ -10,6 +10,10 @@
 #  - rank 1 timing another config fastest runs rank 0's: bitwise the run where both agree;
 #  - a run resumed where every rank times another config fastest adopts the checkpoint's
 #    engines and knobs: bitwise the uninterrupted run (and without them it differs);
+#  - the runtime-compiled forward engine 3 (the twin's cheapest) is never chosen: not in the
+#    run logs' conv lines nor in the choices' text, and a checkpoint whose text names it
+#    for forward has its forward choices left out (the run's own taken: other bits than the
+#    engine 3 = engine 1 knob 1 of the uninterrupted run);
 #  - DDP_EMU_CUDNN_NO_GRAPH=1: the legacy API only, the log says the graph API is unavailable.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
@@ -40,6 +44,30 @@ every_steps = 5
 keep = 10
 INI
 cmp_h5() { $PY "$DDP_SRC/tests/compare_h5.py" "$@"; }
+# fwd_engines FILE [SET]: the forward graph engines of FILE's conv_algorithms text, one per
+# line; SET=E rewrites them to engine E in place
+fwd_engines() {
+    $PY - "$@" <<'PY'
+import h5py, sys
+f = h5py.File(sys.argv[1], "r+" if len(sys.argv) > 2 else "r")
+t = f.attrs["conv_algorithms"]
+t = t.decode() if isinstance(t, bytes) else t
+out = []
+for line in t.split("\n"):
+    v = line.split(" ")
+    if len(v) > 19 and all(x.lstrip("-").isdigit() for x in v):
+        i = 19
+        for _ in range(int(v[18])):
+            if v[i] == "0":
+                print(v[i + 1])
+                if len(sys.argv) > 2:
+                    v[i + 1] = sys.argv[2]
+            i += 3 + 2 * int(v[i + 2])
+    out.append(" ".join(v))
+if len(sys.argv) > 2:
+    f.attrs["conv_algorithms"] = "\n".join(out)
+PY
+}
 run() { # run OUT [ENV=V ...] [-- --set ...]: 2 twin GPUs
     local out=$1; shift
     local envs=()
@@ -71,18 +99,30 @@ if cmp_h5 leg/model.h5 full/model.h5 0 >/dev/null; then
     echo "FAIL: the graph and legacy runs gave the same bits: the checks below cannot fail"; fail=1
 fi
 
+# the runtime-compiled forward engine 3 (the cheapest) is never kept nor written
+ck=$(ls full/checkpoints/ckpt-*10.h5 2>/dev/null | head -1)
+[ -n "$ck" ] || { echo "FAIL: no checkpoint at step 10"; ls full/checkpoints; exit 1; }
+fe=$(fwd_engines "$ck") || { echo "FAIL: reading the choices' text of $ck"; exit 1; }
+if grep -q "forward engine 3 " full.log || [ -z "$fe" ] || echo "$fe" | grep -qx 3; then
+    echo "FAIL: the runtime-compiled forward engine 3 was kept (forward engines: $fe)"
+    grep "conv C" full.log; fail=1
+else
+    echo "ok   the runtime-compiled forward engine 3 is not kept (log, choices' text)"
+fi
+
 # the filters: engine 0 backward (non-deterministic) and forward 2 (tensor cores) fastest
 fast="fwd:2.1=0.01,data:0.1=0.01,filter:0.1=0.01"
 check det.txt DDP_EMU_CUDNN_ENGINE_MS=$fast || { echo "FAIL: check"; cat det.txt; exit 1; }
-if grep -q "forward engine 2\|backward data engine 0\|backward filter engine 0" det.txt; then
+if grep -q "forward engine [23] \|backward data engine 0\|backward filter engine 0" det.txt; then
     echo "FAIL: deterministic fp32 kept a non-deterministic or tensor-core engine"
     grep "C1 12" det.txt; fail=1
 fi
-grep -q "backward data engine 1 knobs 17=2 graph API 0.163 ms (non-deterministic engine 0 graph API 0.01[0-9] ms)" det.txt ||
+grep -q "backward data engine 1 knobs 17=2 graph API 0.16[0-9] ms (non-deterministic engine 0 graph API 0.01[0-9] ms)" det.txt ||
     { echo "FAIL: the faster non-deterministic engine is not named"; grep "C1 12" det.txt; fail=1; }
 check any.txt DDP_EMU_CUDNN_ENGINE_MS=$fast -- --set train.deterministic=false \
     --set train.precision=tf32 || { echo "FAIL: check"; cat any.txt; exit 1; }
-grep -q "forward engine 2 knobs 17=1 graph API .*backward data engine 0 knobs 17=1 graph API .*backward filter engine 0 knobs" any.txt &&
+! grep -q "forward engine 3 " any.txt &&
+    grep -q "forward engine 2 knobs 17=1 graph API .*backward data engine 0 knobs 17=1 graph API .*backward filter engine 0 knobs" any.txt &&
     echo "ok   deterministic and fp32 keep out what deterministic = false with tf32 keeps" ||
     { echo "FAIL: deterministic = false, tf32 does not keep the fastest engines"; grep "C1 12" any.txt; fail=1; }
 
@@ -103,8 +143,6 @@ if cmp_h5 other/model.h5 full/model.h5 0 >/dev/null; then
 fi
 
 # resume from step 10 of the full run where every rank times knob 2 fastest
-ck=$(ls full/checkpoints/ckpt-*10.h5 2>/dev/null | head -1)
-[ -n "$ck" ] || { echo "FAIL: no checkpoint at step 10"; ls full/checkpoints; exit 1; }
 run res DDP_EMU_CUDNN_ENGINE_MS=$k2 -- --set checkpoint.resume="$PWD/$ck" ||
     { echo "FAIL: resumed run"; tail -5 res.log; exit 1; }
 if r=$(cmp_h5 res/model.h5 full/model.h5 0); then
@@ -118,6 +156,19 @@ run bare DDP_EMU_CUDNN_ENGINE_MS=$k2 -- --set checkpoint.resume="$PWD/bare.h5" |
     { echo "FAIL: resumed run without the attribute"; tail -5 bare.log; exit 1; }
 if cmp_h5 bare/model.h5 full/model.h5 0 >/dev/null; then
     echo "FAIL: resuming without the checkpoint's engines gave the same bits"; fail=1
+fi
+# ... from a checkpoint whose text names the runtime-compiled engine 3 for forward: the
+# forward choices are not taken (the backward ones are), this run's own forward runs
+cp "$ck" rtc.h5
+fwd_engines rtc.h5 3 >/dev/null || { echo "FAIL: rewriting the choices' text"; exit 1; }
+run rtc DDP_EMU_CUDNN_ENGINE_MS=$k2 -- --set checkpoint.resume="$PWD/rtc.h5" ||
+    { echo "FAIL: resumed run naming engine 3"; tail -5 rtc.log; exit 1; }
+if grep -q "forward engine 3 " rtc.log || ! grep -q "4 algorithm choices taken" rtc.log ||
+    cmp_h5 rtc/model.h5 full/model.h5 0 >/dev/null; then
+    echo "FAIL: a checkpoint naming the runtime-compiled forward engine 3 was adopted"
+    grep "conv" rtc.log; fail=1
+else
+    echo "ok   a checkpoint naming the runtime-compiled forward engine 3: forward not adopted"
 fi
 
 # no graph API: the legacy API, said in the log

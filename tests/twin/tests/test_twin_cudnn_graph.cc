@@ -4,8 +4,9 @@
  * backward data, backward filter), layout (packed NCHW, packed NHWC) and data type (float,
  * bf16) every engine with knob 1 equals its legacy algorithm bit for bit, knob 2 differs from
  * knob 1 (float data: a bf16 output's rounding hides the last bits), the tensor-core engine
- * equals legacy IMPLICIT_PRECOMP_GEMM on tf32-rounded operands; the heuristics' lists and
- * notes; configs rebuilt from engine index and knob equal the heuristics'; the statuses of
+ * equals legacy IMPLICIT_PRECOMP_GEMM on tf32-rounded operands, the runtime-compiled forward
+ * engine 3 equals engine 1 bit for bit (knob 1 and 2) with its workspace; the heuristics'
+ * lists, numerical and behaviour notes; configs rebuilt from engine index and knob equal the heuristics'; the statuses of
  * wrong attribute types, counts and names, sets after finalize, missing attributes, gets before
  * finalize, unknown engines, mismatched or unpacked strides and mixed data types; a workspace
  * smaller than the plan's a GPU fault naming it (in a child process); an execute's
@@ -201,10 +202,10 @@ std::vector<D> heur(D g, cudnnBackendHeurMode_t m, cudnnStatus_t *st)
     return out;
 }
 
-/* A config's engine index, knob value (-1: none) and numerical notes as a bit set. */
+/* A config's engine index, knob value (-1: none), numerical and behaviour notes as bit sets. */
 struct CfgInfo {
     int64_t engine = -1, knob = -1;
-    unsigned notes = 0;
+    unsigned notes = 0, behavior = 0;
 };
 CfgInfo info(D cfg)
 {
@@ -221,6 +222,14 @@ CfgInfo info(D cfg)
                                      notes) == CUDNN_STATUS_SUCCESS)
             for (int64_t i = 0; i < n; i++)
                 r.notes |= 1u << notes[i];
+        cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+        if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                     CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n,
+                                     bn) == CUDNN_STATUS_SUCCESS)
+            for (int64_t i = 0; i < n; i++)
+                r.behavior |= 1u << bn[i];
+        else
+            r.behavior = ~0u;
     }
     for (D &k : kc)
         k = mk(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
@@ -419,7 +428,8 @@ std::string name_of(const Opts &o)
 }
 
 /* Every engine with knob 1 = its legacy algorithm; knob 2 != knob 1 (float); the tensor-core
- * engine = legacy IMPLICIT_PRECOMP_GEMM of tf32-rounded operands. */
+ * engine = legacy IMPLICIT_PRECOMP_GEMM of tf32-rounded operands; the runtime-compiled
+ * engine = engine 1, knob for knob. */
 void t_numerics(int dir, bool nhwc, bool bf16)
 {
     const Opts o = opts(dir, nhwc, bf16);
@@ -443,6 +453,12 @@ void t_numerics(int dir, bool nhwc, bool bf16)
         if (!bf16)
             expect(tc != legacy(o, 1, b), n + ": tensor-core engine differs from fp32");
         release(r);
+        for (int k = 1; k <= 2; k++) {
+            const std::vector<unsigned char> rc = graph_run(o, 3, k, b);
+            expect(!rc.empty() && rc == graph_run(o, 1, k, b),
+                   n + ": runtime-compiled engine 3 knob " + std::to_string(k) +
+                       " = engine 1 bit for bit");
+        }
     }
     release(b);
 }
@@ -450,7 +466,7 @@ void t_numerics(int dir, bool nhwc, bool bf16)
 /* The heuristics' lists (ENGINE.KNOB as 10 * ENGINE + KNOB) and notes; rebuilt configs equal. */
 void t_heuristics(int dir)
 {
-    static const std::vector<int> want[3][2] = {{{1, 2, 12, 11, 22, 21}, {1, 2, 11, 12}},
+    static const std::vector<int> want[3][2] = {{{31, 32, 1, 2, 12, 11, 22, 21}, {1, 2, 11, 12}},
                                                 {{11, 12, 1, 2}, {11, 12}},
                                                 {{11, 12, 1, 2}, {11, 12}}};
     cudnnHandle_t h;
@@ -460,7 +476,8 @@ void t_heuristics(int dir)
     for (int m = 0; m < 2; m++) {
         std::vector<D> cfgs = heur(g, m ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A, &st);
         std::vector<int> got;
-        bool notes_ok = true, rebuilt_ok = true;
+        bool notes_ok = true, behavior_ok = true, rebuilt_ok = true;
+        int64_t ws_of[4] = {-1, -1, -1, -1}; /* by engine */
         for (D c : cfgs) {
             const CfgInfo i = info(c);
             got.push_back((int)(10 * i.engine + i.knob));
@@ -469,21 +486,32 @@ void t_heuristics(int dir)
                 : dir && i.engine == 0    ? 1u << CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
                                           : 0u;
             notes_ok = notes_ok && i.notes == want_notes;
+            behavior_ok = behavior_ok &&
+                          i.behavior == (dir == 0 && i.engine == 3
+                                             ? 1u << CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION
+                                             : 0u);
             cudnnStatus_t rs;
             int64_t ws1 = -1, ws2 = -2;
             D r = rebuild(g, i.engine, i.knob, &rs), p1 = plan(h, c, &ws1, &st),
               p2 = plan(h, r, &ws2, &rs);
             const CfgInfo ri = info(r);
+            if (i.engine >= 0 && i.engine < 4)
+                ws_of[i.engine] = ws1;
             rebuilt_ok = rebuilt_ok && rs == CUDNN_STATUS_SUCCESS && ri.engine == i.engine &&
-                         ri.knob == i.knob && ri.notes == i.notes && ws1 == ws2;
+                         ri.knob == i.knob && ri.notes == i.notes &&
+                         ri.behavior == i.behavior && ws1 == ws2;
             for (D d : {c, r, p1, p2})
                 cudnnBackendDestroyDescriptor(d);
         }
         const std::string n = std::string(DIR_NAME[dir]) + (m ? " FALLBACK" : " mode A");
         expect(st == CUDNN_STATUS_SUCCESS && got == want[dir][m], n + ": the documented configs");
         expect(notes_ok, n + ": the documented numerical notes");
+        expect(behavior_ok, n + ": the documented behaviour notes (forward 3: RUNTIME_COMPILATION)");
         expect(rebuilt_ok,
                n + ": configs rebuilt from engine index and knob equal the heuristics'");
+        if (dir == 0 && m == 0)
+            expect(ws_of[1] > 0 && ws_of[3] == ws_of[1],
+                   n + ": the runtime-compiled engine 3 needs engine 1's workspace");
     }
     cudnnBackendDestroyDescriptor(g);
     cudnnDestroy(h);
@@ -546,7 +574,7 @@ void t_support(void)
     cudnnStatus_t st;
     for (int dir = 0; dir < 3; dir++) {
         D g = graph(opts(dir, false, false), h, &st);
-        const int64_t bad = dir == 0 ? 3 : 2;
+        const int64_t bad = dir == 0 ? 4 : 2;
         D c = rebuild(g, bad, 1, &st);
         expect(st == NS, std::string(DIR_NAME[dir]) + ": engine " + std::to_string(bad) +
                              " does not exist: NOT_SUPPORTED at finalize");
@@ -621,13 +649,14 @@ bool near(double a, double b)
 
 void t_cost(void)
 {
-    static const double BASE[3][3][2] = {{{0.30, 0.32}, {0.20, 0.22}, {0.10, 0.11}},
-                                         {{0.12, 0.13}, {0.18, 0.16}, {0, 0}},
-                                         {{0.12, 0.13}, {0.18, 0.16}, {0, 0}}};
+    static const double BASE[3][4][2] = {
+        {{0.30, 0.32}, {0.20, 0.22}, {0.10, 0.11}, {0.05, 0.06}},
+        {{0.12, 0.13}, {0.18, 0.16}, {0, 0}, {0, 0}},
+        {{0.12, 0.13}, {0.18, 0.16}, {0, 0}, {0, 0}}};
     const double m = (double)N * O * H * W * C * K * K, scale = 1 + 0.5 * m / (m + 16777216.0);
     Bufs b = upload(false, false);
     for (int dir = 0; dir < 3; dir++)
-        for (int e = 0; e < (dir ? 2 : 3); e++)
+        for (int e = 0; e < (dir ? 2 : 4); e++)
             for (int k = 1; k <= 2; k++) {
                 const double got = elapsed(dir, e, k, b), want = BASE[dir][e][k - 1] * scale;
                 char what[160];
