@@ -51,6 +51,9 @@
  * legacy ALGO_0's 0.3, so deterministic runs pick a graph engine too.
  * DDP_EMU_CUDNN_ENGINE_MS=DIR:ENGINE.KNOB=MS[,...] (DIR fwd, data, filter) sets a config's
  * cost to MS exactly, with DDP_EMU_CUDNN_MS_RANK=R on rank R only (as DDP_EMU_CUDNN_MS).
+ * DDP_EMU_CUDNN_ENGINE_REFUSE=DIR:ENGINE.KNOB[,...] (with DDP_EMU_CUDNN_MS_RANK too): an
+ * execute of that config returns CUDNN_STATUS_NOT_SUPPORTED, its plan finalized all the same
+ * (an engine that cuDNN lists but that will not run those operands).
  * DDP_EMU_CUDNN_NO_GRAPH=1: every ENGINEHEUR and EXECUTION_PLAN finalize returns
  * CUDNN_STATUS_NOT_SUPPORTED (the graph API unusable).
  *
@@ -660,22 +663,36 @@ cudnnStatus_t get_attr(const Desc &d, int name, cudnnBackendAttributeType_t type
 
 /* ---- execute ---- */
 
-/* DDP_EMU_CUDNN_ENGINE_MS's cost of config ENGINE.KNOB of direction dir; -1 when none. */
-double cost_override(int dir, int64_t e, int64_t knob)
+/* Whether environment variable var lists config ENGINE.KNOB of direction dir as
+ * DIR:ENGINE.KNOB (with_ms: DIR:ENGINE.KNOB=MS, its MS into *ms). */
+bool env_lists(const char *var, int dir, int64_t e, int64_t knob, bool with_ms, double *ms)
 {
-    const char *v = getenv("DDP_EMU_CUDNN_ENGINE_MS");
+    const char *v = getenv(var);
     if (!v || !*v || !twin::on_rank(getenv("DDP_EMU_CUDNN_MS_RANK")))
-        return -1;
+        return false;
     static const char *const dirs[] = {"fwd:", "data:", "filter:"};
     const size_t n = strlen(dirs[dir]);
     for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : nullptr) {
-        int pe = -1, pk = -1;
-        double ms = -1;
-        if (strncmp(p, dirs[dir], n) == 0 && sscanf(p + n, "%d.%d=%lf", &pe, &pk, &ms) == 3 &&
-            pe == e && pk == knob && ms >= 0)
-            return ms;
+        int pe = -1, pk = -1, used = 0;
+        double t = -1;
+        if (strncmp(p, dirs[dir], n) != 0 || sscanf(p + n, "%d.%d%n", &pe, &pk, &used) != 2 ||
+            pe != e || pk != knob)
+            continue;
+        if (!with_ms)
+            return true;
+        if (sscanf(p + n + used, "=%lf", &t) == 1 && t >= 0) {
+            *ms = t;
+            return true;
+        }
     }
-    return -1;
+    return false;
+}
+
+/* DDP_EMU_CUDNN_ENGINE_MS's cost of config ENGINE.KNOB of direction dir; -1 when none. */
+double cost_override(int dir, int64_t e, int64_t knob)
+{
+    double ms = -1;
+    return env_lists("DDP_EMU_CUDNN_ENGINE_MS", dir, e, knob, true, &ms) ? ms : -1;
 }
 
 /* A config's fixed cost in ms (header). */
@@ -724,6 +741,8 @@ cudnnStatus_t execute(cudnnHandle_t h, const Desc &plan, const Desc &pack)
                    ? ptr(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)
                    : nullptr;
     const int64_t e = i64(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX), knob = knob_of(cfg);
+    if (env_lists("DDP_EMU_CUDNN_ENGINE_REFUSE", o.dir, e, knob, false, nullptr))
+        return CUDNN_STATUS_NOT_SUPPORTED; /* an engine that finalizes but will not run */
     twin_dnn::Variant v{"cudnnBackendExecute"};
     v.halves = knob == 2;
     v.tf32 = o.dir == FWD && e == 2;

@@ -214,14 +214,15 @@ void dnn_graph_drop(struct dnn_slot *s, int d)
 }
 
 /* 1 where engine e's behaviour notes let it run here: not RUNTIME_COMPILATION (its plan's
- * finalize would compile a kernel with NVRTC, seconds per shape), and the notes readable. */
+ * finalize would compile a kernel with NVRTC, seconds per shape). Notes that cannot be read
+ * rule nothing out (cuDNN 9 answers this query; an engine is not lost to a refusal). */
 static int be_behavior_ok(cudnnBackendDescriptor_t e)
 {
     cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
     int64_t n = 0;
     if (!BE(g_cuda.dnn_fn.be_get(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
                                  CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, notes)))
-        return 0;
+        return 1;
     for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
         if (notes[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)
             return 0;
@@ -382,8 +383,10 @@ static int be_list(const struct dnn_graph *base, cudnnBackendHeurMode_t mode, st
     return n;
 }
 
-/* Queue plan g on the compute stream with x, w (dw), y (dy) by uid and workspace ws. */
-static void be_run(const struct dnn_graph *g, const void *x, const void *w, const void *y, void *ws)
+/* Queue plan g on the compute stream with x, w (dw), y (dy) by uid and workspace ws: cuDNN's
+ * status. */
+static cudnnStatus_t be_exec(const struct dnn_graph *g, const void *x, const void *w, const void *y,
+                             void *ws)
 {
     const int64_t uids[3] = {1, 2, 3};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
@@ -395,6 +398,13 @@ static void be_run(const struct dnn_graph *g, const void *x, const void *w, cons
         BE(st = g_cuda.dnn_fn.be_finalize(vp)))
         st = g_cuda.dnn_fn.be_execute(g_cuda.dnn.h, g->plan, vp);
     be_free(&vp);
+    return st;
+}
+
+/* be_exec of a kept plan: a refusal is fatal (it ran when timed or adopted). */
+static void be_run(const struct dnn_graph *g, const void *x, const void *w, const void *y, void *ws)
+{
+    const cudnnStatus_t st = be_exec(g, x, w, y, ws);
     if (st != CUDNN_STATUS_SUCCESS)
         ddp_die("cudnnBackendExecute of engine %lld (cuDNN's graph API): %s", (long long)g->engine,
                 g_cuda.dnn_fn.error_string(st));
@@ -406,7 +416,9 @@ void dnn_graph_run(const struct dnn_slot *s, int d, const void *x, const void *w
     be_run(&s->g[d], x, w, y, ws);
 }
 
-/* The fastest of DNN_REPEAT runs of plan g on o (direction d's operands), in ms. */
+/* The fastest of DNN_REPEAT runs of plan g on o (direction d's operands), in ms; -1 where
+ * cuDNN refuses to execute it (the candidate is then dropped, as one whose plan does not
+ * finalize). */
 static float be_time(const struct dnn_graph *g, int d, const struct dnn_operands *o)
 {
     cudaEvent_t a, b;
@@ -416,7 +428,11 @@ static float be_time(const struct dnn_graph *g, int d, const struct dnn_operands
     for (int r = 0; r < DNN_REPEAT; r++) {
         float ms = 0;
         CUDA_CHECK(cudaEventRecord(a, g_cuda.stream));
-        be_run(g, o->x, d == DNN_BWD_FILTER ? o->dw : o->w, o->y, o->ws);
+        if (be_exec(g, o->x, d == DNN_BWD_FILTER ? o->dw : o->w, o->y, o->ws) !=
+            CUDNN_STATUS_SUCCESS) {
+            best = -1;
+            break;
+        }
         CUDA_CHECK(cudaEventRecord(b, g_cuda.stream));
         CUDA_CHECK(cudaEventSynchronize(b));
         CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -492,8 +508,13 @@ int dnn_graph_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
     struct dnn_gcand c[DNN_ENGINES];
     int n = be_list(&base, CUDNN_HEUR_MODE_A, c, 0, cap, s->tf32);
     n = be_list(&base, CUDNN_HEUR_MODE_FALLBACK, c, n, cap, s->tf32);
-    for (int i = 0; i < n; i++)
-        c[i].ms = be_time(&c[i].g, d, o);
+    int kept = 0;
+    for (int i = 0; i < n; i++) /* those cuDNN refuses to execute dropped */
+        if ((c[i].ms = be_time(&c[i].g, d, o)) < 0)
+            be_drop_cfg(&c[i].g);
+        else
+            c[kept++] = c[i];
+    n = kept;
     const int k = be_pick(c, n, s->tf32);
     const int take = k >= 0 && be_beats(s, d, have, c[k].ms, c[k].g.ws);
     if (take) {

@@ -14,6 +14,8 @@
 #    run logs' conv lines nor in the choices' text, and a checkpoint whose text names it
 #    for forward has its forward choices left out (the run's own taken: other bits than the
 #    engine 3 = engine 1 knob 1 of the uninterrupted run);
+#  - an engine that cuDNN lists but that refuses to execute (DDP_EMU_CUDNN_ENGINE_REFUSE) is
+#    dropped while timing: the next fastest is kept, the run goes on;
 #  - DDP_EMU_CUDNN_NO_GRAPH=1: the legacy API only, the log says the graph API is unavailable.
 set -u
 DDPTRAIN=${DDPTRAIN:?} DDPTRAIN_TWIN=${DDPTRAIN_TWIN:?} DDP_SRC=${DDP_SRC:?}
@@ -125,6 +127,17 @@ check any.txt DDP_EMU_CUDNN_ENGINE_MS=$fast -- --set train.deterministic=false \
     grep -q "forward engine 2 knobs 17=1 graph API .*backward data engine 0 knobs 17=1 graph API .*backward filter engine 0 knobs" any.txt &&
     echo "ok   deterministic and fp32 keep out what deterministic = false with tf32 keeps" ||
     { echo "FAIL: deterministic = false, tf32 does not keep the fastest engines"; grep "C1 12" any.txt; fail=1; }
+
+# an engine that finalizes but refuses to execute (forward 1.1, the fastest allowed) is
+# dropped while timing, the next fastest kept; no error
+check refuse.txt DDP_EMU_CUDNN_ENGINE_REFUSE=fwd:1.1 || { echo "FAIL: check with a refusing engine"; cat refuse.txt; exit 1; }
+if grep -q "forward engine 1 knobs 17=1 graph API" refuse.txt ||
+    ! grep -q "C1 12x12 -> 6 k3 s1 p1, batch 16: forward engine 1 knobs 17=2 graph API" refuse.txt; then
+    echo "FAIL: an engine refusing to execute was kept, or the next fastest was not"
+    grep "C1 12" refuse.txt; fail=1
+else
+    echo "ok   an engine that refuses to execute is dropped while timing, the next fastest kept"
+fi
 
 # rank 1 finds knob 2 fastest: it runs rank 0's all the same
 k2="fwd:1.2=0.01,data:1.2=0.01,filter:1.2=0.01"
