@@ -30,6 +30,10 @@
 #define DNN_TEXT_FORMAT "ddptrain-conv-algorithms 1"
 /* Numbers one line may hold: 18, G, and three groups of D E K and DNN_KNOBS pairs. */
 #define DNN_TEXT_NUMS (19 + DNN_DIRS * (3 + 2 * DNN_KNOBS))
+/* Bytes of the longest line: each number at most 20 characters (an int64 with its sign) and a
+ * blank, so no line is ever cut (dnn_text_line's offsets stay within it); the first line's
+ * device name is cut to fit. */
+#define DNN_TEXT_LINE (DNN_TEXT_NUMS * 21 + 1)
 
 /* The first line of ddp_cuda_conv_choices for this process: format, cuDNN, device. */
 static void dnn_text_head(char *out, size_t len)
@@ -167,7 +171,7 @@ extern "C" size_t ddp_cuda_conv_choices(char *out, size_t len)
 #ifdef DDP_DNN
     if (g_cuda.dnn.mode != 1 || len < 2)
         return 0;
-    char line[2048];
+    char line[DNN_TEXT_LINE];
     dnn_text_head(line, sizeof line);
     size_t used = 0;
     for (int i = -1; i < g_cuda.dnn.nplans; i++)
