@@ -70,8 +70,9 @@ void ddp_cuda_conv_api(int graph);
 /* The cuDNN algorithms chosen at model build, one line per convolution shape and batch size:
  * "C3 32x32 -> 64 k3 s1 p1, batch 256: forward IMPLICIT_PRECOMP_GEMM fma 0.041 ms, backward
  * data ALGO_1 fma 0.052 ms, backward filter ALGO_1 fma 0.088 ms; workspace 1.5 MiB" (a
- * direction kept from cuDNN's graph API: "forward engine 1 knobs 17=1 graph API 0.203 ms"). Writes
- * "" when cuDNN does not run. Returns the number of lines. */
+ * direction kept from cuDNN's graph API: "forward engine 1 knobs 17=1 graph API 0.203 ms
+ * (legacy IMPLICIT_GEMM 0.400 ms)", the legacy algorithm it beat). Writes "" when cuDNN does
+ * not run. Returns the number of lines. */
 int ddp_cuda_conv_report(char *out, size_t len);
 
 /* The algorithms of every prepared cuDNN plan as text for ddp_cuda_conv_adopt (rank 0's for

@@ -235,6 +235,7 @@ static void dnn_keep(struct dnn_slot *s, int d, const Perf *p, int n, int i, int
     s->math[d] = p[i].mathType;
     s->any_algo[d] = -1;
     s->any_graph[d] = 0;
+    s->leg_ms[d] = 0;
     s->any_ms[d] = 0;
     for (int j = 0; how == DNN_MEASURED && g_cuda.dnn.det == 1 && j < n; j++)
         if (p[j].determinism != CUDNN_DETERMINISTIC && dnn_runs_here(p[j], cap, s->tf32) &&

@@ -2,7 +2,7 @@
  * conv_dnn_report.cu - the cuDNN plans in words (see internal.cuh for the parts): one line per
  * convolution shape and batch size with each direction's algorithm, math, measured time and
  * workspace (a direction chosen from cuDNN's graph API: "engine N knobs TYPE=VALUE graph
- * API"), and under [train] deterministic = true what the non-deterministic algorithms (or
+ * API", then the legacy algorithm it was timed against and its time), and under [train] deterministic = true what the non-deterministic algorithms (or
  * engines) would gain (ddp_cuda_conv_report, for the run log and `ddptrain check`). conv_dnn.cu makes
  * the plans.
  */
@@ -61,6 +61,9 @@ static void dnn_report_slot(const struct dnn_plan *pl, const struct dnn_slot *s,
             dnn_knobs_text(&s->g[d], k, sizeof k);
             n += snprintf(out + n, len - n, "%s %s engine %lld%s graph API %s", d ? "," : "",
                           dnn_dir_names[d], (long long)s->g[d].engine, k, t);
+            if (s->how[d] == DNN_MEASURED && s->leg_ms[d] > 0 && n >= 0 && (size_t)n < len)
+                n += snprintf(out + n, len - n, " (legacy %s %.3f ms)", dnn_algo_name(d, algo[d]),
+                              s->leg_ms[d]);
         } else {
             n += snprintf(out + n, len - n, "%s %s %s %s %s", d ? "," : "", dnn_dir_names[d],
                           s->how[d] == DNN_UNCHOSEN ? "-" : dnn_algo_name(d, algo[d]),

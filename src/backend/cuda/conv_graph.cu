@@ -526,6 +526,7 @@ int dnn_graph_choose(const struct dnn_plan *pl, struct dnn_slot *s, int d,
         memcpy(g->knob_type, c[k].g.knob_type, sizeof g->knob_type);
         memcpy(g->knob_value, c[k].g.knob_value, sizeof g->knob_value);
         s->how[d] = DNN_MEASURED;
+        s->leg_ms[d] = have ? s->ms[d] : 0; /* the legacy algorithm it beat, for the run log */
         s->ms[d] = c[k].ms;
         s->ws[d] = g->ws;
         if (!have)
@@ -595,6 +596,7 @@ int dnn_graph_adopt(const struct dnn_plan *pl, struct dnn_slot *s, int d, int64_
     s->g[d] = g;
     s->how[d] = DNN_ADOPTED;
     s->ms[d] = 0;
+    s->leg_ms[d] = 0;
     s->ws[d] = g.ws;
     s->any_algo[d] = -1;
     return 0;

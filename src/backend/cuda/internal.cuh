@@ -244,6 +244,9 @@ struct dnn_slot {
     int any_algo[DNN_DIRS];
     float any_ms[DNN_DIRS];
     int any_graph[DNN_DIRS]; /* 1: any_algo is a graph engine's global index */
+    /* a direction whose graph plan was timed faster than the legacy algorithm still named
+     * above (fwd, bwd_data, bwd_filter): that algorithm's time (0: none; the run log names it) */
+    float leg_ms[DNN_DIRS];
     /* a direction chosen from cuDNN's graph API runs this plan instead of its algorithm */
     struct dnn_graph g[DNN_DIRS];
 };

@@ -3,7 +3,8 @@
 # default; conv_graph.cu) on twin GPUs (suite twin). The twin's graph engines time faster than
 # its legacy algorithms (tests/twin/cudnn_graph.cc), and DDP_EMU_CUDNN_ENGINE_MS changes which
 # config "measures" fastest, on one rank or on all; knob 2 computes other bits than knob 1:
-#  - auto names "graph API" engines in the log; legacy names none; a bad value exits 2;
+#  - auto names "graph API" engines in the log, each with the legacy algorithm it beat and that
+#    one's time; legacy names none; a bad value exits 2;
 #  - deterministic = true never keeps a non-deterministic engine, fp32 never a tensor-core one,
 #    even where they time fastest (deterministic = false with tf32 keeps them: the check can
 #    fail);
@@ -119,8 +120,8 @@ if grep -q "forward engine [23] \|backward data engine 0\|backward filter engine
     echo "FAIL: deterministic fp32 kept a non-deterministic or tensor-core engine"
     grep "C1 12" det.txt; fail=1
 fi
-grep -q "backward data engine 1 knobs 17=2 graph API 0.16[0-9] ms (non-deterministic engine 0 graph API 0.01[0-9] ms)" det.txt ||
-    { echo "FAIL: the faster non-deterministic engine is not named"; grep "C1 12" det.txt; fail=1; }
+grep -q "backward data engine 1 knobs 17=2 graph API 0.16[0-9] ms (legacy ALGO_1 0.600 ms) (non-deterministic engine 0 graph API 0.01[0-9] ms)" det.txt ||
+    { echo "FAIL: the faster non-deterministic engine or the legacy algorithm beaten is not named"; grep "C1 12" det.txt; fail=1; }
 check any.txt DDP_EMU_CUDNN_ENGINE_MS=$fast -- --set train.deterministic=false \
     --set train.precision=tf32 || { echo "FAIL: check"; cat any.txt; exit 1; }
 ! grep -q "forward engine 3 " any.txt &&
