@@ -232,6 +232,64 @@ static inline void *gt_down(const void *dev, size_t bytes)
     return h;
 }
 
+/* Bytes of n activations in storage act16 (bf16: 2 each), at least one value's. */
+static inline size_t gt_act_bytes(size_t n, int act16)
+{
+    return (n ? n : 1) * (act16 ? 2 : 4);
+}
+
+/* Index in layout nhwc of NCHW element i of a (B, C, S) tensor. */
+static inline size_t gt_act_at(size_t i, int C, int S, int nhwc)
+{
+    const size_t b = i / ((size_t)C * S), c = i / S % C, s = i % S;
+    return nhwc ? (b * S + s) * C + c : i;
+}
+
+/* A device copy of host x (B, C, S) NCHW, in layout nhwc and storage act16 (bf16: the top
+ * 16 bits of each value, exact for bf16 values). */
+static inline void *gt_act_up(const float *x, int B, int C, int S, int nhwc, int act16)
+{
+    const size_t n = (size_t)B * C * S;
+    char *t = ddp_malloc(gt_act_bytes(n, 0));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        const uint16_t h = (uint16_t)(u >> 16);
+        memcpy(t + gt_act_at(i, C, S, nhwc) * (act16 ? 2 : 4),
+               act16 ? (const void *)&h : (const void *)&u, act16 ? 2 : 4);
+    }
+    void *d = G->alloc(gt_act_bytes(n, act16));
+    if (n)
+        G->upload(d, t, gt_act_bytes(n, act16));
+    free(t);
+    return d;
+}
+
+/* Host NCHW float copy of device d (B, C, S) in layout nhwc and storage act16; d freed. */
+static inline float *gt_act_down(void *d, int B, int C, int S, int nhwc, int act16)
+{
+    const size_t n = (size_t)B * C * S;
+    char *t = ddp_malloc(gt_act_bytes(n, act16));
+    float *h = ddp_malloc(gt_act_bytes(n, 0));
+    if (n)
+        G->download(t, d, gt_act_bytes(n, act16));
+    G->free(d);
+    for (size_t i = 0; i < n; i++) {
+        const size_t j = gt_act_at(i, C, S, nhwc);
+        uint32_t u = 0;
+        if (act16) {
+            uint16_t v;
+            memcpy(&v, t + 2 * j, 2);
+            u = (uint32_t)v << 16;
+        } else {
+            memcpy(&u, t + 4 * j, 4);
+        }
+        memcpy(&h[i], &u, 4);
+    }
+    free(t);
+    return h;
+}
+
 #endif /* HAVE_CUDA */
 
 #endif

@@ -52,64 +52,6 @@ static float *zeros(size_t n)
     return x;
 }
 
-/* Bytes of n activations in storage act16. */
-static size_t abytes(size_t n, int act16)
-{
-    return (n ? n : 1) * (act16 ? 2 : 4);
-}
-
-/* A device copy of host x (B, C, S) NCHW, in layout nhwc and storage act16 (bf16: the top
- * 16 bits of each value, exact for bf16 values). */
-static float *up(const float *x, int B, int C, int S, int nhwc, int act16)
-{
-    const size_t n = (size_t)B * C * S;
-    char *t = ddp_malloc(abytes(n, 0));
-    for (int b = 0; b < B; b++)
-        for (int c = 0; c < C; c++)
-            for (int s = 0; s < S; s++) {
-                const size_t i = ((size_t)b * C + c) * S + s;
-                const size_t j = nhwc ? ((size_t)b * S + s) * C + c : i;
-                uint32_t u;
-                memcpy(&u, &x[i], 4);
-                const uint16_t h = (uint16_t)(u >> 16);
-                memcpy(t + j * (act16 ? 2 : 4), act16 ? (const void *)&h : (const void *)&u,
-                       act16 ? 2 : 4);
-            }
-    float *d = G->alloc(abytes(n, act16));
-    if (n)
-        G->upload(d, t, abytes(n, act16));
-    free(t);
-    return d;
-}
-
-/* Host NCHW float copy of device d (B, C, S) in layout nhwc and storage act16; d freed. */
-static float *down(float *d, int B, int C, int S, int nhwc, int act16)
-{
-    const size_t n = (size_t)B * C * S;
-    char *t = ddp_malloc(abytes(n, act16));
-    float *h = ddp_malloc(abytes(n, 0));
-    if (n)
-        G->download(t, d, abytes(n, act16));
-    G->free(d);
-    for (int b = 0; b < B; b++)
-        for (int c = 0; c < C; c++)
-            for (int s = 0; s < S; s++) {
-                const size_t i = ((size_t)b * C + c) * S + s;
-                const size_t j = nhwc ? ((size_t)b * S + s) * C + c : i;
-                uint32_t u = 0;
-                if (act16) {
-                    uint16_t v;
-                    memcpy(&v, t + 2 * j, 2);
-                    u = (uint32_t)v << 16;
-                } else {
-                    memcpy(&u, t + 4 * j, 4);
-                }
-                memcpy(&h[i], &u, 4);
-            }
-    free(t);
-    return h;
-}
-
 /* Check got against want (n floats): bit for bit on the twin, within TOL_GPU on a GPU. */
 static void check(const char *op, const char *shape, const float *got, const float *want, size_t n)
 {
@@ -182,23 +124,23 @@ static int run_conv(const struct tcase *t, int nhwc, int act16, const struct tda
     const size_t ncol = G->conv_plan(t->planB, g), nw = (size_t)t->O * t->C * t->k * t->k;
     const size_t ny = (size_t)t->B * t->O * P;
     float *col = G->alloc(sizeof(float) * (ncol ? ncol : 1));
-    float *gx = up(in->x, t->B, t->C, S, nhwc, act16),
-          *gdy = up(in->dy, t->B, t->O, P, nhwc, act16);
-    float *gw = up(in->w, 1, (int)nw, 1, 0, 0), *gb = up(in->b, 1, t->O, 1, 0, 0);
-    float *gdw = up(dw0, 1, (int)nw, 1, 0, 0), *gdb = up(db0, 1, t->O, 1, 0, 0);
-    float *gy = G->alloc(abytes(ny, act16)), *gyb = G->alloc(abytes(ny, act16));
-    float *gyr = G->alloc(abytes(ny, act16));
-    float *gdx = G->alloc(abytes((size_t)t->B * t->C * S, act16));
+    float *gx = gt_act_up(in->x, t->B, t->C, S, nhwc, act16),
+          *gdy = gt_act_up(in->dy, t->B, t->O, P, nhwc, act16);
+    float *gw = gt_act_up(in->w, 1, (int)nw, 1, 0, 0), *gb = gt_act_up(in->b, 1, t->O, 1, 0, 0);
+    float *gdw = gt_act_up(dw0, 1, (int)nw, 1, 0, 0), *gdb = gt_act_up(db0, 1, t->O, 1, 0, 0);
+    float *gy = G->alloc(gt_act_bytes(ny, act16)), *gyb = G->alloc(gt_act_bytes(ny, act16));
+    float *gyr = G->alloc(gt_act_bytes(ny, act16));
+    float *gdx = G->alloc(gt_act_bytes((size_t)t->B * t->C * S, act16));
     G->conv2d_fwd(gy, col, gx, gw, NULL, t->B, g);
     G->conv2d_fwd(gyb, col, gx, gw, gb, t->B, g);
     G->conv2d_relu_fwd(gyr, col, gx, gw, gb, t->B, g);
     G->conv2d_bwd(gdx, gdw, gdb, col, gdy, gx, gw, t->B, g);
-    out->y = down(gy, t->B, t->O, P, nhwc, act16);
-    out->yb = down(gyb, t->B, t->O, P, nhwc, act16);
-    out->yr = down(gyr, t->B, t->O, P, nhwc, act16);
-    out->dx = down(gdx, t->B, t->C, S, nhwc, act16);
-    out->dw = down(gdw, 1, (int)nw, 1, 0, 0);
-    out->db = down(gdb, 1, t->O, 1, 0, 0);
+    out->y = gt_act_down(gy, t->B, t->O, P, nhwc, act16);
+    out->yb = gt_act_down(gyb, t->B, t->O, P, nhwc, act16);
+    out->yr = gt_act_down(gyr, t->B, t->O, P, nhwc, act16);
+    out->dx = gt_act_down(gdx, t->B, t->C, S, nhwc, act16);
+    out->dw = gt_act_down(gdw, 1, (int)nw, 1, 0, 0);
+    out->db = gt_act_down(gdb, 1, t->O, 1, 0, 0);
     G->free(col);
     G->free(gx);
     G->free(gdy);
@@ -286,21 +228,22 @@ static void run_linear(int B, int C, int O, int act16, const struct tdata *in, s
     if (storage(0, act16) != 0)
         return;
     const size_t nw = (size_t)O * C, ny = (size_t)B * O;
-    float *gx = up(in->x, B, C, 1, 0, act16), *gdy = up(in->dy, B, O, 1, 0, act16);
-    float *gw = up(in->w, 1, (int)nw, 1, 0, 0), *gb = up(in->b, 1, O, 1, 0, 0);
-    float *gdw = up(in->dw0, 1, (int)nw, 1, 0, 0), *gdb = up(in->db0, 1, O, 1, 0, 0);
-    float *gy = G->alloc(abytes(ny, act16)), *gyb = G->alloc(abytes(ny, act16));
-    float *gyr = G->alloc(abytes(ny, act16)), *gdx = G->alloc(abytes((size_t)B * C, act16));
+    float *gx = gt_act_up(in->x, B, C, 1, 0, act16), *gdy = gt_act_up(in->dy, B, O, 1, 0, act16);
+    float *gw = gt_act_up(in->w, 1, (int)nw, 1, 0, 0), *gb = gt_act_up(in->b, 1, O, 1, 0, 0);
+    float *gdw = gt_act_up(in->dw0, 1, (int)nw, 1, 0, 0), *gdb = gt_act_up(in->db0, 1, O, 1, 0, 0);
+    float *gy = G->alloc(gt_act_bytes(ny, act16)), *gyb = G->alloc(gt_act_bytes(ny, act16));
+    float *gyr = G->alloc(gt_act_bytes(ny, act16)),
+          *gdx = G->alloc(gt_act_bytes((size_t)B * C, act16));
     G->linear_fwd(gy, gx, gw, NULL, B, C, O);
     G->linear_fwd(gyb, gx, gw, gb, B, C, O);
     G->linear_relu_fwd(gyr, gx, gw, gb, B, C, O);
     G->linear_bwd(gdx, gdw, gdb, gdy, gx, gw, B, C, O);
-    out->y = down(gy, B, O, 1, 0, act16);
-    out->yb = down(gyb, B, O, 1, 0, act16);
-    out->yr = down(gyr, B, O, 1, 0, act16);
-    out->dx = down(gdx, B, C, 1, 0, act16);
-    out->dw = down(gdw, 1, (int)nw, 1, 0, 0);
-    out->db = down(gdb, 1, O, 1, 0, 0);
+    out->y = gt_act_down(gy, B, O, 1, 0, act16);
+    out->yb = gt_act_down(gyb, B, O, 1, 0, act16);
+    out->yr = gt_act_down(gyr, B, O, 1, 0, act16);
+    out->dx = gt_act_down(gdx, B, C, 1, 0, act16);
+    out->dw = gt_act_down(gdw, 1, (int)nw, 1, 0, 0);
+    out->db = gt_act_down(gdb, 1, O, 1, 0, 0);
     G->free(gx);
     G->free(gdy);
     G->free(gw);

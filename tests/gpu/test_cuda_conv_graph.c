@@ -64,57 +64,6 @@ struct tin {
     float *x, *w, *b, *dy, *dw0, *db0;
 };
 
-static size_t abytes(size_t n, int act16)
-{
-    return (n ? n : 1) * (act16 ? 2 : 4);
-}
-
-/* A device copy of x (B, C, S) NCHW in layout nhwc and storage act16. */
-static void *up(const float *x, int B, int C, int S, int nhwc, int act16)
-{
-    const size_t n = (size_t)B * C * S;
-    char *t = ddp_malloc(abytes(n, 0));
-    for (size_t i = 0; i < n; i++) {
-        const size_t b = i / ((size_t)C * S), c = i / S % C, s = i % S;
-        const size_t j = nhwc ? (b * S + s) * C + c : i;
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        const uint16_t h = (uint16_t)(u >> 16);
-        memcpy(t + j * (act16 ? 2 : 4), act16 ? (const void *)&h : (const void *)&u, act16 ? 2 : 4);
-    }
-    void *d = G->alloc(abytes(n, act16));
-    if (n)
-        G->upload(d, t, abytes(n, act16));
-    free(t);
-    return d;
-}
-
-/* Host NCHW floats of device d (B, C, S) in layout nhwc and storage act16; d freed. */
-static float *down(void *d, int B, int C, int S, int nhwc, int act16)
-{
-    const size_t n = (size_t)B * C * S;
-    char *t = ddp_malloc(abytes(n, act16));
-    float *h = ddp_malloc(abytes(n, 0));
-    if (n)
-        G->download(t, d, abytes(n, act16));
-    G->free(d);
-    for (size_t i = 0; i < n; i++) {
-        const size_t b = i / ((size_t)C * S), c = i / S % C, s = i % S;
-        const size_t j = nhwc ? (b * S + s) * C + c : i;
-        uint32_t u = 0;
-        if (act16) {
-            uint16_t v;
-            memcpy(&v, t + 2 * j, 2);
-            u = (uint32_t)v << 16;
-        } else {
-            memcpy(&u, t + 4 * j, 4);
-        }
-        memcpy(&h[i], &u, 4);
-    }
-    free(t);
-    return h;
-}
-
 /* A malloc'd copy of n floats. */
 static float *copy(const void *x, size_t n)
 {
@@ -145,16 +94,17 @@ static void run(const struct ddp_backend *be, const struct tcase *t, const struc
     void *col = be->alloc(sizeof(float) * (ncol ? ncol : 1));
     void *x, *dy, *w, *b, *dw, *db, *y, *yn, *yr, *dx;
     if (gpu) {
-        x = up(in->x, t->B, t->C, S, nhwc, act16), dy = up(in->dy, t->B, t->O, P, nhwc, act16);
-        w = up(in->w, 1, (int)nw, 1, 0, 0), b = up(in->b, 1, t->O, 1, 0, 0);
-        dw = up(in->dw0, 1, (int)nw, 1, 0, 0), db = up(in->db0, 1, t->O, 1, 0, 0);
+        x = gt_act_up(in->x, t->B, t->C, S, nhwc, act16),
+        dy = gt_act_up(in->dy, t->B, t->O, P, nhwc, act16);
+        w = gt_act_up(in->w, 1, (int)nw, 1, 0, 0), b = gt_act_up(in->b, 1, t->O, 1, 0, 0);
+        dw = gt_act_up(in->dw0, 1, (int)nw, 1, 0, 0), db = gt_act_up(in->db0, 1, t->O, 1, 0, 0);
     } else {
         x = in->x, dy = in->dy, w = in->w, b = in->b;
         dw = ddp_malloc(sizeof(float) * nw), db = ddp_malloc(sizeof(float) * t->O);
         memcpy(dw, in->dw0, sizeof(float) * nw), memcpy(db, in->db0, sizeof(float) * t->O);
     }
-    y = be->alloc(abytes(ny, act16)), yn = be->alloc(abytes(ny, act16));
-    yr = be->alloc(abytes(ny, act16)), dx = be->alloc(abytes(nx, act16));
+    y = be->alloc(gt_act_bytes(ny, act16)), yn = be->alloc(gt_act_bytes(ny, act16));
+    yr = be->alloc(gt_act_bytes(ny, act16)), dx = be->alloc(gt_act_bytes(nx, act16));
     be->conv2d_fwd(y, col, x, w, b, t->B, g);
     be->conv2d_fwd(yn, col, x, w, NULL, t->B, g);
     if (be->conv2d_relu_fwd) {
@@ -166,9 +116,11 @@ static void run(const struct ddp_backend *be, const struct tcase *t, const struc
     }
     be->conv2d_bwd(dx, dw, db, col, dy, x, w, t->B, g);
     if (gpu) {
-        r->y = down(y, t->B, t->O, P, nhwc, act16), r->yn = down(yn, t->B, t->O, P, nhwc, act16);
-        r->yr = down(yr, t->B, t->O, P, nhwc, act16), r->dx = down(dx, t->B, t->C, S, nhwc, act16);
-        r->dw = down(dw, 1, (int)nw, 1, 0, 0), r->db = down(db, 1, t->O, 1, 0, 0);
+        r->y = gt_act_down(y, t->B, t->O, P, nhwc, act16),
+        r->yn = gt_act_down(yn, t->B, t->O, P, nhwc, act16);
+        r->yr = gt_act_down(yr, t->B, t->O, P, nhwc, act16),
+        r->dx = gt_act_down(dx, t->B, t->C, S, nhwc, act16);
+        r->dw = gt_act_down(dw, 1, (int)nw, 1, 0, 0), r->db = gt_act_down(db, 1, t->O, 1, 0, 0);
         G->free(x), G->free(dy), G->free(w), G->free(b), G->free(col);
     } else {
         r->y = copy(y, ny), r->yn = copy(yn, ny), r->yr = copy(yr, ny), r->dx = copy(dx, nx);

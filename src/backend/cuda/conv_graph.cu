@@ -144,6 +144,8 @@ static void be_op_names(int d, cudnnBackendDescriptorType_t *t, cudnnBackendAttr
     memcpy(a, names[d], sizeof names[d]);
 }
 
+static void be_drop_all(struct dnn_graph *g);
+
 /* The operation graph of direction d of plan pl at batch B into g (x, w, y, conv, op, graph).
  * 1, or 0 with whatever was made destroyed. */
 static int be_graph(const struct dnn_plan *pl, int B, int d, struct dnn_graph *g)
@@ -175,12 +177,7 @@ static int be_graph(const struct dnn_plan *pl, int B, int d, struct dnn_graph *g
         be_set1(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) &&
         BE(g_cuda.dnn_fn.be_finalize(g->graph)))
         return 1;
-    be_free(&g->graph);
-    be_free(&g->op);
-    be_free(&g->conv);
-    be_free(&g->y);
-    be_free(&g->w);
-    be_free(&g->x);
+    be_drop_all(g);
     return 0;
 }
 
