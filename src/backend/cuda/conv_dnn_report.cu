@@ -2,9 +2,9 @@
  * conv_dnn_report.cu - the cuDNN plans in words (see internal.cuh for the parts): one line per
  * convolution shape and batch size with each direction's algorithm, math, measured time and
  * workspace (a direction chosen from cuDNN's graph API: "engine N knobs TYPE=VALUE graph
- * API", then the legacy algorithm it was timed against and its time), and under [train] deterministic = true what the non-deterministic algorithms (or
- * engines) would gain (ddp_cuda_conv_report, for the run log and `ddptrain check`). conv_dnn.cu makes
- * the plans.
+ * API", then the legacy algorithm it was timed against and its time), and under [train]
+ * deterministic = true what the non-deterministic algorithms (or engines) would gain
+ * (ddp_cuda_conv_report, for the run log and `ddptrain check`). conv_dnn.cu makes the plans.
  */
 #include "backend/cuda/internal.cuh"
 

@@ -6,10 +6,11 @@
  * included. blas_open() dlopens it (the soname of the cuBLAS the build was compiled against,
  * found through LD_LIBRARY_PATH, the binary's run path and the system's) when the first GPU
  * backend is made, and every call goes through g_cuda.blas_fn. cuDNN (the legacy convolution
- * API of cuDNN 9, and its graph API where the library has it) is opened the same way by dnn_open() when the trainer chooses the
- * convolution path (conv.cu, ddp_cuda_conv_path), into g_cuda.dnn_fn. One loader,
- * core/dl.h (also NCCL's), fills both tables. The twin build points the tables at the twin's cuBLAS and cuDNN
- * (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN missing there.
+ * API of cuDNN 9, and its graph API where the library has it) is opened the same way by
+ * dnn_open() when the trainer chooses the convolution path (conv.cu, ddp_cuda_conv_path), into
+ * g_cuda.dnn_fn. One loader, core/dl.h (also NCCL's), fills both tables. The twin build points
+ * the tables at the twin's cuBLAS and cuDNN (tests/twin); DDP_EMU_NO_CUDNN=1 makes cuDNN
+ * missing there.
  *
  * It leaves the handles (table.cu, conv_dnn.cu) and every call (blas.cu, conv_dnn.cu) to
  * others.

@@ -333,7 +333,6 @@ struct cuda_state {
         int det = DNN_RANKED; /* 0, 1 ([train] deterministic) or DNN_RANKED */
         int api = 1;          /* [train] cudnn_api: 1 auto (graph and legacy), 0 legacy */
         int graph;            /* 1: the graph API's engines are timed (api 1, and it works) */
-        char graph_why[200];  /* why not, where api 1 but graph 0 */
         cudnnHandle_t h;
         struct dnn_plan plans[DNN_PLANS];
         int nplans;
