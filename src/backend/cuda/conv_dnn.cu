@@ -670,6 +670,14 @@ static struct dnn_scratch dnn_scratch_of(const struct dnn_plan *pl, float *col)
     return sc;
 }
 
+/* 1 when direction d of slot s runs, or may still choose, a graph plan (which reads 16-byte
+ * aligned weights): kept one, or not chosen yet with the graph API on and the filter room
+ * there. A direction that kept a legacy algorithm reads the caller's weights directly. */
+static int dnn_graph_may_run(const struct dnn_plan *pl, const struct dnn_slot *s, int d)
+{
+    return s->g[d].plan || (g_cuda.dnn.graph && pl->wroom && s->how[d] == DNN_UNCHOSEN);
+}
+
 /* The weights as the plan's filter descriptor says: w itself under NCHW fp32 (copied into
  * sc's room for a graph plan (graph 1) where w is not 16-byte aligned, as the graph's tensors
  * declare: a parameter inside the flat buffer may not be); else w transposed (NHWC) and or
@@ -725,7 +733,7 @@ void dnn_conv2d_fwd(float *out, float *col, const float *inp, const float *w, co
     struct dnn_plan *pl = dnn_plan_of(q);
     struct dnn_slot *s = dnn_slot_for(pl, B);
     const struct dnn_scratch sc = dnn_scratch_of(pl, col);
-    const void *wd = dnn_weights(pl, &sc, w, g_cuda.dnn.graph && pl->wroom);
+    const void *wd = dnn_weights(pl, &sc, w, dnn_graph_may_run(pl, s, DNN_FWD));
     const struct dnn_operands o = {(void *)inp, (void *)wd, out, NULL, sc.ws, pl->cap};
     dnn_ensure(pl, s, DNN_FWD, &o); /* before the bias fill: timing writes out */
     const size_t n_out = (size_t)B * q->O * q->P;
@@ -775,7 +783,7 @@ void dnn_conv2d_bwd(float *dinp, float *dw, float *db, float *col, const float *
     if (room)
         dnn_add_dw(pl, &sc, dw);
     if (dinp) {
-        const void *wd = dnn_weights(pl, &sc, w, g_cuda.dnn.graph && pl->wroom);
+        const void *wd = dnn_weights(pl, &sc, w, dnn_graph_may_run(pl, s, DNN_BWD_DATA));
         const struct dnn_operands od = {dinp, (void *)wd, (void *)dout, NULL, sc.ws, pl->cap};
         dnn_ensure(pl, s, DNN_BWD_DATA, &od);
         if (s->g[DNN_BWD_DATA].plan)
